@@ -1,0 +1,43 @@
+# ZEPS — the two commands a new user needs: `make run` and `make test`.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.zeps-installed
+ENDPOINT ?= tcp://127.0.0.1:7470
+DATA_DIR ?= ./zeps-data
+SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: run test java bench clean
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+
+$(STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e '.[test,spark]'
+	touch $(STAMP)
+
+# pyspark 4 needs Java 17+. Install it only through the system's packages, only if absent.
+java:
+	@v=$$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1); \
+	if [ -z "$$v" ] || [ "$$v" -lt 17 ]; then \
+	  echo "Java 17+ not found: installing it from the system's packages"; \
+	  $(SUDO) apt-get update -q && \
+	  ( $(SUDO) apt-get install -y -q openjdk-17-jre-headless || $(SUDO) apt-get install -y -q default-jre-headless ); \
+	fi
+
+run: $(STAMP)
+	@echo "ZEPS broker on $(ENDPOINT), data in $(DATA_DIR). In another shell:"
+	@echo "  $(VENV)/bin/zeps subscribe --endpoint $(ENDPOINT) orders          # live + history, Ctrl-C to stop"
+	@echo "  $(VENV)/bin/zeps publish   --endpoint $(ENDPOINT) orders eu.fr 'hello'"
+	@echo "  $(VENV)/bin/zeps stats     --endpoint $(ENDPOINT)"
+	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR)
+
+test: $(STAMP) java
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+
+bench: $(STAMP) java
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

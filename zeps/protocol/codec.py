@@ -1,0 +1,229 @@
+"""ZEPS/1 wire codec: ``encode(command) -> bytes`` and ``decode(frame) -> command``.
+
+Pure functions, no sockets. Every command is exactly one ZeroMQ frame:
+
+    signature (0xAA 0xA5) | command id (1 octet) | fields in network byte order
+
+``string`` = 1-octet length + bytes (UTF-8 here, at most 255 bytes); ``chunk`` = 4-octet
+length + bytes; numbers are unsigned big-endian. Like the reference codec (zproto's
+zeps_msg), bytes after the last field are ignored (``aaa508ff`` decodes as PING).
+
+Every decoding failure raises :class:`ProtocolError` whose message is a reason fit to send
+back to the peer in INVALID.
+"""
+from __future__ import annotations
+
+import struct
+from typing import Union
+
+from . import commands as c
+
+SIGNATURE = b"\xaa\xa5"
+_SIG0, _SIG1 = 0xAA, 0xA5
+MAX_STRING = 255
+MAX_CHUNK = 2**32 - 1
+
+_U16 = struct.Struct(">H")
+_U32 = struct.Struct(">I")
+_U64 = struct.Struct(">Q")
+_DELIVER_HEAD = struct.Struct(">2sBQB")  # signature, id, sequence, key length
+
+Buffer = Union[bytes, bytearray, memoryview]
+
+
+class ProtocolError(ValueError):
+    """A frame that is not valid ZEPS/1. ``str(err)`` is the reason for INVALID."""
+
+
+# Field layouts: (attribute, kind). kind: "string", "chunk", "u16", "u64", "strings".
+_LAYOUT = {
+    c.Attach: (("protocol", "string"), ("version", "u16"), ("stream", "string")),
+    c.Subscribe: (("pattern", "string"), ("latest", "u64")),
+    c.Credit: (("credit", "u64"),),
+    c.Publish: (("key", "string"), ("body", "chunk")),
+    c.Deliver: (("sequence", "u64"), ("key", "string"), ("body", "chunk")),
+    c.Invalid: (("reason", "string"),),
+    c.SeqAtTime: (("timestamp", "u64"),),
+    c.SeqAtTimeOk: (("sequence", "u64"),),
+    c.ConfirmSelectOk: (("published", "u64"),),
+    c.Confirm: (("count", "u64"), ("sequence", "u64")),
+    c.StreamInfoOk: (("first", "u64"), ("last", "u64"), ("size", "u64"),
+                     ("oldest", "u64"), ("newest", "u64")),
+    c.ListStreamsOk: (("streams", "strings"),),
+}
+
+
+# --------------------------------------------------------------------------- encoding
+
+def _enc_string(name: str, value: str) -> bytes:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{name} must be text, not {type(value).__name__}")
+    raw = value.encode("utf-8")
+    if len(raw) > MAX_STRING:
+        raise ProtocolError(f"{name} longer than 255 bytes")
+    return bytes((len(raw),)) + raw
+
+
+def _enc_number(name: str, value: int, packer: struct.Struct, bits: int) -> bytes:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**bits:
+        raise ProtocolError(f"{name} must be an integer from 0 to 2^{bits}-1")
+    return packer.pack(value)
+
+
+def encode(cmd: c.Command) -> bytes:
+    """Encode one command to the bytes of one ZeroMQ frame."""
+    cls = type(cmd)
+    if cls is c.Deliver:
+        return encode_deliver(cmd.sequence, cmd.key.encode("utf-8"), cmd.body)
+    if cls is c.Publish:
+        return encode_publish(cmd.key, cmd.body)
+    layout = _LAYOUT.get(cls)
+    if layout is None:
+        if cls not in c.BY_ID.values():
+            raise ProtocolError(f"not a ZEPS command: {cls.__name__}")
+        return bytes((_SIG0, _SIG1, cls.ID))
+    if cls is c.Attach:
+        if cmd.protocol != c.PROTOCOL:
+            raise ProtocolError("ATTACH protocol must be ZEPS")
+        if cmd.version != c.VERSION:
+            raise ProtocolError(f"ATTACH version {cmd.version} not supported (this is ZEPS/1)")
+    parts = [bytes((_SIG0, _SIG1, cls.ID))]
+    for attr, kind in layout:
+        value = getattr(cmd, attr)
+        if kind == "string":
+            parts.append(_enc_string(attr, value))
+        elif kind == "u64":
+            parts.append(_enc_number(attr, value, _U64, 64))
+        elif kind == "u16":
+            parts.append(_enc_number(attr, value, _U16, 16))
+        elif kind == "chunk":
+            parts.append(_enc_chunk(attr, value))
+        elif kind == "strings":
+            if len(value) > 0xFFFF:
+                raise ProtocolError(f"{attr}: more than 65535 entries")
+            parts.append(_U16.pack(len(value)))
+            parts.extend(_enc_string(attr, s) for s in value)
+    return b"".join(parts)
+
+
+def _enc_chunk(name: str, value: Buffer) -> bytes:
+    if not isinstance(value, (bytes, bytearray, memoryview)):
+        raise ProtocolError(f"{name} must be bytes, not {type(value).__name__}")
+    if len(value) > MAX_CHUNK:
+        raise ProtocolError(f"{name} longer than 2^32-1 bytes")
+    return _U32.pack(len(value)) + bytes(value)
+
+
+def encode_publish(key: str, body: Buffer) -> bytes:
+    """Hot path: PUBLISH frame from a key (str) and a body (bytes)."""
+    raw = key.encode("utf-8")
+    if len(raw) > MAX_STRING:
+        raise ProtocolError("key longer than 255 bytes")
+    return b"".join((b"\xaa\xa5\x06", bytes((len(raw),)), raw, _U32.pack(len(body)), body))
+
+
+def encode_deliver(sequence: int, key: bytes, body: Buffer) -> bytes:
+    """Hot path: DELIVER frame from a sequence, an already-encoded key and a body."""
+    if len(key) > MAX_STRING:
+        raise ProtocolError("key longer than 255 bytes")
+    if not 0 <= sequence < 2**64:
+        raise ProtocolError("sequence must be an integer from 0 to 2^64-1")
+    return b"".join((_DELIVER_HEAD.pack(SIGNATURE, 7, sequence, len(key)), key,
+                     _U32.pack(len(body)), body))
+
+
+# --------------------------------------------------------------------------- decoding
+
+def _need(frame: Buffer, end: int, name: str) -> None:
+    if end > len(frame):
+        raise ProtocolError(f"truncated {name}")
+
+
+def _dec_string(frame: Buffer, pos: int, name: str, attr: str):
+    _need(frame, pos + 1, name)
+    n = frame[pos]
+    end = pos + 1 + n
+    _need(frame, end, name)
+    try:
+        return bytes(frame[pos + 1:end]).decode("utf-8"), end
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{name} {attr} is not valid UTF-8") from None
+
+
+def decode(frame: Buffer) -> c.Command:
+    """Decode one frame to a command, or raise :class:`ProtocolError` with the reason."""
+    if len(frame) < 3:
+        if len(frame) == 0:
+            raise ProtocolError("empty frame")
+        raise ProtocolError("truncated frame: shorter than signature and command id")
+    if frame[0] != _SIG0 or frame[1] != _SIG1:
+        raise ProtocolError("bad signature")
+    cid = frame[2]
+    if cid == 6:
+        return decode_publish(frame)
+    cls = c.BY_ID.get(cid)
+    if cls is None:
+        raise ProtocolError(f"unknown command {cid}")
+    layout = _LAYOUT.get(cls)
+    if layout is None:
+        return cls()
+    name = cls.NAME
+    pos = 3
+    values = {}
+    for attr, kind in layout:
+        if kind == "string":
+            values[attr], pos = _dec_string(frame, pos, name, attr)
+        elif kind == "u64":
+            _need(frame, pos + 8, name)
+            values[attr] = _U64.unpack_from(frame, pos)[0]
+            pos += 8
+        elif kind == "u16":
+            _need(frame, pos + 2, name)
+            values[attr] = _U16.unpack_from(frame, pos)[0]
+            pos += 2
+        elif kind == "chunk":
+            _need(frame, pos + 4, name)
+            n = _U32.unpack_from(frame, pos)[0]
+            pos += 4
+            _need(frame, pos + n, name)
+            values[attr] = bytes(frame[pos:pos + n])
+            pos += n
+        elif kind == "strings":
+            _need(frame, pos + 2, name)
+            count = _U16.unpack_from(frame, pos)[0]
+            pos += 2
+            items = []
+            for _ in range(count):
+                s, pos = _dec_string(frame, pos, name, attr)
+                items.append(s)
+            values[attr] = tuple(items)
+    if cls is c.Attach:
+        if values["protocol"] != c.PROTOCOL:
+            raise ProtocolError("ATTACH protocol must be ZEPS")
+        if values["version"] != c.VERSION:
+            raise ProtocolError(f"ATTACH version {values['version']} not supported (this is ZEPS/1)")
+    return cls(**values)
+
+
+def decode_publish(frame: Buffer) -> c.Publish:
+    """Hot path: decode a PUBLISH frame (signature already checked by :func:`decode`)."""
+    n = len(frame)
+    if n < 4:
+        raise ProtocolError("truncated PUBLISH")
+    klen = frame[3]
+    bpos = 4 + klen + 4
+    if bpos > n:
+        raise ProtocolError("truncated PUBLISH")
+    blen = _U32.unpack_from(frame, 4 + klen)[0]
+    if bpos + blen > n:
+        raise ProtocolError("truncated PUBLISH")
+    try:
+        key = bytes(frame[4:4 + klen]).decode("utf-8")
+    except UnicodeDecodeError:
+        raise ProtocolError("PUBLISH key is not valid UTF-8") from None
+    return c.Publish(key, bytes(frame[bpos:bpos + blen]))
+
+
+def deliver_sequence(frame: Buffer) -> int:
+    """The sequence of an encoded DELIVER frame, without decoding the rest."""
+    return _U64.unpack_from(frame, 3)[0]

@@ -1,0 +1,212 @@
+"""ZEPS/1 commands as small immutable values.
+
+Ids 1..12 are the spec's (``shared/spec/zeps.txt``) and never change. Ids 32 and up are
+this implementation's extensions (13..31 are left unassigned); each one's bytes are written down in ``docs/protocol.md``.
+
+Text fields (stream, pattern, key, reason) are ``str`` and travel as UTF-8 in a ZEPS
+``string`` (1-octet length, so at most 255 *bytes* once encoded). Bodies are ``bytes``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import ClassVar, Tuple
+
+#: ``latest`` value that means "live only, from now" (the TANK convention).
+LATEST_LIVE = 2**64 - 1
+#: ``latest`` value that means "from the first message kept".
+LATEST_FIRST = 0
+
+PROTOCOL = "ZEPS"
+VERSION = 1
+
+
+class Command:
+    """Base class of every ZEPS command. ``ID`` is the command id byte, ``NAME`` its spec name."""
+
+    __slots__ = ()
+    ID: ClassVar[int]
+    NAME: ClassVar[str]
+
+
+def _command(cls):
+    return dataclass(frozen=True, slots=True)(cls)
+
+
+# --- the twelve commands of ZEPS/1 -------------------------------------------------------
+
+@_command
+class Attach(Command):
+    """C: open a stream. ``protocol`` is always "ZEPS" and ``version`` always 1 on the wire."""
+    ID: ClassVar[int] = 1
+    NAME: ClassVar[str] = "ATTACH"
+    stream: str
+    protocol: str = PROTOCOL
+    version: int = VERSION
+
+
+@_command
+class AttachOk(Command):
+    ID: ClassVar[int] = 2
+    NAME: ClassVar[str] = "ATTACH-OK"
+
+
+@_command
+class Subscribe(Command):
+    """C: subscribe to keys matching ``pattern``; delivery starts at ``latest + 1``."""
+    ID: ClassVar[int] = 3
+    NAME: ClassVar[str] = "SUBSCRIBE"
+    pattern: str
+    latest: int = LATEST_FIRST
+
+
+@_command
+class SubscribeOk(Command):
+    ID: ClassVar[int] = 4
+    NAME: ClassVar[str] = "SUBSCRIBE-OK"
+
+
+@_command
+class Credit(Command):
+    """C: grant the broker ``credit`` more bytes of DELIVER (cost 8 + len(key) + 1 + len(body))."""
+    ID: ClassVar[int] = 5
+    NAME: ClassVar[str] = "CREDIT"
+    credit: int
+
+
+@_command
+class Publish(Command):
+    ID: ClassVar[int] = 6
+    NAME: ClassVar[str] = "PUBLISH"
+    key: str
+    body: bytes
+
+
+@_command
+class Deliver(Command):
+    ID: ClassVar[int] = 7
+    NAME: ClassVar[str] = "DELIVER"
+    sequence: int
+    key: str
+    body: bytes
+
+
+@_command
+class Ping(Command):
+    ID: ClassVar[int] = 8
+    NAME: ClassVar[str] = "PING"
+
+
+@_command
+class PingOk(Command):
+    ID: ClassVar[int] = 9
+    NAME: ClassVar[str] = "PING-OK"
+
+
+@_command
+class Detach(Command):
+    ID: ClassVar[int] = 10
+    NAME: ClassVar[str] = "DETACH"
+
+
+@_command
+class DetachOk(Command):
+    ID: ClassVar[int] = 11
+    NAME: ClassVar[str] = "DETACH-OK"
+
+
+@_command
+class Invalid(Command):
+    ID: ClassVar[int] = 12
+    NAME: ClassVar[str] = "INVALID"
+    reason: str
+
+
+# --- extensions (ids 32 and up; 13..31 stay unassigned so that a ZEPS/1 reference peer's
+# 'unknown command 13' stays true; see docs/protocol.md) ---------------------------------
+
+@_command
+class SeqAtTime(Command):
+    """C: which sequence was current at ``timestamp`` (ns since the epoch)?"""
+    ID: ClassVar[int] = 32
+    NAME: ClassVar[str] = "SEQ-AT-TIME"
+    timestamp: int
+
+
+@_command
+class SeqAtTimeOk(Command):
+    """S: ``sequence`` is the first message with timestamp >= the asked time (last + 1 if none)."""
+    ID: ClassVar[int] = 33
+    NAME: ClassVar[str] = "SEQ-AT-TIME-OK"
+    sequence: int
+
+
+@_command
+class ConfirmSelect(Command):
+    """C: opt in to publisher confirms for the rest of this peering."""
+    ID: ClassVar[int] = 34
+    NAME: ClassVar[str] = "CONFIRM-SELECT"
+
+
+@_command
+class ConfirmSelectOk(Command):
+    """S: confirms are on; ``published`` is how many PUBLISH the broker counted before this."""
+    ID: ClassVar[int] = 35
+    NAME: ClassVar[str] = "CONFIRM-SELECT-OK"
+    published: int = 0
+
+
+@_command
+class Confirm(Command):
+    """S: the first ``count`` PUBLISH of this peering are durable; the last of them got ``sequence``."""
+    ID: ClassVar[int] = 36
+    NAME: ClassVar[str] = "CONFIRM"
+    count: int
+    sequence: int
+
+
+@_command
+class StreamInfo(Command):
+    """C: describe the attached stream."""
+    ID: ClassVar[int] = 37
+    NAME: ClassVar[str] = "STREAM-INFO"
+
+
+@_command
+class StreamInfoOk(Command):
+    """S: first/last sequence kept (0/0 if empty), bytes on disk, oldest/newest timestamp (ns)."""
+    ID: ClassVar[int] = 38
+    NAME: ClassVar[str] = "STREAM-INFO-OK"
+    first: int
+    last: int
+    size: int
+    oldest: int
+    newest: int
+
+
+@_command
+class ListStreams(Command):
+    """C: which streams does the broker hold? Allowed before ATTACH."""
+    ID: ClassVar[int] = 39
+    NAME: ClassVar[str] = "LIST-STREAMS"
+
+
+@_command
+class ListStreamsOk(Command):
+    ID: ClassVar[int] = 40
+    NAME: ClassVar[str] = "LIST-STREAMS-OK"
+    streams: Tuple[str, ...] = field(default=())
+
+
+ALL_COMMANDS = (
+    Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
+    Detach, DetachOk, Invalid,
+    SeqAtTime, SeqAtTimeOk, ConfirmSelect, ConfirmSelectOk, Confirm, StreamInfo,
+    StreamInfoOk, ListStreams, ListStreamsOk,
+)
+BY_ID = {c.ID: c for c in ALL_COMMANDS}
+BY_NAME = {c.NAME: c for c in ALL_COMMANDS}
+
+
+def deliver_cost(key_len: int, body_len: int) -> int:
+    """Credit one DELIVER costs: 8 + len(key) + 1 + len(body) bytes (the reference accounting)."""
+    return 9 + key_len + body_len

@@ -1,0 +1,118 @@
+"""One client's protocol state, as pure code (no sockets, no clock of its own).
+
+In the style of h11, a :class:`Session` only knows the ZEPS/1 grammar and the client's own
+state. The broker core feeds it each decoded command with :meth:`Session.accept`, which either
+moves the state machine on or raises :class:`ProtocolViolation` with the reason that goes back in
+INVALID. What a command *does* (routing, journal, replies) is the core's and the stream's job.
+
+States::
+
+    NEW --ATTACH--> ATTACHED --DETACH--> NEW
+    (PING and LIST-STREAMS are fine in every state, as the reference broker answers PING early)
+
+The subscriber half of the state is plain data that ``stream.py`` reads and writes:
+
+* ``subscriptions`` — (pattern, start) pairs: a pattern applies to sequences >= its start;
+* ``next_seq`` — the client's position: the next sequence it may be sent (0 = not subscribed);
+* ``credit`` — bytes the client has granted and not yet used;
+* ``live`` — True while the client is fed from the live flow, False while it is "historical"
+  (only ``next_seq`` is remembered; the journal feeds it when it has credit).
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Deque, List, Optional, Tuple
+
+from zeps.protocol import commands as c
+
+NEW = "NEW"
+ATTACHED = "ATTACHED"
+
+#: Commands a client may send in any state.
+_ANY_STATE = (c.Ping, c.ListStreams)
+#: Commands that need an attached stream.
+_ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
+                  c.ConfirmSelect)
+
+#: Prefix of the INVALID reason for a command that needs ATTACH first. The SDK reads it to learn
+#: that the broker has forgotten its peering (after a broker restart or an expiry).
+NOT_ATTACHED = "not attached: "
+#: Prefix of the INVALID reason for a rejected PUBLISH (the SDK counts confirms with it).
+PUBLISH_REJECTED = "PUBLISH rejected: "
+
+
+class ProtocolViolation(Exception):
+    """A command that is not allowed now; ``str()`` is the reason for INVALID."""
+
+
+class Session:
+    __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
+                 "credit", "live", "future_start", "confirms", "published", "unconfirmed")
+
+    def __init__(self, identity: bytes, now: float):
+        self.identity = identity
+        self.state = NEW
+        self.stream: Optional[str] = None
+        self.last_seen = now
+        self._reset_stream_state()
+
+    def _reset_stream_state(self) -> None:
+        self.subscriptions: List[Tuple[object, int]] = []
+        self.next_seq = 0
+        self.credit = 0
+        self.live = False
+        self.future_start = 0           # highest pattern start; above next_seq => check per pattern
+        self.confirms = False
+        self.published = 0              # PUBLISH accepted (appended) on this peering
+        self.unconfirmed: Deque[Tuple[int, int]] = deque()   # (count, sequence), not yet durable
+
+    # --------------------------------------------------------------- the grammar
+    def accept(self, cmd: c.Command, now: float) -> None:
+        """Check ``cmd`` against the grammar and move the state machine on; raise if not allowed."""
+        self.last_seen = now
+        if isinstance(cmd, _ANY_STATE):
+            return
+        if isinstance(cmd, c.Attach):
+            if self.state == ATTACHED:
+                raise ProtocolViolation(f"ATTACH while attached to stream {self.stream!r}; DETACH first")
+            if not cmd.stream or "\x00" in cmd.stream:
+                raise ProtocolViolation("stream name must be 1 to 255 bytes and contain no NUL")
+            self.state = ATTACHED
+            self.stream = cmd.stream
+            self._reset_stream_state()
+            return
+        if isinstance(cmd, _ATTACHED_ONLY):
+            if self.state != ATTACHED:
+                raise ProtocolViolation(f"{NOT_ATTACHED}{cmd.NAME} before ATTACH")
+            if isinstance(cmd, c.Detach):
+                self.state = NEW
+                self.stream = None
+                self._reset_stream_state()
+            elif isinstance(cmd, c.ConfirmSelect):
+                self.confirms = True
+            return
+        raise ProtocolViolation(f"{cmd.NAME} is sent by the broker, not by a client")
+
+    # --------------------------------------------------------------- subscriber helpers
+    @property
+    def subscribed(self) -> bool:
+        return self.next_seq > 0
+
+    def add_subscription(self, pattern, start: int) -> None:
+        """Add a pattern from ``start`` (already clamped by the stream, see docs/protocol.md)."""
+        for i, (p, s) in enumerate(self.subscriptions):
+            if p.text == pattern.text:
+                self.subscriptions[i] = (p, min(s, start))
+                break
+        else:
+            self.subscriptions.append((pattern, start))
+        if self.next_seq == 0:
+            self.next_seq = start
+        self.future_start = max(s for _, s in self.subscriptions)
+
+    def accepts(self, key: str, sequence: int) -> bool:
+        """Does any of this client's patterns that applies at ``sequence`` match ``key``?"""
+        for pattern, start in self.subscriptions:
+            if sequence >= start and pattern.matches(key):
+                return True
+        return False

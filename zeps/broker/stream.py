@@ -1,0 +1,232 @@
+"""One stream inside the broker: sequencing, live routing, journal replay and the switch between them.
+
+Pure logic over a :class:`zeps.journal.Journal`; no sockets. Frames to send are appended to an
+``outbox`` list of ``(identity, frame)`` that the I/O shell drains.
+
+Live and historical
+-------------------
+A published message is appended to the journal first (one ``append_batch`` per batch of
+publishes) and only then routed: every *live* subscriber whose patterns match and who has credit
+for it is sent the very bytes the journal wrote (the record's DELIVER frame: encoded once). A live
+subscriber without credit for it drops to *historical*: the stream keeps only its ``next_seq``.
+
+When a historical subscriber has credit, :meth:`Stream.pump` feeds it from the journal in batches
+(``read_batch``), filtering by its patterns, until it reaches the journal head; at that moment,
+within the same step (nothing can be appended in between: the broker is one greenlet doing one
+thing at a time), it is switched back to live. Sequences a client receives therefore strictly
+increase with no gap and no duplicate, and the broker holds O(1) state per slow subscriber.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+from zeps.protocol import commands as c
+from zeps.protocol import encode
+
+from .session import PUBLISH_REJECTED, Session
+
+Outbox = List[Tuple[bytes, bytes]]
+
+_DELIVER_OVERHEAD = 7   # DELIVER frame length - credit cost: 2 sig + 1 id + 4 chunk length
+
+
+class Stream:
+    def __init__(self, name: str, journal, outbox: Outbox, *,
+                 replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
+                 log: Optional[Callable[..., None]] = None):
+        from zeps.matching import SubscriptionIndex
+
+        self.name = name
+        self.journal = journal
+        self.outbox = outbox
+        self.replay_batch_records = replay_batch_records
+        self.replay_batch_bytes = replay_batch_bytes
+        self.log = log or (lambda *a, **k: None)
+        self.sessions: Dict[bytes, Session] = {}
+        self.index = SubscriptionIndex()
+        self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
+        self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
+        self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
+        self.published_total = 0
+        self.delivered_total = 0
+
+    # ------------------------------------------------------------------ membership
+    def attach(self, session: Session) -> None:
+        self.sessions[session.identity] = session
+
+    def detach(self, session: Session) -> None:
+        """Forget a client: its subscriptions, credit and pending confirms."""
+        ident = session.identity
+        if self.pending:
+            self.flush()
+        for pattern, _start in session.subscriptions:
+            self.index.remove(ident, pattern)
+        self.sessions.pop(ident, None)
+        self.catching_up.pop(ident, None)
+        self.confirming.pop(ident, None)
+
+    # ------------------------------------------------------------------ subscribe / credit
+    def start_of(self, latest: int) -> int:
+        """The first sequence a SUBSCRIBE with this ``latest`` asks for."""
+        j = self.journal
+        if latest == c.LATEST_LIVE:
+            return j.next_seq
+        return max(latest + 1, j.first_seq)
+
+    def subscribe(self, session: Session, pattern, latest: int) -> None:
+        """Add a subscription and answer SUBSCRIBE-OK (before any DELIVER it causes)."""
+        if self.pending:
+            self.flush()
+        start = self.start_of(latest)
+        if session.subscribed:
+            # One position per client: a new pattern never rewinds it (docs/protocol.md).
+            position = max(session.next_seq, self.journal.next_seq) if session.live else session.next_seq
+            start = max(start, position)
+        first = not session.subscribed
+        session.add_subscription(pattern, start)
+        self.index.add(session.identity, pattern)
+        self.outbox.append((session.identity, encode(c.SubscribeOk())))
+        if first:
+            if start >= self.journal.next_seq:
+                session.live = True
+            else:
+                session.live = False
+                if session.credit > 0:
+                    self.catching_up[session.identity] = session
+
+    def credit(self, session: Session, amount: int) -> None:
+        session.credit += amount
+        if session.subscribed and not session.live and session.credit > 0:
+            self.catching_up[session.identity] = session
+
+    # ------------------------------------------------------------------ publish and live routing
+    def publish(self, session: Session, key: str, body: bytes) -> None:
+        """Queue a publish; :meth:`flush` appends the queued batch with one journal write."""
+        self.pending.append((session, key, body))
+
+    def flush(self) -> None:
+        """Append the queued publishes to the journal, then route them live."""
+        if not self.pending:
+            return
+        pending, self.pending = self.pending, []
+        try:
+            records = self.journal.append_batch([(key, body) for _s, key, body in pending])
+        except Exception as exc:  # JournalFullError, OSError...: nothing was appended
+            reason = encode(c.Invalid(_clip(f"{PUBLISH_REJECTED}journal append failed: {exc}")))
+            told = set()
+            for s, _k, _b in pending:
+                if s.identity not in told and s.identity in self.sessions:
+                    told.add(s.identity)
+                    self.outbox.append((s.identity, reason))
+            self.log("append_failed", stream=self.name, error=str(exc), messages=len(pending))
+            return
+        self.published_total += len(records)
+        sessions = self.sessions
+        outbox = self.outbox
+        match = self.index.match
+        delivered = 0
+        for (pub, _k, _b), rec in zip(pending, records):
+            seq = rec.sequence
+            pub.published += 1
+            if pub.confirms:
+                pub.unconfirmed.append((pub.published, seq))
+                self.confirming[pub.identity] = pub
+            ids = match(rec.key)
+            if not ids:
+                continue
+            frame = rec.frame
+            cost = len(frame) - _DELIVER_OVERHEAD
+            for ident in ids:
+                s = sessions.get(ident)
+                if s is None or not s.live or seq < s.next_seq:
+                    continue
+                if seq < s.future_start and not s.accepts(rec.key, seq):
+                    continue
+                if s.credit >= cost:
+                    s.credit -= cost
+                    s.next_seq = seq + 1
+                    outbox.append((ident, frame))
+                    delivered += 1
+                else:
+                    s.live = False          # drop to historical: remember only the position
+                    s.next_seq = seq
+        self.delivered_total += delivered
+        self.confirm()
+
+    # ------------------------------------------------------------------ replay
+    def pump(self) -> bool:
+        """Feed each catching-up subscriber one journal batch. True if any still needs more."""
+        for ident in list(self.catching_up):
+            s = self.catching_up.get(ident)
+            if s is not None:
+                self._replay(s)
+        return bool(self.catching_up)
+
+    def _replay(self, s: Session) -> None:
+        j = self.journal
+        if s.next_seq < j.first_seq:                 # retention removed what it wanted
+            self.log("replay_gap", stream=self.name, wanted=s.next_seq, first_kept=j.first_seq)
+            s.next_seq = j.first_seq
+        if s.next_seq < j.next_seq:
+            records = j.read_batch(s.next_seq, max_records=self.replay_batch_records,
+                                   max_bytes=self.replay_batch_bytes)
+            outbox = self.outbox
+            ident = s.identity
+            credit = s.credit
+            for rec in records:
+                seq = rec.sequence
+                if seq < s.next_seq:
+                    continue
+                if s.accepts(rec.key, seq):
+                    frame = rec.frame
+                    cost = len(frame) - _DELIVER_OVERHEAD
+                    if credit < cost:             # out of credit: wait for CREDIT
+                        s.credit = credit
+                        s.next_seq = seq
+                        del self.catching_up[ident]
+                        return
+                    credit -= cost
+                    outbox.append((ident, frame))
+                    self.delivered_total += 1
+                s.next_seq = seq + 1
+            s.credit = credit
+        if s.next_seq >= j.next_seq:                  # at the head: back to live, same step
+            s.live = True
+            del self.catching_up[s.identity]
+
+    # ------------------------------------------------------------------ confirms
+    def confirm(self) -> None:
+        """Send CONFIRM to publishers whose messages became durable."""
+        if not self.confirming:
+            return
+        durable = self.journal.durable_seq
+        for ident in list(self.confirming):
+            s = self.confirming[ident]
+            last = None
+            q = s.unconfirmed
+            while q and q[0][1] <= durable:
+                last = q.popleft()
+            if last is not None:
+                self.outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+            if not q:
+                del self.confirming[ident]
+
+    # ------------------------------------------------------------------ queries
+    def info(self) -> c.StreamInfoOk:
+        if self.pending:
+            self.flush()
+        st = self.journal.info()
+        return c.StreamInfoOk(first=st.first_seq, last=st.last_seq, size=st.size_bytes,
+                              oldest=st.oldest_ts or 0, newest=st.newest_ts or 0)
+
+    def seq_at(self, timestamp: int) -> int:
+        if self.pending:
+            self.flush()
+        return self.journal.seq_at(timestamp)
+
+
+def _clip(reason: str) -> str:
+    raw = reason.encode("utf-8")
+    if len(raw) <= 255:
+        return reason
+    return raw[:252].decode("utf-8", "ignore") + "..."

@@ -207,21 +207,30 @@ def decode(frame: Buffer) -> c.Command:
 
 def decode_publish(frame: Buffer) -> c.Publish:
     """Hot path: decode a PUBLISH frame (signature already checked by :func:`decode`)."""
-    n = len(frame)
-    if n < 4:
-        raise ProtocolError("truncated PUBLISH")
-    klen = frame[3]
-    bpos = 4 + klen + 4
-    if bpos > n:
-        raise ProtocolError("truncated PUBLISH")
-    blen = _U32.unpack_from(frame, 4 + klen)[0]
-    if bpos + blen > n:
+    if type(frame) is not bytes:
+        frame = bytes(frame)
+    try:
+        klen = frame[3]
+        blen = _U32_unpack_from(frame, 4 + klen)[0]
+    except (IndexError, struct.error):
+        raise ProtocolError("truncated PUBLISH") from None
+    bpos = 8 + klen
+    end = bpos + blen
+    if end > len(frame):
         raise ProtocolError("truncated PUBLISH")
     try:
-        key = bytes(frame[4:4 + klen]).decode("utf-8")
+        key = frame[4:4 + klen].decode()
     except UnicodeDecodeError:
         raise ProtocolError("PUBLISH key is not valid UTF-8") from None
-    return c.Publish(key, bytes(frame[bpos:bpos + blen]))
+    cmd = _new(c.Publish)           # the frozen dataclass's __init__, minus its call overhead
+    _set(cmd, "key", key)
+    _set(cmd, "body", frame[bpos:end])
+    return cmd
+
+
+_U32_unpack_from = _U32.unpack_from
+_new = object.__new__
+_set = object.__setattr__
 
 
 def deliver_sequence(frame: Buffer) -> int:

@@ -1,0 +1,333 @@
+"""The broker, end to end: a real broker process, real DEALER sockets over tcp on 127.0.0.1."""
+import threading
+import time
+
+import pytest
+import zmq
+
+from zeps.journal import JournalReader, stream_dir_name
+from zeps.protocol import commands as c
+from zeps.protocol import LATEST_LIVE, deliver_cost, encode
+
+from .rawclient import RawClient
+
+
+@pytest.fixture
+def clients(broker):
+    made = []
+
+    def make():
+        cl = RawClient(broker.endpoint)
+        made.append(cl)
+        return cl
+    yield make
+    for cl in made:
+        cl.close()
+
+
+def publish(cl, n, key="k", start=0, size=None):
+    for i in range(start, start + n):
+        body = (b"%d" % i) if size is None else b"x" * size
+        cl.send(c.Publish(key if isinstance(key, str) else key(i), body))
+
+
+# ------------------------------------------------------------------ grammar and INVALID
+
+def test_handshake_and_every_simple_command(clients):
+    a = clients()
+    a.send(c.Ping())
+    a.expect(c.PingOk)                       # PING before ATTACH is answered
+    a.send(c.ListStreams())
+    assert a.expect(c.ListStreamsOk).streams == ()
+    a.attach("orders")
+    a.send(c.Ping())
+    a.expect(c.PingOk)
+    a.send(c.StreamInfo())
+    info = a.expect(c.StreamInfoOk)
+    assert (info.first, info.last) == (1, 0)
+    a.send(c.ConfirmSelect())
+    assert a.expect(c.ConfirmSelectOk).published == 0
+    publish(a, 3)
+    conf = a.expect(c.Confirm)
+    while conf.count < 3:
+        conf = a.expect(c.Confirm)
+    assert (conf.count, conf.sequence) == (3, 3)
+    a.subscribe("", 0, credit=1 << 20)
+    assert [(d.sequence, d.body) for d in a.delivers(3)] == [(1, b"0"), (2, b"1"), (3, b"2")]
+    a.send(c.SeqAtTime(0))
+    assert a.expect(c.SeqAtTimeOk).sequence == 1
+    a.send(c.SeqAtTime(2**63))
+    assert a.expect(c.SeqAtTimeOk).sequence == 4
+    a.send(c.StreamInfo())
+    info = a.expect(c.StreamInfoOk)
+    assert (info.first, info.last) == (1, 3) and info.size > 0 and 0 < info.oldest <= info.newest
+    a.send(c.ListStreams())
+    assert a.expect(c.ListStreamsOk).streams == ("orders",)
+    a.send(c.Detach())
+    a.expect(c.DetachOk)
+    a.attach("orders")                       # a peering can attach again after DETACH
+
+
+@pytest.mark.parametrize("frames, reason", [
+    ([b""], "empty frame"),
+    ([b"\xaa\xa6\x08"], "bad signature"),
+    ([bytes.fromhex("aaa50d")], "unknown command 13"),
+    ([bytes.fromhex("aaa5050000")], "truncated CREDIT"),
+    ([bytes.fromhex("aaa501045a45505800010173")], "ATTACH protocol must be ZEPS"),
+    ([bytes.fromhex("aaa501045a45505300020173")], "ATTACH version 2 not supported"),
+    ([encode(c.Ping()), encode(c.Ping())], "exactly one frame, got 2"),
+    ([encode(c.Subscribe("", 0))], "not attached: SUBSCRIBE before ATTACH"),
+    ([encode(c.Credit(5))], "not attached: CREDIT before ATTACH"),
+    ([encode(c.Publish("k", b"v"))], "not attached: PUBLISH before ATTACH"),
+    ([encode(c.Detach())], "not attached: DETACH before ATTACH"),
+    ([encode(c.StreamInfo())], "not attached: STREAM-INFO before ATTACH"),
+    ([encode(c.SeqAtTime(1))], "not attached: SEQ-AT-TIME before ATTACH"),
+    ([encode(c.ConfirmSelect())], "not attached: CONFIRM-SELECT before ATTACH"),
+    ([encode(c.Deliver(1, "k", b""))], "DELIVER is sent by the broker"),
+    ([encode(c.AttachOk())], "ATTACH-OK is sent by the broker"),
+    ([encode(c.Attach("bad\x00name"))], "contain no NUL"),
+    ([encode(c.Attach(""))], "stream name must be"),
+])
+def test_invalid_before_attach(clients, frames, reason):
+    a = clients()
+    a.send_raw(*frames)
+    inv = a.expect(c.Invalid)
+    assert reason in inv.reason
+    a.send(c.Ping())                         # the peering is still served
+    a.expect(c.PingOk)
+
+
+def test_invalid_when_attached(clients, broker):
+    a = clients().attach("s")
+    a.send(c.Attach("other"))
+    assert "ATTACH while attached to stream 's'" in a.expect(c.Invalid).reason
+    a.send(c.Subscribe("~(", 0))
+    assert "bad regular expression" in a.expect(c.Invalid).reason
+    a.send(c.Publish("k", b"x" * ((1 << 20) + 1)))
+    assert a.expect(c.Invalid).reason.startswith("PUBLISH rejected: body of 1048577 bytes")
+    a.send(c.Detach())
+    a.expect(c.DetachOk)
+    a.send(c.Credit(1))
+    assert "not attached" in a.expect(c.Invalid).reason
+    # Nothing rejected reached the journal.
+    assert JournalReader(broker.data_dir / stream_dir_name("s")).info().last_seq == 0
+
+
+def test_garbage_from_one_client_does_not_disturb_others(clients):
+    pub, sub, bad = clients().attach("g"), clients().attach("g"), clients()
+    sub.subscribe("", 0, credit=1 << 20)
+    bad.attach("g")
+    got = []
+    for i in range(200):
+        bad.send_raw(bytes([0xAA, 0xA5, 6, 200]) + b"\x01" * (i % 7))   # truncated PUBLISH
+        bad.send_raw(b"\x00" * (i % 5))
+        pub.send(c.Publish("k", b"%d" % i))
+    got = sub.delivers(200)
+    assert [d.sequence for d in got] == list(range(1, 201))
+    reasons = set()
+    for _ in range(400):
+        reasons.add(bad.expect(c.Invalid).reason.split(":")[0])
+    assert reasons <= {"truncated PUBLISH", "empty frame", "truncated frame", "bad signature"}
+    bad.send(c.Ping())
+    bad.expect(c.PingOk)
+
+
+# ------------------------------------------------------------------ routing
+
+def test_prefix_and_regex_routing(clients):
+    pub = clients().attach("r")
+    all_ = clients().attach("r").subscribe("", 0, credit=1 << 20)
+    eu = clients().attach("r").subscribe("eu.", 0, credit=1 << 20)
+    fr = clients().attach("r").subscribe(r"~\.fr$", 0, credit=1 << 20)
+    both = clients().attach("r").subscribe("us.", 0).subscribe(r"~^eu\.(de|fr)$", 0, credit=1 << 20)
+    keys = ["eu.fr", "eu.de", "us.ny", "us.fr", "eu.fr.paris", "asia"]
+    for k in keys:
+        pub.send(c.Publish(k, k.encode()))
+    assert [d.key for d in all_.delivers(6)] == keys
+    assert [d.key for d in eu.delivers(3)] == ["eu.fr", "eu.de", "eu.fr.paris"]
+    assert [d.key for d in fr.delivers(2)] == ["eu.fr", "us.fr"]
+    got = both.delivers(4)
+    assert [d.key for d in got] == ["eu.fr", "eu.de", "us.ny", "us.fr"]     # once each, in order
+    assert [d.sequence for d in got] == [1, 2, 3, 4]
+    for cl in (eu, fr, both):
+        assert cl.nothing()
+
+
+def test_later_subscribe_never_rewinds_the_position(clients):
+    pub = clients().attach("p")
+    publish(pub, 5, key=lambda i: "a" if i % 2 == 0 else "b")     # a,b,a,b,a = 1..5
+    sub = clients().attach("p").subscribe("a", 0, credit=1 << 20)
+    assert [d.sequence for d in sub.delivers(3)] == [1, 3, 5]
+    sub.subscribe("b", 0)                    # asks for history, but position is 6 now
+    publish(pub, 2, key=lambda i: "b", start=5)
+    assert [d.sequence for d in sub.delivers(2)] == [6, 7]
+    assert sub.nothing()
+
+
+# ------------------------------------------------------------------ latest, late joiners
+
+def test_latest_zero_live_and_number(clients):
+    pub = clients().attach("l")
+    publish(pub, 10)
+    first = clients().attach("l").subscribe("", 0, credit=1 << 20)
+    assert [d.sequence for d in first.delivers(10)] == list(range(1, 11))
+    mid = clients().attach("l").subscribe("", 6, credit=1 << 20)
+    assert [d.sequence for d in mid.delivers(4)] == [7, 8, 9, 10]
+    live = clients().attach("l").subscribe("", LATEST_LIVE, credit=1 << 20)
+    assert live.nothing()
+    publish(pub, 2, start=10)
+    assert [d.sequence for d in live.delivers(2)] == [11, 12]
+    ahead = clients().attach("l").subscribe("", 20, credit=1 << 20)       # starts at 21
+    publish(pub, 10, start=12)
+    assert [d.sequence for d in ahead.delivers(2)] == [21, 22]
+
+
+def test_late_joiner_while_publishing_continuously_gets_no_gap_no_duplicate(clients, broker):
+    stop = threading.Event()
+    sent = [0]
+
+    def publisher():
+        p = RawClient(broker.endpoint, zmq.Context())
+        p.attach("busy")
+        while not stop.is_set() and sent[0] < 60000:
+            for _ in range(100):
+                p.send(c.Publish("k", b"%d" % sent[0]))
+                sent[0] += 1
+            time.sleep(0.002)
+        p.send(c.StreamInfo())
+        p.expect(c.StreamInfoOk)             # everything before it is journalled
+        p.close()
+        p.ctx.term()
+
+    t = threading.Thread(target=publisher)
+    t.start()
+    while sent[0] < 3000:
+        time.sleep(0.01)
+    late = clients().attach("busy").subscribe("", 0, credit=1 << 30)
+    got = []
+    deadline = time.monotonic() + 60
+    while sent[0] < 8000:
+        got.extend(late.delivers(100))
+    stop.set()
+    t.join()
+    total = sent[0]
+    while len(got) < total and time.monotonic() < deadline:
+        got.extend(late.delivers(min(1000, total - len(got))))
+    assert [d.sequence for d in got] == list(range(1, total + 1))
+    assert [d.body for d in got] == [b"%d" % i for i in range(total)]
+    assert late.nothing()
+
+
+# ------------------------------------------------------------------ credit
+
+def test_tiny_credit_subscriber_gets_everything_eventually_fast_one_unaffected(clients):
+    pub = clients().attach("c")
+    fast = clients().attach("c").subscribe("", 0, credit=1 << 30)
+    slow = clients().attach("c").subscribe("", 0)
+    n, size = 3000, 100
+    cost = deliver_cost(1, size)
+    slow.send(c.Credit(cost * 3))
+    publish(pub, n, size=size)
+    t0 = time.monotonic()
+    assert [d.sequence for d in fast.delivers(n)] == list(range(1, n + 1))
+    fast_time = time.monotonic() - t0
+    got = []
+    while len(got) < n:
+        batch = slow.delivers(min(3, n - len(got)))
+        got.extend(batch)
+        assert slow.nothing(0.0) or len(got) == n       # never more than its credit
+        slow.send(c.Credit(cost * len(batch)))
+    assert [d.sequence for d in got] == list(range(1, n + 1))
+    assert fast_time < 10
+
+
+def test_credit_is_spent_exactly_and_resumes_without_any_new_publish(clients):
+    pub = clients().attach("cr")
+    sub = clients().attach("cr").subscribe("", 0)
+    publish(pub, 10, size=10)                      # cost of each: 8 + 1 + 1 + 10 = 20
+    pub.send(c.StreamInfo())
+    pub.expect(c.StreamInfoOk)
+    assert sub.nothing()                           # no credit, nothing sent
+    sub.send(c.Credit(20 * 4 + 19))                # enough for 4, not 5
+    assert [d.sequence for d in sub.delivers(4)] == [1, 2, 3, 4]
+    assert sub.nothing()
+    sub.send(c.Credit(1))                          # now 20: the fifth goes, no PUBLISH needed
+    assert [d.sequence for d in sub.delivers(1)] == [5]
+    sub.send(c.Credit(1000))
+    assert [d.sequence for d in sub.delivers(5)] == [6, 7, 8, 9, 10]
+    publish(pub, 1, size=10, start=10)             # back to live
+    assert [d.sequence for d in sub.delivers(1)] == [11]
+
+
+# ------------------------------------------------------------------ time, expiry, restart
+
+def test_replay_from_a_time(clients):
+    pub = clients().attach("t")
+    publish(pub, 5)
+    pub.send(c.StreamInfo())
+    pub.expect(c.StreamInfoOk)
+    time.sleep(0.05)
+    mark = time.time_ns()
+    time.sleep(0.05)
+    publish(pub, 5, start=5)
+    sub = clients().attach("t")
+    sub.send(c.SeqAtTime(mark))
+    seq = sub.expect(c.SeqAtTimeOk).sequence
+    assert seq == 6
+    sub.subscribe("", seq - 1, credit=1 << 20)
+    assert [d.body for d in sub.delivers(5)] == [b"5", b"6", b"7", b"8", b"9"]
+
+
+def test_silent_client_is_expired_and_forgotten(start_broker):
+    b = start_broker(None, "--expiry", "1s")
+    a = RawClient(b.endpoint)
+    a.attach("e")
+    a.send(c.Credit(10))                            # refreshes: still attached
+    time.sleep(0.5)
+    a.send(c.StreamInfo())
+    a.expect(c.StreamInfoOk)
+    time.sleep(2.5)
+    a.send(c.StreamInfo())
+    assert a.expect(c.Invalid).reason == "not attached: STREAM-INFO before ATTACH"
+    a.close()
+
+
+@pytest.mark.parametrize("policy", ["always", "interval", "never"])
+def test_sigkill_restart_continues_sequence_and_keeps_confirmed(start_broker, policy):
+    b = start_broker(None, "--fsync", policy)
+    pub = RawClient(b.endpoint).attach("k")
+    pub.send(c.ConfirmSelect())
+    pub.expect(c.ConfirmSelectOk)
+    publish(pub, 500)
+    confirmed = 0
+    while confirmed < 500:
+        confirmed = pub.expect(c.Confirm).count
+    sub = RawClient(b.endpoint).attach("k").subscribe("", 0, credit=1 << 30)
+    delivered = sub.delivers(500)
+    b.kill()
+    pub.close()
+    sub.close()
+    b.restart()
+    pub = RawClient(b.endpoint).attach("k")
+    pub.send(c.StreamInfo())
+    assert pub.expect(c.StreamInfoOk).last == 500        # every confirmed message is there
+    publish(pub, 3, start=500)
+    sub = RawClient(b.endpoint).attach("k").subscribe("", delivered[-1].sequence, credit=1 << 30)
+    assert [d.sequence for d in sub.delivers(3)] == [501, 502, 503]   # never reused
+    pub.close()
+    sub.close()
+
+
+def test_second_broker_on_same_data_dir_fails_clearly(broker, start_broker):
+    with pytest.raises(RuntimeError, match="in use|locked"):
+        start_broker(broker.data_dir)
+
+
+def test_sigterm_exits_cleanly(broker):
+    cl = RawClient(broker.endpoint).attach("x")
+    publish(cl, 3)
+    cl.send(c.StreamInfo())
+    cl.expect(c.StreamInfoOk)
+    cl.close()
+    assert broker.stop() == 0
+    assert JournalReader(broker.data_dir / stream_dir_name("x")).info().last_seq == 3

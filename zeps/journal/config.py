@@ -1,0 +1,47 @@
+"""Journal configuration.
+
+Decisions:
+
+* ``segment_bytes`` (256 MiB): a segment is the unit of retention and of recovery; big enough
+  that a stream has few files, small enough that retention frees space in useful steps. A
+  batch is never split across segments (it is one ``write()``), so a segment can exceed
+  ``segment_bytes`` by at most one batch.
+* ``index_interval_bytes`` (4 KiB): one sparse-index entry per ~4 KiB of log, so a lookup
+  reads at most ~4 KiB (plus one record) after its binary search.
+* ``fsync`` = ``"interval"`` by default: the broker calls :meth:`Journal.sync` every
+  ``fsync_interval_ms`` (group commit) and confirms publishers up to ``durable_seq``.
+* retention is off unless ``retention_bytes`` / ``retention_ms`` are set.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+FSYNC_POLICIES = ("always", "interval", "never")
+
+
+@dataclass(frozen=True)
+class JournalConfig:
+    segment_bytes: int = 256 << 20
+    index_interval_bytes: int = 4096
+    fsync: str = "interval"
+    fsync_interval_ms: int = 50
+    max_record_bytes: int = 16 << 20
+    retention_bytes: Optional[int] = None
+    retention_ms: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.fsync not in FSYNC_POLICIES:
+            raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {self.fsync!r}")
+        for name in ("segment_bytes", "index_interval_bytes", "max_record_bytes"):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"{name} must be a positive integer, not {v!r}")
+        if not isinstance(self.fsync_interval_ms, (int, float)) or self.fsync_interval_ms < 0:
+            raise ValueError(f"fsync_interval_ms must be >= 0, not {self.fsync_interval_ms!r}")
+        if self.max_record_bytes > 0xFFFFFFFF:
+            raise ValueError("max_record_bytes must fit the u32 record length")
+        for name in ("retention_bytes", "retention_ms"):
+            v = getattr(self, name)
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):
+                raise ValueError(f"{name} must be None or an integer >= 0, not {v!r}")

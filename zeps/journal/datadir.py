@@ -1,0 +1,94 @@
+"""A broker's data directory: one sub-directory per stream, and a ``LOCK`` so that only one
+broker uses it at a time (a second one fails at start with :class:`JournalLockedError` naming
+the directory and the holder's pid, instead of two writers corrupting each other's streams)."""
+from __future__ import annotations
+
+import os
+import threading
+from typing import Dict, List, Optional
+
+from .config import JournalConfig
+from .errors import JournalClosedError, JournalError
+from .journal import Journal, release_lock, take_lock
+from .names import list_streams, stream_dir_name
+from .reader import JournalReader
+
+
+class DataDir:
+    """``DataDir(path, cfg)`` creates ``path`` if needed and takes ``path/LOCK``."""
+
+    def __init__(self, path, config: Optional[JournalConfig] = None):
+        self.path = os.fspath(path)
+        self.config = config or JournalConfig()
+        try:
+            os.makedirs(self.path, exist_ok=True)
+        except FileExistsError:
+            raise JournalError(f"data directory {self.path!r} exists and is not a directory") \
+                from None
+        except PermissionError as e:
+            raise JournalError(f"cannot create data directory {self.path!r}: {e.strerror}") \
+                from None
+        if not os.path.isdir(self.path):
+            raise JournalError(f"data directory {self.path!r} is not a directory")
+        self._lock_fd = take_lock(self.path, "data")
+        self._journals: Dict[str, Journal] = {}
+        self._mutex = threading.Lock()
+        self._closed = False
+
+    def stream_path(self, name: str) -> str:
+        """The directory of a stream (the name is encoded: it never escapes ``path``)."""
+        return os.path.join(self.path, stream_dir_name(name))
+
+    def journal(self, name: str) -> Journal:
+        """The Journal of a stream, created on first use, cached."""
+        with self._mutex:
+            if self._closed:
+                raise JournalClosedError(f"DataDir {self.path} is closed")
+            j = self._journals.get(name)
+            if j is None:
+                j = Journal.open(self.stream_path(name), self.config)
+                self._journals[name] = j
+            return j
+
+    def reader(self, name: str) -> JournalReader:
+        """A read-only reader of an existing stream (JournalNotFoundError if absent)."""
+        return JournalReader(self.stream_path(name), self.config)
+
+    def open_journals(self) -> Dict[str, Journal]:
+        """The journals opened so far (name -> Journal)."""
+        with self._mutex:
+            return dict(self._journals)
+
+    def streams(self) -> List[str]:
+        """Names of the streams present on disk."""
+        return list_streams(self.path)
+
+    def has_stream(self, name: str) -> bool:
+        return os.path.isdir(self.stream_path(name))
+
+    def sync_all(self) -> None:
+        for j in self.open_journals().values():
+            j.sync()
+
+    def apply_retention(self, now_ns: Optional[int] = None) -> int:
+        return sum(j.apply_retention(now_ns) for j in self.open_journals().values())
+
+    def close(self) -> None:
+        with self._mutex:
+            if self._closed:
+                return
+            self._closed = True
+            journals = list(self._journals.values())
+            self._journals.clear()
+        try:
+            for j in journals:
+                j.close()
+        finally:
+            fd, self._lock_fd = self._lock_fd, -1
+            release_lock(fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

@@ -1,0 +1,501 @@
+"""The one writer of a stream.
+
+Decisions and why:
+
+* **One ``os.write`` per batch.** A batch is encoded into one buffer and written with one
+  system call (looping only on a short write), so a batch is one unit for the OS and a
+  concurrent reader sees it grow record by record, never interleaved with anything else.
+* **All or nothing.** Invalid items (key too long, frame over ``max_record_bytes``, wrong
+  types) are refused before anything is written. A failed write (ENOSPC, EFBIG, EDQUOT, EIO)
+  is undone by truncating the file back to its pre-batch size; the in-memory state is only
+  updated after the write succeeded, so the journal stays usable and the sequence has no hole.
+  Under ``fsync="always"`` a failing ``fdatasync`` is undone the same way.
+* **Timestamps** are taken once per batch, ``max(time_ns(), last timestamp)``, so they never
+  decrease within a stream even if the clock steps back (``seq_at`` relies on it).
+* **Durability.** ``durable_seq`` is what the broker confirms to publishers.
+  ``"always"``: ``fdatasync`` before ``append_batch`` returns. ``"interval"`` (default): the
+  broker calls :meth:`Journal.sync` (group commit), typically from a worker thread, when
+  :meth:`Journal.sync_due` says so. ``"never"``: ``durable_seq`` follows what was written to
+  the OS (it survives the process, not the machine). ``sync()`` captures the target sequence
+  and duplicates the fds to sync under a lock, syncs without the lock, and raises
+  ``durable_seq`` monotonically, so it is safe beside appends from the owning thread.
+  Index files are never synced: they are rebuilt from the log after a crash.
+* **Rolling.** Before a batch that would take the active segment over ``segment_bytes`` (and
+  if it is not empty) a new segment named by the next sequence is created; the old one is
+  ``fdatasync``'ed (except under ``"never"``) together with the directory. A batch is never
+  split, so a segment may exceed ``segment_bytes`` by one batch.
+* **Retention** deletes whole old segments, never the active one, by total size and by age
+  (of a segment's newest record), on each roll and whenever the caller calls
+  :meth:`Journal.apply_retention`.
+* **Locking.** ``flock(LOCK_EX | LOCK_NB)`` on ``stream_dir/LOCK``, holder pid written into it;
+  the kernel drops the lock when the process dies, so there is no stale lock to clean up.
+"""
+from __future__ import annotations
+
+import errno as _errno
+import fcntl
+import logging
+import os
+import threading
+import time
+from bisect import bisect_right
+from typing import List, Optional, Sequence, Tuple
+
+from .config import JournalConfig
+from .errors import (JournalClosedError, JournalError, JournalFullError, JournalLockedError,
+                     JournalNotFoundError)
+from .index import FileIndex, MemIndex, encode_entries
+from .record import HEADER_SIZE, Record, encode_batch
+from .reader import _StreamView
+from .segment import Segment, fsync_dir, list_segment_seqs
+
+log = logging.getLogger("zeps.journal")
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+def take_lock(dirpath: str, what: str) -> int:
+    """flock ``dirpath/LOCK`` (non-blocking) and write our pid into it. Returns the fd."""
+    path = os.path.join(dirpath, "LOCK")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
+    except FileNotFoundError:
+        raise JournalNotFoundError(f"{what} directory {dirpath!r} does not exist") from None
+    except PermissionError as e:
+        raise JournalError(f"cannot open lock file {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        holder = None
+        try:
+            txt = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
+            holder = int(txt) if txt.isdigit() else None
+        except OSError:
+            pass
+        os.close(fd)
+        if e.errno in (_errno.EWOULDBLOCK, _errno.EAGAIN, _errno.EACCES):
+            who = f"process {holder}" if holder else "another process"
+            raise JournalLockedError(
+                f"{what} directory {dirpath} is locked by {who} ({path}); only one "
+                f"{'writer' if what == 'stream' else 'broker'} may use it at a time",
+                dirpath, holder) from None
+        raise JournalError(f"cannot lock {path}: {e.strerror}") from None
+    try:
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    except OSError:
+        pass     # the pid is informative only
+    return fd
+
+
+def release_lock(fd: int) -> None:
+    if fd >= 0:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+class Journal(_StreamView):
+    """The single writer of one stream directory. Create with :meth:`Journal.open`."""
+
+    def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int):
+        self._dir = stream_dir
+        self.config = config
+        self._interval = config.index_interval_bytes
+        self._lock_fd = _lock_fd
+        self._closed = False
+        self._segs: List[Segment] = []
+        self._firsts: List[int] = []
+        self._active: Optional[Segment] = None
+        self._next_seq = 1
+        self._last_ts = 0
+        self._written_seq = 0
+        self._durable_seq = 0
+        self._sync_lock = threading.Lock()
+        self._unsynced: List[Segment] = []   # rolled segments not yet synced ("never")
+        self._last_sync = time.monotonic()
+        self._last_entry_pos = 0
+        self._pending_truncate: Optional[int] = None
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, stream_dir, config: Optional[JournalConfig] = None) -> "Journal":
+        """Open (creating it if needed) the stream directory as its one writer: take the
+        stream lock, recover the tail of the last segment, and continue after the last whole
+        record."""
+        config = config or JournalConfig()
+        stream_dir = os.fspath(stream_dir)
+        try:
+            os.makedirs(stream_dir, exist_ok=True)
+        except FileExistsError:
+            raise JournalNotFoundError(f"{stream_dir!r} exists and is not a directory") from None
+        except PermissionError as e:
+            raise JournalError(f"cannot create stream directory {stream_dir!r}: "
+                               f"{e.strerror}") from None
+        if not os.path.isdir(stream_dir):
+            raise JournalNotFoundError(f"{stream_dir!r} is not a directory")
+        lock_fd = take_lock(stream_dir, "stream")
+        j = cls(stream_dir, config, lock_fd)
+        try:
+            j._recover()
+        except BaseException:
+            j._release()
+            raise
+        return j
+
+    def _recover(self) -> None:
+        seqs = list_segment_seqs(self._dir)
+        if not seqs:
+            seg = self._create_segment(1)
+            self._segs, self._firsts = [seg], [1]
+            self._active = seg
+            self._next_seq = 1
+            self._last_entry_pos = 0
+            return
+        self._segs = [Segment(self._dir, q) for q in seqs]
+        self._firsts = list(seqs)
+        last = self._segs[-1]
+        last.recover(self._interval)
+        self._active = last
+        self._next_seq = (last.last_seq or last.first_seq - 1) + 1
+        if last.last_seq is None or last.last_seq < last.first_seq:
+            self._next_seq = last.first_seq
+        idx = last.index
+        self._last_entry_pos = idx.last_pos() if len(idx) else 0
+        if last.last_ts is not None:
+            self._last_ts = last.last_ts
+        elif len(self._segs) > 1:
+            prev = self._segs[-2]
+            self._prepare(prev)
+            self._last_ts = prev.last_ts or 0
+        self._written_seq = self._durable_seq = self._next_seq - 1
+
+    def _create_segment(self, first_seq: int) -> Segment:
+        """Create the files of a new segment (index files first: a reader that sees the log
+        finds its index) and make the directory entries durable (except under "never")."""
+        seg = Segment(self._dir, first_seq)
+        created = []
+        try:
+            for path in (seg.index_path, seg.time_path, seg.log_path):
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+                os.close(fd)
+                created.append(path)
+            seg.open_log(writable=True)
+            seg.open_index_writers()
+            if self.config.fsync != "never":
+                fsync_dir(self._dir)
+        except OSError as e:
+            seg.close()
+            for path in created:
+                try:
+                    os.unlink(path)
+                except OSError:
+                    pass
+            raise JournalFullError(f"cannot create segment {seg.log_path}: {e.strerror} "
+                                   f"({_errno.errorcode.get(e.errno, e.errno)})", e) from None
+        seg.index = MemIndex()
+        seg.size = 0
+        seg.loaded = True
+        seg.last_seq = first_seq - 1
+        return seg
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def next_seq(self) -> int:
+        return self._next_seq
+
+    @property
+    def durable_seq(self) -> int:
+        """Highest sequence known durable under the fsync policy (what publishers may be
+        confirmed up to)."""
+        return self._durable_seq
+
+    @property
+    def stream_dir(self) -> str:
+        return self._dir
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _end_seq(self) -> int:
+        return self._next_seq
+
+    def _newest_ts(self) -> int:
+        return self._last_ts
+
+    def _prepare(self, seg: Segment) -> None:
+        if not seg.loaded:
+            seg.load_sealed(self._interval, persist=True)
+
+    def __repr__(self):
+        return f"Journal({self._dir!r}, next_seq={self._next_seq})"
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, key: str, body: bytes) -> Record:
+        """Append one record (a batch of one)."""
+        return self.append_batch(((key, body),))[0]
+
+    def append_batch(self, items: Sequence[Tuple[str, bytes]]) -> List[Record]:
+        """Append ``(key, body)`` pairs as consecutive records with one ``write()``; return
+        their :class:`Record` (``.frame`` is the DELIVER frame to route). All or nothing:
+        :class:`RecordTooLargeError` / :class:`KeyTooLongError` / :class:`InvalidRecordError`
+        before writing anything, :class:`JournalFullError` if the write failed (rolled back)."""
+        self._check_open()
+        if not items:
+            return []
+        if self._pending_truncate is not None:
+            self._retry_truncate()
+        ts = time.time_ns()
+        if ts < self._last_ts:
+            ts = self._last_ts
+        parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes)
+        buf = b"".join(parts)
+        seg = self._active
+        if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
+            self._roll()
+            seg = self._active
+        pre = seg.size
+        self._write_all(seg, buf, pre, len(records))
+        policy = self.config.fsync
+        if policy == "always":
+            try:
+                os.fdatasync(seg.fd)
+            except OSError as e:
+                self._undo(seg, pre)
+                raise JournalFullError(
+                    f"fdatasync of {seg.log_path} failed: {e.strerror} "
+                    f"({_errno.errorcode.get(e.errno, e.errno)}); the batch of {len(records)} "
+                    f"records was rolled back", e) from None
+        # index entries (sparse): same rule as Segment.scan_entries
+        interval = self._interval
+        idx = seg.index
+        last_entry = self._last_entry_pos
+        entries = []
+        p = pre
+        for r, i in zip(records, range(1, len(parts), 2)):
+            if (p == 0 and not len(idx)) or p - last_entry >= interval:
+                entries.append((r.sequence, p, ts))
+                last_entry = p
+            p += HEADER_SIZE + len(parts[i])
+        if entries:
+            for e in entries:
+                idx.append(*e)
+            self._last_entry_pos = last_entry
+            self._write_index(seg, entries)
+        last = records[-1].sequence
+        with self._sync_lock:
+            seg.size = pre + len(buf)
+            seg.last_seq = last
+            seg.last_ts = ts
+            if seg.first_ts is None:
+                seg.first_ts = ts
+            self._next_seq = last + 1
+            self._last_ts = ts
+            self._written_seq = last
+            if policy != "interval":
+                self._durable_seq = last
+        return records
+
+    def _write_all(self, seg: Segment, buf: bytes, pre: int, n: int) -> None:
+        view = memoryview(buf)
+        off = 0
+        total = len(buf)
+        try:
+            while off < total:
+                written = os.write(seg.fd, view[off:])
+                if written <= 0:
+                    raise OSError(_errno.EIO, "write returned 0")
+                off += written
+        except OSError as e:
+            self._undo(seg, pre)
+            name = _errno.errorcode.get(e.errno, str(e.errno))
+            raise JournalFullError(
+                f"append of {n} records ({total} bytes) to {seg.log_path} failed after "
+                f"{off} bytes: {e.strerror} ({name}); the batch was rolled back, nothing of it "
+                f"is in the journal", e) from None
+        finally:
+            view.release()
+
+    def _undo(self, seg: Segment, pre: int) -> None:
+        try:
+            os.ftruncate(seg.fd, pre)
+        except OSError as e:
+            # retried before the next append; until then the bytes past `pre` are ignored by
+            # this writer (seg.size) and cut by recovery on the next open
+            log.error("journal: cannot truncate %s back to %d bytes: %s", seg.log_path, pre, e)
+            self._pending_truncate = pre
+
+    def _retry_truncate(self) -> None:
+        seg = self._active
+        try:
+            os.ftruncate(seg.fd, self._pending_truncate)
+        except OSError as e:
+            raise JournalFullError(f"{seg.log_path} still holds the bytes of a failed batch "
+                                   f"and cannot be truncated: {e.strerror}", e) from None
+        self._pending_truncate = None
+
+    def _write_index(self, seg: Segment, entries) -> None:
+        if not seg.index_file_ok:
+            return
+        ib, tb = encode_entries(entries)
+        try:
+            os.write(seg.ifd_w, ib)
+            os.write(seg.tfd_w, tb)
+        except OSError as e:
+            # the in-memory index stays right; the file is rebuilt from the log on next open
+            seg.index_file_ok = False
+            log.warning("journal: cannot write index of %s (%s); it will be rebuilt from the "
+                        "log", seg.log_path, e)
+
+    def _roll(self) -> None:
+        old = self._active
+        if self.config.fsync != "never":
+            try:
+                os.fdatasync(old.fd)
+            except OSError as e:
+                raise JournalFullError(f"fdatasync of {old.log_path} failed while rolling: "
+                                       f"{e.strerror}", e) from None
+        new = self._create_segment(self._next_seq)
+        for attr in ("ifd_w", "tfd_w"):
+            fd = getattr(old, attr)
+            if fd >= 0:
+                os.close(fd)
+                setattr(old, attr, -1)
+        # the sealed segment's index moves from memory to its files if they are complete
+        if old.index_file_ok:
+            try:
+                old.index = FileIndex(old.index_path, old.time_path, fixed=True)
+            except OSError:
+                pass
+        old.sealed = True
+        old.end_pos = old.size
+        with self._sync_lock:
+            if self.config.fsync == "never":
+                self._unsynced.append(old)
+            else:
+                # everything written so far is in the synced old segment
+                if self._written_seq > self._durable_seq:
+                    self._durable_seq = self._written_seq
+            self._segs.append(new)
+            self._firsts.append(new.first_seq)
+            self._active = new
+        self._last_entry_pos = 0
+        if self.config.retention_bytes is not None or self.config.retention_ms is not None:
+            self.apply_retention()
+
+    # ------------------------------------------------------------------ durability
+
+    def sync(self) -> int:
+        """``fdatasync`` what is written and return ``durable_seq``. Safe to call from a worker
+        thread while the owning thread appends."""
+        with self._sync_lock:
+            if self._closed:
+                return self._durable_seq
+            target = self._written_seq
+            segs = self._unsynced + [self._active]
+            self._unsynced = []
+            fds = []
+            try:
+                for s in segs:
+                    if s.fd >= 0:
+                        fds.append(os.dup(s.fd))
+            except OSError:
+                for fd in fds:
+                    os.close(fd)
+                raise
+        try:
+            for fd in fds:
+                os.fdatasync(fd)
+        except OSError as e:
+            raise JournalError(f"fdatasync in {self._dir} failed: {e.strerror}; records after "
+                               f"{self._durable_seq} are not known durable") from None
+        finally:
+            for fd in fds:
+                os.close(fd)
+        with self._sync_lock:
+            if target > self._durable_seq:
+                self._durable_seq = target
+            self._last_sync = time.monotonic()
+            return self._durable_seq
+
+    def sync_due(self, now_monotonic: Optional[float] = None) -> bool:
+        """True if there are written, not yet durable records and ``fsync_interval_ms`` has
+        passed since the last sync (the broker's group-commit timer asks this)."""
+        if self._written_seq <= self._durable_seq:
+            return False
+        now = time.monotonic() if now_monotonic is None else now_monotonic
+        return (now - self._last_sync) * 1000.0 >= self.config.fsync_interval_ms
+
+    # ------------------------------------------------------------------ retention
+
+    def apply_retention(self, now_ns: Optional[int] = None) -> int:
+        """Delete whole old segments (never the active one) while the stream is over
+        ``retention_bytes``, or while the oldest segment's newest record is older than
+        ``retention_ms``. Returns how many segments were deleted."""
+        self._check_open()
+        rb, rm = self.config.retention_bytes, self.config.retention_ms
+        if rb is None and rm is None:
+            return 0
+        now = time.time_ns() if now_ns is None else now_ns
+        total = sum(s.limit() if s.fd >= 0 else os.stat(s.log_path).st_size for s in self._segs)
+        deleted = 0
+        while len(self._segs) > 1:
+            oldest = self._segs[0]
+            self._prepare(oldest)
+            size = oldest.limit()
+            by_bytes = rb is not None and total > rb
+            by_age = (rm is not None and oldest.last_ts is not None
+                      and oldest.last_ts < now - rm * 1_000_000)
+            if not (by_bytes or by_age):
+                break
+            with self._sync_lock:
+                self._segs.pop(0)
+                self._firsts.pop(0)
+                if oldest in self._unsynced:
+                    self._unsynced.remove(oldest)
+            oldest.delete_files()
+            total -= size
+            deleted += 1
+            log.info("journal %s: retention deleted %s (%d bytes, %s)", self._dir,
+                     oldest.log_path, size, "size" if by_bytes else "age")
+        return deleted
+
+    # ------------------------------------------------------------------ closing
+
+    def close(self) -> None:
+        """Sync (unless ``fsync="never"``), close files and release the stream lock."""
+        if self._closed:
+            return
+        try:
+            if self.config.fsync != "never" and self._active is not None:
+                try:
+                    self.sync()
+                except JournalError as e:
+                    log.error("journal %s: final sync failed: %s", self._dir, e)
+        finally:
+            with self._sync_lock:
+                self._closed = True
+            for seg in self._segs:
+                seg.close()
+            self._release()
+
+    def _release(self) -> None:
+        fd, self._lock_fd = self._lock_fd, -1
+        release_lock(fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        if not getattr(self, "_closed", True) and getattr(self, "_lock_fd", -1) >= 0:
+            try:
+                self.close()
+            except Exception:
+                pass

@@ -1,0 +1,53 @@
+"""Exceptions raised by the ZEPS client SDK.
+
+Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
+``except ZepsError`` catches them all. The concrete ones:
+
+* :class:`InvalidError` -- the broker answered ``INVALID``; ``err.reason`` is the broker's text
+  (for example ``bad regular expression: ...`` for a subscription pattern that does not
+  compile, or the journal's reason for a rejected PUBLISH).
+* :class:`ZepsTimeout` -- an operation did not complete within its timeout. It is also a
+  :class:`TimeoutError`, so generic code that catches ``TimeoutError`` works.
+* :class:`ConnectionLost` -- the peering was lost and could not be restored (for example the
+  broker refused the re-ATTACH after a restart).
+* :class:`ClientClosed` -- the client (or its subscription) was used after ``close()``.
+
+Bad arguments given by the caller (a malformed endpoint, a key longer than 255 bytes, a body
+that is not bytes or str) raise the usual :class:`ValueError` / :class:`TypeError`.
+"""
+from __future__ import annotations
+
+__all__ = ["ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed"]
+
+
+class ZepsError(Exception):
+    """Base class of every error raised by the ZEPS client SDK."""
+
+
+class InvalidError(ZepsError):
+    """The broker answered ``INVALID``.
+
+    ``reason`` is the broker's explanation, verbatim. ``command`` names the request it
+    answered when the SDK knows it (``"SUBSCRIBE"``, ``"ATTACH"``, ...), or ``"PUBLISH"``
+    for an INVALID that answered an (asynchronous) publish.
+    """
+
+    def __init__(self, reason: str, command: str | None = None):
+        self.reason = reason
+        self.command = command
+        if command:
+            super().__init__(f"broker rejected {command}: {reason}")
+        else:
+            super().__init__(f"broker said INVALID: {reason}")
+
+
+class ZepsTimeout(ZepsError, TimeoutError):
+    """An operation did not complete in time (also a built-in :class:`TimeoutError`)."""
+
+
+class ConnectionLost(ZepsError):
+    """The peering with the broker was lost and cannot be restored."""
+
+
+class ClientClosed(ZepsError):
+    """The client was used after :meth:`Client.close`."""

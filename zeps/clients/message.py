@@ -1,0 +1,83 @@
+"""Values handed to applications: :class:`Message` and :class:`StreamInfo`."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Optional
+
+__all__ = ["Message", "StreamInfo", "deliver_cost"]
+
+
+def deliver_cost(key: str, body: bytes) -> int:
+    """Credit (bytes) one delivered message costs: ``8 + len(key utf-8) + 1 + len(body)``."""
+    return 9 + len(key.encode("utf-8")) + len(body)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One message of a stream.
+
+    Attributes:
+        sequence: the stream's sequence number of the message (1, 2, 3, ...; gaps appear only
+            where a subscription pattern filtered messages out or retention removed them).
+        key: the routing key (text).
+        body: the message contents (bytes).
+        timestamp: when the broker journalled it, in ns since the Unix epoch, or ``None`` when
+            unknown. Messages received over the wire (``DELIVER`` carries no timestamp) have
+            ``None``; messages read from a journal directory have it.
+        stream: the stream the message belongs to, when known.
+    """
+
+    sequence: int
+    key: str
+    body: bytes
+    timestamp: Optional[int] = None
+    stream: Optional[str] = None
+
+    @property
+    def text(self) -> str:
+        """The body decoded as UTF-8 (undecodable bytes replaced by U+FFFD)."""
+        return self.body.decode("utf-8", errors="replace")
+
+    @property
+    def datetime(self) -> Optional[datetime]:
+        """The timestamp as an aware UTC :class:`datetime`, or ``None``."""
+        if self.timestamp is None:
+            return None
+        return datetime.fromtimestamp(self.timestamp / 1e9, tz=timezone.utc)
+
+    @property
+    def cost(self) -> int:
+        """Credit this message costs (``8 + len(key) + 1 + len(body)``)."""
+        return deliver_cost(self.key, self.body)
+
+
+@dataclass(frozen=True, slots=True)
+class StreamInfo:
+    """What the broker (``STREAM-INFO``) or the journal says about one stream.
+
+    Attributes:
+        first: first sequence kept (``last + 1`` when nothing is kept).
+        last: last sequence assigned (0 when nothing was ever published).
+        size: bytes on disk.
+        oldest: timestamp (ns) of ``first``, 0 when empty.
+        newest: timestamp (ns) of ``last``, 0 when empty.
+        stream: the stream's name, when known.
+    """
+
+    first: int
+    last: int
+    size: int
+    oldest: int
+    newest: int
+    stream: Optional[str] = None
+
+    @property
+    def count(self) -> int:
+        """How many sequences are kept (``last - first + 1``, at least 0)."""
+        return max(0, self.last - self.first + 1)
+
+    @property
+    def empty(self) -> bool:
+        """True when the stream keeps no message."""
+        return self.count == 0

@@ -17,7 +17,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode
 
-from .session import NEW, PUBLISH_REJECTED, ProtocolViolation, Session
+from .session import ATTACHED, NEW, PUBLISH_REJECTED, ProtocolViolation, Session
 from .stream import Stream
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -61,6 +61,10 @@ class BrokerCore:
         session = self.sessions.get(identity)
         if session is None:
             session = self.sessions[identity] = Session(identity, now)
+        elif type(cmd) is c.Publish and session.state is ATTACHED:
+            session.last_seen = now                   # hot path: the grammar allows it
+            self._on_publish(session, cmd, None)
+            return
         was_stream = session.stream
         try:
             session.accept(cmd, now)

@@ -37,6 +37,16 @@ DEFAULT_DATA_DIR = "./zeps-data"
 DRAIN_MAX = 2000          # messages read per round before routing/replay get a turn
 IDLE_WAIT = 0.25          # seconds to wait for input when there is no other work
 
+# The hot path calls pyzmq's Cython socket methods directly with plain int flags: the Python
+# "sugar" layer (send_multipart/recv_multipart, enum flag arithmetic) cost more per message
+# than journalling it (measured with cProfile in bench/bench_broker.py runs).
+_send_raw = zmq.backend.Socket.send
+_recv_raw = zmq.backend.Socket.recv
+_getsockopt = zmq.backend.Socket.get
+_NB = int(zmq.NOBLOCK)
+_MORE_NB = int(zmq.NOBLOCK | zmq.SNDMORE)
+_RCVMORE = int(zmq.RCVMORE)
+
 
 class Broker:
     def __init__(self, endpoint: str, datadir: DataDir, core_config: CoreConfig, *,
@@ -82,13 +92,17 @@ class Broker:
         """Read what is there, journal and route it, replay a batch, send. True if busy."""
         sock, core = self.sock, self.core
         now = time.monotonic()
+        receive = core.receive
         n = 0
         while n < DRAIN_MAX:
             try:
-                msg = sock.recv_multipart(zmq.NOBLOCK)
+                ident = _recv_raw(sock, _NB)
             except zmq.Again:
                 break
-            core.receive(msg[0], msg[1:], now)
+            frames = [_recv_raw(sock, _NB)]            # a ROUTER message is delivered whole
+            while _getsockopt(sock, _RCVMORE):
+                frames.append(_recv_raw(sock, _NB))
+            receive(ident, frames, now)
             n += 1
         core.flush()
         self._send()
@@ -106,10 +120,11 @@ class Broker:
         out = self.core.take_outbox()
         if not out:
             return
-        send = self.sock.send_multipart
+        sock = self.sock
         for ident, frame in out:
             try:
-                send((ident, frame), zmq.NOBLOCK)
+                _send_raw(sock, ident, _MORE_NB)
+                _send_raw(sock, frame, _NB)
             except zmq.ZMQError as exc:
                 if exc.errno == zmq.EHOSTUNREACH:      # the client's connection is gone
                     self.core.forget(ident)

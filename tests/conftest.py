@@ -19,12 +19,19 @@ class BrokerProcess:
     """A ``python -m zeps.broker`` child process. ``endpoint`` is known once it has started."""
 
     def __init__(self, data_dir: Path, extra_args=(), endpoint: Optional[str] = None,
-                 log_path: Optional[Path] = None):
+                 log_path: Optional[Path] = None, max_file_bytes: Optional[int] = None):
         self.data_dir = Path(data_dir)
         self.extra_args = list(extra_args)
         self.endpoint = endpoint or "tcp://127.0.0.1:*"
         self.log_path = log_path or self.data_dir.parent / f"broker-{os.getpid()}-{id(self)}.log"
         self.proc: Optional[subprocess.Popen] = None
+        self.max_file_bytes = max_file_bytes
+
+    def _limits(self) -> None:
+        # A real "disk full" for the broker: writes past this size fail with EFBIG (Python
+        # ignores SIGXFSZ), exactly where ENOSPC would fail them.
+        import resource
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.max_file_bytes, self.max_file_bytes))
 
     def start(self, timeout: float = 20.0) -> "BrokerProcess":
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
@@ -32,7 +39,8 @@ class BrokerProcess:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "zeps.broker", "--endpoint", self.endpoint,
              "--data-dir", str(self.data_dir), *self.extra_args],
-            stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(REPO))
+            stdout=subprocess.PIPE, stderr=self._log, env=env, cwd=str(REPO),
+            preexec_fn=self._limits if self.max_file_bytes else None)
         deadline = time.monotonic() + timeout
         line = b""
         while time.monotonic() < deadline:
@@ -106,10 +114,11 @@ class BrokerProcess:
 def start_broker(tmp_path):
     started: List[BrokerProcess] = []
 
-    def start(data_dir=None, *extra_args, endpoint=None) -> BrokerProcess:
+    def start(data_dir=None, *extra_args, endpoint=None, max_file_bytes=None) -> BrokerProcess:
         data_dir = Path(data_dir) if data_dir is not None else tmp_path / f"data{len(started)}"
         b = BrokerProcess(data_dir, extra_args, endpoint=endpoint,
-                          log_path=tmp_path / f"broker{len(started)}.log")
+                          log_path=tmp_path / f"broker{len(started)}.log",
+                          max_file_bytes=max_file_bytes)
         started.append(b)
         return b.start()
 

@@ -331,3 +331,40 @@ def test_sigterm_exits_cleanly(broker):
     cl.close()
     assert broker.stop() == 0
     assert JournalReader(broker.data_dir / stream_dir_name("x")).info().last_seq == 3
+
+
+def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_broker):
+    b = start_broker(None, "--fsync", "always", max_file_bytes=64 * 1024)
+    pub = RawClient(b.endpoint).attach("full")
+    sub = RawClient(b.endpoint).attach("full").subscribe("", 0, credit=1 << 30)
+    other = RawClient(b.endpoint).attach("other")
+    pub.send(c.ConfirmSelect())
+    pub.expect(c.ConfirmSelectOk)
+    body = b"y" * 1000
+    invalid = None
+    for i in range(200):                                  # ~200 KB: well past the 64 KiB limit
+        pub.send(c.Publish("k", body))
+        pub.send(c.StreamInfo())
+        while True:
+            got = pub.recv()
+            if isinstance(got, c.Invalid):
+                invalid = got
+            if isinstance(got, c.StreamInfoOk):
+                break
+        if invalid:
+            break
+    assert invalid is not None, "the journal never filled up"
+    assert invalid.reason.startswith("PUBLISH rejected: journal append failed")
+    last = got.last
+    assert 0 < last < 200
+    delivered = sub.delivers(last)
+    assert [d.sequence for d in delivered] == list(range(1, last + 1))
+    assert all(d.body == body for d in delivered)
+    assert sub.nothing()                                  # nothing of the failed append
+    other.send(c.Ping())                                  # the broker keeps serving
+    other.expect(c.PingOk)
+    for cl in (pub, sub, other):
+        cl.close()
+    b.kill()
+    r = JournalReader(b.data_dir / stream_dir_name("full"))
+    assert [rec.sequence for rec in r.read_from(1)] == list(range(1, last + 1))

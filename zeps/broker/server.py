@@ -34,7 +34,7 @@ from .core import BrokerCore, CoreConfig
 
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
 DEFAULT_DATA_DIR = "./zeps-data"
-DRAIN_MAX = 2000          # messages read per round before routing/replay get a turn
+DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
 IDLE_WAIT = 0.25          # seconds to wait for input when there is no other work
 
 # The hot path calls pyzmq's Cython socket methods directly with plain int flags: the Python

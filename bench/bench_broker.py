@@ -17,8 +17,8 @@ import os
 import select
 import subprocess
 import sys
+import statistics
 import tempfile
-import threading
 import time
 
 import zmq
@@ -55,42 +55,49 @@ def request(sock, cmd, expect):
             return got
 
 
-def zeps_live(endpoint, n, size):
+def _zeps_publisher(endpoint, stream, n, size, go):
+    ctx = zmq.Context()
+    pub = dealer(ctx, endpoint)
+    request(pub, c.Attach(stream), c.AttachOk)
+    frame = encode_publish("bench.key", b"x" * size)
+    go.wait()
+    send = pub.send
+    for _ in range(n):
+        send(frame)
+    request(pub, c.StreamInfo(), c.StreamInfoOk)
+    pub.close()
+    ctx.term()
+
+
+def zeps_live(endpoint, stream, n, size):
+    """Publisher in its own process; the subscriber here counts until the n-th DELIVER."""
     ctx = zmq.Context()
     sub = dealer(ctx, endpoint)
-    request(sub, c.Attach("bench"), c.AttachOk)
+    request(sub, c.Attach(stream), c.AttachOk)
     request(sub, c.Subscribe("", c.LATEST_LIVE), c.SubscribeOk)
     sub.send(encode(c.Credit(1 << 62)))
-    pub = dealer(ctx, endpoint)
-    request(pub, c.Attach("bench"), c.AttachOk)
-    frame = encode_publish("bench.key", b"x" * size)
-
-    def publish():
-        send = pub.send
-        for _ in range(n):
-            send(frame)
-
+    go = multiprocessing.Event()
+    proc = multiprocessing.Process(target=_zeps_publisher, args=(endpoint, stream, n, size, go))
+    proc.start()
+    time.sleep(0.5)
     t0 = time.perf_counter()
-    th = threading.Thread(target=publish)
-    th.start()
+    go.set()
     last = 0
     recv = sub.recv
     for _ in range(n):
-        f = recv()
-        last = int.from_bytes(f[3:11], "big")
+        last = int.from_bytes(recv()[3:11], "big")
     dt = time.perf_counter() - t0
-    th.join()
+    proc.join()
     assert last == n, last
-    pub.close()
     sub.close()
     ctx.term()
     return dt
 
 
-def zeps_replay(endpoint, n):
+def zeps_replay(endpoint, stream, n):
     ctx = zmq.Context()
     sub = dealer(ctx, endpoint)
-    request(sub, c.Attach("bench"), c.AttachOk)
+    request(sub, c.Attach(stream), c.AttachOk)
     t0 = time.perf_counter()
     request(sub, c.Subscribe("", 0), c.SubscribeOk)
     sub.send(encode(c.Credit(1 << 62)))
@@ -115,37 +122,52 @@ def _proxy(front, back):
     zmq.proxy(xsub, xpub)
 
 
-def zmq_proxy_baseline(n, size):
-    front, back = "tcp://127.0.0.1:57471", "tcp://127.0.0.1:57472"
-    proc = multiprocessing.Process(target=_proxy, args=(front, back), daemon=True)
-    proc.start()
+def _proxy_publisher(front, n, size, go, warm):
     ctx = zmq.Context()
-    sub = ctx.socket(zmq.SUB)
-    sub.setsockopt(zmq.RCVHWM, 0)
-    sub.setsockopt(zmq.SUBSCRIBE, b"")
-    sub.connect(back)
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 0)
     pub.connect(front)
-    # Wait until the subscription has reached the publisher through the proxy.
-    while True:
+    while not warm.is_set():            # until the subscription has come through the proxy
         pub.send(b"warmup")
-        if sub.poll(100):
-            while sub.poll(50):
-                sub.recv()
-            break
+        time.sleep(0.05)
+    go.wait()
     msg = b"bench.key" + b"x" * size
-    t0 = time.perf_counter()
-    th = threading.Thread(target=lambda: [pub.send(msg) for _ in range(n)])
-    th.start()
+    send = pub.send
     for _ in range(n):
+        send(msg)
+    pub.close(linger=-1)
+    ctx.term()
+
+
+def zmq_proxy_baseline(n, size, port0):
+    front, back = f"tcp://127.0.0.1:{port0}", f"tcp://127.0.0.1:{port0 + 1}"
+    proxy = multiprocessing.Process(target=_proxy, args=(front, back), daemon=True)
+    proxy.start()
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.RCVHWM, 0)
+    sub.setsockopt(zmq.SUBSCRIBE, b"bench.key")
+    sub.connect(back)
+    go, warm = multiprocessing.Event(), multiprocessing.Event()
+    pub = multiprocessing.Process(target=_proxy_publisher, args=(front, n, size, go, warm))
+    pub.start()
+    sub.setsockopt(zmq.SUBSCRIBE, b"warmup")
+    while sub.recv() != b"warmup":
+        pass
+    warm.set()
+    time.sleep(0.3)
+    while sub.poll(0):
         sub.recv()
+    t0 = time.perf_counter()
+    go.set()
+    recv = sub.recv
+    for _ in range(n):
+        recv()
     dt = time.perf_counter() - t0
-    th.join()
-    pub.close()
+    pub.join()
     sub.close()
     ctx.term()
-    proc.terminate()
+    proxy.terminate()
     return dt
 
 
@@ -154,22 +176,26 @@ def main(argv=None):
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
+    ap.add_argument("--runs", type=int, default=3)
     args = ap.parse_args(argv)
     n, size = args.n, args.size
-    rows = []
-    base = zmq_proxy_baseline(n, size)
-    rows.append(("baseline: ZeroMQ XSUB/XPUB proxy (no journal, no sequence)", n / base, n * size / base))
+    base, live, replay = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         proc, endpoint = start_broker(tmp, args.fsync)
         try:
-            live = zeps_live(endpoint, n, size)
-            rows.append((f"ZEPS live publish->deliver (fsync={args.fsync})", n / live, n * size / live))
-            replay = zeps_replay(endpoint, n)
-            rows.append(("ZEPS replay from the journal (late joiner, latest=0)", n / replay, n * size / replay))
+            for run in range(args.runs):      # interleaved, so drift hits both sides alike
+                base.append(zmq_proxy_baseline(n, size, 57470 + 2 * run))
+                live.append(zeps_live(endpoint, f"bench{run}", n, size))
+                replay.append(zeps_replay(endpoint, f"bench{run}", n))
         finally:
             proc.terminate()
             proc.wait()
-    print(f"{n} messages of {size} B, one publisher, one subscriber, tcp 127.0.0.1, {os.cpu_count()} cores\n")
+    med = statistics.median
+    rows = [("baseline: ZeroMQ XSUB/XPUB proxy (no journal, no sequence)", n / med(base), n * size / med(base)),
+            (f"ZEPS live publish->deliver (fsync={args.fsync})", n / med(live), n * size / med(live)),
+            ("ZEPS replay from the journal (late joiner, latest=0)", n / med(replay), n * size / med(replay))]
+    print(f"{n} messages of {size} B, one publisher process, one subscriber process, tcp 127.0.0.1, "
+          f"{os.cpu_count()} cores, median of {args.runs} interleaved runs\n")
     print("| path | msgs/s | MB/s |")
     print("|---|---:|---:|")
     for name, rate, bps in rows:

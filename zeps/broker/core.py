@@ -73,7 +73,12 @@ class BrokerCore:
             return
         handler = _HANDLERS.get(type(cmd))
         if handler is not None:
-            handler(self, session, cmd, was_stream)
+            try:
+                handler(self, session, cmd, was_stream)
+            except Exception as exc:   # one client's request must never stop the broker
+                self.log("internal_error", client=identity.hex(), command=cmd.NAME,
+                         error=f"{type(exc).__name__}: {exc}")
+                self._invalid(identity, f"{cmd.NAME} failed in the broker: {exc}")
 
     def _invalid(self, identity: bytes, reason: str) -> None:
         raw = reason.encode("utf-8")

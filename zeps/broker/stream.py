@@ -168,8 +168,16 @@ class Stream:
             self.log("replay_gap", stream=self.name, wanted=s.next_seq, first_kept=j.first_seq)
             s.next_seq = j.first_seq
         if s.next_seq < j.next_seq:
-            records = j.read_batch(s.next_seq, max_records=self.replay_batch_records,
-                                   max_bytes=self.replay_batch_bytes)
+            try:
+                records = j.read_batch(s.next_seq, max_records=self.replay_batch_records,
+                                       max_bytes=self.replay_batch_bytes)
+            except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
+                self.log("replay_failed", stream=self.name, client=s.identity.hex(),
+                         sequence=s.next_seq, error=str(exc))
+                self.outbox.append((s.identity, encode(c.Invalid(_clip(
+                    f"cannot replay from sequence {s.next_seq}: {exc}")))))
+                del self.catching_up[s.identity]
+                return
             outbox = self.outbox
             ident = s.identity
             credit = s.credit

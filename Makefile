@@ -2,7 +2,8 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.zeps-installed
+RUN_STAMP  := $(VENV)/.zeps-installed-run
+TEST_STAMP := $(VENV)/.zeps-installed-test
 ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
@@ -13,9 +14,14 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 
-$(STAMP): $(PY) setup.cfg pyproject.toml
+# `make run` needs only the runtime; `make test` adds pytest, hypothesis, pyspark and pyarrow.
+$(RUN_STAMP): $(PY) setup.cfg pyproject.toml
+	$(PY) -m pip install -q -e .
+	touch $(RUN_STAMP)
+
+$(TEST_STAMP): $(PY) setup.cfg pyproject.toml
 	$(PY) -m pip install -q -e '.[test,spark]'
-	touch $(STAMP)
+	touch $(TEST_STAMP) $(RUN_STAMP)
 
 # pyspark 4 needs Java 17+. Install it only through the system's packages, only if absent.
 java:
@@ -26,17 +32,17 @@ java:
 	  ( $(SUDO) apt-get install -y -q openjdk-17-jre-headless || $(SUDO) apt-get install -y -q default-jre-headless ); \
 	fi
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	@echo "ZEPS broker on $(ENDPOINT), data in $(DATA_DIR). In another shell:"
 	@echo "  $(VENV)/bin/zeps subscribe --endpoint $(ENDPOINT) orders          # live + history, Ctrl-C to stop"
 	@echo "  $(VENV)/bin/zeps publish   --endpoint $(ENDPOINT) orders eu.fr 'hello'"
 	@echo "  $(VENV)/bin/zeps stats     --endpoint $(ENDPOINT)"
 	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR)
 
-test: $(STAMP) java
+test: $(TEST_STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
-bench: $(STAMP) java
+bench: $(TEST_STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
 
 clean:

@@ -544,14 +544,16 @@ class Client:
     def _prepare_publish(self, now: float) -> None:
         self._check_usable()
         deadline = now + self.timeout
-        self._service()
+        silent = now - self._last_send >= self.heartbeat
+        self._service()            # (may itself send the heartbeat probe)
         self._check_usable()
-        if self._state is _ATTACHED and not self._outbox and now - self._last_send >= self.heartbeat:
+        if silent and self._state is _ATTACHED:
             # Silent for a while: make sure the broker still knows us before sending a message
             # it would otherwise reject as "not attached" (and lose, without confirms).
-            entry = self._send_request(c.StreamInfo(), "probe")
-            self._probe = entry
-            self._pump(deadline, lambda: entry.done or self._need_reconnect is not None
+            probe = self._probe
+            if probe is None or probe.done:
+                probe = self._probe = self._send_request(c.StreamInfo(), "probe")
+            self._pump(deadline, lambda: probe.done or self._need_reconnect is not None
                        or self._state is not _ATTACHED)
         ok = self._pump(deadline, lambda: (self._state is _ATTACHED and not self._outbox
                                            and not self._need_reconnect)

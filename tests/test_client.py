@@ -1,0 +1,459 @@
+"""The client SDK against a real broker process (tests/conftest.py), real sockets on 127.0.0.1."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+import zmq
+
+from zeps.clients import (Client, ClientClosed, InvalidError, Message, StreamInfo, ZepsError,
+                          ZepsTimeout, list_streams)
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = dict(timeout=5.0, heartbeat=1.0)
+
+
+def drain(sub, n, timeout=10.0):
+    """Read exactly n messages (each within timeout), checking sequences strictly increase."""
+    out = []
+    for _ in range(n):
+        m = sub.next(timeout=timeout)
+        assert not out or m.sequence > out[-1].sequence
+        out.append(m)
+    return out
+
+
+def publish_n(endpoint, stream, n, key="k", start=0, confirms=True):
+    with Client(endpoint, stream, confirms=confirms, **FAST) as c:
+        for i in range(start, start + n):
+            c.publish(key if isinstance(key, str) else key(i), b"%d" % i)
+        return c.wait_for_confirms() if confirms else None
+
+
+# ------------------------------------------------------------------ basics
+
+def test_round_trip(broker):
+    with Client(broker.endpoint, "orders", **FAST) as pub:
+        pub.publish("eu.fr", b"bytes body")
+        pub.publish("eu.de", "text body é")           # str body: UTF-8
+        assert pub.publish_batch([("us.ny", b"b%d" % i) for i in range(98)]) == 98
+    with Client(broker.endpoint, "orders", **FAST) as c:
+        msgs = drain(c.subscribe(), 100)
+    assert [m.sequence for m in msgs] == list(range(1, 101))
+    assert msgs[0] == Message(1, "eu.fr", b"bytes body", None, "orders")
+    assert msgs[1].body == "text body é".encode() and msgs[1].text == "text body é"
+    assert msgs[99].key == "us.ny" and msgs[99].body == b"b97"
+    assert all(m.timestamp is None for m in msgs)          # DELIVER carries no timestamp
+
+
+def test_subscribe_before_publish_gets_live_messages(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe()
+        assert sub.poll(0.1) is None
+        publish_n(broker.endpoint, "s", 5)
+        assert [m.body for m in drain(sub, 5)] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_from_seq(broker):
+    publish_n(broker.endpoint, "s", 20)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        msgs = drain(c.subscribe(from_seq=11), 10)
+        assert [m.sequence for m in msgs] == list(range(11, 21))
+        assert c.subscribe(from_seq=1).poll(0.2) is None     # never rewinds the position
+
+
+def test_from_time_and_seq_at(broker):
+    publish_n(broker.endpoint, "s", 10)
+    time.sleep(0.05)
+    t_ns = time.time_ns()
+    time.sleep(0.05)
+    publish_n(broker.endpoint, "s", 10, start=10)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        assert c.seq_at(t_ns) == 11
+        assert c.seq_at(t_ns / 1e9) == 11                               # float seconds
+        assert c.seq_at(datetime.fromtimestamp(t_ns / 1e9, tz=timezone.utc)) == 11
+        assert c.seq_at(0) == 1
+        assert c.seq_at(time.time_ns() + 10**12) == 21                  # last + 1
+        msgs = drain(c.subscribe(from_time=t_ns), 10)
+        assert msgs[0].sequence == 11 and msgs[-1].body == b"19"
+
+
+def test_live_only(broker):
+    publish_n(broker.endpoint, "s", 5)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe(live=True)
+        assert sub.poll(0.2) is None
+        publish_n(broker.endpoint, "s", 3, start=5)
+        assert [m.sequence for m in drain(sub, 3)] == [6, 7, 8]
+
+
+def test_subscribe_argument_errors(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        with pytest.raises(ValueError):
+            c.subscribe(from_seq=3, live=True)
+        with pytest.raises(ValueError):
+            c.subscribe(from_seq=-1)
+        with pytest.raises(ZepsError):
+            c.subscribe.__self__._next_message(0)        # nothing subscribed yet
+        with pytest.raises(TypeError):
+            c.publish("k", 42)
+        with pytest.raises(ValueError):
+            c.publish("k" * 256, b"")
+
+
+def test_several_patterns_on_one_client(broker):
+    keys = ["eu.fr", "us.ny", "asia.jp", "eu.de", "us.sf", "africa.ng"] * 5
+    publish_n(broker.endpoint, "s", len(keys), key=lambda i: keys[i])
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe("eu.")
+        assert c.subscribe("~^us\\.") is sub
+        assert c.subscribe(["eu.", "~^us\\."]) is sub       # same patterns again: harmless
+        assert sub.patterns == ("eu.", "~^us\\.")
+        msgs = drain(sub, 20)
+        assert sub.poll(0.3) is None                        # each message once
+    assert all(m.key.startswith(("eu.", "us.")) for m in msgs)
+    assert [m.sequence for m in msgs] == [i + 1 for i, k in enumerate(keys)
+                                          if k.startswith(("eu.", "us."))]
+
+
+def test_info_and_list_streams(broker):
+    with Client(broker.endpoint, "empty", **FAST) as c:
+        info = c.info()
+        assert (info.first, info.last, info.count, info.empty) == (1, 0, 0, True)
+    before = time.time_ns()
+    publish_n(broker.endpoint, "full", 7)
+    with Client(broker.endpoint, "full", **FAST) as c:
+        info = c.info()
+        assert isinstance(info, StreamInfo) and info.stream == "full"
+        assert (info.first, info.last, info.count) == (1, 7, 7)
+        assert info.size > 0 and before <= info.oldest <= info.newest <= time.time_ns()
+        assert set(c.list_streams()) >= {"empty", "full"}
+    assert set(list_streams(broker.endpoint, timeout=5)) >= {"empty", "full"}
+
+
+# ------------------------------------------------------------------ credit
+
+def test_tiny_credit_window_slow_subscriber_gets_everything_fast_one_unaffected(broker):
+    n, body = 600, b"x" * 100                      # cost of one message: 8 + 1 + 1 + 100 = 110
+    results = {}
+
+    def consume(name, window, delay):
+        with Client(broker.endpoint, "s", credit_window=window, **FAST) as c:
+            sub = c.subscribe()
+            ready.wait(5)
+            got = []
+            for m in sub:
+                got.append(m.sequence)
+                if delay and len(got) % 50 == 0:
+                    time.sleep(delay)
+                if len(got) == n:
+                    break
+            results[name] = (got, time.monotonic())
+
+    ready = threading.Event()
+    threads = [threading.Thread(target=consume, args=("slow", 300, 0.05)),
+               threading.Thread(target=consume, args=("fast", 8 << 20, 0))]
+    for t in threads:
+        t.start()
+    time.sleep(0.3)
+    ready.set()
+    with Client(broker.endpoint, "s", confirms=True, **FAST) as pub:
+        pub.publish_batch(("k", body) for _ in range(n))
+        assert pub.wait_for_confirms() == n
+    done = time.monotonic()
+    for t in threads:
+        t.join(30)
+    assert results["slow"][0] == list(range(1, n + 1))
+    assert results["fast"][0] == list(range(1, n + 1))
+    # The fast subscriber is not held back by the slow one (which sleeps >= 0.55 s in total).
+    assert results["fast"][1] < results["slow"][1]
+    assert results["fast"][1] - done < 1.0
+
+
+def test_message_larger_than_half_window_still_flows(broker):
+    with Client(broker.endpoint, "s", **FAST) as pub:
+        pub.publish_batch(("k", b"y" * 1000) for _ in range(20))
+    with Client(broker.endpoint, "s", credit_window=1010, **FAST) as c:   # exactly one message (8+1+1+1000)
+        assert [m.sequence for m in drain(c.subscribe(), 20)] == list(range(1, 21))
+
+
+# ------------------------------------------------------------------ confirms and INVALID
+
+def test_confirms_survive_sigkill(broker):
+    with Client(broker.endpoint, "s", confirms=True, **FAST) as c:
+        assert c.wait_for_confirms() == 0                  # nothing published yet
+        for i in range(300):
+            c.publish("k", b"m%d" % i)
+        assert c.wait_for_confirms() == 300
+        assert c.unconfirmed == 0 and c.last_confirmed == 300
+        broker.kill()
+    broker.restart()
+    with Client(broker.endpoint, "s", **FAST) as c:
+        assert c.info().last == 300
+        msgs = drain(c.subscribe(), 300)
+    assert [m.body for m in msgs] == [b"m%d" % i for i in range(300)]
+
+
+def test_invalid_regex_surfaces_with_reason(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        with pytest.raises(InvalidError) as e:
+            c.subscribe("~(")
+        assert "bad regular expression" in e.value.reason
+        assert e.value.command == "SUBSCRIBE"
+        publish_n(broker.endpoint, "s", 2)
+        assert len(drain(c.subscribe(""), 2)) == 2          # the client is still usable
+
+
+def test_rejected_publish_surfaces_on_next_call(start_broker, tmp_path):
+    b = start_broker(tmp_path / "d", "--max-message", "1K")
+    with Client(b.endpoint, "s", confirms=True, **FAST) as c:
+        c.publish("k", b"ok1")
+        c.publish("k", b"z" * 5000)                          # over --max-message
+        c.publish("k", b"ok2")
+        with pytest.raises(InvalidError) as e:
+            c.wait_for_confirms()
+        assert e.value.reason.startswith("PUBLISH rejected") and e.value.command == "PUBLISH"
+        assert c.wait_for_confirms() == 2                    # the two others are durable
+    with Client(b.endpoint, "s", **FAST) as c:
+        c.publish("k", b"z" * 5000)
+        with pytest.raises(InvalidError):
+            # Raised by a later call once the INVALID has arrived (here: flush or close).
+            c.flush()
+        c.publish("k", b"ok3")                               # still usable afterwards
+    with Client(b.endpoint, "s", **FAST) as c:
+        assert [m.body for m in drain(c.subscribe(), 3)] == [b"ok1", b"ok2", b"ok3"]
+
+
+def test_wait_for_confirms_needs_confirms(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        with pytest.raises(ZepsError):
+            c.wait_for_confirms()
+
+
+# ------------------------------------------------------------------ timeouts, errors, close
+
+def test_timeouts(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe()
+        t = time.monotonic()
+        with pytest.raises(ZepsTimeout) as e:
+            sub.next(timeout=0.2)
+        assert isinstance(e.value, TimeoutError)
+        assert 0.15 < time.monotonic() - t < 2
+        assert sub.poll(0.05) is None
+
+
+def test_unreachable_broker_times_out():
+    with zmq.Context.instance().socket(zmq.ROUTER) as s:      # find a free port, then free it
+        port = s.bind_to_random_port("tcp://127.0.0.1")
+    t = time.monotonic()
+    with pytest.raises(ZepsTimeout, match="no answer"):
+        Client(f"tcp://127.0.0.1:{port}", "s", timeout=0.3)
+    assert time.monotonic() - t < 2
+    with pytest.raises(ZepsTimeout):
+        list_streams(f"tcp://127.0.0.1:{port}", timeout=0.3)
+
+
+@pytest.mark.parametrize("endpoint", ["nope", "tcp://127.0.0.1", "tcp://127.0.0.1:99999",
+                                      "http://127.0.0.1:80", "", "tcp://:7470"])
+def test_bad_endpoint_is_value_error_naming_it(endpoint):
+    with pytest.raises(ValueError, match="bad endpoint"):
+        Client(endpoint, "s", timeout=0.3)
+
+
+def test_close_is_idempotent_and_final(broker):
+    c = Client(broker.endpoint, "s", **FAST)
+    sub = c.subscribe()
+    c.publish("k", b"1")
+    c.close()
+    c.close()
+    assert c.closed and not c.attached
+    with pytest.raises(ClientClosed):
+        c.publish("k", b"2")
+    assert list(sub) == []                          # iteration ends once closed
+    with Client(broker.endpoint, "s", **FAST) as c2:   # the publish before close() was flushed
+        assert c2.info().last == 1
+
+
+# ------------------------------------------------------------------ reconnect
+
+def test_reconnect_after_sigkill_no_gap_no_duplicate(broker):
+    """Broker SIGKILLed and restarted mid-stream while a publisher keeps publishing with
+    confirms: the subscriber sees one increasing, gap-free sequence and every confirmed
+    message; unconfirmed ones were re-sent (at-least-once)."""
+    n = 1500
+    confirmed = []
+    errors = []
+
+    def publisher():
+        try:
+            with Client(broker.endpoint, "s", confirms=True, **FAST) as c:
+                for i in range(n):
+                    c.publish("k", b"%d" % i)
+                    if i % 50 == 49:
+                        c.wait_for_confirms()
+                        confirmed.append(i)
+                    time.sleep(0.0005)
+                c.wait_for_confirms()
+                confirmed.append(n - 1)
+                publisher.reconnects = c.reconnects
+        except Exception as e:       # pragma: no cover - reported below
+            errors.append(e)
+
+    t = threading.Thread(target=publisher)
+    got = []
+    with Client(broker.endpoint, "s", credit_window=64 << 10, **FAST) as c:
+        sub = c.subscribe()
+        t.start()
+        while True:
+            m = sub.poll(2.0)
+            if m is None:
+                break
+            got.append(m)
+            if len(got) == 400:
+                broker.kill()
+                time.sleep(0.2)
+                broker.restart()
+        sub_reconnects = c.reconnects
+    t.join(30)
+    assert not errors
+    assert sub_reconnects >= 1 and publisher.reconnects >= 1
+    seqs = [m.sequence for m in got]
+    assert seqs == list(range(1, len(seqs) + 1))            # no gap, no duplicate
+    bodies = {int(m.body) for m in got}
+    assert set(range(confirmed[-1] + 1)) <= bodies            # every confirmed message is there
+    assert len(got) >= n
+
+
+def test_reconnect_resumes_from_last_handed_message(broker):
+    publish_n(broker.endpoint, "s", 50)
+    with Client(broker.endpoint, "s", credit_window=500, **FAST) as c:
+        sub = c.subscribe()
+        first = drain(sub, 10)
+        broker.kill()
+        broker.restart()
+        publish_n(broker.endpoint, "s", 10, start=50)
+        rest = drain(sub, 50)
+        assert c.reconnects == 1
+    assert [m.sequence for m in first + rest] == list(range(1, 61))
+
+
+def test_publish_blocks_then_times_out_while_broker_down(broker):
+    with Client(broker.endpoint, "s", confirms=True, timeout=0.5, heartbeat=1.0) as c:
+        c.publish("k", b"before")
+        assert c.wait_for_confirms() == 1
+        broker.kill()
+        time.sleep(0.2)
+        t = time.monotonic()
+        with pytest.raises(ZepsTimeout):
+            for _ in range(100):          # the disconnect may be noticed at the first or next call
+                c.publish("k", b"during")
+        assert time.monotonic() - t < 3
+        accepted = c.unconfirmed
+        broker.restart()
+        c.publish("k", b"after")
+        assert c.wait_for_confirms(timeout=5) == 2 + accepted
+    with Client(broker.endpoint, "s", **FAST) as c:
+        bodies = [m.body for m in drain(c.subscribe(), 2 + accepted)]
+    assert bodies[0] == b"before" and bodies[-1] == b"after"
+
+
+def test_expired_client_recovers_transparently(start_broker, tmp_path):
+    b = start_broker(tmp_path / "d", "--expiry", "1")
+    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as sub_client, \
+            Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as pub:
+        sub = sub_client.subscribe()
+        pub.publish("k", b"0")
+        assert drain(sub, 1)[0].body == b"0"
+        time.sleep(2.5)                    # neither client calls: the broker forgets both
+        pub.publish("k", b"1")             # checks the peering first: re-attaches, not lost
+        pub.flush()
+        m = sub.next(timeout=5)
+        assert (m.sequence, m.body) == (2, b"1")
+        assert pub.reconnects == 1 and sub_client.reconnects == 1
+
+
+def test_heartbeat_keeps_a_waiting_subscriber_attached(start_broker, tmp_path):
+    b = start_broker(tmp_path / "d", "--expiry", "1")
+    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as c:
+        sub = c.subscribe()
+        assert sub.poll(2.5) is None       # waiting inside the client: it heartbeats
+        assert c.reconnects == 0
+
+
+# ------------------------------------------------------------------ gevent
+
+def test_gevent_two_greenlets_with_green_context(broker):
+    gevent = pytest.importorskip("gevent")
+    import zmq.green as zgreen
+
+    ctx = zgreen.Context()
+    n = 300
+    got = []
+    ticks = []
+
+    def subscriber():
+        with Client(broker.endpoint, "g", context=ctx, **FAST) as c:
+            assert c.green
+            sub = c.subscribe()
+            for m in sub:
+                got.append(m.sequence)
+                if len(got) == n:
+                    break
+
+    def publisher():
+        with Client(broker.endpoint, "g", context=ctx, confirms=True, **FAST) as c:
+            for i in range(n):
+                c.publish("k", b"%d" % i)
+                if i % 100 == 0:
+                    gevent.sleep(0.01)
+            assert c.wait_for_confirms() == n
+
+    def ticker():
+        while len(got) < n:
+            ticks.append(1)
+            gevent.sleep(0.01)
+
+    gs = [gevent.spawn(subscriber), gevent.spawn(ticker)]
+    gevent.sleep(0.2)                       # the subscriber waits in the client, cooperatively
+    gs.append(gevent.spawn(publisher))
+    gevent.joinall(gs, timeout=20, raise_error=True)
+    assert got == list(range(1, n + 1))
+    assert len(ticks) >= 10                 # the hub kept running while clients waited
+    ctx.term()
+
+
+GEVENT_SCRIPT = r"""
+from gevent import monkey; monkey.patch_all()
+import sys, gevent
+from zeps.clients import Client
+ep = sys.argv[1]
+got = []
+def sub():
+    with Client(ep, "patched", timeout=5) as c:
+        assert c.green, "monkey-patched socket must select zmq.green"
+        s = c.subscribe()
+        got.extend(m.sequence for m in (s.next(5) for _ in range(50)))
+def pub():
+    gevent.sleep(0.1)
+    with Client(ep, "patched", confirms=True, timeout=5) as c:
+        c.publish_batch(("k", b"x") for _ in range(50))
+        c.wait_for_confirms()
+gevent.joinall([gevent.spawn(sub), gevent.spawn(pub)], timeout=20, raise_error=True)
+assert got == list(range(1, 51)), got
+print("ok")
+"""
+
+
+def test_gevent_monkey_patched_program_uses_zmq_green(broker):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-c", GEVENT_SCRIPT, broker.endpoint], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"

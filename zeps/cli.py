@@ -31,6 +31,7 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
+from decimal import Decimal
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional
 
@@ -68,7 +69,7 @@ def parse_time(text: str, now_ns: Optional[int] = None) -> int:
         ns = now - int(float(m.group(1)) * _UNIT_S[m.group(2).lower()] * 1e9)
         return max(ns, 0)
     if _EPOCH.match(t):
-        return int(round(float(t) * 1e9))
+        return int(Decimal(t) * 10**9)          # exact: no float rounding of the ns
     try:
         dt = datetime.fromisoformat(t[:-1] + "+00:00" if t[-1:] in "zZ" and t else t)
     except ValueError:

@@ -1,0 +1,288 @@
+"""The ``zeps`` command line, end to end: subprocesses against a real broker process."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import zmq
+
+from zeps.cli import parse_time
+
+REPO = Path(__file__).resolve().parent.parent
+ENV = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+ENV.pop("ZEPS_ENDPOINT", None)
+
+
+def zeps(*args, input=None, timeout=30, env=None):
+    """Run ``python -m zeps ARGS``; return the CompletedProcess (text mode)."""
+    return subprocess.run([sys.executable, "-m", "zeps", *map(str, args)], input=input,
+                          capture_output=True, text=True, timeout=timeout, cwd=str(REPO),
+                          env=env or ENV)
+
+
+def zeps_bytes(*args, input=None, timeout=30):
+    return subprocess.run([sys.executable, "-m", "zeps", *map(str, args)], input=input,
+                          capture_output=True, timeout=timeout, cwd=str(REPO), env=ENV)
+
+
+def json_lines(text):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def free_endpoint():
+    with zmq.Context.instance().socket(zmq.ROUTER) as s:
+        port = s.bind_to_random_port("tcp://127.0.0.1")
+    return f"tcp://127.0.0.1:{port}"
+
+
+# ------------------------------------------------------------------ publish / subscribe
+
+def test_publish_in_one_process_subscribe_in_another(broker):
+    ep = broker.endpoint
+    sub = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "orders", "--json",
+                            "--count", "3", "--endpoint", ep], stdout=subprocess.PIPE,
+                           stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV)
+    for key, body in [("eu.fr", "hello"), ("us.ny", "wörld"), ("eu.de", "3")]:
+        r = zeps("publish", "orders", key, body, "--endpoint", ep)
+        assert r.returncode == 0 and r.stdout == "" and r.stderr == ""
+    out, err = sub.communicate(timeout=30)
+    assert sub.returncode == 0, err
+    rows = json_lines(out)
+    assert [(r["sequence"], r["key"], r["body"]) for r in rows] == [
+        (1, "eu.fr", "hello"), (2, "us.ny", "wörld"), (3, "eu.de", "3")]
+    assert all(r["stream"] == "orders" and r["timestamp"] is None for r in rows)
+
+
+def test_publish_stdin_lines_with_confirm_and_human_subscribe(broker):
+    ep = broker.endpoint
+    r = zeps("publish", "s", "k", "--confirm", "--endpoint", ep, input="a\nb b\r\n\nlast")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "4"                       # the last confirmed sequence
+    r = zeps("publish", "s", "k2", "-", "-v", "--endpoint", ep, input="x\n")
+    assert r.returncode == 0 and r.stdout == "" and "published 1 message" in r.stderr
+    r = zeps("subscribe", "s", "--count", "5", "--endpoint", ep)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["1 k a", "2 k b b", "3 k ", "4 k last", "5 k2 x"]
+
+
+def test_subscribe_options(broker):
+    ep = broker.endpoint
+    zeps("publish", "s", "eu.fr", "-", "--endpoint", ep, input="1\n2\n3\n")
+    zeps("publish", "s", "us.ny", "-", "--endpoint", ep, input="4\n5\n")
+    r = zeps("subscribe", "s", "us.", "--from-seq", "5", "--timeout", "0.3", "--endpoint", ep)
+    assert r.returncode == 0 and r.stdout == "5 us.ny 5\n"
+    r = zeps("subscribe", "s", "eu.", "~^us", "--timeout", "0.3", "--endpoint", ep)
+    assert [line.split()[0] for line in r.stdout.splitlines()] == ["1", "2", "3", "4", "5"]
+    r = zeps("subscribe", "s", "--live", "--timeout", "0.3", "--endpoint", ep)
+    assert r.returncode == 0 and r.stdout == ""
+    r = zeps("subscribe", "s", "--from-time", "-1h", "--count", "1", "--endpoint", ep)
+    assert r.stdout == "1 eu.fr 1\n"
+    r = zeps("subscribe", "s", "--from-time", "now", "--timeout", "0.3",
+             "--endpoint", ep)
+    assert r.returncode == 0 and r.stdout == ""
+
+
+def test_binary_body_is_base64_in_json(broker):
+    ep = broker.endpoint
+    r = zeps_bytes("publish", "bin", "k", "--endpoint", ep, input=b"\xff\xfe\x00\n")
+    assert r.returncode == 0, r.stderr
+    r = zeps("subscribe", "bin", "--json", "--count", "1", "--endpoint", ep)
+    row = json_lines(r.stdout)[0]
+    assert "body" not in row and row["body_base64"] == "//4A"
+    r = zeps("subscribe", "bin", "--count", "1", "--endpoint", ep)
+    assert r.stdout == "1 k b'\\xff\\xfe\\x00'\n"
+
+
+def test_subscribe_ctrl_c_exits_zero_without_traceback(broker):
+    zeps("publish", "s", "k", "first", "--endpoint", broker.endpoint)
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "s", "--endpoint",
+                          broker.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True, cwd=str(REPO), env=ENV)
+    assert p.stdout.readline() == "1 k first\n"
+    time.sleep(0.2)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=10)
+    assert p.returncode == 0
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+# ------------------------------------------------------------------ replay and stats
+
+def test_replay_from_journal_with_broker_stopped(broker):
+    ep = broker.endpoint
+    zeps("publish", "orders", "eu.fr", "-", "--endpoint", ep, input="a\nb\nc\n")
+    zeps("publish", "orders", "us.ny", "-", "--endpoint", ep, input="d\ne\n")
+    assert broker.stop() == 0
+    dd = broker.data_dir
+    r = zeps("replay", "orders", "--data-dir", dd)
+    assert r.returncode == 0, r.stderr
+    rows = json_lines(r.stdout)
+    assert [(x["sequence"], x["key"], x["body"]) for x in rows] == [
+        (1, "eu.fr", "a"), (2, "eu.fr", "b"), (3, "eu.fr", "c"), (4, "us.ny", "d"),
+        (5, "us.ny", "e")]
+    assert all(isinstance(x["timestamp"], int) and x["timestamp"] > 0 for x in rows)
+    r = zeps("replay", "orders", "eu.", "--data-dir", dd, "--format", "raw", "--from-seq", "2")
+    assert r.returncode == 0 and r.stdout == "b\nc\n"
+    r = zeps("replay", "orders", "~y$", "--data-dir", dd, "--format", "raw",
+             "--raw-separator", "\\0")
+    assert r.stdout == "d\0e\0"
+    r = zeps("replay", "orders", "--data-dir", dd, "--from-seq", "2", "--to-seq", "3")
+    assert [x["sequence"] for x in json_lines(r.stdout)] == [2, 3]
+    ts = [x["timestamp"] for x in rows]
+    def epoch(ns):
+        return f"{ns // 10**9}.{ns % 10**9:09d}"
+    r = zeps("replay", "orders", "--data-dir", dd, "--from-time", epoch(ts[1]),
+             "--to-time", epoch(ts[3]))
+    # Both ends inclusive (a batch of publishes shares one timestamp).
+    assert [x["sequence"] for x in json_lines(r.stdout)] == [
+        i + 1 for i, t in enumerate(ts) if ts[1] <= t <= ts[3]]
+    r = zeps("replay", "orders", "--data-dir", dd, "--from-time", epoch(ts[0] + 1),
+             "--to-time", epoch(ts[4] - 1))
+    assert [x["sequence"] for x in json_lines(r.stdout)] == [
+        i + 1 for i, t in enumerate(ts) if ts[0] < t < ts[4]]
+    out = broker.data_dir.parent / "out.txt"
+    r = zeps("replay", "orders", "--data-dir", dd, "--format", "raw", "--output", out)
+    assert r.returncode == 0 and r.stdout == "" and out.read_bytes() == b"a\nb\nc\nd\ne\n"
+
+
+def test_replay_through_broker_stops_at_last_sequence(broker):
+    ep = broker.endpoint
+    zeps("publish", "s", "eu", "-", "--endpoint", ep, input="1\n2\n3\n4\n")
+    zeps("publish", "s", "us", "-", "--endpoint", ep, input="5\n6\n")
+    r = zeps("replay", "s", "--endpoint", ep, "--format", "raw")
+    assert r.returncode == 0 and r.stdout == "1\n2\n3\n4\n5\n6\n"
+    # the pattern excludes the last messages: it still stops at the end
+    r = zeps("replay", "s", "eu", "--endpoint", ep, "--from-seq", "3")
+    assert [x["body"] for x in json_lines(r.stdout)] == ["3", "4"]
+    r = zeps("replay", "s", "--endpoint", ep, "--to-seq", "2", "--format", "raw")
+    assert r.stdout == "1\n2\n"
+
+
+def test_stats_by_endpoint_and_data_dir(broker):
+    ep = broker.endpoint
+    zeps("publish", "a", "k", "-", "--endpoint", ep, input="1\n2\n3\n")
+    zeps("publish", "b", "k", "x", "--endpoint", ep)
+    r = zeps("stats", "--json", "--endpoint", ep)
+    assert r.returncode == 0, r.stderr
+    rows = {x["stream"]: x for x in json_lines(r.stdout)}
+    assert (rows["a"]["first"], rows["a"]["last"], rows["a"]["messages"]) == (1, 3, 3)
+    assert rows["b"]["last"] == 1 and rows["b"]["size"] > 0
+    assert rows["a"]["oldest"] <= rows["a"]["newest"] and rows["a"]["newest_time"].endswith("Z")
+    r = zeps("stats", "--endpoint", ep)
+    lines = r.stdout.splitlines()
+    assert lines[0].split() == ["STREAM", "FIRST", "LAST", "MESSAGES", "SIZE", "OLDEST", "NEWEST"]
+    assert lines[1].split()[:4] == ["a", "1", "3", "3"]
+    broker.stop()
+    r = zeps("stats", "--json", "--data-dir", broker.data_dir)
+    assert r.returncode == 0, r.stderr
+    rows2 = {x["stream"]: x for x in json_lines(r.stdout)}
+    assert rows2["a"]["last"] == 3 and rows2["b"]["messages"] == 1
+    r = zeps("stats", "b", "--data-dir", broker.data_dir)
+    assert r.returncode == 0 and len(r.stdout.splitlines()) == 2
+
+
+def test_broker_subcommand_runs_and_stops(tmp_path):
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "broker", "--endpoint",
+                          "tcp://127.0.0.1:*", "--data-dir", str(tmp_path / "d")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=str(REPO), env=ENV)
+    try:
+        line = p.stdout.readline()
+        assert "listening on " in line
+        ep = line.split("listening on ", 1)[1].split()[0]
+        r = zeps("publish", "s", "k", "v", "--confirm", "--endpoint", ep)
+        assert r.stdout.strip() == "1"
+    finally:
+        p.send_signal(signal.SIGTERM)
+        p.communicate(timeout=15)
+    assert p.returncode == 0
+
+
+# ------------------------------------------------------------------ errors
+
+@pytest.mark.parametrize("args", [
+    ["publish", "s", "k", "v", "--endpoint", "not-an-endpoint"],
+    ["publish", "s", "k", "v", "--endpoint", "tcp://127.0.0.1:99999"],
+    ["subscribe", "s", "--from-time", "yesterday-ish"],
+    ["subscribe", "s", "--from-time", "2026-13-45T99:00:00Z"],
+    ["subscribe", "s", "--from-seq", "3", "--live"],
+    ["subscribe", "s", "--count", "0"],
+    ["subscribe", "s", "~("],
+    ["subscribe"],
+    ["frobnicate"],
+    [],
+    ["replay", "s", "--data-dir", "/nonexistent/zeps-data"],
+    ["replay", "s", "--format", "xml"],
+    ["replay", "s", "--endpoint", "tcp://127.0.0.1:1", "--data-dir", "x"],
+    ["stats", "--data-dir", "/nonexistent/zeps-data"],
+    ["broker", "--fsync", "sometimes"],
+])
+def test_bad_arguments_exit_2_with_one_line(args):
+    r = zeps(*args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("zeps"), r.stderr
+    assert "error" in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_unknown_stream_in_data_dir_exits_2(broker):
+    zeps("publish", "real", "k", "v", "--endpoint", broker.endpoint)
+    broker.stop()
+    r = zeps("replay", "missing", "--data-dir", broker.data_dir)
+    assert r.returncode == 2 and r.stderr.strip() == (
+        f"zeps: error: no stream 'missing' in {broker.data_dir} (streams: real)")
+    r = zeps("stats", "missing", "--data-dir", broker.data_dir)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1
+
+
+def test_publish_no_body_and_tty_stdin_is_usage_error():
+    # Simulate "no BODY, stdin is a terminal" with a pty.
+    import pty
+    master, slave = pty.openpty()
+    try:
+        r = subprocess.run([sys.executable, "-m", "zeps", "publish", "s", "k"], stdin=slave,
+                           capture_output=True, text=True, timeout=30, cwd=str(REPO), env=ENV)
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert r.returncode == 2 and "stdin is a terminal" in r.stderr
+    assert len(r.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("cmd", [["publish", "s", "k", "v"], ["subscribe", "s"],
+                                 ["stats"], ["replay", "s"]])
+def test_unreachable_broker_exits_1_with_one_line(cmd):
+    ep = free_endpoint()
+    t = time.monotonic()
+    r = zeps(*cmd, "--endpoint", ep, "--connect-timeout", "0.3")
+    assert r.returncode == 1, r.stderr
+    assert r.stderr.splitlines() == [f"zeps: error: no answer from a ZEPS broker at {ep} within "
+                                     f"0.3s (is it running?)"]
+    assert time.monotonic() - t < 10
+
+
+def test_endpoint_from_environment(broker):
+    env = dict(ENV, ZEPS_ENDPOINT=broker.endpoint)
+    r = zeps("publish", "s", "k", "v", "--confirm", env=env)
+    assert r.returncode == 0 and r.stdout.strip() == "1"
+
+
+# ------------------------------------------------------------------ time arguments
+
+def test_parse_time_forms():
+    now = 1_800_000_000 * 10**9
+    assert parse_time("now", now) == now
+    assert parse_time("-30s", now) == now - 30 * 10**9
+    assert parse_time("-5m", now) == now - 300 * 10**9
+    assert parse_time("-2h", now) == now - 7200 * 10**9
+    assert parse_time("-500ms", now) == now - 500 * 10**6
+    assert parse_time("1700000000") == 1_700_000_000 * 10**9
+    assert parse_time("1700000000.25") == 1_700_000_000_250_000_000
+    assert parse_time("2026-11-22T10:00:00Z") == parse_time("2026-11-22T11:00:00+01:00")
+    assert parse_time("2026-11-22T10:00:00") == parse_time("2026-11-22T10:00:00Z")   # naive = UTC
+    assert parse_time("1970-01-01T00:00:01Z") == 10**9

@@ -32,8 +32,10 @@ How it works (what you can rely on)
   blocks (up to ``timeout`` seconds, then :class:`ZepsTimeout`, and that message was not
   accepted). An ``INVALID`` the broker sends back for a publish (message over the broker's
   ``--max-message``, disk full, ...) is raised as :class:`InvalidError` by the next call on the
-  client (``publish``, ``wait_for_confirms``, ``close``, ...); the call that raises it did not
-  perform its own operation.
+  client once it has arrived (``publish``, ``wait_for_confirms``, ``flush``, ``close``, ...);
+  the call that raises it did not perform its own operation. (While publishing flat out the
+  client looks at its socket every 2 ms, so a few more publishes may go out before it shows;
+  ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
 * **Confirms** (``confirms=True``): ``wait_for_confirms()`` blocks until every message published
   so far is durable under the broker's fsync policy and returns the sequence of the last one.
   Messages not yet confirmed when the peering is lost are **re-sent** after the reconnect:
@@ -97,6 +99,10 @@ TimeLike = Union[datetime, int, float]
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
+_NOBLOCK = int(zmq.NOBLOCK)
+_EVENTS = int(zmq.EVENTS)
+_POLLIN = int(zmq.POLLIN)
+_LOOK_INTERVAL = 0.002
 _MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event frame
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
@@ -267,6 +273,7 @@ class Client:
         self._mon = None
         self._poller = None
         self._state = _CONNECTING
+        self._closing = False
         self._connected = False
         self._need_reconnect: Optional[str] = None
         self._reconnect_at = 0.0
@@ -277,6 +284,7 @@ class Client:
         self._error: Optional[Exception] = None     # one-shot: raised by the next call
         self._fatal: Optional[Exception] = None     # permanent
         self._probe: Optional[_Entry] = None
+        self._next_look = 0.0
         now = time.monotonic()
         self._last_send = now
         self._last_recv = now
@@ -473,7 +481,15 @@ class Client:
         t = self.timeout if timeout is None else timeout
         deadline = time.monotonic() + t
         try:
+            if self._state is _CONNECTING and (self._pending or self._outbox):
+                # Reconnecting with publishes not yet (re)sent: give them a chance to go out.
+                self._pump(deadline, lambda: self._state is _ATTACHED or self._fatal is not None)
+                if self._state is not _ATTACHED:
+                    log.warning("zeps: closing while reconnecting to %s: %d publish(es) not "
+                                "sent", self.endpoint, max(len(self._pending),
+                                                          sum(p for _, p in self._outbox)))
             if self._state is _ATTACHED and self._sock is not None:
+                self._closing = True
                 entry = self._send_request(c.Detach(), "detach")
                 if not self._pump(deadline, lambda: entry.done or self._state is not _ATTACHED):
                     log.warning("zeps: no DETACH-OK from %s within %gs; closing anyway",
@@ -529,17 +545,21 @@ class Client:
         if (self._error is not None or self._state is not _ATTACHED or self._outbox
                 or now - self._last_send >= self.heartbeat or self._need_reconnect):
             self._prepare_publish(now)
+        sock = self._sock
         try:
-            self._sock.send(frame, zmq.NOBLOCK)
+            sock.send(frame, _NOBLOCK)
             self._last_send = now
         except zmq.Again:
             self._outbox.append((frame, True))
         self._pubs_since_entry += 1
         if self.confirms:
             self._pending.append(frame)
-        # Cheap look at what came back (CONFIRM, INVALID, monitor events).
-        if (self._sock.get(zmq.EVENTS) & zmq.POLLIN) or (self._mon.get(zmq.EVENTS) & zmq.POLLIN):
-            self._service()
+        # Look at what came back (CONFIRM, INVALID, monitor events) at most every 2 ms while
+        # publishing flat out: two getsockopt calls cost more than the send itself.
+        if now >= self._next_look:
+            self._next_look = now + _LOOK_INTERVAL
+            if (sock.getsockopt(_EVENTS) | self._mon.getsockopt(_EVENTS)) & _POLLIN:
+                self._service()
 
     def _prepare_publish(self, now: float) -> None:
         self._check_usable()
@@ -722,13 +742,25 @@ class Client:
     def _lost(self, why: str) -> None:
         if self._state in (_CLOSED, _FAILED) or self._need_reconnect:
             return
+        if self._closing:               # detaching anyway: no point in reconnecting
+            self._state = _FAILED
+            return
         self._need_reconnect = why
 
     def _reconnect(self) -> None:
         why, self._need_reconnect = self._need_reconnect, None
         self.reconnects += 1
-        log.warning("zeps: peering with %s (stream %r) lost: %s; reconnecting", self.endpoint,
-                    self.stream, why)
+        # Publishes the broker may not have processed (sent after the last answered request):
+        # without confirms nobody can tell whether they were stored.
+        unsure = not self.confirms and (self._pubs_since_entry > 0 or any(
+            e.kind == "barrier" for e in self._outstanding))
+        if unsure:
+            log.warning("zeps: peering with %s (stream %r) lost: %s; reconnecting. Publishes "
+                        "sent just before may be lost (use confirms=True for at-least-once)",
+                        self.endpoint, self.stream, why)
+        else:
+            log.info("zeps: peering with %s (stream %r) lost: %s; reconnecting", self.endpoint,
+                     self.stream, why)
         self._close_socket()
         for e in self._outstanding:
             e.cancelled = True
@@ -771,7 +803,7 @@ class Client:
                 self._send(frame)
             self._pubs_since_entry += len(held)
         if not initial:
-            log.warning("zeps: re-attached to %s (stream %r)%s", self.endpoint, self.stream,
+            log.info("zeps: re-attached to %s (stream %r)%s", self.endpoint, self.stream,
                         f", re-sending {len(self._pending)} unconfirmed publish(es)"
                         if self._pending else "")
 

@@ -111,15 +111,26 @@ def test_several_patterns_on_one_client(broker):
     keys = ["eu.fr", "us.ny", "asia.jp", "eu.de", "us.sf", "africa.ng"] * 5
     publish_n(broker.endpoint, "s", len(keys), key=lambda i: keys[i])
     with Client(broker.endpoint, "s", **FAST) as c:
-        sub = c.subscribe("eu.")
-        assert c.subscribe("~^us\\.") is sub
-        assert c.subscribe(["eu.", "~^us\\."]) is sub       # same patterns again: harmless
+        sub = c.subscribe(["eu.", "~^us\\."])                # both from the first message
+        assert c.subscribe("eu.") is sub                    # same pattern again: harmless
         assert sub.patterns == ("eu.", "~^us\\.")
         msgs = drain(sub, 20)
         assert sub.poll(0.3) is None                        # each message once
     assert all(m.key.startswith(("eu.", "us.")) for m in msgs)
     assert [m.sequence for m in msgs] == [i + 1 for i, k in enumerate(keys)
                                           if k.startswith(("eu.", "us."))]
+
+
+def test_later_pattern_applies_from_the_position(broker):
+    publish_n(broker.endpoint, "s", 4, key=lambda i: ["eu.a", "us.a"][i % 2])   # 1..4
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe("eu.")
+        assert [m.sequence for m in drain(sub, 2)] == [1, 3]
+        assert sub.poll(0.3) is None                    # the position is now past 4
+        assert c.subscribe("~^us", from_seq=1) is sub   # added from the position: no rewind
+        publish_n(broker.endpoint, "s", 4, key=lambda i: ["eu.b", "us.b"][i % 2])  # 5..8
+        assert [(m.sequence, m.key) for m in drain(sub, 4)] == [
+            (5, "eu.b"), (6, "us.b"), (7, "eu.b"), (8, "us.b")]
 
 
 def test_info_and_list_streams(broker):

@@ -443,11 +443,13 @@ class Client:
             stored = self._subscribe_one(p, latest, live)
             old = self._patterns.get(p)
             self._patterns[p] = stored if old is None else min(old, stored)
-            if not self._subscribed:
-                self._subscribed = True
-                self._last_received = self._last_handed
-                if self._state is _ATTACHED:
-                    self._send(encode(c.Credit(self.credit_window)))
+        if not self._subscribed:
+            # Credit only once every pattern of this call is in place: with credit the broker
+            # starts delivering, moving the position past what a later pattern would match.
+            self._subscribed = True
+            self._last_received = self._last_handed
+            if self._state is _ATTACHED:
+                self._send(encode(c.Credit(self.credit_window)))
         if self._subscription is None:
             self._subscription = Subscription(self)
         return self._subscription

@@ -286,3 +286,12 @@ def test_parse_time_forms():
     assert parse_time("2026-11-22T10:00:00Z") == parse_time("2026-11-22T11:00:00+01:00")
     assert parse_time("2026-11-22T10:00:00") == parse_time("2026-11-22T10:00:00Z")   # naive = UTC
     assert parse_time("1970-01-01T00:00:01Z") == 10**9
+
+
+def test_rejected_publish_exits_1_with_the_broker_reason(start_broker, tmp_path):
+    b = start_broker(tmp_path / "d", "--max-message", "10")
+    for extra in ([], ["--confirm"]):
+        r = zeps("publish", "s", "k", "this body is too long", *extra, "--endpoint", b.endpoint)
+        assert r.returncode == 1 and r.stdout == ""
+        assert r.stderr.splitlines() == ["zeps: error: broker rejected PUBLISH: body of 21 bytes "
+                                         "is over the broker's limit of 10"]

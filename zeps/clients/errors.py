@@ -36,7 +36,10 @@ class InvalidError(ZepsError):
         self.reason = reason
         self.command = command
         if command:
-            super().__init__(f"broker rejected {command}: {reason}")
+            text = reason
+            if text.startswith(f"{command} rejected: "):     # don't say it twice
+                text = text[len(command) + 11:]
+            super().__init__(f"broker rejected {command}: {text}")
         else:
             super().__init__(f"broker said INVALID: {reason}")
 

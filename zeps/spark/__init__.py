@@ -1,0 +1,38 @@
+"""ZEPS for Apache Spark: the PySpark (>= 4.0) Python Data Source ``"zeps"``.
+
+::
+
+    from zeps.spark import register
+    register(spark)                                   # or spark.dataSource.register(ZepsDataSource)
+
+    df = (spark.read.format("zeps")
+          .option("path", "/var/lib/zeps")            # a journal data directory ...
+          # .option("endpoint", "tcp://broker:7470")  # ... or a running broker
+          .option("stream", "orders")
+          .option("pattern", "eu.")                   # key prefix, or ~regex
+          .load())
+    # columns: stream string, sequence bigint, key string, body binary, timestamp timestamp
+
+    (df.select("key", "body").write.format("zeps")
+       .option("endpoint", "tcp://broker:7470").option("stream", "copy").mode("append").save())
+
+Options (case-insensitive): path, endpoint, stream, pattern, startingSequence, endingSequence,
+startingTime, endingTime, maxRecordsPerTrigger, bodyFormat (binary|utf8|json|msgpack),
+bodySchema, verifyCrc, maxRecordsPerPartition, timeout. See docs/spark.md.
+"""
+from .options import OPTION_NAMES, ZepsSparkError
+from .source import (ZepsBatchReader, ZepsDataSource, ZepsFilteringBatchReader, ZepsStreamReader,
+                     ZepsStreamWriter, ZepsWriter, base_schema)
+
+__all__ = ["ZepsDataSource", "ZepsSparkError", "register", "OPTION_NAMES", "base_schema",
+           "ZepsBatchReader", "ZepsFilteringBatchReader", "ZepsStreamReader", "ZepsWriter",
+           "ZepsStreamWriter"]
+
+
+def register(spark, *, filter_pushdown: bool = True) -> None:
+    """Register the ``zeps`` data source in ``spark``. With ``filter_pushdown`` (default) it
+    also sets ``spark.sql.python.filterPushdown.enabled=true`` for the session, so that
+    ``sequence`` comparisons and ``key`` equality / prefix filters are pushed into the reader."""
+    spark.dataSource.register(ZepsDataSource)
+    if filter_pushdown:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

@@ -1,0 +1,760 @@
+"""The ``zeps`` PySpark Python Data Source: batch and streaming reads from a journal directory
+(``path``) or a running broker (``endpoint``), batch and streaming writes through a broker.
+
+Everything Spark pickles (readers, partitions, writers) is defined in this importable module:
+Spark workers import ``zeps.spark.source`` instead of receiving code from ``__main__``.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Sequence, Tuple
+
+from pyspark.sql.datasource import (DataSource, DataSourceArrowWriter, DataSourceReader,
+                                    DataSourceStreamArrowWriter, DataSourceStreamReader,
+                                    EqualTo, GreaterThan, GreaterThanOrEqual, In, InputPartition,
+                                    LessThan, LessThanOrEqual, StringStartsWith,
+                                    WriterCommitMessage)
+from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadLimit, ReadMaxRows,
+                                              ReadMinRows, SupportsTriggerAvailableNow)
+from pyspark.sql import types as T
+
+from .options import ZepsOptions, ZepsSparkError, parse_options
+
+log = logging.getLogger("zeps.spark")
+
+__all__ = ["ZepsDataSource", "ZepsBatchReader", "ZepsFilteringBatchReader", "ZepsStreamReader",
+           "ZepsWriter", "ZepsStreamWriter", "ZepsPartition", "ZepsCommitMessage", "base_schema"]
+
+DEFAULT_BROKER_RECORDS_PER_PARTITION = 200_000
+
+
+def base_schema(body_type: T.DataType = T.BinaryType()) -> T.StructType:
+    return T.StructType([
+        T.StructField("stream", T.StringType(), True),
+        T.StructField("sequence", T.LongType(), True),
+        T.StructField("key", T.StringType(), True),
+        T.StructField("body", body_type, True),
+        T.StructField("timestamp", T.TimestampType(), True),
+    ])
+
+
+def _body_type(o: ZepsOptions) -> T.DataType:
+    if o.body_format == "utf8":
+        return T.StringType()
+    if o.body_format in ("json", "msgpack"):
+        from .body import parse_body_schema
+        return parse_body_schema(o.body_schema)
+    return T.BinaryType()
+
+
+# ============================================================================ where the data is
+
+class _Source:
+    """Metadata of the stream being read, on the driver: a journal directory or a broker."""
+
+    def __init__(self, o: ZepsOptions):
+        self.o = o
+
+    # -- construction with the checks that give one clear error --------------------------
+
+    @staticmethod
+    def open(o: ZepsOptions) -> "_Source":
+        return _PathSource(o) if o.path else _BrokerSource(o)
+
+    def first_last(self) -> Tuple[int, int]:
+        raise NotImplementedError
+
+    def seq_at(self, ts_ns: int) -> int:
+        raise NotImplementedError
+
+    def close(self) -> None:
+        pass
+
+
+class _PathSource(_Source):
+    def __init__(self, o: ZepsOptions):
+        super().__init__(o)
+        from ..journal import JournalError, JournalReader, list_streams, stream_dir_name
+        root = o.path
+        if root.startswith("file://"):
+            root = root[len("file://"):]
+        if not os.path.isdir(root):
+            raise ZepsSparkError(f"option 'path': no journal data directory at {o.path!r} "
+                                 "(it must be readable on the driver and on every executor)")
+        self.root = root
+        self.stream_dir = os.path.join(root, stream_dir_name(o.stream))
+        if not os.path.isdir(self.stream_dir):
+            try:
+                present = list_streams(root)
+            except JournalError:
+                present = []
+            raise ZepsSparkError(
+                f"option 'stream': no stream {o.stream!r} in the journal directory {o.path!r} "
+                f"(streams there: {', '.join(present) if present else 'none'})")
+        try:
+            self.reader = JournalReader(self.stream_dir)
+        except JournalError as e:
+            raise ZepsSparkError(f"option 'path': cannot read stream {o.stream!r}: {e}") from None
+
+    def first_last(self) -> Tuple[int, int]:
+        st = self.reader.info()
+        return st.first_seq, st.last_seq
+
+    def seq_at(self, ts_ns: int) -> int:
+        return self.reader.seq_at(ts_ns)
+
+    def close(self) -> None:
+        try:
+            self.reader.close()
+        except Exception:
+            pass
+
+
+class _BrokerSource(_Source):
+    def __init__(self, o: ZepsOptions):
+        super().__init__(o)
+        from ..clients import ZepsError, ZepsTimeout, list_streams
+        try:
+            present = list_streams(o.endpoint, timeout=o.timeout)
+        except ZepsTimeout:
+            raise ZepsSparkError(f"option 'endpoint': no ZEPS broker answered at {o.endpoint} "
+                                 f"within {o.timeout:g}s (is it running and reachable from the "
+                                 "driver and the executors?)") from None
+        except (ZepsError, OSError) as e:
+            raise ZepsSparkError(f"option 'endpoint': cannot talk to the broker at "
+                                 f"{o.endpoint}: {e}") from None
+        if o.stream not in present:
+            raise ZepsSparkError(
+                f"option 'stream': the broker at {o.endpoint} has no stream {o.stream!r} "
+                f"(streams there: {', '.join(present) if present else 'none'})")
+        self._client = None
+
+    def client(self):
+        if self._client is None:
+            from ..clients import Client
+            self._client = Client(self.o.endpoint, self.o.stream, timeout=self.o.timeout)
+        return self._client
+
+    def first_last(self) -> Tuple[int, int]:
+        info = self.client().info()
+        return info.first, info.last
+
+    def seq_at(self, ts_ns: int) -> int:
+        return self.client().seq_at(int(ts_ns))
+
+    def close(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close(timeout=1.0)
+            except Exception:
+                pass
+            self._client = None
+
+
+# ============================================================================ partitions
+
+@dataclass
+class _KeyFilter:
+    op: str          # "eq" | "prefix" | "in"
+    value: object
+
+
+class ZepsPartition(InputPartition):
+    """Records ``first..last`` (inclusive) of one stream. From a journal: in one segment
+    ``log_path`` starting at byte ``start_pos`` (an index hint), records past ``last`` starting
+    around ``end_pos``. From a broker: read with the SDK."""
+
+    def __init__(self, first: int, last: int, log_path: Optional[str] = None,
+                 start_pos: int = 0, end_pos: Optional[int] = None):
+        super().__init__((first, last))
+        self.first = first
+        self.last = last
+        self.log_path = log_path
+        self.start_pos = start_pos
+        self.end_pos = end_pos
+
+
+def _split(first: int, last: int, per: int) -> List[Tuple[int, int]]:
+    out = []
+    s = first
+    while s <= last:
+        e = min(last, s + per - 1)
+        out.append((s, e))
+        s = e + 1
+    return out
+
+
+def plan_path_partitions(stream_dir: str, first: int, last: int, per: int) -> List[ZepsPartition]:
+    """Partitions from the segment files (named by their first sequence) and their sparse
+    indexes: one per segment, each segment split further into ~``per`` records."""
+    from .bulk import floor_entry, load_index, segment_files
+    if last < first:
+        return []
+    segs = segment_files(stream_dir)
+    out: List[ZepsPartition] = []
+    for i, (seg_first, path) in enumerate(segs):
+        seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+        lo, hi = max(first, seg_first), min(last, seg_last)
+        if lo > hi:
+            continue
+        pieces = _split(lo, hi, per)
+        index = load_index(path) if (len(pieces) > 1 or lo > seg_first) else None
+        for j, (a, b) in enumerate(pieces):
+            start_pos = floor_entry(index, a)[1] if index is not None else 0
+            end_pos = None
+            if j + 1 < len(pieces):
+                nxt_seq, nxt_pos = floor_entry(index, pieces[j + 1][0])
+                if nxt_seq > b:          # every record before it is <= b
+                    end_pos = nxt_pos
+            out.append(ZepsPartition(a, b, path, start_pos, end_pos))
+    return out
+
+
+def plan_broker_partitions(first: int, last: int, per: int) -> List[ZepsPartition]:
+    return [ZepsPartition(a, b) for a, b in _split(first, last, per)] if last >= first else []
+
+
+# ============================================================================ reading
+
+class _ReadPlan:
+    """What a partition reader needs (picklable, built on the driver)."""
+
+    def __init__(self, o: ZepsOptions, schema: T.StructType):
+        self.o = o
+        self.schema = schema
+        self.key_filters: List[_KeyFilter] = []
+
+    def arrow_schema(self):
+        from pyspark.sql.pandas.types import to_arrow_schema
+        return to_arrow_schema(self.schema, timezone="UTC")   # what Spark's worker checks against
+
+
+def _const_string(value: str, n: int):
+    import numpy as np
+    import pyarrow as pa
+    raw = value.encode("utf-8")
+    offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets),
+                                                  pa.py_buffer(raw * n)])
+
+
+class _BatchBuilder:
+    """Turns parsed columns into RecordBatches of the output schema; applies pattern and
+    pushed-down key filters."""
+
+    def __init__(self, plan: _ReadPlan):
+        import pyarrow as pa
+        self.plan = plan
+        self.o = plan.o
+        self.pa_schema = plan.arrow_schema()
+        self.names = [f.name for f in self.pa_schema]
+        self.body_type = self.pa_schema.field("body").type
+        self.decode_one = None
+        if self.o.body_format in ("json", "msgpack"):
+            from .body import make_decoder
+            self.decode_one = make_decoder(self.o.body_format, self.plan.schema["body"].dataType)
+        self.matcher = None
+        p = self.o.pattern
+        if p.startswith("~"):
+            try:
+                from ..matching import compile_pattern
+                self.matcher = compile_pattern(p).matches
+            except ImportError:  # pragma: no cover
+                import regex
+                rx = regex.compile(p[1:])
+                self.matcher = lambda k: rx.search(k) is not None
+        self.pa = pa
+
+    def _mask(self, key):
+        import pyarrow.compute as pc
+        pa = self.pa
+        mask = None
+
+        def both(a, b):
+            return b if a is None else pc.and_(a, b)
+        p = self.o.pattern
+        if p and not p.startswith("~"):
+            mask = both(mask, pc.starts_with(key, pattern=p))
+        elif self.matcher is not None:
+            m = self.matcher
+            mask = both(mask, pa.array([m(k) for k in key.to_pylist()], type=pa.bool_()))
+        for f in self.plan.key_filters:
+            if f.op == "eq":
+                mask = both(mask, pc.equal(key, f.value))
+            elif f.op == "prefix":
+                mask = both(mask, pc.starts_with(key, pattern=f.value))
+            elif f.op == "in":
+                mask = both(mask, pc.is_in(key, value_set=pa.array(list(f.value), pa.string())))
+        return mask
+
+    def build(self, seq, ts_ns, key, body):
+        """seq, ts_ns: int64 numpy arrays; key: pa.string(); body: pa.binary()."""
+        import numpy as np
+        pa = self.pa
+        mask = self._mask(key)
+        if mask is not None:
+            mask = mask.fill_null(False)
+            npmask = mask.to_numpy(zero_copy_only=False)
+            if not npmask.all():
+                seq, ts_ns = seq[npmask], ts_ns[npmask]
+                key, body = key.filter(mask), body.filter(mask)
+        n = len(seq)
+        if n == 0:
+            return None
+        from .body import decode_body
+        cols = {
+            "stream": _const_string(self.o.stream, n),
+            "sequence": pa.array(np.ascontiguousarray(seq, dtype=np.int64), type=pa.int64()),
+            "key": key,
+            "body": decode_body(body, self.o.body_format, self.body_type, self.decode_one),
+            "timestamp": pa.array(np.ascontiguousarray(ts_ns // 1000, dtype=np.int64),
+                                  type=pa.int64()).view(pa.timestamp("us", tz="UTC")),
+        }
+        arrays = []
+        for f in self.pa_schema:
+            a = cols[f.name]
+            if a.type != f.type:
+                a = a.cast(f.type)
+            arrays.append(a)
+        return pa.RecordBatch.from_arrays(arrays, schema=self.pa_schema)
+
+
+def read_partition(plan: _ReadPlan, part: ZepsPartition) -> Iterator:
+    """Yield pyarrow.RecordBatch for one partition."""
+    b = _BatchBuilder(plan)
+    if part.log_path is not None:
+        from .bulk import SegmentCorruptionError, load_index, read_range
+        index = load_index(part.log_path)
+        try:
+            for cols in read_range(part.log_path, part.first, part.last,
+                                   start_pos=part.start_pos, end_pos=part.end_pos, index=index,
+                                   verify_crc=plan.o.verify_crc):
+                rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body)
+                if rb is not None:
+                    yield rb
+        except FileNotFoundError:
+            # retention deleted the segment after planning: those records are gone
+            log.warning("zeps: segment %s was deleted (retention) before it was read",
+                        part.log_path)
+        except SegmentCorruptionError as e:
+            raise ZepsSparkError(f"corrupt journal: {e}") from None
+        return
+    yield from _read_broker(plan, part, b)
+
+
+def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iterator:
+    """Read ``first..last`` through the SDK: one subscription of every key from ``first``
+    (the pattern is applied here, so that reaching ``last`` is always observable)."""
+    import numpy as np
+    import pyarrow as pa
+    from ..clients import Client
+    o = plan.o
+    chunk = 8192
+    with Client(o.endpoint, o.stream, timeout=o.timeout) as c:
+        sub = c.subscribe("", from_seq=part.first)
+        seqs: List[int] = []
+        keys: List[str] = []
+        bodies: List[bytes] = []
+        stamps: List[int] = []
+        done = False
+        waited = 0.0
+        while not done:
+            msg = sub.poll(1.0)
+            if msg is None:
+                waited += 1.0
+                info = c.info()
+                if info.first > part.last or info.last < part.first:
+                    break                 # retention removed the rest of this range
+                if waited >= max(o.timeout, 5.0):
+                    raise ZepsSparkError(f"option 'endpoint': the broker at {o.endpoint} sent "
+                                         f"nothing for {waited:g}s while reading sequences "
+                                         f"{part.first}..{part.last} of {o.stream!r}")
+                continue
+            waited = 0.0
+            if msg.sequence > part.last:
+                break
+            seqs.append(msg.sequence)
+            keys.append(msg.key)
+            bodies.append(msg.body)
+            stamps.append(msg.timestamp or 0)
+            done = msg.sequence >= part.last
+            if len(seqs) >= chunk or done:
+                rb = b.build(np.array(seqs, dtype=np.int64), np.array(stamps, dtype=np.int64),
+                             pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
+                seqs, keys, bodies, stamps = [], [], [], []
+                if rb is not None:
+                    yield rb
+        if seqs:
+            rb = b.build(np.array(seqs, dtype=np.int64), np.array(stamps, dtype=np.int64),
+                         pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
+            if rb is not None:
+                yield rb
+
+
+def _resolve_start(o: ZepsOptions, src: _Source, first: int, last: int) -> int:
+    if o.starting_time_ns is not None:
+        return max(first, src.seq_at(o.starting_time_ns))
+    s = o.starting_sequence
+    if s == "latest":
+        return last + 1
+    if s == "earliest" or s is None:
+        return first
+    return max(int(s), first)
+
+
+def _resolve_end(o: ZepsOptions, src: _Source, last: int) -> int:
+    """Inclusive upper bound from endingSequence / endingTime (``last`` if neither)."""
+    if o.ending_time_ns is not None:
+        return min(last, src.seq_at(o.ending_time_ns + 1) - 1)
+    if o.ending_sequence is not None:
+        return min(last, o.ending_sequence)
+    return last
+
+
+def _per_partition(o: ZepsOptions, explicit: bool) -> int:
+    if o.path or explicit:
+        return o.records_per_partition
+    return DEFAULT_BROKER_RECORDS_PER_PARTITION
+
+
+def _plan(o: ZepsOptions, src: _Source, lo: int, hi: int, rpp_explicit: bool
+          ) -> List[ZepsPartition]:
+    per = _per_partition(o, rpp_explicit)
+    if o.path:
+        return plan_path_partitions(src.stream_dir, lo, hi, per)
+    return plan_broker_partitions(lo, hi, per)
+
+
+class ZepsBatchReader(DataSourceReader):
+    """Batch read: the range is fixed on the driver when the query is planned."""
+
+    def __init__(self, options, schema: T.StructType):
+        self.o = parse_options(options, "read")
+        self.plan = _ReadPlan(self.o, schema)
+        self._rpp_explicit = "maxrecordsperpartition" in {k.lower() for k in options}
+        self.seq_lo = 0
+        self.seq_hi = (1 << 63) - 1
+
+    def partitions(self) -> Sequence[InputPartition]:
+        src = _Source.open(self.o)
+        try:
+            first, last = src.first_last()
+            lo = max(_resolve_start(self.o, src, first, last), self.seq_lo)
+            hi = min(_resolve_end(self.o, src, last), self.seq_hi)
+            parts = _plan(self.o, src, lo, hi, self._rpp_explicit)
+        finally:
+            src.close()
+        # Spark wants at least one partition; an empty one reads nothing
+        return parts or [ZepsPartition(1, 0)]
+
+    def read(self, partition: ZepsPartition):
+        if partition.last < partition.first:
+            return iter(())
+        return read_partition(self.plan, partition)
+
+
+class ZepsFilteringBatchReader(ZepsBatchReader):
+    """The batch reader with filter pushdown (used when ``spark.sql.python.filterPushdown
+    .enabled`` is true): ``sequence`` comparisons narrow the sequence range before planning;
+    ``key = 'x'``, ``key IN (...)`` and ``key LIKE 'p%'`` (startswith) are applied to each
+    block's key column in Arrow, before the body is decoded. Both are applied exactly, so
+    Spark does not re-check them."""
+
+    def pushFilters(self, filters):
+        for f in filters:
+            col = f.attribute[0] if len(f.attribute) == 1 else None
+            if col == "sequence" and isinstance(f, (EqualTo, GreaterThan, GreaterThanOrEqual,
+                                                    LessThan, LessThanOrEqual)) \
+                    and isinstance(f.value, int) and not isinstance(f.value, bool):
+                v = f.value
+                if isinstance(f, EqualTo):
+                    self.seq_lo, self.seq_hi = max(self.seq_lo, v), min(self.seq_hi, v)
+                elif isinstance(f, GreaterThan):
+                    self.seq_lo = max(self.seq_lo, v + 1)
+                elif isinstance(f, GreaterThanOrEqual):
+                    self.seq_lo = max(self.seq_lo, v)
+                elif isinstance(f, LessThan):
+                    self.seq_hi = min(self.seq_hi, v - 1)
+                else:
+                    self.seq_hi = min(self.seq_hi, v)
+                continue
+            if col == "key" and isinstance(f, EqualTo) and isinstance(f.value, str):
+                self.plan.key_filters.append(_KeyFilter("eq", f.value))
+                continue
+            if col == "key" and isinstance(f, StringStartsWith) and isinstance(f.value, str):
+                self.plan.key_filters.append(_KeyFilter("prefix", f.value))
+                continue
+            if col == "key" and isinstance(f, In) and all(isinstance(v, str) for v in f.value):
+                self.plan.key_filters.append(_KeyFilter("in", tuple(f.value)))
+                continue
+            yield f
+
+
+def _pushdown_requested() -> bool:
+    """Whether Spark is planning this read through its filter-pushdown worker.
+
+    PySpark refuses a reader that implements ``pushFilters`` when
+    ``spark.sql.python.filterPushdown.enabled`` is false (DATA_SOURCE_PUSHDOWN_DISABLED), and
+    the data source cannot read that conf. So the filtering reader is returned only when the
+    caller is PySpark's pushdown worker (``pyspark.sql.worker.data_source_pushdown_filters``);
+    anywhere else the plain reader is used (same results, Spark filters the rows itself)."""
+    f = sys._getframe(1)
+    for _ in range(12):
+        if f is None:
+            break
+        if f.f_globals.get("__name__", "").endswith("data_source_pushdown_filters"):
+            return True
+        f = f.f_back
+    return False
+
+
+# ============================================================================ streaming read
+
+class ZepsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets are ``{stream: next sequence to read}``. A micro-batch ``[start, end)`` reads
+    sequences ``start[stream] .. end[stream] - 1``; Spark checkpoints the offsets, so a
+    restarted query resumes at the exact sequence where it stopped."""
+
+    def __init__(self, options, schema: T.StructType):
+        self.o = parse_options(options, "stream")
+        self.plan = _ReadPlan(self.o, schema)
+        self._rpp_explicit = "maxrecordsperpartition" in {k.lower() for k in options}
+        self._target: Optional[int] = None     # Trigger.AvailableNow: the head at its start
+        self._src: Optional[_Source] = None
+
+    def __getstate__(self):
+        d = dict(self.__dict__)
+        d["_src"] = None
+        return d
+
+    def _source(self) -> _Source:
+        if self._src is None:
+            self._src = _Source.open(self.o)
+        return self._src
+
+    def _head(self) -> int:
+        """The next sequence after the last readable one, capped by the ending options and
+        by the AvailableNow target."""
+        src = self._source()
+        first, last = src.first_last()
+        head = _resolve_end(self.o, src, last) + 1
+        if self._target is not None:
+            head = min(head, self._target)
+        return head
+
+    def initialOffset(self) -> dict:
+        src = self._source()
+        first, last = src.first_last()
+        return {self.o.stream: _resolve_start(self.o, src, first, last)}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.o.max_records_per_trigger:
+            return ReadMaxRows(self.o.max_records_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        src = self._source()
+        first, last = src.first_last()
+        self._target = _resolve_end(self.o, src, last) + 1
+
+    def _start_of(self, start: dict) -> int:
+        v = start.get(self.o.stream) if isinstance(start, dict) else None
+        if not isinstance(v, int):
+            raise ZepsSparkError(f"the checkpointed offset {json.dumps(start)} is not for stream "
+                                 f"{self.o.stream!r}: use a new checkpointLocation for another "
+                                 "stream")
+        return v
+
+    def latestOffset(self, start: dict = None, limit: ReadLimit = None) -> dict:
+        head = self._head()
+        if start is None:              # pre-4.2 signature
+            return {self.o.stream: head}
+        s = self._start_of(start)
+        end = max(head, s)
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, s + max(int(limit.max_rows), 1))
+        elif isinstance(limit, ReadMinRows):
+            if end - s < int(limit.min_rows) and self._target is None:
+                end = s
+        return {self.o.stream: end}
+
+    def reportLatestOffset(self) -> Optional[dict]:
+        try:
+            return {self.o.stream: self._head()}
+        except Exception:
+            return None
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        s, e = self._start_of(start), self._start_of(end)
+        if e <= s:
+            return []
+        src = self._source()
+        first, _ = src.first_last()
+        lo = max(s, first)           # retention may have removed some: they are gone
+        if lo > e - 1:
+            return []
+        return _plan(self.o, src, lo, e - 1, self._rpp_explicit)
+
+    def read(self, partition: ZepsPartition):
+        return read_partition(self.plan, partition)
+
+    def commit(self, end: dict) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self._src is not None:
+            self._src.close()
+            self._src = None
+
+
+# ============================================================================ writing
+
+class ZepsCommitMessage(WriterCommitMessage):
+    def __init__(self, count: int, last_seq: int, partition_id: Optional[int] = None):
+        self.count = count
+        self.last_seq = last_seq
+        self.partition_id = partition_id
+
+    def __repr__(self):
+        return f"ZepsCommitMessage(count={self.count}, last_seq={self.last_seq})"
+
+
+_SINK_COLUMNS = ("key", "body")
+_IGNORED_COLUMNS = ("stream", "sequence", "timestamp")   # what a zeps read produces
+
+
+def check_sink_schema(schema: T.StructType) -> None:
+    names = [f.name for f in schema.fields]
+    lower = {n.lower(): f for n, f in zip(names, schema.fields)}
+    if "body" not in lower:
+        raise ZepsSparkError("the zeps sink needs a column 'body' (binary or string) and "
+                             f"optionally 'key' (string); the DataFrame has: {', '.join(names)}")
+    bt = lower["body"].dataType
+    if not isinstance(bt, (T.BinaryType, T.StringType)):
+        raise ZepsSparkError(f"column 'body' must be binary or string, not {bt.simpleString()} "
+                             "(serialize it first, e.g. to_json(struct(...)) AS body)")
+    if "key" in lower and not isinstance(lower["key"].dataType, T.StringType):
+        raise ZepsSparkError(f"column 'key' must be a string, not "
+                             f"{lower['key'].dataType.simpleString()}")
+    extra = [n for n in names if n.lower() not in _SINK_COLUMNS + _IGNORED_COLUMNS]
+    if extra:
+        raise ZepsSparkError(f"unexpected column '{extra[0]}': the zeps sink publishes 'key' "
+                             "(string) and 'body' (binary or string); select those")
+
+
+def publish_batches(o: ZepsOptions, batches) -> ZepsCommitMessage:
+    """Publish every row of ``batches`` (pyarrow RecordBatches with ``key``/``body``) with
+    confirms, and wait until all are durable. Raises if anything was refused or not confirmed
+    in time, so the task fails rather than committing a partial write."""
+    from ..clients import Client, ZepsError
+    count = 0
+    last = 0
+    try:
+        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout) as c:
+            for rb in batches:
+                if rb.num_rows == 0:
+                    continue
+                names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
+                body = rb.column(names["body"])
+                bodies = body.to_pylist()
+                if "key" in names:
+                    keys = rb.column(names["key"]).to_pylist()
+                else:
+                    keys = [""] * rb.num_rows
+                items = [("" if k is None else k,
+                          b"" if b is None else (b.encode("utf-8") if isinstance(b, str) else b))
+                         for k, b in zip(keys, bodies)]
+                c.publish_batch(items)
+                count += len(items)
+            if count:
+                last = c.wait_for_confirms(timeout=max(o.timeout, 30.0))
+    except ZepsError as e:
+        raise ZepsSparkError(f"publishing to stream {o.stream!r} at {o.endpoint} failed after "
+                             f"{count} rows of this task were sent: {e}") from None
+    return ZepsCommitMessage(count, last)
+
+
+def _report_abort(o: ZepsOptions, messages, batch_id=None) -> None:
+    done = [m for m in messages if isinstance(m, ZepsCommitMessage)]
+    n = sum(m.count for m in done)
+    what = f"micro-batch {batch_id}" if batch_id is not None else "write job"
+    log.error("zeps: %s to stream %r aborted: %d task(s) had committed %d row(s), which stay "
+              "published (a journal cannot take them back); failed tasks may have published "
+              "part of their rows too. Delivery is at-least-once.", what, o.stream,
+              len(done), n)
+
+
+class ZepsWriter(DataSourceArrowWriter):
+    """``df.write.format("zeps")``: each task publishes its rows with confirms and commits only
+    once all of them are durable."""
+
+    def __init__(self, options, schema: T.StructType, overwrite: bool):
+        self.o = parse_options(options, "write")
+        if overwrite:
+            raise ZepsSparkError("mode 'overwrite' is not possible: a ZEPS stream is "
+                                 "append-only; use mode('append')")
+        check_sink_schema(schema)
+
+    def write(self, iterator) -> ZepsCommitMessage:
+        return publish_batches(self.o, iterator)
+
+    def commit(self, messages) -> None:
+        n = sum(m.count for m in messages if isinstance(m, ZepsCommitMessage))
+        log.info("zeps: published %d rows to stream %r", n, self.o.stream)
+
+    def abort(self, messages) -> None:
+        _report_abort(self.o, messages)
+
+
+class ZepsStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("zeps")``: same as :class:`ZepsWriter` per micro-batch."""
+
+    def __init__(self, options, schema: T.StructType, overwrite: bool):
+        self.o = parse_options(options, "write")
+        check_sink_schema(schema)
+
+    def write(self, iterator) -> ZepsCommitMessage:
+        return publish_batches(self.o, iterator)
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        _report_abort(self.o, messages, batchId)
+
+
+# ============================================================================ the data source
+
+class ZepsDataSource(DataSource):
+    """``spark.read.format("zeps")`` / ``readStream`` / ``write`` / ``writeStream``.
+
+    Options: see :mod:`zeps.spark` and docs/spark.md.
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return "zeps"
+
+    def schema(self):
+        o = parse_options(self.options, "read")
+        body = _body_type(o)
+        _Source.open(o).close()        # missing stream / directory / broker: one clear error
+        return base_schema(body)
+
+    def reader(self, schema: T.StructType) -> DataSourceReader:
+        cls = ZepsFilteringBatchReader if _pushdown_requested() else ZepsBatchReader
+        return cls(self.options, schema)
+
+    def streamReader(self, schema: T.StructType) -> DataSourceStreamReader:
+        return ZepsStreamReader(self.options, schema)
+
+    def writer(self, schema: T.StructType, overwrite: bool):
+        return ZepsWriter(self.options, schema, overwrite)
+
+    def streamWriter(self, schema: T.StructType, overwrite: bool):
+        return ZepsStreamWriter(self.options, schema, overwrite)

@@ -361,6 +361,12 @@ def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_b
     assert [d.sequence for d in delivered] == list(range(1, last + 1))
     assert all(d.body == body for d in delivered)
     assert sub.nothing()                                  # nothing of the failed append
+    for _ in range(3):                                    # one INVALID per rejected PUBLISH
+        pub.send(c.Publish("k", body))
+    pub.send(c.StreamInfo())
+    answers = [pub.recv() for _ in range(4)]
+    assert [type(a) for a in answers] == [c.Invalid] * 3 + [c.StreamInfoOk]
+    assert answers[-1].last == last
     other.send(c.Ping())                                  # the broker keeps serving
     other.expect(c.PingOk)
     for cl in (pub, sub, other):
@@ -368,3 +374,4 @@ def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_b
     b.kill()
     r = JournalReader(b.data_dir / stream_dir_name("full"))
     assert [rec.sequence for rec in r.read_from(1)] == list(range(1, last + 1))
+

@@ -112,11 +112,10 @@ class Stream:
         try:
             records = self.journal.append_batch([(key, body) for _s, key, body in pending])
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
+            # One INVALID per rejected PUBLISH, so a publisher counting confirms stays exact.
             reason = encode(c.Invalid(_clip(f"{PUBLISH_REJECTED}journal append failed: {exc}")))
-            told = set()
             for s, _k, _b in pending:
-                if s.identity not in told and s.identity in self.sessions:
-                    told.add(s.identity)
+                if s.identity in self.sessions:
                     self.outbox.append((s.identity, reason))
             self.log("append_failed", stream=self.name, error=str(exc), messages=len(pending))
             return

@@ -293,7 +293,8 @@ class _BatchBuilder:
         return mask
 
     def build(self, seq, ts_ns, key, body):
-        """seq, ts_ns: int64 numpy arrays; key: pa.string(); body: pa.binary()."""
+        """seq, ts_ns: int64 numpy arrays (ts_ns may be None: unknown); key: pa.string();
+        body: pa.binary()."""
         import numpy as np
         pa = self.pa
         mask = self._mask(key)
@@ -301,7 +302,8 @@ class _BatchBuilder:
             mask = mask.fill_null(False)
             npmask = mask.to_numpy(zero_copy_only=False)
             if not npmask.all():
-                seq, ts_ns = seq[npmask], ts_ns[npmask]
+                seq = seq[npmask]
+                ts_ns = None if ts_ns is None else ts_ns[npmask]
                 key, body = key.filter(mask), body.filter(mask)
         n = len(seq)
         if n == 0:
@@ -312,8 +314,10 @@ class _BatchBuilder:
             "sequence": pa.array(np.ascontiguousarray(seq, dtype=np.int64), type=pa.int64()),
             "key": key,
             "body": decode_body(body, self.o.body_format, self.body_type, self.decode_one),
-            "timestamp": pa.array(np.ascontiguousarray(ts_ns // 1000, dtype=np.int64),
-                                  type=pa.int64()).view(pa.timestamp("us", tz="UTC")),
+            # a broker's DELIVER carries no timestamp: null when read through an endpoint
+            "timestamp": (pa.nulls(n, pa.timestamp("us", tz="UTC")) if ts_ns is None else
+                          pa.array(np.ascontiguousarray(ts_ns // 1000, dtype=np.int64),
+                                   type=pa.int64()).view(pa.timestamp("us", tz="UTC"))),
         }
         arrays = []
         for f in self.pa_schema:
@@ -360,7 +364,6 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
         seqs: List[int] = []
         keys: List[str] = []
         bodies: List[bytes] = []
-        stamps: List[int] = []
         done = False
         waited = 0.0
         while not done:
@@ -381,16 +384,15 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
             seqs.append(msg.sequence)
             keys.append(msg.key)
             bodies.append(msg.body)
-            stamps.append(msg.timestamp or 0)
             done = msg.sequence >= part.last
             if len(seqs) >= chunk or done:
-                rb = b.build(np.array(seqs, dtype=np.int64), np.array(stamps, dtype=np.int64),
+                rb = b.build(np.array(seqs, dtype=np.int64), None,
                              pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
-                seqs, keys, bodies, stamps = [], [], [], []
+                seqs, keys, bodies = [], [], []
                 if rb is not None:
                     yield rb
         if seqs:
-            rb = b.build(np.array(seqs, dtype=np.int64), np.array(stamps, dtype=np.int64),
+            rb = b.build(np.array(seqs, dtype=np.int64), None,
                          pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
             if rb is not None:
                 yield rb

@@ -1,0 +1,1 @@
+"""The ZEPS + Spark example pipeline: ``python -m examples.pipeline.run`` (see README.md here)."""

@@ -114,11 +114,12 @@ class FileIndex:
             self.tfd = os.open(time_path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             os.close(self.ifd)
+            self.ifd = self.tfd = -1
             raise
         self._n = self._count() if fixed else None
 
     def close(self) -> None:
-        for fd in (self.ifd, self.tfd):
+        for fd in (getattr(self, "ifd", -1), getattr(self, "tfd", -1)):
             if fd >= 0:
                 try:
                     os.close(fd)

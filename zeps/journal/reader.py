@@ -206,6 +206,7 @@ class _StreamView:
             from_index = True
         start_pos = pos
         rebuilt = False
+        relisted = False
         nbytes = 0
         while True:
             limit = self._limit(seg)
@@ -249,6 +250,13 @@ class _StreamView:
                     continue
                 raise seg.corruption(pos, "incomplete record at the end of a sealed segment")
             if nxt.first_seq != s:
+                if not relisted:
+                    # a directory listing taken while the writer creates files is not a
+                    # snapshot (readdir may return a newer entry and miss an older one):
+                    # list again before concluding anything
+                    relisted = True
+                    self._refresh()
+                    continue
                 if nxt.first_seq > s and not self._in_list(seg):
                     s = nxt.first_seq          # seg was deleted by retention, and more after it
                     seq = max(seq, s)

@@ -25,7 +25,7 @@ class DataDir:
         except FileExistsError:
             raise JournalError(f"data directory {self.path!r} exists and is not a directory") \
                 from None
-        except PermissionError as e:
+        except OSError as e:
             raise JournalError(f"cannot create data directory {self.path!r}: {e.strerror}") \
                 from None
         if not os.path.isdir(self.path):

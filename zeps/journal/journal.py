@@ -130,7 +130,7 @@ class Journal(_StreamView):
             os.makedirs(stream_dir, exist_ok=True)
         except FileExistsError:
             raise JournalNotFoundError(f"{stream_dir!r} exists and is not a directory") from None
-        except PermissionError as e:
+        except OSError as e:
             raise JournalError(f"cannot create stream directory {stream_dir!r}: "
                                f"{e.strerror}") from None
         if not os.path.isdir(stream_dir):

@@ -233,11 +233,14 @@ class _StreamView:
                     pos, s = seg.start_for(seq)
                     start_pos = pos
                     continue
-                if self._soft_bad(seg, pos):
+                if self._soft_bad(seg, pos) or out:
+                    # records before a bad one are returned; the next read raises
                     return out, _Cursor(seg, pos, s)
                 raise seg.corruption(pos, res.describe())
             # END or SHORT at the limit
             if seg.bad_pos is not None and pos >= seg.bad_pos:
+                if out:
+                    return out, _Cursor(seg, pos, s)
                 raise seg.corruption(seg.bad_pos, seg.bad_reason or "bad record")
             nxt = self._next_segment(seg)
             if nxt is None:
@@ -248,6 +251,8 @@ class _StreamView:
                 # re-check: a reader may have seen the segment before it was finished
                 if seg.limit() > limit:
                     continue
+                if out:
+                    return out, _Cursor(seg, pos, s)
                 raise seg.corruption(pos, "incomplete record at the end of a sealed segment")
             if nxt.first_seq != s:
                 if not relisted:
@@ -261,6 +266,8 @@ class _StreamView:
                     s = nxt.first_seq          # seg was deleted by retention, and more after it
                     seq = max(seq, s)
                 else:
+                    if out:
+                        return out, _Cursor(seg, pos, s)
                     raise CorruptionError(
                         f"journal {self._dir}: segment {seg.log_path} ends before sequence {s} "
                         f"but the next segment {nxt.log_path} starts at {nxt.first_seq}",
@@ -296,6 +303,12 @@ class _StreamView:
         seg = segs[i]
         pos, s = seg.start_below_ts(ts)
         res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384)
+        if res.status == BAD and res.pos == pos and seg.sealed:
+            log.warning("journal: %s: time index entry does not match the log, rebuilding "
+                        "the index in memory", seg.time_path)
+            seg.rebuild_in_memory(self._interval)
+            pos, s = seg.start_below_ts(ts)
+            res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384)
         if res.status == LIMIT:
             return res.seq
         if res.status == BAD and not self._soft_bad(seg, res.pos):

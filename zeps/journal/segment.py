@@ -373,6 +373,15 @@ class Segment:
             self.bad_reason = res.describe()
         self.loaded = True
 
+    def _entry_ok(self, entry, size: int) -> bool:
+        """Whether an index entry (seq, pos, ...) points at a whole record with that seq."""
+        seq, pos = entry[0], entry[1]
+        if pos >= size:
+            return False
+        out: List[Record] = []
+        self.parse(pos, seq, size, out, max_records=1, block=4096)
+        return bool(out)
+
     def _file_index_plausible(self, idx: FileIndex, size: int) -> bool:
         n = len(idx)
         if n == 0:
@@ -401,11 +410,11 @@ class Segment:
             self.index = FileIndex(self.index_path, self.time_path, fixed=False)
         except FileNotFoundError:
             self.index = None
-        if self.index is None or len(self.index) == 0 or self.index.entry(0)[:2] != (
-                self.first_seq, 0):
+        size = self.file_size()
+        if self.index is None or not self._file_index_plausible(self.index, size) or (
+                size and not self._entry_ok(self.index.entry(len(self.index) - 1), size)):
             if self.index is not None:
                 self.index.close()
-            size = self.file_size()
             res, entries = self.scan_entries(0, self.first_seq, size, interval, 0, True)
             mem = MemIndex()
             for e in entries:

@@ -263,7 +263,11 @@ class _StreamView:
                     self._refresh()
                     continue
                 if nxt.first_seq > s and not self._in_list(seg):
-                    s = nxt.first_seq          # seg was deleted by retention, and more after it
+                    # seg was deleted by retention, and more after it: end the batch here so
+                    # that the caller sees the jump at the start of the next one
+                    if out:
+                        return out, None
+                    s = nxt.first_seq
                     seq = max(seq, s)
                 else:
                     if out:
@@ -406,6 +410,8 @@ class RecordIterator:
             if self._i < len(self._buf):
                 r = self._buf[self._i]
                 self._i += 1
+                if r.sequence != self.next_seq:
+                    self._note_gap(r.sequence)
                 self.next_seq = r.sequence + 1
                 return r
             if self._done:
@@ -420,8 +426,6 @@ class RecordIterator:
             recs, self._cursor = self._view._read(self.next_seq, want, self._batch_bytes,
                                                   self._cursor)
             if recs:
-                if recs[0].sequence > self.next_seq:
-                    self._note_gap(recs[0].sequence)
                 self._buf = recs
                 self._i = 0
                 self._idle_since = None

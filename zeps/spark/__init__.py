@@ -29,10 +29,15 @@ __all__ = ["ZepsDataSource", "ZepsSparkError", "register", "OPTION_NAMES", "base
            "ZepsStreamWriter"]
 
 
-def register(spark, *, filter_pushdown: bool = True) -> None:
-    """Register the ``zeps`` data source in ``spark``. With ``filter_pushdown`` (default) it
-    also sets ``spark.sql.python.filterPushdown.enabled=true`` for the session, so that
-    ``sequence`` comparisons and ``key`` equality / prefix filters are pushed into the reader."""
+def register(spark, *, filter_pushdown: bool = False) -> None:
+    """Register the ``zeps`` data source in ``spark``.
+
+    ``filter_pushdown=True`` also sets ``spark.sql.python.filterPushdown.enabled=true`` for the
+    session, so that ``sequence`` comparisons and ``key`` equality / IN / prefix filters are
+    pushed into the reader. It is off by default because PySpark 4.3 reuses the planning of a
+    pushed-down query for a later *unfiltered* query on the same DataFrame object
+    (``df.filter("x = 3").count(); df.count()`` then counts only x = 3, with any Python data
+    source; see docs/spark.md). With it on, build a fresh DataFrame per query."""
     spark.dataSource.register(ZepsDataSource)
     if filter_pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

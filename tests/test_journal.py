@@ -516,3 +516,31 @@ def test_property_random_batches_round_trip(batches, seg, interval):
             assert seqs(j.read_batch(mid, 5)) == list(range(mid, min(mid + 5, len(flat) + 1)))
             assert sum(x.size for x in got) == j.info().size_bytes
             assert all(x.size == HEADER_SIZE + len(x.frame) for x in got)
+
+
+def test_open_files_stay_bounded_over_many_segments(tmp_path):
+    """A replay over many segments keeps at most MAX_OPEN_SEALED of them open (LRU)."""
+    from zeps.journal.reader import MAX_OPEN_SEALED
+
+    def nfds():
+        return len(os.listdir("/proc/self/fd"))
+
+    cfg = JournalConfig(segment_bytes=1024, index_interval_bytes=256, fsync="never")
+    with Journal.open(tmp_path / "s", cfg) as j:
+        recs = fill(j, 400)
+        nsegs = j.info().segments
+        assert nsegs > 3 * MAX_OPEN_SEALED
+    before = nfds()
+    for view in (Journal.open(tmp_path / "s", cfg), JournalReader(tmp_path / "s")):
+        it = view.read_from(1, batch_records=50)
+        got = list(it)
+        assert got == recs
+        assert nfds() - before <= 3 * (MAX_OPEN_SEALED + 3)
+        # evicted segments are re-opened transparently, also under a live iterator
+        assert view.read_batch(1, 3) == recs[:3]
+        assert seqs(view.read_batch(len(recs) // 2, 2)) == [len(recs) // 2, len(recs) // 2 + 1]
+        tss = [r.timestamp for r in recs]
+        for r in recs[::97]:
+            assert view.seq_at(r.timestamp) == bisect.bisect_left(tss, r.timestamp) + 1
+        view.close()
+    assert nfds() <= before + 1

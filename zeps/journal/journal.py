@@ -169,6 +169,9 @@ class Journal(_StreamView):
             prev = self._segs[-2]
             self._prepare(prev)
             self._last_ts = prev.last_ts or 0
+        if self.config.fsync != "never":
+            # what a crashed process left in the page cache is only durable once synced
+            os.fdatasync(last.fd)
         self._written_seq = self._durable_seq = self._next_seq - 1
 
     def _create_segment(self, first_seq: int) -> Segment:
@@ -226,9 +229,13 @@ class Journal(_StreamView):
     def _newest_ts(self) -> int:
         return self._last_ts
 
-    def _prepare(self, seg: Segment) -> None:
-        if not seg.loaded:
-            seg.load_sealed(self._interval, persist=True)
+    def _load(self, seg: Segment) -> None:
+        seg.load_sealed(self._interval, persist=True)
+
+    def _can_unload(self, seg: Segment) -> bool:
+        # never close what a concurrent sync() may still have to fdatasync
+        with self._sync_lock:
+            return seg is not self._active and seg not in self._unsynced
 
     def __repr__(self):
         return f"Journal({self._dir!r}, next_seq={self._next_seq})"
@@ -373,9 +380,13 @@ class Journal(_StreamView):
                 pass
         old.sealed = True
         old.end_pos = old.size
+        self._prepare(old)                    # into the LRU of open sealed segments
         with self._sync_lock:
             if self.config.fsync == "never":
                 self._unsynced.append(old)
+                # "never" promises nothing beyond the OS: keep only the recent ones for an
+                # explicit sync(), so that they do not pin open file descriptors forever
+                del self._unsynced[:-8]
             else:
                 # everything written so far is in the synced old segment
                 if self._written_seq > self._durable_seq:
@@ -457,6 +468,7 @@ class Journal(_StreamView):
                 self._firsts.pop(0)
                 if oldest in self._unsynced:
                     self._unsynced.remove(oldest)
+            self._forget(oldest)
             oldest.delete_files()
             total -= size
             deleted += 1

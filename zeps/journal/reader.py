@@ -22,6 +22,7 @@ import logging
 import os
 import time
 from bisect import bisect_right
+from collections import OrderedDict
 from typing import Callable, List, Optional
 
 from .config import JournalConfig
@@ -32,6 +33,7 @@ from .segment import Segment, check_dir, list_segment_seqs
 log = logging.getLogger("zeps.journal")
 
 _MAX_BLOCK = 4 << 20
+MAX_OPEN_SEALED = 32
 
 
 class _Cursor:
@@ -59,8 +61,34 @@ class _StreamView:
         """Re-read the list of segments; True if it changed."""
         return False
 
-    def _prepare(self, seg: Segment) -> None:
+    def _load(self, seg: Segment) -> None:
+        """Open a segment's files and check its index (writer and reader differ)."""
         raise NotImplementedError
+
+    def _can_unload(self, seg: Segment) -> bool:
+        return True
+
+    def _prepare(self, seg: Segment) -> None:
+        """Make ``seg`` readable. Sealed segments are kept open in an LRU of
+        ``MAX_OPEN_SEALED``: a replay over thousands of segments must not run out of file
+        descriptors. An evicted segment is re-opened (and its index re-checked) on next use."""
+        if not seg.loaded:
+            self._load(seg)
+        if seg.sealed:
+            lru = self.__dict__.get("_lru")
+            if lru is None:
+                lru = self._lru = OrderedDict()
+            lru[seg] = None
+            lru.move_to_end(seg)
+            while len(lru) > MAX_OPEN_SEALED:
+                old, _ = lru.popitem(last=False)
+                if self._can_unload(old):
+                    old.unload()
+
+    def _forget(self, seg: Segment) -> None:
+        lru = self.__dict__.get("_lru")
+        if lru is not None:
+            lru.pop(seg, None)
 
     def _soft_bad(self, seg: Segment, pos: int) -> bool:
         """Whether a bad record at ``pos`` of ``seg`` is an unfinished tail, not corruption."""
@@ -192,6 +220,7 @@ class _StreamView:
             seq = 1
         if cursor is not None and cursor.seq == seq:
             seg, pos, s = cursor.seg, cursor.pos, cursor.seq
+            self._prepare(seg)            # it may have been evicted from the LRU since
             from_index = False
         else:
             if self._segs and seq < self._segs[0].first_seq:
@@ -377,6 +406,9 @@ class RecordIterator:
         self._stop = stop
         self.timeout = timeout
         self._batch_records = max(1, batch_records)
+        # the first read is small so that the first record comes quickly (a replay start, a
+        # follower); each next read is 8x bigger up to batch_records
+        self._want = min(16, self._batch_records)
         self._batch_bytes = max(1, batch_bytes)
         self.next_seq = max(seq, 1)
         self.first_available = view.first_seq
@@ -420,7 +452,8 @@ class RecordIterator:
             if end is not None and self.next_seq > end:
                 self._done = True
                 raise StopIteration
-            want = self._batch_records
+            want = self._want
+            self._want = min(self._batch_records, want * 8)
             if end is not None:
                 want = min(want, end - self.next_seq + 1)
             recs, self._cursor = self._view._read(self.next_seq, want, self._batch_bytes,
@@ -475,12 +508,14 @@ class JournalReader(_StreamView):
             return False
         old = {s.first_seq: s for s in self._segs}
         self._segs = [old.get(q) or Segment(self._dir, q) for q in seqs]
+        keep = set(seqs)
+        for q, seg in old.items():
+            if q not in keep:
+                self._forget(seg)          # deleted: closed once no cursor refers to it
         self._firsts = seqs
         return True
 
-    def _prepare(self, seg: Segment) -> None:
-        if seg.loaded:
-            return
+    def _load(self, seg: Segment) -> None:
         if self._segs and seg is self._segs[-1]:
             seg.load_tail(self._interval)
         else:

@@ -29,7 +29,6 @@ from typing import List, Optional, Sequence, Tuple
 
 import google_crc32c
 
-from ..protocol.codec import encode_deliver
 from .errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
 
 HEADER = struct.Struct(">IIQ")        # length, crc, timestamp
@@ -117,11 +116,17 @@ class StreamStats:
 
 def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: int,
                  max_record_bytes: int) -> Tuple[List[bytes], List[Record]]:
-    """Encode a batch sharing one timestamp. Returns (record byte strings, Records).
-    Raises before anything is written if any item is invalid (all or nothing)."""
+    """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
+    header, frame..., Records). Raises before anything is written if any item is invalid (all or
+    nothing). The DELIVER frame is packed inline (same layout as
+    ``zeps.protocol.codec.encode_deliver``, checked by the tests) to keep the hot path lean."""
     ts_bytes = _U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
+    pack_head = FRAME_HEAD.pack
+    pack_u32 = _U32.pack
+    if first_seq + len(items) > 1 << 64:
+        raise InvalidRecordError("sequence would exceed 2^64-1")
     parts: List[bytes] = []
     records: List[Record] = []
     seq = first_seq
@@ -147,7 +152,8 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
             raise RecordTooLargeError(
                 f"record {seq - first_seq} of the batch has a {flen}-byte frame, over "
                 f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
-        frame = encode_deliver(seq, kb, body)
+        frame = b"".join((pack_head(DELIVER_SIG, DELIVER_ID, seq, len(kb)), kb,
+                          pack_u32(len(body)), body))
         parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
         parts.append(frame)
         records.append(Record(seq, timestamp, frame, key, body))

@@ -140,6 +140,12 @@ class Segment:
     def __del__(self):
         self.close()
 
+    def unload(self) -> None:
+        """Close the files of a sealed segment (LRU eviction); :meth:`load_sealed` re-opens."""
+        self.close()
+        self.index = None
+        self.loaded = False
+
     def delete_files(self) -> None:
         """Unlink the segment's files (log first: it is what readers list). Open fds stay
         readable until closed."""

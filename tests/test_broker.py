@@ -375,3 +375,34 @@ def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_b
     r = JournalReader(b.data_dir / stream_dir_name("full"))
     assert [rec.sequence for rec in r.read_from(1)] == list(range(1, last + 1))
 
+
+
+def test_corruption_in_an_old_segment_is_reported_to_the_replaying_client(start_broker):
+    b = start_broker(None, "--segment-bytes", "4K")
+    pub = RawClient(b.endpoint).attach("rot")
+    for r in range(6):                              # separate batches: a batch is never split
+        publish(pub, 20, size=100, start=20 * r)
+        pub.send(c.StreamInfo())
+        assert pub.expect(c.StreamInfoOk).last == 20 * (r + 1)
+    pub.close()
+    assert b.stop() == 0
+    segments = sorted((b.data_dir / stream_dir_name("rot")).glob("*.log"))
+    assert len(segments) >= 3
+    first = segments[0]
+    data = bytearray(first.read_bytes())
+    data[len(data) // 2] ^= 0xFF                    # rot one byte in the middle of an old segment
+    first.write_bytes(bytes(data))
+    b.restart()
+    sub = RawClient(b.endpoint).attach("rot").subscribe("", 0, credit=1 << 30)
+    got = []
+    while True:
+        cmd = sub.recv()
+        if isinstance(cmd, c.Invalid):
+            break
+        got.append(cmd.sequence)
+    assert got == list(range(1, len(got) + 1)) and 0 < len(got) < 120   # the good part, in order
+    assert cmd.reason.startswith(f"cannot replay from sequence {len(got) + 1}")
+    late = RawClient(b.endpoint).attach("rot").subscribe("", 100, credit=1 << 30)
+    assert [d.sequence for d in late.delivers(20)] == list(range(101, 121))   # others still served
+    sub.close()
+    late.close()

@@ -544,3 +544,22 @@ def test_open_files_stay_bounded_over_many_segments(tmp_path):
             assert view.seq_at(r.timestamp) == bisect.bisect_left(tss, r.timestamp) + 1
         view.close()
     assert nfds() <= before + 1
+
+
+def test_follower_keeps_open_files_bounded(tmp_path):
+    from zeps.journal.reader import MAX_OPEN_SEALED
+    cfg = JournalConfig(segment_bytes=512, index_interval_bytes=256, fsync="never")
+    with Journal.open(tmp_path / "s", cfg) as j:
+        r = JournalReader(tmp_path / "s")
+        before = len(os.listdir("/proc/self/fd"))
+        nxt = 1
+        for b in range(300):                 # every batch rolls; the reader follows each
+            j.append_batch(items(4, size=60))
+            got = r.read_batch(nxt, 100)
+            assert seqs(got) == list(range(nxt, nxt + 4))
+            nxt += 4
+        assert j.info().segments >= 3 * MAX_OPEN_SEALED
+        # writer and reader each keep at most MAX_OPEN_SEALED sealed segments (3 fds each)
+        assert len(os.listdir("/proc/self/fd")) - before <= 2 * 3 * (MAX_OPEN_SEALED + 3)
+        assert seqs(r.read_batch(1, 3)) == [1, 2, 3]
+        r.close()

@@ -512,6 +512,12 @@ class JournalReader(_StreamView):
         for q, seg in old.items():
             if q not in keep:
                 self._forget(seg)          # deleted: closed once no cursor refers to it
+        for seg in self._segs[:-1]:
+            if seg.loaded and not seg.sealed:
+                # it was the growing last segment when loaded; now sealed: let the LRU of
+                # open sealed segments manage it (a long-running follower crosses many)
+                seg.sealed = True
+                self._prepare(seg)
         self._firsts = seqs
         return True
 

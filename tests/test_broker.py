@@ -406,3 +406,13 @@ def test_corruption_in_an_old_segment_is_reported_to_the_replaying_client(start_
     assert [d.sequence for d in late.delivers(20)] == list(range(101, 121))   # others still served
     sub.close()
     late.close()
+
+
+def test_a_stream_name_the_disk_cannot_hold_gets_invalid(clients):
+    a = clients()
+    a.send(c.Attach("%" * 200))                  # 200 bytes on the wire, 600 once escaped on disk
+    reason = a.expect(c.Invalid).reason
+    assert reason.startswith("cannot open stream")
+    a.attach("fine")                             # still not attached, so it can attach elsewhere
+    a.send(c.Ping())
+    a.expect(c.PingOk)

@@ -252,12 +252,59 @@ def walk(buf: bytes, limit: int, hints: Optional[np.ndarray] = None) -> Tuple[np
 
 
 def verify_crcs(buf: bytes, positions: np.ndarray, after: int, path: str, base: int) -> None:
-    """Check each record's stored CRC-32C over ``timestamp || frame``."""
+    """Check every record's stored CRC-32C over ``timestamp || frame``.
+
+    Batched: one CRC-32C call over a transformed copy of the block checks all records at once
+    (:func:`_block_crc_ok`); only if that fails are the records checked one by one, to name the
+    bad one."""
     if _crc_value is None:  # pragma: no cover
         raise RuntimeError("google_crc32c is required to verify CRCs (or set verifyCrc=false)")
-    n = len(positions)
-    if n == 0:
+    if len(positions) == 0:
         return
+    if not _block_crc_ok(buf, positions, after):
+        verify_crcs_each(buf, positions, after, path, base)
+        # every record checks on its own: only a cancellation (2^-32) could get here
+        raise SegmentCorruptionError(f"{path}: CRC mismatch between bytes "
+                                     f"{base + int(positions[0])} and {base + after}")
+
+
+def _block_crc_ok(buf: bytes, pos: np.ndarray, after: int) -> bool:
+    """All records' CRCs in one pass, by the linearity of CRCs.
+
+    Let R be CRC-32C without the initial value and final xor (a linear map over GF(2), with
+    R(0...0 || M) = R(M)). The stored ``c = CRC(P) = R(P ^ (FFFFFFFF || 0...)) ^ FFFFFFFF`` of a
+    payload P (``timestamp || frame``), and for a reflected CRC, appending the register value
+    little-endian gives zero: ``R(X || R(X)_le) = 0``. So with ``P'`` = P whose first 4 bytes
+    are xor-ed with FF, and ``d = c ^ FFFFFFFF``, a record is intact iff ``R(P' || d_le) = 0``,
+    and ``R`` of the concatenation ``P'_1 || d_1 || 0000 || P'_2 || d_2 || 0000 || ...`` is 0
+    when every record is intact. That stream is the block itself with each 8-byte header
+    replaced by the previous record's ``d`` and 4 zero bytes — built with a few vectorised
+    writes — and its R is one C call. A corrupted record makes it non-zero except with
+    probability 2^-32 (a single error burst of up to 32 bits is always detected, as by the
+    per-record check); corruption spread over several records could cancel out with that
+    same 2^-32 probability."""
+    p0 = int(pos[0])
+    size = after - p0
+    bm = np.zeros(size + 4, dtype=np.uint8)
+    bm[:size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=p0)
+    rel = pos - p0
+    stored = _be_view(buf, 4)[pos + 4].astype(np.uint32)
+    w8 = np.ndarray(buffer=bm, dtype="<u8", shape=(len(bm) - 7,), strides=(1,))
+    w4 = np.ndarray(buffer=bm, dtype="<u4", shape=(len(bm) - 3,), strides=(1,))
+    w8[rel] = 0                                   # headers out
+    w4[rel + 8] ^= np.uint32(0xFFFFFFFF)          # the CRC's initial value, per record
+    ends = np.empty_like(rel)
+    ends[:-1] = rel[1:]
+    ends[-1] = size
+    w4[ends] = stored ^ np.uint32(0xFFFFFFFF)     # d_i right after record i
+    w4[0] = np.uint32(0xFFFFFFFF)                 # cancels google_crc32c's own initial value
+    bm.flags.writeable = False
+    return _crc_value(bm) == 0xFFFFFFFF           # ... and its final xor
+
+
+def verify_crcs_each(buf: bytes, positions: np.ndarray, after: int, path: str, base: int) -> None:
+    """The plain check: each record's CRC on its own (~0.3 us per record)."""
+    n = len(positions)
     starts = (positions + 8).tolist()
     ends = positions[1:].tolist()
     ends.append(after)

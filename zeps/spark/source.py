@@ -31,6 +31,7 @@ __all__ = ["ZepsDataSource", "ZepsBatchReader", "ZepsFilteringBatchReader", "Zep
            "ZepsWriter", "ZepsStreamWriter", "ZepsPartition", "ZepsCommitMessage", "base_schema"]
 
 DEFAULT_BROKER_RECORDS_PER_PARTITION = 200_000
+ARROW_BATCH_ROWS = 32768
 
 
 def base_schema(body_type: T.DataType = T.BinaryType()) -> T.StructType:
@@ -340,7 +341,9 @@ def read_partition(plan: _ReadPlan, part: ZepsPartition) -> Iterator:
                                    verify_crc=plan.o.verify_crc):
                 rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body)
                 if rb is not None:
-                    yield rb
+                    # smaller batches let the JVM convert one while Python parses the next
+                    for off in range(0, rb.num_rows, ARROW_BATCH_ROWS):
+                        yield rb.slice(off, ARROW_BATCH_ROWS)
         except FileNotFoundError:
             # retention deleted the segment after planning: those records are gone
             log.warning("zeps: segment %s was deleted (retention) before it was read",

@@ -1,0 +1,137 @@
+"""Spark batch read of a ZEPS journal beside ``spark.read.parquet`` of the same rows.
+
+    PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m bench.bench_spark --n 10000000
+
+1. writes N records (100-byte bodies, keys ``eu.fr``/``us.ny``/...) to a journal with
+   :mod:`zeps.journal` (kept in ``--data-dir`` and reused when it already holds N records);
+2. writes the same rows once as Parquet (``spark.read.format("zeps")...write.parquet``);
+3. on one local[2] session, interleaved, ``--runs`` times each (after two warm-up rounds):
+   ``count()`` and a full materialisation ``agg(sum(length(body)))`` over
+   * ``zeps`` path read, CRC verified (the default),
+   * ``zeps`` path read, ``verifyCrc=false``,
+   * ``spark.read.parquet`` (the baseline);
+4. prints the median seconds and rows/s, and the columnar parser alone (one core, no Spark).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+
+
+def write_journal(data_dir: str, n: int, body: int) -> None:
+    from zeps.journal import DataDir, JournalConfig, JournalReader, stream_dir_name
+    sdir = os.path.join(data_dir, stream_dir_name("bench"))
+    if os.path.isdir(sdir):
+        try:
+            if JournalReader(sdir).last_seq == n:
+                print(f"reusing the journal in {data_dir} ({n} records)")
+                return
+        except Exception:
+            pass
+        shutil.rmtree(data_dir)
+    t = time.monotonic()
+    dd = DataDir(data_dir, JournalConfig(fsync="never"))
+    j = dd.journal("bench")
+    keys = ("eu.fr", "eu.de", "us.ny", "us.sf", "apac.sg")
+    pad = b"x" * body
+    batch = 10_000
+    for lo in range(0, n, batch):
+        j.append_batch([(keys[i % 5], (b"%012d" % i + pad)[:body])
+                        for i in range(lo, min(n, lo + batch))])
+    j.sync()
+    dd.close()
+    print(f"wrote {n} records to {data_dir} in {time.monotonic() - t:.1f}s")
+
+
+def parser_alone(data_dir: str, verify: bool) -> float:
+    from zeps.journal import stream_dir_name
+    from zeps.spark.bulk import load_index, read_range, segment_files
+    sdir = os.path.join(data_dir, stream_dir_name("bench"))
+    n = 0
+    t = time.perf_counter()
+    for first, path in segment_files(sdir):
+        for c in read_range(path, first, None, index=load_index(path), verify_crc=verify):
+            n += len(c)
+    return n / (time.perf_counter() - t)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=10_000_000)
+    ap.add_argument("--body", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "zeps-bench-spark"))
+    ap.add_argument("--master", default="local[2]")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+
+    jdir = os.path.join(args.data_dir, "journal")
+    pdir = os.path.join(args.data_dir, "parquet")
+    write_journal(jdir, args.n, args.body)
+    parser_alone(jdir, True)                              # warm-up (imports, page cache)
+    print(f"columnar parser alone, one core: {parser_alone(jdir, True) / 1e6:.2f} M rows/s "
+          f"(CRC verified), {parser_alone(jdir, False) / 1e6:.2f} M rows/s (verifyCrc=false)")
+
+    from pyspark.sql import SparkSession, functions as F
+    spark = (SparkSession.builder.master(args.master).appName("bench-spark")
+             .config("spark.ui.enabled", "false")
+             .config("spark.driver.host", "127.0.0.1")
+             .config("spark.driver.bindAddress", "127.0.0.1")
+             .config("spark.sql.shuffle.partitions", "2")
+             .config("spark.driver.memory", "4g")
+             .getOrCreate())
+    spark.sparkContext.setLogLevel("ERROR")
+    from zeps.spark import register
+    register(spark)
+
+    def zeps(verify: bool):
+        return (spark.read.format("zeps").option("path", jdir).option("stream", "bench")
+                .option("verifyCrc", str(verify).lower()).load())
+
+    if not os.path.isdir(pdir) or spark.read.parquet(pdir).count() != args.n:
+        t = time.monotonic()
+        zeps(True).write.mode("overwrite").parquet(pdir)
+        print(f"wrote the same rows as Parquet in {time.monotonic() - t:.1f}s")
+
+    sources = {
+        "zeps journal (CRC verified, default)": lambda: zeps(True),
+        "zeps journal (verifyCrc=false)": lambda: zeps(False),
+        "baseline: spark.read.parquet": lambda: spark.read.parquet(pdir),
+    }
+    ops = {
+        "count()": lambda df: df.count(),
+        "agg(sum(length(body)))": lambda df: df.agg(F.sum(F.length("body"))).collect()[0][0],
+    }
+    expect_len = args.n * args.body
+    times = {(s, o): [] for s in sources for o in ops}
+    for rnd in range(args.runs + 2):                      # rounds 0-1 warm up (workers, JIT)
+        for o, op in ops.items():
+            for s, make in sources.items():
+                df = make()
+                t = time.perf_counter()
+                r = op(df)
+                dt = time.perf_counter() - t
+                want = args.n if o == "count()" else expect_len
+                assert r == want, (s, o, r, want)
+                if rnd >= 2:
+                    times[(s, o)].append(dt)
+    spark.stop()
+
+    print(f"\n{args.n} rows, {args.body}-byte bodies, {args.master}, median of {args.runs} "
+          "interleaved runs after two warm-up rounds\n")
+    print("| source | operation | seconds | rows/s |")
+    print("|---|---|---:|---:|")
+    for o in ops:
+        for s in sources:
+            med = statistics.median(times[(s, o)])
+            print(f"| {s} | {o} | {med:.2f} | {args.n / med:,.0f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -23,14 +23,19 @@ import sys
 ORDER_SCHEMA = "order_id BIGINT, region STRING, amount DOUBLE, event_time TIMESTAMP"
 
 
-def build_session(master: str = "local[2]"):
+def build_session(master=None):
+    """A session; ``master=None`` keeps what spark-submit set (or local[*] when run bare)."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    spark = (SparkSession.builder.appName("zeps-pipeline").master(master)
-             .config("spark.ui.enabled", "false")
+    builder = SparkSession.builder.appName("zeps-pipeline")
+    if master:
+        builder = builder.master(master)
+    if master and master.startswith("local"):     # keep a local run on the loopback interface
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1")
+                   .config("spark.ui.enabled", "false"))
+    spark = (builder
              .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.host", "127.0.0.1")
-             .config("spark.driver.bindAddress", "127.0.0.1")
              .config("spark.sql.session.timeZone", "UTC")
              .getOrCreate())
     spark.sparkContext.setLogLevel("ERROR")
@@ -84,7 +89,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--endpoint", default="tcp://127.0.0.1:7470")
     ap.add_argument("--checkpoint", required=True)
-    ap.add_argument("--master", default="local[2]")
+    ap.add_argument("--master", help="e.g. local[2], spark://host:7077 (default: spark-submit's "
+                    "master, or local[*])")
     ap.add_argument("--continuous", action="store_true",
                     help="keep running (micro-batch every 2 s) instead of availableNow")
     args = ap.parse_args(argv)

@@ -85,7 +85,7 @@ def pipeline(workdir: str, count: int = 2000, spark=None, out=sys.stdout) -> str
         print(f"[2/4] published {count} orders (last sequence {last})", file=out)
         t = time.monotonic()
         if own_spark:
-            spark = job.build_session()
+            spark = job.build_session("local[2]")
         job.run_job(spark, broker.endpoint, os.path.join(workdir, "checkpoint"))
         print(f"[3/4] Spark job (availableNow) done in {time.monotonic() - t:.1f}s", file=out)
         text = subscribe_json(broker.endpoint, "order-stats")

@@ -143,14 +143,11 @@ def _stream_name(text: str) -> str:
 def _pattern(text: str) -> str:
     if len(text.encode("utf-8", "surrogateescape")) > 255:
         raise argparse.ArgumentTypeError(f"pattern longer than 255 bytes: {text[:40]!r}...")
-    if text.startswith("~"):
-        try:
-            from zeps.matching import PatternError, compile_pattern
-            compile_pattern(text)
-        except ImportError:
-            pass
-        except PatternError as e:
-            raise argparse.ArgumentTypeError(str(e)) from None
+    from zeps.matching import PatternError, compile_pattern
+    try:
+        compile_pattern(text)
+    except PatternError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
     return text
 
 
@@ -302,14 +299,8 @@ def message_line(msg) -> str:
 def _matcher(patterns: List[str]) -> Callable[[str], bool]:
     if not patterns or "" in patterns:
         return lambda key: True
-    try:
-        from zeps.matching import compile_pattern
-        compiled = [compile_pattern(p, timeout=1.0) for p in patterns]
-        checks = [p.matches for p in compiled]
-    except ImportError:  # pragma: no cover - zeps.matching ships with zeps
-        import re as _re
-        checks = [(_re.compile(p[1:]).search if p.startswith("~")
-                   else (lambda k, _p=p: k.startswith(_p))) for p in patterns]
+    from zeps.matching import compile_pattern
+    checks = [compile_pattern(p, timeout=1.0).matches for p in patterns]
     return lambda key: any(ch(key) for ch in checks)
 
 

@@ -158,11 +158,10 @@ def parse_options(options: Mapping[str, str], mode: str) -> ZepsOptions:
     o.pattern = str(opts.get("pattern", "") or "")
     if o.pattern.startswith("~"):
         try:
-            import regex
-            regex.compile(o.pattern[1:])
+            from ..matching import compile_pattern
+            compile_pattern(o.pattern)
         except Exception as e:
-            raise ZepsSparkError(f"option 'pattern': bad regular expression "
-                                 f"{o.pattern[1:]!r}: {e}") from None
+            raise ZepsSparkError(f"option 'pattern': {e}") from None
     raw = opts.get("startingsequence")
     if raw is not None:
         s = str(raw).strip().lower()

@@ -262,13 +262,8 @@ class _BatchBuilder:
         self.matcher = None
         p = self.o.pattern
         if p.startswith("~"):
-            try:
-                from ..matching import compile_pattern
-                self.matcher = compile_pattern(p).matches
-            except ImportError:  # pragma: no cover
-                import regex
-                rx = regex.compile(p[1:])
-                self.matcher = lambda k: rx.search(k) is not None
+            from ..matching import compile_pattern     # the broker's own matching (timed regex)
+            self.matcher = compile_pattern(p).matches
         self.pa = pa
 
     def _mask(self, key):

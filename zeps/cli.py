@@ -414,10 +414,7 @@ class _Output:
 def _progress(total: int):
     if total <= 0 or not sys.stderr.isatty():
         return None
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover
-        return None
+    from tqdm import tqdm
     return tqdm(total=total, unit="msg", file=sys.stderr, dynamic_ncols=True, leave=False)
 
 

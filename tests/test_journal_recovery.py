@@ -171,7 +171,7 @@ def test_corruption_in_old_segment_is_reported(tmp_path, which):
 
 def test_torn_sealed_segment_is_reported(tmp_path):
     d = tmp_path / "s"
-    recs = build(d)
+    build(d)
     victim = logs(d)[1]
     first = int(os.path.basename(victim)[:-4])
     size = os.path.getsize(victim)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 import sys
 import time
 from collections import Counter
@@ -295,7 +294,7 @@ def test_streaming_restart_no_loss_no_duplicates(spark, mbroker, tmp_path, via):
 
 def test_streaming_starting_latest_and_ending(spark, mbroker, tmp_path):
     _publish(mbroker.endpoint, "st-latest", [("k", b"old")] * 50)
-    out, ck = str(tmp_path / "out"), str(tmp_path / "ck")
+    ck = str(tmp_path / "ck")
     r = (spark.readStream.format("zeps").option("endpoint", mbroker.endpoint)
          .option("stream", "st-latest").option("startingSequence", "latest")
          .option("endingSequence", "80").load())
@@ -432,7 +431,6 @@ def test_bad_input_messages(spark, journal_dir, mbroker, tmp_path):
 def test_bulk_parser_matches_journal_reader(tmp_path):
     """The columnar parser gives exactly what the journal's own reader gives, with and without
     index hints, for odd sizes and tiny blocks; a stale index does not fool it."""
-    import numpy as np
     import random
     from zeps.journal import JournalReader
     from zeps.spark.bulk import load_index, read_range, segment_files

@@ -38,11 +38,10 @@ import logging
 import os
 import threading
 import time
-from bisect import bisect_right
 from typing import List, Optional, Sequence, Tuple
 
 from .config import JournalConfig
-from .errors import (JournalClosedError, JournalError, JournalFullError, JournalLockedError,
+from .errors import (JournalError, JournalFullError, JournalLockedError,
                      JournalNotFoundError)
 from .index import FileIndex, MemIndex, encode_entries
 from .record import HEADER_SIZE, Record, encode_batch

@@ -27,7 +27,7 @@ from typing import Callable, List, Optional
 
 from .config import JournalConfig
 from .errors import CorruptionError, JournalClosedError, JournalNotFoundError
-from .record import BAD, END, HEADER_SIZE, LIMIT, SHORT, Record, StreamStats
+from .record import BAD, HEADER_SIZE, LIMIT, SHORT, Record, StreamStats
 from .segment import Segment, check_dir, list_segment_seqs
 
 log = logging.getLogger("zeps.journal")

@@ -10,7 +10,6 @@ import json
 import logging
 import os
 import sys
-import time
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 

@@ -416,3 +416,27 @@ def test_a_stream_name_the_disk_cannot_hold_gets_invalid(clients):
     a.attach("fine")                             # still not attached, so it can attach elsewhere
     a.send(c.Ping())
     a.expect(c.PingOk)
+
+
+def test_deliver_timestamps_live_and_replayed(clients):
+    pub = clients().attach("ts")
+    t0 = time.time_ns()
+    publish(pub, 3)
+    plain = clients().attach("ts")
+    stamped = clients().attach("ts")
+    stamped.send(c.DeliverTimestamps())
+    stamped.expect(c.DeliverTimestampsOk)
+    plain.subscribe("", 0, credit=1 << 20)
+    cost = deliver_cost(1, 1)
+    stamped.subscribe("", 0, credit=3 * cost)          # exactly 3 (the timestamp is not charged)
+    got = [stamped.recv() for _ in range(3)]           # replayed from the journal
+    assert all(isinstance(g, c.DeliverTs) for g in got)
+    assert [(g.sequence, g.key, g.body) for g in got] == [(d.sequence, d.key, d.body) for d in plain.delivers(3)]
+    assert stamped.nothing()
+    stamped.send(c.Credit(1 << 20))
+    publish(pub, 2, start=3)                           # live
+    live = [stamped.expect(c.DeliverTs) for _ in range(2)]
+    assert [g.sequence for g in live] == [4, 5]
+    assert [d.sequence for d in plain.delivers(2)] == [4, 5]   # the others still get DELIVER
+    stamps = [g.timestamp for g in got + live]
+    assert t0 <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= time.time_ns()

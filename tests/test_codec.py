@@ -101,7 +101,17 @@ def test_extension_bytes_as_documented():
     assert encode(c.StreamInfoOk(1, 9, 4096, 5, 6)).hex().startswith("aaa526")
     assert encode(c.ListStreams()).hex() == "aaa527"
     assert encode(c.ListStreamsOk(("a",))).hex() == "aaa528" + "0001" + "01" + "61"
+    assert encode(c.DeliverTimestamps()).hex() == "aaa529"
+    assert encode(c.DeliverTimestampsOk()).hex() == "aaa52a"
+    assert encode(c.DeliverTs(123, 7, "eu.fr", b"hello")).hex() == (
+        "aaa52b" "000000000000007b" "0000000000000007" "05" "65752e6672" "00000005" "68656c6c6f")
     assert all(cls.ID <= 12 or cls.ID >= 32 for cls in c.ALL_COMMANDS)
+
+
+def test_deliver_ts_is_built_from_the_deliver_bytes():
+    from zeps.protocol import deliver_ts_from_deliver
+    frame = encode_deliver(9, "eu.fr".encode(), b"x" * 300)
+    assert decode(deliver_ts_from_deliver(frame, 2**63)) == c.DeliverTs(2**63, 9, "eu.fr", b"x" * 300)
 
 
 # ------------------------------------------------------------------ properties
@@ -123,8 +133,10 @@ _commands = st.one_of(
     st.builds(c.Confirm, count=_u64, sequence=_u64),
     st.builds(c.StreamInfoOk, first=_u64, last=_u64, size=_u64, oldest=_u64, newest=_u64),
     st.builds(c.ListStreamsOk, streams=st.lists(_text, max_size=5).map(tuple)),
+    st.builds(c.DeliverTs, timestamp=_u64, sequence=_u64, key=_text, body=_body),
     st.sampled_from([c.AttachOk(), c.SubscribeOk(), c.Ping(), c.PingOk(), c.Detach(),
-                     c.DetachOk(), c.ConfirmSelect(), c.StreamInfo(), c.ListStreams()]),
+                     c.DetachOk(), c.ConfirmSelect(), c.StreamInfo(), c.ListStreams(),
+                     c.DeliverTimestamps(), c.DeliverTimestampsOk()]),
 )
 
 

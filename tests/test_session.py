@@ -12,7 +12,7 @@ def test_grammar_walk():
     s.accept(c.ListStreams(), 1.0)
     assert s.state == NEW
     for cmd in (c.Subscribe("", 0), c.Credit(1), c.Publish("k", b""), c.Detach(), c.StreamInfo(),
-                c.SeqAtTime(0), c.ConfirmSelect()):
+                c.SeqAtTime(0), c.ConfirmSelect(), c.DeliverTimestamps()):
         with pytest.raises(ProtocolViolation, match=f"not attached: {cmd.NAME} before ATTACH"):
             s.accept(cmd, 2.0)
     s.accept(c.Attach("orders"), 3.0)
@@ -28,7 +28,8 @@ def test_grammar_walk():
 @pytest.mark.parametrize("cmd", [c.AttachOk(), c.SubscribeOk(), c.Deliver(1, "k", b""), c.PingOk(),
                                  c.DetachOk(), c.Invalid("x"), c.Confirm(1, 1), c.SeqAtTimeOk(1),
                                  c.StreamInfoOk(1, 1, 1, 1, 1), c.ListStreamsOk(()),
-                                 c.ConfirmSelectOk(0)])
+                                 c.ConfirmSelectOk(0), c.DeliverTimestampsOk(),
+                                 c.DeliverTs(1, 1, "k", b"")])
 def test_server_commands_from_a_client_are_refused(cmd):
     s = Session(b"id", 0.0)
     with pytest.raises(ProtocolViolation, match="sent by the broker"):

@@ -25,6 +25,7 @@ Outbox = List[Tuple[bytes, bytes]]
 _PING_OK = encode(c.PingOk())
 _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
+_DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 
 
 @dataclass
@@ -148,6 +149,9 @@ class BrokerCore:
         stream.flush()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
 
+    def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
+        self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
+
     def _regex_timeout(self, pattern: str, key: str) -> None:
         self.log("regex_timeout", pattern=pattern, key=key[:64])
 
@@ -214,4 +218,5 @@ _HANDLERS = {
     c.SeqAtTime: BrokerCore._on_seq_at_time,
     c.StreamInfo: BrokerCore._on_stream_info,
     c.ConfirmSelect: BrokerCore._on_confirm_select,
+    c.DeliverTimestamps: BrokerCore._on_deliver_timestamps,
 }

@@ -32,7 +32,7 @@ ATTACHED = "ATTACHED"
 _ANY_STATE = (c.Ping, c.ListStreams)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
-                  c.ConfirmSelect)
+                  c.ConfirmSelect, c.DeliverTimestamps)
 
 #: Prefix of the INVALID reason for a command that needs ATTACH first. The SDK reads it to learn
 #: that the broker has forgotten its peering (after a broker restart or an expiry).
@@ -47,7 +47,8 @@ class ProtocolViolation(Exception):
 
 class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
-                 "credit", "live", "future_start", "confirms", "published", "unconfirmed")
+                 "credit", "live", "future_start", "confirms", "published", "unconfirmed",
+                 "timestamps")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -65,6 +66,7 @@ class Session:
         self.confirms = False
         self.published = 0              # PUBLISH accepted (appended) on this peering
         self.unconfirmed: Deque[Tuple[int, int]] = deque()   # (count, sequence), not yet durable
+        self.timestamps = False         # send DELIVER-TS instead of DELIVER
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:
@@ -90,6 +92,8 @@ class Session:
                 self._reset_stream_state()
             elif isinstance(cmd, c.ConfirmSelect):
                 self.confirms = True
+            elif isinstance(cmd, c.DeliverTimestamps):
+                self.timestamps = True
             return
         raise ProtocolViolation(f"{cmd.NAME} is sent by the broker, not by a client")
 

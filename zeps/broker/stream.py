@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.protocol import commands as c
-from zeps.protocol import encode
+from zeps.protocol import deliver_ts_from_deliver, encode
 
 from .session import PUBLISH_REJECTED, Session
 
@@ -134,6 +134,7 @@ class Stream:
             if not ids:
                 continue
             frame = rec.frame
+            ts_frame = None                     # DELIVER-TS, built once if anyone wants it
             cost = len(frame) - _DELIVER_OVERHEAD
             for ident in ids:
                 s = sessions.get(ident)
@@ -144,7 +145,12 @@ class Stream:
                 if s.credit >= cost:
                     s.credit -= cost
                     s.next_seq = seq + 1
-                    outbox.append((ident, frame))
+                    if s.timestamps:
+                        if ts_frame is None:
+                            ts_frame = deliver_ts_from_deliver(frame, rec.timestamp)
+                        outbox.append((ident, ts_frame))
+                    else:
+                        outbox.append((ident, frame))
                     delivered += 1
                 else:
                     s.live = False          # drop to historical: remember only the position
@@ -193,6 +199,8 @@ class Stream:
                         del self.catching_up[ident]
                         return
                     credit -= cost
+                    if s.timestamps:
+                        frame = deliver_ts_from_deliver(frame, rec.timestamp)
                     outbox.append((ident, frame))
                     self.delivered_total += 1
                 s.next_seq = seq + 1

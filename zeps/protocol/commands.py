@@ -197,11 +197,35 @@ class ListStreamsOk(Command):
     streams: Tuple[str, ...] = field(default=())
 
 
+@_command
+class DeliverTimestamps(Command):
+    """C: from now on, send DELIVER-TS (DELIVER plus the journal timestamp) instead of DELIVER."""
+    ID: ClassVar[int] = 41
+    NAME: ClassVar[str] = "DELIVER-TIMESTAMPS"
+
+
+@_command
+class DeliverTimestampsOk(Command):
+    ID: ClassVar[int] = 42
+    NAME: ClassVar[str] = "DELIVER-TIMESTAMPS-OK"
+
+
+@_command
+class DeliverTs(Command):
+    """S: a DELIVER with the time (ns since the epoch) the broker journalled the message."""
+    ID: ClassVar[int] = 43
+    NAME: ClassVar[str] = "DELIVER-TS"
+    timestamp: int
+    sequence: int
+    key: str
+    body: bytes
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
     SeqAtTime, SeqAtTimeOk, ConfirmSelect, ConfirmSelectOk, Confirm, StreamInfo,
-    StreamInfoOk, ListStreams, ListStreamsOk,
+    StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}

@@ -56,7 +56,8 @@ def test_publish_in_one_process_subscribe_in_another(broker):
     rows = json_lines(out)
     assert [(r["sequence"], r["key"], r["body"]) for r in rows] == [
         (1, "eu.fr", "hello"), (2, "us.ny", "wörld"), (3, "eu.de", "3")]
-    assert all(r["stream"] == "orders" and r["timestamp"] is None for r in rows)
+    assert all(r["stream"] == "orders" and r["timestamp"] > 0 for r in rows)
+    assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
 
 
 def test_publish_stdin_lines_with_confirm_and_human_subscribe(broker):

@@ -46,10 +46,16 @@ def test_round_trip(broker):
     with Client(broker.endpoint, "orders", **FAST) as c:
         msgs = drain(c.subscribe(), 100)
     assert [m.sequence for m in msgs] == list(range(1, 101))
-    assert msgs[0] == Message(1, "eu.fr", b"bytes body", None, "orders")
+    assert msgs[0] == Message(1, "eu.fr", b"bytes body", msgs[0].timestamp, "orders")
     assert msgs[1].body == "text body é".encode() and msgs[1].text == "text body é"
     assert msgs[99].key == "us.ny" and msgs[99].body == b"b97"
-    assert all(m.timestamp is None for m in msgs)          # DELIVER carries no timestamp
+    # DELIVER-TS carries the journal's timestamps: exactly what the journal holds
+    from zeps.journal import JournalReader, stream_dir_name
+    journal = JournalReader(broker.data_dir / stream_dir_name("orders"))
+    assert [m.timestamp for m in msgs] == [r.timestamp for r in journal.read_from(1)]
+    assert msgs[0].timestamp > 0
+    with Client(broker.endpoint, "orders", timestamps=False, **FAST) as c:   # plain ZEPS/1 DELIVER
+        assert all(m.timestamp is None for m in drain(c.subscribe(), 100))
 
 
 def test_subscribe_before_publish_gets_live_messages(broker):

@@ -253,7 +253,11 @@ def test_endpoint_read_equals_published(spark, mbroker):
     assert df.rdd.getNumPartitions() == 3
     rows = df.orderBy("sequence").collect()
     assert _as_tuples(rows) == [(i + 1, k, b) for i, (k, b) in enumerate(items)]
-    assert {r.timestamp for r in rows} == {None}         # DELIVER carries no timestamp
+    # DELIVER-TS: the journal's timestamps (us in Spark), as a path read gives them
+    want_ts = _read(spark, path=str(mbroker.data_dir), stream="ep-read").orderBy("sequence") \
+        .select("timestamp").collect()
+    assert [r.timestamp for r in rows] == [r.timestamp for r in want_ts]
+    assert None not in {r.timestamp for r in rows}
     got = _read(spark, endpoint=mbroker.endpoint, stream="ep-read", pattern="us.",
                 startingSequence=100, endingSequence=300).select("sequence").collect()
     assert sorted(r.sequence for r in got) == [i + 1 for i, (k, _) in enumerate(items)

@@ -216,6 +216,8 @@ def _not_attached(reason: str) -> bool:
 
 # --------------------------------------------------------------------------- the client
 
+_DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
+
 class Client:
     """A peering with a ZEPS broker, attached to one stream.
 
@@ -233,6 +235,9 @@ class Client:
             timeout). Raises :class:`ZepsTimeout` when exceeded.
         heartbeat: seconds of silence after which the client checks the peering (see the
             module documentation). Keep it below a third of the broker's ``--expiry``.
+        timestamps: ask the broker for DELIVER-TS (a ZEPS extension, docs/protocol.md) so that
+            every :class:`Message` carries the time the broker journalled it (default True;
+            False for a broker that only speaks the 12 commands of ZEPS/1).
         context: a ``zmq.Context`` to use; a ``zmq.green.Context`` makes the client
             gevent-cooperative. Default: the process-wide context (a private green one when
             gevent has patched ``socket``).
@@ -244,7 +249,7 @@ class Client:
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
                  confirms: bool = False, timeout: float = 10.0,
-                 heartbeat: float = DEFAULT_HEARTBEAT, context=None):
+                 heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None):
         self.endpoint = check_endpoint(endpoint)
         if not isinstance(stream, str) or not stream:
             raise ValueError("stream must be a non-empty string")
@@ -261,6 +266,7 @@ class Client:
         self.stream = stream
         self.credit_window = credit_window
         self.confirms = bool(confirms)
+        self.timestamps = bool(timestamps)
         self.timeout = float(timeout)
         self.heartbeat = float(heartbeat)
         self._probe_timeout = max(self.heartbeat, self.timeout)
@@ -790,6 +796,8 @@ class Client:
         if self.confirms:
             self._peer_confirmed = 0
             self._send_request(c.ConfirmSelect(), "confirm_select")
+        if self.timestamps:          # before any SUBSCRIBE: every delivery then carries its time
+            self._send(_DELIVER_TIMESTAMPS)
         if self._patterns:
             for pattern, latest in sorted(self._patterns.items(), key=lambda kv: kv[1]):
                 self._send_request(c.Subscribe(pattern, max(latest, self._last_handed)),
@@ -917,8 +925,11 @@ class Client:
             except zmq.Again:
                 break
             got = True
-            if len(frame) > 2 and frame[2] == 7 and frame[0] == 0xAA:
-                self._on_deliver(frame)
+            cid = frame[2] if len(frame) > 2 and frame[0] == 0xAA else -1
+            if cid == 7:
+                self._on_deliver(frame, 0)
+            elif cid == 43:                 # DELIVER-TS: a timestamp, then DELIVER's fields
+                self._on_deliver(frame, 8)
             else:
                 self._on_frame(frame)
             if self._need_reconnect or self._sock is not sock:
@@ -926,15 +937,17 @@ class Client:
         if got:
             self._last_recv = time.monotonic()
 
-    def _on_deliver(self, frame: bytes) -> None:
+    def _on_deliver(self, frame: bytes, off: int) -> None:
+        """A DELIVER (``off`` 0) or a DELIVER-TS (``off`` 8: the timestamp comes first)."""
         try:
-            seq = _U64.unpack_from(frame, 3)[0]
-            klen = frame[11]
-            kend = 12 + klen
+            ts = _U64.unpack_from(frame, 3)[0] if off else None
+            seq = _U64.unpack_from(frame, 3 + off)[0]
+            klen = frame[11 + off]
+            kend = 12 + off + klen
             blen = _U32.unpack_from(frame, kend)[0]
             if kend + 4 + blen > len(frame):
                 raise ValueError("truncated")
-            key = frame[12:kend].decode("utf-8")
+            key = frame[12 + off:kend].decode("utf-8")
         except (struct.error, IndexError, ValueError) as e:
             log.warning("zeps: ignoring a bad DELIVER frame from %s: %s", self.endpoint, e)
             return
@@ -947,7 +960,7 @@ class Client:
             return
         self._last_received = seq
         body = frame[kend + 4:kend + 4 + blen]
-        self._buffer.append((Message(seq, key, body, None, self.stream), cost))
+        self._buffer.append((Message(seq, key, body, ts, self.stream), cost))
 
     def _on_frame(self, frame: bytes) -> None:
         try:
@@ -977,6 +990,8 @@ class Client:
                 self._on_attached(initial=self.reconnects == 0)
             elif cls is c.ConfirmSelectOk:
                 self._confirm_ready = True
+            return
+        if cls is c.DeliverTimestampsOk:
             return
         if cls is c.Ping:
             self._send(encode(c.PingOk()))

@@ -23,8 +23,9 @@ class Message:
         key: the routing key (text).
         body: the message contents (bytes).
         timestamp: when the broker journalled it, in ns since the Unix epoch, or ``None`` when
-            unknown. Messages received over the wire (``DELIVER`` carries no timestamp) have
-            ``None``; messages read from a journal directory have it.
+            unknown. The client asks the broker for DELIVER-TS (a ZEPS extension), so messages
+            received over the wire have it, as do messages read from a journal directory;
+            ``None`` only with ``Client(..., timestamps=False)`` (plain ZEPS/1 DELIVER).
         stream: the stream the message belongs to, when known.
     """
 

@@ -309,7 +309,7 @@ class _BatchBuilder:
             "sequence": pa.array(np.ascontiguousarray(seq, dtype=np.int64), type=pa.int64()),
             "key": key,
             "body": decode_body(body, self.o.body_format, self.body_type, self.decode_one),
-            # a broker's DELIVER carries no timestamp: null when read through an endpoint
+            # null only from a broker that does not send DELIVER-TS (a plain ZEPS/1 one)
             "timestamp": (pa.nulls(n, pa.timestamp("us", tz="UTC")) if ts_ns is None else
                           pa.array(np.ascontiguousarray(ts_ns // 1000, dtype=np.int64),
                                    type=pa.int64()).view(pa.timestamp("us", tz="UTC"))),
@@ -359,6 +359,7 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
     with Client(o.endpoint, o.stream, timeout=o.timeout) as c:
         sub = c.subscribe("", from_seq=part.first)
         seqs: List[int] = []
+        stamps: List[Optional[int]] = []
         keys: List[str] = []
         bodies: List[bytes] = []
         done = False
@@ -379,20 +380,29 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
             if msg.sequence > part.last:
                 break
             seqs.append(msg.sequence)
+            stamps.append(msg.timestamp)
             keys.append(msg.key)
             bodies.append(msg.body)
             done = msg.sequence >= part.last
             if len(seqs) >= chunk or done:
-                rb = b.build(np.array(seqs, dtype=np.int64), None,
+                rb = b.build(np.array(seqs, dtype=np.int64), _stamps(stamps),
                              pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
-                seqs, keys, bodies = [], [], []
+                seqs, stamps, keys, bodies = [], [], [], []
                 if rb is not None:
                     yield rb
         if seqs:
-            rb = b.build(np.array(seqs, dtype=np.int64), None,
+            rb = b.build(np.array(seqs, dtype=np.int64), _stamps(stamps),
                          pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
             if rb is not None:
                 yield rb
+
+
+def _stamps(stamps):
+    """Journal timestamps (ns) as an int64 array, or None (null column) if the broker sent none."""
+    import numpy as np
+    if not stamps or None in stamps:
+        return None
+    return np.array(stamps, dtype=np.int64)
 
 
 def _resolve_start(o: ZepsOptions, src: _Source, first: int, last: int) -> int:

@@ -440,3 +440,20 @@ def test_deliver_timestamps_live_and_replayed(clients):
     assert [d.sequence for d in plain.delivers(2)] == [4, 5]   # the others still get DELIVER
     stamps = [g.timestamp for g in got + live]
     assert t0 <= stamps[0] and stamps == sorted(stamps) and stamps[-1] <= time.time_ns()
+
+
+def test_retention_by_bytes_and_a_late_joiner_starts_at_the_first_kept(start_broker):
+    b = start_broker(None, "--segment-bytes", "4K", "--retention-bytes", "12K")
+    pub = RawClient(b.endpoint).attach("ret")
+    for r in range(20):                             # 20 batches of ~2.6 KB: segments roll, old go
+        publish(pub, 20, size=100, start=20 * r)
+        pub.send(c.StreamInfo())
+        info = pub.expect(c.StreamInfoOk)
+    assert info.last == 400
+    assert info.first > 1 and info.size <= 12 * 1024 + 4096   # whole old segments were deleted
+    sub = RawClient(b.endpoint).attach("ret").subscribe("", 0, credit=1 << 30)
+    got = sub.delivers(400 - info.first + 1)
+    assert [d.sequence for d in got] == list(range(info.first, 401))
+    assert sub.nothing()
+    pub.close()
+    sub.close()

@@ -173,7 +173,11 @@ class Broker:
             if now >= next_retention:
                 next_retention = now + self.retention_check_s
                 for st in list(self.core.streams.values()):
-                    dropped = st.journal.apply_retention()
+                    try:
+                        dropped = st.journal.apply_retention()
+                    except Exception as exc:       # the timers must go on (fsync, expiry)
+                        self.log.error("retention_failed", stream=st.name, error=str(exc))
+                        continue
                     if dropped:
                         self.log.info("retention", stream=st.name, segments_deleted=dropped,
                                       first_seq=st.journal.first_seq)

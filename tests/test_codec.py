@@ -84,6 +84,13 @@ def test_encode_rejects_what_cannot_be_sent():
     assert len(encode(c.Publish("k" * 255, b""))) == 3 + 1 + 255 + 4
 
 
+def test_invalid_reasons_are_cut_to_fit():
+    from zeps.protocol import encode_invalid
+    assert decode(encode_invalid("bad")) == c.Invalid("bad")
+    long = decode(encode_invalid("é" * 300)).reason      # 600 bytes of UTF-8
+    assert long.endswith("...") and len(long.encode()) <= 255 and long.startswith("éé")
+
+
 def test_deliver_fast_path_matches_generic_and_sequence_peek():
     frame = encode_deliver(2**64 - 2, "eu.fr".encode(), b"x" * 70000)
     assert decode(frame) == c.Deliver(2**64 - 2, "eu.fr", b"x" * 70000)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.matching import PatternError, compile_pattern
-from zeps.protocol import ProtocolError, commands as c, decode, encode
+from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from .session import ATTACHED, NEW, PUBLISH_REJECTED, ProtocolViolation, Session
 from .stream import Stream
@@ -82,10 +82,7 @@ class BrokerCore:
                 self._invalid(identity, f"{cmd.NAME} failed in the broker: {exc}")
 
     def _invalid(self, identity: bytes, reason: str) -> None:
-        raw = reason.encode("utf-8")
-        if len(raw) > 255:
-            reason = raw[:252].decode("utf-8", "ignore") + "..."
-        self.outbox.append((identity, encode(c.Invalid(reason))))
+        self.outbox.append((identity, encode_invalid(reason)))
 
     # ------------------------------------------------------------------ handlers
     def _on_ping(self, s: Session, cmd, _was) -> None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.protocol import commands as c
-from zeps.protocol import deliver_ts_from_deliver, encode
+from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
 from .session import PUBLISH_REJECTED, Session
 
@@ -113,7 +113,7 @@ class Stream:
             records = self.journal.append_batch([(key, body) for _s, key, body in pending])
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             # One INVALID per rejected PUBLISH, so a publisher counting confirms stays exact.
-            reason = encode(c.Invalid(_clip(f"{PUBLISH_REJECTED}journal append failed: {exc}")))
+            reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
             for s, _k, _b in pending:
                 if s.identity in self.sessions:
                     self.outbox.append((s.identity, reason))
@@ -179,8 +179,8 @@ class Stream:
             except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
                 self.log("replay_failed", stream=self.name, client=s.identity.hex(),
                          sequence=s.next_seq, error=str(exc))
-                self.outbox.append((s.identity, encode(c.Invalid(_clip(
-                    f"cannot replay from sequence {s.next_seq}: {exc}")))))
+                self.outbox.append((s.identity, encode_invalid(
+                    f"cannot replay from sequence {s.next_seq}: {exc}")))
                 del self.catching_up[s.identity]
                 return
             outbox = self.outbox
@@ -239,9 +239,3 @@ class Stream:
             self.flush()
         return self.journal.seq_at(timestamp)
 
-
-def _clip(reason: str) -> str:
-    raw = reason.encode("utf-8")
-    if len(raw) <= 255:
-        return reason
-    return raw[:252].decode("utf-8", "ignore") + "..."

@@ -243,6 +243,14 @@ def deliver_ts_from_deliver(frame: bytes, timestamp: int) -> bytes:
     return b"".join((_DELIVER_TS_SIG, _U64_pack(timestamp), frame[3:]))
 
 
+def encode_invalid(reason: str) -> bytes:
+    """An INVALID frame; a reason over 255 bytes of UTF-8 is cut to fit and ends with '...'."""
+    raw = reason.encode("utf-8")
+    if len(raw) > MAX_STRING:
+        reason = raw[:MAX_STRING - 3].decode("utf-8", "ignore") + "..."
+    return encode(c.Invalid(reason))
+
+
 def deliver_sequence(frame: Buffer) -> int:
     """The sequence of an encoded DELIVER frame, without decoding the rest."""
     return _U64.unpack_from(frame, 3)[0]

@@ -27,15 +27,13 @@ import base64
 import codecs
 import json
 import os
-import re
 import sys
-import time
 from datetime import datetime, timezone
-from decimal import Decimal
 from pathlib import Path
 from typing import Callable, Iterable, List, Optional
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
+from zeps import units
+from zeps.units import DEFAULT_ENDPOINT
 COMMANDS = ("broker", "publish", "subscribe", "replay", "stats")
 
 
@@ -53,38 +51,12 @@ class Parser(argparse.ArgumentParser):
 
 # --------------------------------------------------------------------------- argument types
 
-_RELATIVE = re.compile(r"^-\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d|w)$", re.I)
-_EPOCH = re.compile(r"^\d+(?:\.\d+)?$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
-
-
 def parse_time(text: str, now_ns: Optional[int] = None) -> int:
-    """A time argument -> ns since the epoch (see the module docstring for the forms)."""
-    t = text.strip()
-    now = time.time_ns() if now_ns is None else now_ns
-    if t.lower() == "now":
-        return now
-    m = _RELATIVE.match(t)
-    if m:
-        ns = now - int(float(m.group(1)) * _UNIT_S[m.group(2).lower()] * 1e9)
-        return max(ns, 0)
-    if _EPOCH.match(t):
-        return int(Decimal(t) * 10**9)          # exact: no float rounding of the ns
+    """A time argument -> ns since the epoch (forms: :data:`zeps.units.TIME_FORMS`)."""
     try:
-        dt = datetime.fromisoformat(t[:-1] + "+00:00" if t[-1:] in "zZ" and t else t)
-    except ValueError:
-        dt = None
-    if dt is None or not t:
-        raise argparse.ArgumentTypeError(
-            f"bad time {text!r}: use ISO-8601 (2026-11-22T10:00:00Z), epoch seconds, "
-            f"'now', or relative like -30s, -5m, -2h")
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    ns = (delta.days * 86400 + delta.seconds) * 10**9 + delta.microseconds * 1000
-    if ns < 0:
-        raise argparse.ArgumentTypeError(f"bad time {text!r}: before 1970")
-    return ns
+        return units.parse_time(text, now_ns)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _endpoint(text: str) -> str:
@@ -617,7 +589,7 @@ def _join_relative_times(argv: List[str]) -> List[str]:
         if a == "--":
             out.extend(argv[i:])
             break
-        if a in _TIME_OPTIONS and i + 1 < len(argv) and _RELATIVE.match(argv[i + 1].strip()):
+        if a in _TIME_OPTIONS and i + 1 < len(argv) and argv[i + 1].strip().startswith("-"):
             out.append(f"{a}={argv[i + 1]}")
             i += 2
             continue

@@ -17,7 +17,9 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
-from .session import ATTACHED, NEW, PUBLISH_REJECTED, ProtocolViolation, Session
+from zeps.protocol.reasons import PUBLISH_REJECTED
+
+from .session import ATTACHED, NEW, ProtocolViolation, Session
 from .stream import Stream
 
 Outbox = List[Tuple[bytes, bytes]]

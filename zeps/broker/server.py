@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import signal
 import sys
 import time
@@ -28,12 +27,13 @@ import gevent.select
 import structlog
 import zmq
 
+from zeps import units
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
+
+from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT
 
 from .core import BrokerCore, CoreConfig
 
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
-DEFAULT_DATA_DIR = "./zeps-data"
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
 IDLE_WAIT = 0.25          # seconds to wait for input when there is no other work
 
@@ -198,25 +198,19 @@ class Broker:
 
 # ---------------------------------------------------------------------- command line
 
-_SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$", re.I)
+def _arg(parse):
+    """An argparse type from a :mod:`zeps.units` parser (ValueError -> ArgumentTypeError)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = parse.__name__
+    return convert
 
 
-def parse_size(text: str) -> int:
-    """'256M', '1GiB', '4096' -> bytes."""
-    m = _SIZE.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a size: {text!r} (use e.g. 4096, 64K, 256M, 1G)")
-    return int(m.group(1)) << {"": 0, "k": 10, "m": 20, "g": 30, "t": 40}[m.group(2).lower()]
-
-
-def parse_duration(text: str) -> float:
-    """'60', '60s', '500ms', '30m', '12h', '7d' -> seconds."""
-    m = _DURATION.match(text)
-    if not m:
-        raise argparse.ArgumentTypeError(f"not a duration: {text!r} (use e.g. 500ms, 60s, 30m, 12h, 7d)")
-    unit = (m.group(2) or "s").lower()
-    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}[unit]
+parse_size = _arg(units.parse_size)
+parse_duration = _arg(units.parse_duration)
 
 
 def _positive(parse):

@@ -24,6 +24,7 @@ from collections import deque
 from typing import Deque, List, Optional, Tuple
 
 from zeps.protocol import commands as c
+from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED  # noqa: F401 (re-exported)
 
 NEW = "NEW"
 ATTACHED = "ATTACHED"
@@ -34,11 +35,6 @@ _ANY_STATE = (c.Ping, c.ListStreams)
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps)
 
-#: Prefix of the INVALID reason for a command that needs ATTACH first. The SDK reads it to learn
-#: that the broker has forgotten its peering (after a broker restart or an expiry).
-NOT_ATTACHED = "not attached: "
-#: Prefix of the INVALID reason for a rejected PUBLISH (the SDK counts confirms with it).
-PUBLISH_REJECTED = "PUBLISH rejected: "
 
 
 class ProtocolViolation(Exception):

@@ -23,11 +23,13 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
-from .session import PUBLISH_REJECTED, Session
+from zeps.protocol.deliver import frame_cost
+from zeps.protocol.reasons import PUBLISH_REJECTED
+
+from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
 
-_DELIVER_OVERHEAD = 7   # DELIVER frame length - credit cost: 2 sig + 1 id + 4 chunk length
 
 
 class Stream:
@@ -135,7 +137,7 @@ class Stream:
                 continue
             frame = rec.frame
             ts_frame = None                     # DELIVER-TS, built once if anyone wants it
-            cost = len(frame) - _DELIVER_OVERHEAD
+            cost = frame_cost(frame)
             for ident in ids:
                 s = sessions.get(ident)
                 if s is None or not s.live or seq < s.next_seq:
@@ -192,7 +194,7 @@ class Stream:
                     continue
                 if s.accepts(rec.key, seq):
                     frame = rec.frame
-                    cost = len(frame) - _DELIVER_OVERHEAD
+                    cost = frame_cost(frame)
                     if credit < cost:             # out of credit: wait for CREDIT
                         s.credit = credit
                         s.next_seq = seq

@@ -72,13 +72,13 @@ import struct
 import sys
 import time
 from collections import deque
-from datetime import datetime, timedelta, timezone
 from typing import Iterable, Optional, Tuple, Union
 
 import zmq
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode, encode_publish
+from ..units import DEFAULT_ENDPOINT, TimeLike, to_timestamp_ns
 from .errors import ClientClosed, ConnectionLost, InvalidError, ZepsError, ZepsTimeout
 from .message import Message, StreamInfo
 
@@ -88,14 +88,12 @@ __all__ = ["Client", "list_streams", "check_endpoint", "to_timestamp_ns", "DEFAU
 log = logging.getLogger("zeps.client")
 
 #: Where the broker listens by default.
-DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
 #: Default credit window: 8 MiB of deliveries in flight.
 DEFAULT_CREDIT_WINDOW = 8 << 20
 #: Default idle time (s) after which the client checks the peering: the broker's default
 #: expiry (60 s) divided by 3, as docs/protocol.md asks.
 DEFAULT_HEARTBEAT = 20.0
 
-TimeLike = Union[datetime, int, float]
 
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
@@ -104,7 +102,6 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _LOOK_INTERVAL = 0.002
 _MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event frame
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 
 _CONNECTING, _ATTACHED, _FAILED, _CLOSED = "connecting", "attached", "failed", "closed"
@@ -140,30 +137,6 @@ def check_endpoint(endpoint) -> str:
             raise ValueError(f"bad endpoint {endpoint!r}: {m.group(1)} endpoints need host:port "
                              f"with a port from 1 to 65535")
     return endpoint
-
-
-def to_timestamp_ns(when: TimeLike) -> int:
-    """Convert a time to ns since the Unix epoch.
-
-    ``datetime`` (a naive one is local time, as :meth:`datetime.timestamp` has it), ``int``
-    (already ns since the epoch) or ``float`` (seconds since the epoch).
-    """
-    if isinstance(when, datetime):
-        if when.tzinfo is None:
-            when = when.astimezone()
-        delta = when - _EPOCH
-        return (delta // timedelta(microseconds=1)) * 1000
-    if isinstance(when, bool):
-        raise TypeError("time must be a datetime, an int (ns) or a float (s), not bool")
-    if isinstance(when, int):
-        if when < 0:
-            raise ValueError(f"time {when} is before the epoch")
-        return when
-    if isinstance(when, float):
-        if when < 0:
-            raise ValueError(f"time {when} is before the epoch")
-        return int(round(when * 1e9))
-    raise TypeError(f"time must be a datetime, an int (ns) or a float (s), not {type(when).__name__}")
 
 
 _green_context = None

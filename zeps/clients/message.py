@@ -5,12 +5,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Optional
 
-__all__ = ["Message", "StreamInfo", "deliver_cost"]
+from zeps.protocol.deliver import message_cost
 
-
-def deliver_cost(key: str, body: bytes) -> int:
-    """Credit (bytes) one delivered message costs: ``8 + len(key utf-8) + 1 + len(body)``."""
-    return 9 + len(key.encode("utf-8")) + len(body)
+__all__ = ["Message", "StreamInfo"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,7 +47,7 @@ class Message:
     @property
     def cost(self) -> int:
         """Credit this message costs (``8 + len(key) + 1 + len(body)``)."""
-        return deliver_cost(self.key, self.body)
+        return message_cost(self.key, self.body)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,8 +17,9 @@ import struct
 from typing import Union
 
 from . import commands as c
+from . import deliver as _d
 
-SIGNATURE = b"\xaa\xa5"
+SIGNATURE = _d.SIGNATURE
 _SIG0, _SIG1 = 0xAA, 0xA5
 MAX_STRING = 255
 MAX_CHUNK = 2**32 - 1
@@ -26,7 +27,6 @@ MAX_CHUNK = 2**32 - 1
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
-_DELIVER_HEAD = struct.Struct(">2sBQB")  # signature, id, sequence, key length
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -129,8 +129,7 @@ def encode_deliver(sequence: int, key: bytes, body: Buffer) -> bytes:
         raise ProtocolError("key longer than 255 bytes")
     if not 0 <= sequence < 2**64:
         raise ProtocolError("sequence must be an integer from 0 to 2^64-1")
-    return b"".join((_DELIVER_HEAD.pack(SIGNATURE, 7, sequence, len(key)), key,
-                     _U32.pack(len(body)), body))
+    return _d.encode_deliver(sequence, key, body)
 
 
 # --------------------------------------------------------------------------- decoding
@@ -234,13 +233,7 @@ _new = object.__new__
 _set = object.__setattr__
 
 
-_U64_pack = _U64.pack
-_DELIVER_TS_SIG = b"\xaa\xa5\x2b"
-
-
-def deliver_ts_from_deliver(frame: bytes, timestamp: int) -> bytes:
-    """Hot path: the DELIVER-TS frame for an encoded DELIVER frame (the journal's bytes)."""
-    return b"".join((_DELIVER_TS_SIG, _U64_pack(timestamp), frame[3:]))
+deliver_ts_from_deliver = _d.ts_from_deliver
 
 
 def encode_invalid(reason: str) -> bytes:
@@ -251,6 +244,4 @@ def encode_invalid(reason: str) -> bytes:
     return encode(c.Invalid(reason))
 
 
-def deliver_sequence(frame: Buffer) -> int:
-    """The sequence of an encoded DELIVER frame, without decoding the rest."""
-    return _U64.unpack_from(frame, 3)[0]
+deliver_sequence = _d.sequence_of

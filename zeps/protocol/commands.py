@@ -230,7 +230,4 @@ ALL_COMMANDS = (
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}
 
-
-def deliver_cost(key_len: int, body_len: int) -> int:
-    """Credit one DELIVER costs: 8 + len(key) + 1 + len(body) bytes (the reference accounting)."""
-    return 9 + key_len + body_len
+from .deliver import deliver_cost  # noqa: E402,F401  (defined with the DELIVER layout)

@@ -6,9 +6,10 @@ exception Spark shows, not buried in a Java stack trace.
 """
 from __future__ import annotations
 
+from zeps import units
+
 import re
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from typing import Mapping, Optional
 
 __all__ = ["ZepsSparkError", "ZepsOptions", "parse_options", "OPTION_NAMES", "BODY_FORMATS"]
@@ -72,28 +73,12 @@ def _int_option(opts: Mapping[str, str], name: str, minimum: int) -> Optional[in
 
 
 def parse_time(name: str, raw: str) -> int:
-    """ISO-8601 (``2024-05-01T12:00:00Z``; without a zone it is UTC) or epoch milliseconds ->
-    ns since the epoch."""
-    s = str(raw).strip()
-    if _MS_RE.match(s):
-        ms = int(s)
-        if ms < 0:
-            raise ZepsSparkError(f"option '{name}' must not be before the epoch, not {raw!r}")
-        return ms * 1_000_000
+    """A time option -> ns since the epoch: the CLI's forms (:data:`zeps.units.TIME_FORMS`), except
+    that a bare number is epoch *milliseconds* (``1714564800000``); ``1714564800s`` says seconds."""
     try:
-        iso = s[:-1] + "+00:00" if s.endswith(("Z", "z")) else s
-        dt = datetime.fromisoformat(iso)
-    except ValueError:
-        raise ZepsSparkError(f"option '{name}' must be an ISO-8601 time "
-                             f"(e.g. 2024-05-01T12:00:00Z) or epoch milliseconds, not {raw!r}"
-                             ) from None
-    if dt.tzinfo is None:
-        dt = dt.replace(tzinfo=timezone.utc)
-    delta = dt - datetime(1970, 1, 1, tzinfo=timezone.utc)
-    ns = (delta.days * 86400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1000
-    if ns < 0:
-        raise ZepsSparkError(f"option '{name}' must not be before the epoch, not {raw!r}")
-    return ns
+        return units.parse_time(str(raw), bare_unit="ms")
+    except ValueError as exc:
+        raise ZepsSparkError(f"option '{name}': {exc}") from None
 
 
 def _bool_option(opts: Mapping[str, str], name: str, default: bool) -> bool:

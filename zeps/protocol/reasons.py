@@ -1,0 +1,16 @@
+"""INVALID reason prefixes: what the broker writes and the client SDK reads, defined once.
+
+An INVALID's reason is free text for people, but a few prefixes carry meaning a program acts
+on. The broker builds every such reason from these constants, and the SDK recognises them with
+the same constants (``reason.startswith(NOT_ATTACHED)``), so the two cannot drift apart.
+"""
+from __future__ import annotations
+
+#: A command that needs ATTACH came from a client the broker does not know as attached (after a
+#: broker restart, an expiry or a DETACH). The SDK reads it as "re-attach".
+NOT_ATTACHED = "not attached: "
+#: A PUBLISH that was not stored (too large, journal append failed, ...). Exactly one INVALID
+#: with this prefix answers each rejected PUBLISH, so a publisher counting confirms stays exact.
+PUBLISH_REJECTED = "PUBLISH rejected: "
+
+ALL = (NOT_ATTACHED, PUBLISH_REJECTED)

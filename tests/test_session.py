@@ -16,13 +16,16 @@ def test_grammar_walk():
         with pytest.raises(ProtocolViolation, match=f"not attached: {cmd.NAME} before ATTACH"):
             s.accept(cmd, 2.0)
     s.accept(c.Attach("orders"), 3.0)
-    assert (s.state, s.stream, s.last_seen) == (ATTACHED, "orders", 3.0)
+    assert (s.state, s.last_seen) == (NEW, 3.0), "accept() checks; the stream makes the move"
+    s.attached("orders")
+    assert (s.state, s.stream) == (ATTACHED, "orders")
     with pytest.raises(ProtocolViolation, match="ATTACH while attached"):
         s.accept(c.Attach("other"), 4.0)
-    s.accept(c.ConfirmSelect(), 4.0)
-    assert s.confirms
+    s.confirms = True
     s.accept(c.Detach(), 5.0)
-    assert (s.state, s.stream, s.confirms) == (NEW, None, False)
+    assert (s.state, s.stream, s.confirms) == (ATTACHED, "orders", True)
+    s.detached()
+    assert (s.state, s.stream, s.confirms, s.subscriptions, s.credit) == (NEW, None, False, [], 0)
 
 
 @pytest.mark.parametrize("cmd", [c.AttachOk(), c.SubscribeOk(), c.Deliver(1, "k", b""), c.PingOk(),
@@ -38,7 +41,7 @@ def test_server_commands_from_a_client_are_refused(cmd):
 
 def test_subscriptions_share_one_position():
     s = Session(b"id", 0.0)
-    s.accept(c.Attach("x"), 0.0)
+    s.attached("x")
     s.add_subscription(compile_pattern("a"), 5)
     assert s.next_seq == 5
     s.add_subscription(compile_pattern("b"), 9)

@@ -104,17 +104,14 @@ class BrokerCore:
         try:
             stream = self.stream(cmd.stream)
         except Exception as exc:   # JournalError, OSError: say why, stay unattached
-            s.state, s.stream = NEW, None
             self._invalid(s.identity, f"cannot open stream {cmd.stream!r}: {exc}")
             self.log("attach_failed", stream=cmd.stream, error=str(exc))
             return
         stream.attach(s)
         self.outbox.append((s.identity, _ATTACH_OK))
 
-    def _on_detach(self, s: Session, cmd, was_stream: str) -> None:
-        stream = self.streams.get(was_stream)
-        if stream is not None:
-            stream.detach(s)
+    def _on_detach(self, s: Session, cmd, _was) -> None:
+        self.streams[s.stream].detach(s)
         self.outbox.append((s.identity, _DETACH_OK))
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
@@ -144,11 +141,13 @@ class BrokerCore:
         self.outbox.append((s.identity, encode(self.streams[s.stream].info())))
 
     def _on_confirm_select(self, s: Session, cmd, _was) -> None:
+        s.confirms = True
         stream = self.streams[s.stream]
         stream.flush()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
 
     def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
+        s.timestamps = True
         self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
 
     def _regex_timeout(self, pattern: str, key: str) -> None:

@@ -7,7 +7,7 @@ INVALID. What a command *does* (routing, journal, replies) is the core's and the
 
 States::
 
-    NEW --ATTACH--> ATTACHED --DETACH--> NEW
+    NEW --ATTACH--> ATTACHED --DETACH--> NEW      (Stream.attach / Stream.detach make the moves)
     (PING and LIST-STREAMS are fine in every state, as the reference broker answers PING early)
 
 The subscriber half of the state is plain data that ``stream.py`` reads and writes:
@@ -66,7 +66,11 @@ class Session:
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:
-        """Check ``cmd`` against the grammar and move the state machine on; raise if not allowed."""
+        """Check ``cmd`` against the grammar; raise :class:`ProtocolViolation` if not allowed now.
+
+        This only *checks*: the transitions themselves (:meth:`attached`, :meth:`detached`) are
+        made by the stream the client joins or leaves, which must first undo what it holds for the
+        client (index entries, replay and confirm queues) while the session still describes it."""
         self.last_seen = now
         if isinstance(cmd, _ANY_STATE):
             return
@@ -75,23 +79,25 @@ class Session:
                 raise ProtocolViolation(f"ATTACH while attached to stream {self.stream!r}; DETACH first")
             if not cmd.stream or "\x00" in cmd.stream:
                 raise ProtocolViolation("stream name must be 1 to 255 bytes and contain no NUL")
-            self.state = ATTACHED
-            self.stream = cmd.stream
-            self._reset_stream_state()
             return
         if isinstance(cmd, _ATTACHED_ONLY):
             if self.state != ATTACHED:
                 raise ProtocolViolation(f"{NOT_ATTACHED}{cmd.NAME} before ATTACH")
-            if isinstance(cmd, c.Detach):
-                self.state = NEW
-                self.stream = None
-                self._reset_stream_state()
-            elif isinstance(cmd, c.ConfirmSelect):
-                self.confirms = True
-            elif isinstance(cmd, c.DeliverTimestamps):
-                self.timestamps = True
             return
         raise ProtocolViolation(f"{cmd.NAME} is sent by the broker, not by a client")
+
+    # --------------------------------------------------------------- transitions (called by Stream)
+    def attached(self, stream: str) -> None:
+        """NEW -> ATTACHED to ``stream``, with a fresh peering state."""
+        self.state = ATTACHED
+        self.stream = stream
+        self._reset_stream_state()
+
+    def detached(self) -> None:
+        """ATTACHED -> NEW: nothing of the peering is left (subscriptions, credit, confirms)."""
+        self.state = NEW
+        self.stream = None
+        self._reset_stream_state()
 
     # --------------------------------------------------------------- subscriber helpers
     @property

@@ -54,10 +54,14 @@ class Stream:
 
     # ------------------------------------------------------------------ membership
     def attach(self, session: Session) -> None:
+        """The client joins this stream with a fresh peering (the ATTACH transition)."""
+        session.attached(self.name)
         self.sessions[session.identity] = session
 
     def detach(self, session: Session) -> None:
-        """Forget a client: its subscriptions, credit and pending confirms."""
+        """The client leaves (DETACH, expiry, or its connection is gone): undo everything this
+        stream holds for it — index entries, replay and confirm queues — *then* reset the
+        session, so nothing of the old peering can reach a later ATTACH on the same connection."""
         ident = session.identity
         if self.pending:
             self.flush()
@@ -66,6 +70,7 @@ class Stream:
         self.sessions.pop(ident, None)
         self.catching_up.pop(ident, None)
         self.confirming.pop(ident, None)
+        session.detached()
 
     # ------------------------------------------------------------------ subscribe / credit
     def start_of(self, latest: int) -> int:

@@ -44,14 +44,14 @@ class Core:
         for _ in range(n):
             self.core.flush()
             self.collect()
-            self.core.pump()
+            self.core.pump(self.now)
             self.collect()
 
     def drain(self) -> None:
         for _ in range(10_000):
             self.core.flush()
             self.collect()
-            more = self.core.pump()
+            more = self.core.pump(self.now)
             self.collect()
             if not more:
                 return

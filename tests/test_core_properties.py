@@ -88,7 +88,7 @@ class Harness:
             for _ in range(op[1]):
                 self.core.flush()
                 self.collect()
-                self.core.pump()
+                self.core.pump(self.now)
                 self.collect()
 
     def finish(self):
@@ -98,7 +98,7 @@ class Harness:
             self.credit[ident] += 1 << 30
             self.send(ident, c.Credit(1 << 30))
         for _ in range(10_000):
-            more = self.core.pump()
+            more = self.core.pump(self.now)
             self.collect()
             if not more:
                 break

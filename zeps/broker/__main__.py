@@ -1,6 +1,6 @@
 """``python -m zeps.broker``: the same as ``zeps broker``."""
 import sys
 
-from .server import main
+from zeps.cli.broker import main
 
 sys.exit(main())

@@ -17,9 +17,10 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
+from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 from zeps.protocol.reasons import PUBLISH_REJECTED
 
-from .session import ATTACHED, NEW, ProtocolViolation, Session
+from .session import ATTACHED, ProtocolViolation, Session
 from .stream import Stream
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -28,11 +29,19 @@ _PING_OK = encode(c.PingOk())
 _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
+_DETACH = encode(c.Detach())
 
 
 @dataclass
 class CoreConfig:
     expiry: float = 60.0                  # seconds of silence before a client is forgotten
+    expiry_check: float = 1.0             # how often silence is checked
+    fsync: str = "interval"               # the journals' policy: the core times "interval" syncs
+    fsync_interval: float = 0.05          # seconds between group fsyncs (fsync=interval)
+    retention_check: float = 10.0         # seconds between retention passes
+    congestion_backoff: float = 0.01      # first wait after a client's pipe was full (doubles)
+    congestion_backoff_max: float = 1.0
+    max_held: int = 256                   # replies held for a congested client before it is forgotten
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
@@ -48,6 +57,8 @@ class BrokerCore:
         self.sessions: Dict[bytes, Session] = {}
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
+        self.congested: Dict[bytes, Session] = {}
+        self._next_expiry = self._next_retention = self._next_sync = float("-inf")
 
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
@@ -113,6 +124,9 @@ class BrokerCore:
     def _on_detach(self, s: Session, cmd, _was) -> None:
         self.streams[s.stream].detach(s)
         self.outbox.append((s.identity, _DETACH_OK))
+        if not s.held:                  # a clean DETACH frees the session at once
+            self.sessions.pop(s.identity, None)
+            self.congested.pop(s.identity, None)
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
         try:
@@ -163,14 +177,18 @@ class BrokerCore:
             self.streams[name] = st
         return st
 
-    # ------------------------------------------------------------------ rounds and timers
+    # ------------------------------------------------------------------ rounds
     def flush(self) -> None:
+        """Journal every stream's queued publishes, then route them live."""
         for st in self.streams.values():
             if st.pending:
                 st.flush()
 
-    def pump(self) -> bool:
-        """One replay batch per catching-up subscriber; True if more replay work remains."""
+    def pump(self, now: float) -> bool:
+        """End congestion whose time is up, then one replay batch per catching-up subscriber.
+        True if more replay work remains."""
+        if self.congested:
+            self._uncongest(now)
         more = False
         for st in self.streams.values():
             if st.catching_up and st.pump():
@@ -178,31 +196,129 @@ class BrokerCore:
         return more
 
     def confirm(self) -> None:
+        """CONFIRM what became durable (the shell calls it after a group fsync)."""
         for st in self.streams.values():
             if st.confirming:
                 st.confirm()
-
-    def expire(self, now: float) -> List[bytes]:
-        """Forget clients silent for longer than the expiry; return their identities."""
-        limit = now - self.config.expiry
-        gone = [ident for ident, s in self.sessions.items() if s.last_seen < limit]
-        for ident in gone:
-            self.forget(ident)
-        return gone
-
-    def forget(self, identity: bytes) -> None:
-        """Drop a client entirely (expired, or its connection is gone)."""
-        s = self.sessions.pop(identity, None)
-        if s is not None and s.stream is not None:
-            st = self.streams.get(s.stream)
-            if st is not None:
-                st.detach(s)
 
     def take_outbox(self) -> Outbox:
         """The frames to send, in order; the outbox is emptied (streams share the same list)."""
         out = self.outbox[:]
         self.outbox.clear()
         return out
+
+    # ------------------------------------------------------------------ what the shell reports
+    def unsent(self, identity: bytes, frame: bytes, now: float) -> None:
+        """The shell could not send ``frame``: the client's pipe is full (its send high-water
+        mark). Called for that frame and every later frame for the same client in the batch.
+
+        A DELIVER goes back to the journal (the stream rewinds the client and returns the
+        credit); any other frame is held, in order, and sent when the congestion ends; a client
+        holding more than ``max_held`` frames reads nothing at all and is forgotten."""
+        s = self.sessions.get(identity)
+        if s is None:
+            return
+        if s.congested_until <= now:           # first failure of this batch: back off
+            s.backoff = min(self.config.congestion_backoff_max,
+                            s.backoff * 2 if s.backoff else self.config.congestion_backoff)
+            s.congested_until = now + s.backoff
+            self.congested[identity] = s
+        cid = frame[2]
+        if cid == DELIVER_ID or cid == DELIVER_TS_ID:
+            st = self.streams.get(s.stream) if s.stream is not None else None
+            if st is not None:
+                st.unsent(s, frame)
+            return
+        s.held.append(frame)
+        if len(s.held) > self.config.max_held:
+            self.log("client_unresponsive_forgotten", client=identity.hex(), held=len(s.held))
+            self.forget(identity)
+
+    def gone(self, identity: bytes) -> None:
+        """The shell learnt that the client's connection is gone."""
+        self.forget(identity)
+
+    def _uncongest(self, now: float) -> None:
+        for ident in [i for i, s in self.congested.items() if s.congested_until <= now]:
+            s = self.congested.pop(ident)
+            s.congested_until = 0.0
+            if s.held:
+                self.outbox.extend((ident, f) for f in s.held)
+                s.held.clear()
+            st = self.streams.get(s.stream) if s.stream is not None else None
+            if st is not None:
+                st.resume(s)
+
+    # ------------------------------------------------------------------ timers
+    def next_deadline(self) -> float:
+        """When :meth:`tick` next has work (monotonic seconds)."""
+        nxt = min(self._next_expiry, self._next_retention)
+        if self.config.fsync == "interval":
+            nxt = min(nxt, self._next_sync)
+        if self.congested:
+            nxt = min(nxt, min(s.congested_until for s in self.congested.values()))
+        return nxt
+
+    def tick(self, now: float) -> List[Stream]:
+        """Run the timers that are due at ``now`` — expiry of silent clients, retention — and
+        return the streams whose journals the shell should fsync now (``fsync=interval``: every
+        ``fsync_interval`` seconds, the streams with unsynced records). After syncing them the
+        shell calls :meth:`confirm`."""
+        if now >= self._next_expiry:
+            self._next_expiry = now + self.config.expiry_check
+            self.expire(now)
+        if now >= self._next_retention:
+            self._next_retention = now + self.config.retention_check
+            self._retention()
+        if self.config.fsync != "interval" or now < self._next_sync:
+            return []
+        self._next_sync = now + self.config.fsync_interval
+        return [st for st in self.streams.values() if st.journal.durable_seq < st.journal.last_seq]
+
+    def sync_failed(self, stream: Stream, exc: Exception) -> None:
+        """A stream's fsync failed: its publishers wait (no CONFIRM); other streams go on."""
+        self.log("fsync_failed", stream=stream.name, error=str(exc))
+
+    def _retention(self) -> None:
+        for st in list(self.streams.values()):
+            try:
+                dropped = st.journal.apply_retention()
+            except Exception as exc:       # one stream's failure is that stream's
+                self.log("retention_failed", stream=st.name, error=str(exc))
+                continue
+            if dropped:
+                self.log("retention", stream=st.name, segments_deleted=dropped,
+                         first_seq=st.journal.first_seq)
+
+    def expire(self, now: float) -> List[bytes]:
+        """Forget clients silent for longer than the expiry, telling each with DETACH; return
+        their identities. Deliveries the client took since the last check count as a sign of
+        life (its pipe was not full, so it reads)."""
+        limit = now - self.config.expiry
+        gone = []
+        for ident, s in self.sessions.items():
+            if s.delivered != s.delivered_seen:
+                s.delivered_seen = s.delivered
+                if not s.congested_until:
+                    s.last_seen = max(s.last_seen, now - self.config.expiry_check)
+            if s.last_seen < limit:
+                gone.append(ident)
+        for ident in gone:
+            self.forget(ident)
+            self.outbox.append((ident, _DETACH))
+            self.log("client_expired", client=ident.hex())
+        return gone
+
+    def forget(self, identity: bytes) -> None:
+        """Drop a client entirely (expired, unresponsive, or its connection is gone)."""
+        s = self.sessions.pop(identity, None)
+        if s is None:
+            return
+        self.congested.pop(identity, None)
+        if s.stream is not None:
+            st = self.streams.get(s.stream)
+            if st is not None:
+                st.detach(s)
 
 
 _HANDLERS = {

@@ -44,13 +44,20 @@ class ProtocolViolation(Exception):
 class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
-                 "timestamps")
+                 "timestamps", "congested_until", "backoff", "held", "delivered", "delivered_seen")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
         self.state = NEW
         self.stream: Optional[str] = None
         self.last_seen = now
+        # Congestion (the connection's send pipe was full): no DELIVER is produced for the client
+        # before ``congested_until``; replies meanwhile wait in ``held`` (bounded by the core).
+        self.congested_until = 0.0
+        self.backoff = 0.0
+        self.held: Deque[bytes] = deque()
+        self.delivered = 0              # DELIVERs produced for the client (liveness, stats)
+        self.delivered_seen = 0         # ``delivered`` at the last expiry check
         self._reset_stream_state()
 
     def _reset_stream_state(self) -> None:

@@ -15,6 +15,21 @@ When a historical subscriber has credit, :meth:`Stream.pump` feeds it from the j
 within the same step (nothing can be appended in between: the broker is one greenlet doing one
 thing at a time), it is switched back to live. Sequences a client receives therefore strictly
 increase with no gap and no duplicate, and the broker holds O(1) state per slow subscriber.
+
+Congestion
+----------
+Credit is a client's promise; the broker does not rely on it. When the I/O shell cannot send a
+DELIVER because the client's pipe is full, :meth:`Stream.unsent` takes the message back: the
+credit it used is returned, the client drops to historical at that sequence (as if it had run out
+of credit), and the journal replays it once the client reads again. What the broker holds for a
+client that never reads is therefore its pipe (bounded by the socket's send high-water mark) and
+its position, whatever credit it granted.
+
+Replay cost
+-----------
+A replay step reads at most what the client's credit can take (each delivered message costs at
+least :data:`MIN_COST` bytes), so a client granting tiny credit over and over (``CREDIT 1`` in a
+loop) costs one small read per grant, not a 1,000-record batch.
 """
 from __future__ import annotations
 
@@ -23,12 +38,15 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
-from zeps.protocol.deliver import frame_cost
+from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import PUBLISH_REJECTED
 
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
+
+#: The least credit any message costs (empty key and body: the sequence and key length).
+MIN_COST = 9
 
 
 
@@ -94,17 +112,37 @@ class Stream:
         self.index.add(session.identity, pattern)
         self.outbox.append((session.identity, encode(c.SubscribeOk())))
         if first:
-            if start >= self.journal.next_seq:
+            if start >= self.journal.next_seq and not session.congested_until:
                 session.live = True
             else:
                 session.live = False
-                if session.credit > 0:
-                    self.catching_up[session.identity] = session
+                self.resume(session)
 
     def credit(self, session: Session, amount: int) -> None:
         session.credit += amount
-        if session.subscribed and not session.live and session.credit > 0:
+        self.resume(session)
+
+    def resume(self, session: Session) -> None:
+        """Queue a historical client for replay if it can take a message and is not congested."""
+        if (session.subscribed and not session.live and session.credit >= MIN_COST
+                and not session.congested_until):
             self.catching_up[session.identity] = session
+
+    def unsent(self, session: Session, frame: bytes) -> None:
+        """The shell could not send this DELIVER (the client's pipe is full): take it back.
+
+        The credit it used is returned and the client drops to historical at its sequence (the
+        lowest unsent one, when several of a round's frames come back). The core calls this for
+        every unsent DELIVER of the client, in outbox order, and sets the congestion deadline."""
+        shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
+        seq = sequence_of(frame, shift)
+        if self.sessions.get(session.identity) is not session or not session.subscribed:
+            return
+        session.credit += len(frame) - OVERHEAD - shift
+        if session.live or seq < session.next_seq:
+            session.next_seq = seq
+        session.live = False
+        self.catching_up.pop(session.identity, None)
 
     # ------------------------------------------------------------------ publish and live routing
     def publish(self, session: Session, key: str, body: bytes) -> None:
@@ -152,6 +190,7 @@ class Stream:
                 if s.credit >= cost:
                     s.credit -= cost
                     s.next_seq = seq + 1
+                    s.delivered += 1
                     if s.timestamps:
                         if ts_frame is None:
                             ts_frame = deliver_ts_from_deliver(frame, rec.timestamp)
@@ -180,9 +219,12 @@ class Stream:
             self.log("replay_gap", stream=self.name, wanted=s.next_seq, first_kept=j.first_seq)
             s.next_seq = j.first_seq
         if s.next_seq < j.next_seq:
+            # Read no more than the credit can take: at most credit // MIN_COST records, and frame
+            # bytes (cost + OVERHEAD each) within the credit plus their overheads.
+            max_records = min(self.replay_batch_records, s.credit // MIN_COST + 1)
+            max_bytes = min(self.replay_batch_bytes, s.credit + OVERHEAD * max_records)
             try:
-                records = j.read_batch(s.next_seq, max_records=self.replay_batch_records,
-                                       max_bytes=self.replay_batch_bytes)
+                records = j.read_batch(s.next_seq, max_records=max_records, max_bytes=max_bytes)
             except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
                 self.log("replay_failed", stream=self.name, client=s.identity.hex(),
                          sequence=s.next_seq, error=str(exc))
@@ -209,6 +251,7 @@ class Stream:
                     if s.timestamps:
                         frame = deliver_ts_from_deliver(frame, rec.timestamp)
                     outbox.append((ident, frame))
+                    s.delivered += 1
                     self.delivered_total += 1
                 s.next_seq = seq + 1
             s.credit = credit

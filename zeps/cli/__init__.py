@@ -1,0 +1,110 @@
+"""The ``zeps`` command line: ``zeps broker | publish | subscribe | replay | stats``.
+
+Run ``zeps COMMAND --help`` for each command's options. Common rules:
+
+* ``--endpoint`` defaults to ``$ZEPS_ENDPOINT`` or ``tcp://127.0.0.1:7470``;
+  ``--connect-timeout`` (default ``$ZEPS_TIMEOUT`` or 10 s) bounds every wait for the broker.
+* Times (``--from-time``, ``--to-time``) are ISO-8601 (``2026-11-22T10:00:00Z``; without a zone
+  it is UTC, like the times ``zeps stats`` prints), epoch seconds (``1795300000.5``), ``now``,
+  or relative to now (``-30s``, ``-5m``, ``-2h``, ``-1d``, ``-500ms``).
+* Bad arguments: one line on stderr (``zeps: error: ...``) and exit status 2. A broker that does
+  not answer, or refuses a request: one line on stderr and exit status 1. Ctrl-C in
+  ``subscribe`` / ``replay`` ends them cleanly with status 0.
+
+Examples::
+
+    zeps broker --data-dir ./zeps-data
+    zeps publish orders eu.fr 'hello'                 # one message
+    seq 10 | zeps publish --confirm orders eu.fr      # one message per line; prints last seq
+    zeps subscribe orders eu. --json --count 10       # history, then live
+    zeps replay orders --data-dir ./zeps-data --from-time -1h --format raw
+    zeps stats --json
+"""
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+from . import broker, publish, replay, stats, subscribe
+from .common import Parser, UsageError, message_json, message_line, parse_time  # noqa: F401
+
+COMMANDS = ("broker", "publish", "subscribe", "replay", "stats")
+
+
+def build_parser() -> Parser:
+    parser = Parser(prog="zeps", description="ZEPS: a journalled publish-subscribe broker "
+                    "over ZeroMQ.", epilog="Run 'zeps COMMAND --help' for a command's options.")
+    try:
+        from importlib.metadata import version as _dist_version
+        version = _dist_version("zeps")
+    except Exception:
+        version = "0.1.0"
+    parser.add_argument("--version", action="version", version=f"zeps {version}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+    sub.add_parser("broker", help="run the broker (zeps broker --help for its options)",
+                   add_help=False)
+    for module in (publish, subscribe, replay, stats):
+        module.add_parser(sub)
+    return parser
+
+
+_TIME_OPTIONS = ("--from-time", "--to-time")
+
+
+def _join_relative_times(argv: List[str]) -> List[str]:
+    """``--from-time -5m`` -> ``--from-time=-5m``: argparse would take ``-5m`` for an option."""
+    out: List[str] = []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a == "--":
+            out.extend(argv[i:])
+            break
+        if a in _TIME_OPTIONS and i + 1 < len(argv) and argv[i + 1].strip().startswith("-"):
+            out.append(f"{a}={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(a)
+        i += 1
+    return out
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    """Entry point of the ``zeps`` console script and ``python -m zeps``."""
+    argv = _join_relative_times(list(sys.argv[1:] if argv is None else argv))
+    if argv and argv[0] == "broker":
+        return broker.main(argv[1:])
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.error("a command is required: " + ", ".join(COMMANDS) + " (see zeps --help)")
+    from zeps.clients import InvalidError, ZepsError, ZepsTimeout
+    try:
+        return args.func(args)
+    except UsageError as e:
+        sys.stderr.write(f"zeps: error: {e}\n")
+        return 2
+    except ZepsTimeout as e:
+        sys.stderr.write(f"zeps: error: {e}\n")
+        return 1
+    except InvalidError as e:
+        sys.stderr.write(f"zeps: error: {e}\n")
+        return 1
+    except ZepsError as e:
+        sys.stderr.write(f"zeps: error: {e}\n")
+        return 1
+    except KeyboardInterrupt:
+        return args.interrupt_rc
+    except BrokenPipeError:
+        # The reader went away (e.g. '| head'): stop quietly, without a flush error at exit.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0
+    except OSError as e:
+        sys.stderr.write(f"zeps: error: {e}\n")
+        return 1
+
+

@@ -1,0 +1,141 @@
+"""``zeps broker``: the broker's command line — flags, logging set-up, start and signals.
+
+The broker itself (``zeps.broker``) takes configuration objects; every flag, its default and its
+parsing live here.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+
+import gevent
+import structlog
+import zmq
+
+from zeps import units
+from zeps.broker.core import CoreConfig
+from zeps.broker.server import Broker
+from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
+from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT
+
+from .common import Parser
+
+
+def _arg(parse):
+    """An argparse type from a :mod:`zeps.units` parser (ValueError -> ArgumentTypeError)."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+    convert.__name__ = parse.__name__
+    return convert
+
+
+parse_size = _arg(units.parse_size)
+parse_duration = _arg(units.parse_duration)
+
+
+def _positive(parse):
+    def check(text):
+        value = parse(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be more than zero: {text!r}")
+        return value
+    check.__name__ = parse.__name__
+    return check
+
+
+def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags of ``zeps broker``; defaults also come from ZEPS_ENDPOINT / ZEPS_DATA_DIR."""
+    parser.add_argument("--endpoint", default=os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT),
+                        help=f"ZeroMQ endpoint to bind (default {DEFAULT_ENDPOINT}; "
+                             "tcp://127.0.0.1:* picks a free port and prints it)")
+    parser.add_argument("--data-dir", default=os.environ.get("ZEPS_DATA_DIR", DEFAULT_DATA_DIR),
+                        help=f"journal directory (default {DEFAULT_DATA_DIR})")
+    parser.add_argument("--fsync", choices=("always", "interval", "never"), default="interval",
+                        help="durability policy (default interval: group commit)")
+    parser.add_argument("--fsync-interval-ms", type=_positive(int), default=50,
+                        help="group-commit interval for --fsync interval (default 50)")
+    parser.add_argument("--segment-bytes", type=_positive(parse_size), default=256 << 20,
+                        help="roll journal segments at this size (default 256M)")
+    parser.add_argument("--retention-bytes", type=_positive(parse_size), default=None,
+                        help="keep at most this many bytes per stream (whole segments are deleted)")
+    parser.add_argument("--retention-age", type=_positive(parse_duration), default=None,
+                        help="delete segments whose newest message is older than this (e.g. 7d)")
+    parser.add_argument("--expiry", type=_positive(parse_duration), default=60.0,
+                        help="forget a client silent for this long (default 60s)")
+    parser.add_argument("--max-message", type=_positive(parse_size), default=1 << 20,
+                        help="largest message body accepted (default 1M)")
+    parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
+                        help="time limit of one regex match (default 5)")
+    parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
+    parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
+
+
+def configure_logging(json_lines: bool, level: str) -> None:
+    """structlog for the broker's own events, and the standard library's ``logging`` (the
+    journal's ``zeps.journal`` logger) rendered by the same processors: with ``--log-json``
+    every line on stderr is JSON."""
+    import logging
+    renderer = (structlog.processors.JSONRenderer() if json_lines
+                else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()))
+    shared = [structlog.stdlib.add_log_level, structlog.stdlib.add_logger_name,
+              structlog.processors.TimeStamper(fmt="iso", utc=True)]
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer]))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        wrapper_class=structlog.stdlib.BoundLogger,
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        cache_logger_on_first_use=True)
+
+
+def run_from_args(args: argparse.Namespace) -> int:
+    configure_logging(args.log_json, args.log_level)
+    log = structlog.get_logger("zeps.broker")
+    jconf = JournalConfig(
+        segment_bytes=args.segment_bytes, fsync=args.fsync, fsync_interval_ms=args.fsync_interval_ms,
+        max_record_bytes=args.max_message + 512,
+        retention_bytes=args.retention_bytes,
+        retention_ms=int(args.retention_age * 1000) if args.retention_age else None)
+    try:
+        datadir = DataDir(args.data_dir, jconf)
+    except JournalLockedError as exc:
+        print(f"zeps: error: {exc}", file=sys.stderr)
+        return 1
+    except (JournalError, OSError) as exc:
+        print(f"zeps: error: cannot use data directory {args.data_dir}: {exc}", file=sys.stderr)
+        return 1
+    core_config = CoreConfig(expiry=args.expiry, max_message=args.max_message,
+                             regex_timeout=args.regex_timeout_ms / 1000.0, fsync=args.fsync,
+                             fsync_interval=args.fsync_interval_ms / 1000.0)
+    try:
+        broker = Broker(args.endpoint, datadir, core_config, log=log)
+    except zmq.ZMQError as exc:
+        datadir.close()
+        print(f"zeps: error: cannot bind {args.endpoint}: {exc}", file=sys.stderr)
+        return 1
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        gevent.signal_handler(sig, broker.stop)
+    print(f"zeps broker listening on {broker.endpoint} (data dir {os.path.abspath(args.data_dir)})",
+          flush=True)
+    log.info("broker_started", endpoint=broker.endpoint, data_dir=os.path.abspath(args.data_dir),
+             fsync=args.fsync, pid=os.getpid())
+    broker.serve_forever()
+    log.info("broker_stopped", endpoint=broker.endpoint)
+    return 0
+
+
+def main(argv=None) -> int:
+    """``zeps broker`` (and ``python -m zeps.broker``)."""
+    parser = Parser(prog="zeps broker", description="Run the ZEPS broker.")
+    add_broker_arguments(parser)
+    return run_from_args(parser.parse_args(argv))

@@ -1,0 +1,182 @@
+"""What every ``zeps`` command shares: the argument parser class, argument types, output helpers."""
+from __future__ import annotations
+
+import argparse
+import base64
+import codecs
+import os
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from zeps import units
+from zeps.units import DEFAULT_ENDPOINT
+
+
+class UsageError(Exception):
+    """A bad argument found after parsing (exit status 2)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, but an error is one line on stderr and exit status 2 (no usage dump)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        sys.stderr.write(f"zeps: error: {message}\n")
+        sys.exit(2)
+
+
+# --------------------------------------------------------------------------- argument types
+
+def parse_time(text: str, now_ns: Optional[int] = None) -> int:
+    """A time argument -> ns since the epoch (forms: :data:`zeps.units.TIME_FORMS`)."""
+    try:
+        return units.parse_time(text, now_ns)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _endpoint(text: str) -> str:
+    from zeps.clients.client import check_endpoint
+    try:
+        return check_endpoint(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _seq(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a sequence number: {text!r}") from None
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"sequence must be >= 0: {text!r}")
+    return v
+
+
+def _positive_int(text: str) -> int:
+    try:
+        v = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than zero: {text!r}")
+    return v
+
+
+def _seconds(text: str) -> float:
+    try:
+        v = float(text.rstrip("s")) if text.endswith("s") and not text.endswith("ms") else (
+            float(text[:-2]) / 1000 if text.endswith("ms") else float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+    if not v > 0:
+        raise argparse.ArgumentTypeError(f"must be more than zero seconds: {text!r}")
+    return v
+
+
+def _separator(text: str) -> bytes:
+    try:
+        return codecs.escape_decode(text.encode("utf-8"))[0]
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(f"bad --raw-separator {text!r}: {e}") from None
+
+
+def _stream_name(text: str) -> str:
+    raw = text.encode("utf-8", "surrogateescape")
+    if not text or len(raw) > 255 or "\x00" in text:
+        raise argparse.ArgumentTypeError(f"bad stream name {text!r}: 1 to 255 bytes, no NUL")
+    return text
+
+
+def _pattern(text: str) -> str:
+    if len(text.encode("utf-8", "surrogateescape")) > 255:
+        raise argparse.ArgumentTypeError(f"pattern longer than 255 bytes: {text[:40]!r}...")
+    from zeps.matching import PatternError, compile_pattern
+    try:
+        compile_pattern(text)
+    except PatternError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return text
+
+
+def _env_timeout() -> float:
+    try:
+        v = float(os.environ.get("ZEPS_TIMEOUT", "10"))
+        return v if v > 0 else 10.0
+    except ValueError:
+        return 10.0
+
+
+def _add_endpoint(p: argparse.ArgumentParser, default=True) -> None:
+    p.add_argument("--endpoint", type=_endpoint,
+                   default=os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT) if default else None,
+                   help="broker endpoint (default $ZEPS_ENDPOINT or tcp://127.0.0.1:7470)")
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--connect-timeout", type=_seconds, default=_env_timeout(), metavar="S",
+                   help="seconds to wait for the broker (default $ZEPS_TIMEOUT or 10)")
+    p.add_argument("-v", "--verbose", action="store_true", help="say what was done, on stderr")
+
+
+
+# --------------------------------------------------------------------------- output helpers
+
+def _iso(ns: int) -> Optional[str]:
+    if not ns:
+        return None
+    dt = datetime.fromtimestamp(ns // 10**9, tz=timezone.utc)
+    return dt.strftime("%Y-%m-%dT%H:%M:%S") + f".{(ns % 10**9) // 10**6:03d}Z"
+
+
+def message_json(stream: str, msg) -> dict:
+    """The JSON object of one message (``subscribe --json``, ``replay --format json``)."""
+    obj = {"stream": stream, "sequence": msg.sequence, "key": msg.key}
+    try:
+        obj["body"] = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        obj["body_base64"] = base64.b64encode(msg.body).decode("ascii")
+    obj["timestamp"] = msg.timestamp
+    return obj
+
+
+def message_line(msg) -> str:
+    """``SEQ KEY BODY``: the body as UTF-8 text, or its Python repr if it is not UTF-8."""
+    try:
+        body = msg.body.decode("utf-8")
+    except UnicodeDecodeError:
+        body = repr(msg.body)
+    return f"{msg.sequence} {msg.key} {body}"
+
+
+def _matcher(patterns: List[str]) -> Callable[[str], bool]:
+    if not patterns or "" in patterns:
+        return lambda key: True
+    from zeps.matching import compile_pattern
+    checks = [compile_pattern(p, timeout=1.0).matches for p in patterns]
+    return lambda key: any(ch(key) for ch in checks)
+
+
+def _say(args, text: str) -> None:
+    if getattr(args, "verbose", False):
+        print(f"zeps: {text}", file=sys.stderr)
+
+
+
+
+def _stream_dir(data_dir: str, stream: str) -> Path:
+    from zeps.journal import list_streams as journal_streams
+    from zeps.journal import stream_dir_name
+
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise UsageError(f"no data directory {data_dir}")
+    d = root / stream_dir_name(stream)
+    if not d.is_dir():
+        try:
+            known = ", ".join(journal_streams(str(root))) or "none"
+        except Exception:
+            known = "?"
+        raise UsageError(f"no stream {stream!r} in {data_dir} (streams: {known})")
+    return d

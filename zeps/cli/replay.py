@@ -1,0 +1,200 @@
+"""``zeps replay``: dump a range of a stream, from the journal directory or through a broker."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from .common import (  # noqa: F401
+    DEFAULT_ENDPOINT,
+    UsageError,
+    _add_common,
+    _add_endpoint,
+    _endpoint,
+    _iso,
+    _matcher,
+    _pattern,
+    _say,
+    _separator,
+    _seq,
+    _stream_dir,
+    _stream_name,
+    message_json,
+    parse_time,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("replay", help="dump a range of a stream, from the journal or a broker",
+                       description="Write STREAM's messages matching any PATTERN (prefix or "
+                       "~regex) from a start to an end (both inclusive). With --data-dir it "
+                       "reads the journal directory directly (the broker may be stopped or "
+                       "running); otherwise it reads through the broker at --endpoint. Without "
+                       "--to-seq/--to-time it stops at the stream's last message at the time "
+                       "it started.")
+    p.add_argument("stream", metavar="STREAM", type=_stream_name)
+    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--endpoint", type=_endpoint, default=None,
+                     help="read through this broker (default $ZEPS_ENDPOINT or "
+                          "tcp://127.0.0.1:7470)")
+    src.add_argument("--data-dir", metavar="D", help="read the journal in data directory D")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")
+    g.add_argument("--from-time", type=parse_time, metavar="T",
+                   help="start at the first message at or after T")
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--to-seq", type=_seq, metavar="M", help="stop after sequence M")
+    g.add_argument("--to-time", type=parse_time, metavar="T",
+                   help="stop after the last message at or before T")
+    p.add_argument("--format", choices=("json", "raw"), default="json",
+                   help="json: JSON lines as 'subscribe --json'; raw: bodies only, each followed "
+                        "by the separator (default json)")
+    p.add_argument("--raw-separator", type=_separator, default=b"\n", metavar="SEP",
+                   help="what follows each body with --format raw (backslash escapes allowed: "
+                        "'\\n' default, '\\0', ''")
+    p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
+    _add_common(p)
+    p.set_defaults(func=cmd_replay, interrupt_rc=0)
+
+
+class _Output:
+    """Where replay writes: bytes to a file or stdout; JSON lines or raw bodies."""
+
+    def __init__(self, args):
+        self.stream = args.stream
+        self.raw = args.format == "raw"
+        self.sep = args.raw_separator
+        if args.output:
+            try:
+                self.f = open(args.output, "wb")
+            except OSError as e:
+                raise UsageError(f"cannot write {args.output}: {e.strerror}") from None
+            self.close_f = True
+        else:
+            self.f = sys.stdout.buffer
+            self.close_f = False
+        self.count = 0
+
+    def write(self, msg) -> None:
+        if self.raw:
+            self.f.write(msg.body + self.sep)
+        else:
+            self.f.write(json.dumps(message_json(self.stream, msg), ensure_ascii=False)
+                         .encode("utf-8") + b"\n")
+        self.count += 1
+
+    def close(self) -> None:
+        self.f.flush()
+        if self.close_f:
+            self.f.close()
+
+
+def _progress(total: int):
+    if total <= 0 or not sys.stderr.isatty():
+        return None
+    from tqdm import tqdm
+    return tqdm(total=total, unit="msg", file=sys.stderr, dynamic_ncols=True, leave=False)
+
+
+def cmd_replay(args) -> int:
+    match = _matcher(args.patterns)
+    if args.data_dir is not None:
+        return _replay_journal(args, match)
+    if args.endpoint is None:
+        args.endpoint = _endpoint(os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT))
+    return _replay_broker(args, match)
+
+
+def _replay_journal(args, match) -> int:
+    from zeps.clients import Message
+    from zeps.journal import JournalReader
+
+    reader = JournalReader(str(_stream_dir(args.data_dir, args.stream)))
+    try:
+        start = args.from_seq if args.from_seq is not None else (
+            reader.seq_at(args.from_time) if args.from_time is not None else 1)
+        start = max(start, 1)
+        end = reader.last_seq
+        if args.to_seq is not None:
+            end = min(end, args.to_seq)
+        if args.to_time is not None:
+            end = min(end, reader.seq_at(args.to_time + 1) - 1)
+        out = _Output(args)
+        bar = _progress(end - max(start, reader.first_seq) + 1)
+        try:
+            if start <= end:
+                it = reader.read_from(start, end_seq=end)
+                last = start - 1
+                for rec in it:
+                    if match(rec.key):
+                        out.write(Message(rec.sequence, rec.key, rec.body, rec.timestamp,
+                                          args.stream))
+                    if bar is not None:
+                        bar.update(rec.sequence - last)
+                    last = rec.sequence
+                if it.gap:
+                    print(f"zeps: warning: messages {it.requested}..{it.skipped_to - 1} were "
+                          f"deleted by retention", file=sys.stderr)
+        except KeyboardInterrupt:
+            return 0
+        finally:
+            if bar is not None:
+                bar.close()
+            out.close()
+    finally:
+        reader.close()
+    _say(args, f"{out.count} message(s) from {args.data_dir}, sequences {start}..{end}")
+    return 0
+
+
+def _replay_broker(args, match) -> int:
+    from zeps.clients import Client, ZepsTimeout
+
+    with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+        info = client.info()
+        end = info.last
+        if args.to_seq is not None:
+            end = min(end, args.to_seq)
+        if args.to_time is not None:
+            end = min(end, client.seq_at(args.to_time + 1) - 1)
+        if args.from_seq is not None:
+            start = max(args.from_seq, 1)
+        elif args.from_time is not None:
+            start = client.seq_at(args.from_time)
+        else:
+            start = 1
+        out = _Output(args)
+        bar = _progress(end - max(start, info.first) + 1)
+        last = start - 1
+        try:
+            if start <= end:
+                # Subscribe to everything and filter here: a message the pattern excludes must
+                # still tell us that the end was passed.
+                sub = client.subscribe("", from_seq=start)
+                idle = max(30.0, args.connect_timeout)
+                while last < end:
+                    try:
+                        msg = sub.next(timeout=idle)
+                    except ZepsTimeout:
+                        raise ZepsTimeout(f"replay stalled at sequence {last}: no message from "
+                                          f"{args.endpoint} for {idle:g}s") from None
+                    if msg.sequence > end:
+                        break
+                    if match(msg.key):
+                        out.write(msg)
+                    if bar is not None:
+                        bar.update(msg.sequence - last)
+                    last = msg.sequence
+        except KeyboardInterrupt:
+            out.close()
+            client.close(timeout=1.0)
+            return 0
+        finally:
+            if bar is not None:
+                bar.close()
+            out.close()
+    _say(args, f"{out.count} message(s) from {args.endpoint}, sequences {start}..{end}")
+    return 0
+
+

@@ -1,0 +1,75 @@
+"""``zeps subscribe``: print a stream's messages, history then live."""
+from __future__ import annotations
+
+import json
+import sys
+
+from .common import (  # noqa: F401
+    _add_common,
+    _add_endpoint,
+    _endpoint,
+    _iso,
+    _matcher,
+    _pattern,
+    _positive_int,
+    _say,
+    _seconds,
+    _seq,
+    _stream_name,
+    message_json,
+    message_line,
+    parse_time,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("subscribe", help="print messages: history, then live",
+                       description="Print STREAM's messages whose key matches any PATTERN (a "
+                       "prefix, or ~regex; default: every key) as 'SEQ KEY BODY' lines or JSON "
+                       "lines. Starts at the first kept message unless told otherwise.")
+    p.add_argument("stream", metavar="STREAM", type=_stream_name)
+    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern)
+    g = p.add_mutually_exclusive_group()
+    g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")
+    g.add_argument("--from-time", type=parse_time, metavar="T",
+                   help="start at the first message at or after time T")
+    g.add_argument("--live", action="store_true", help="only messages published from now on")
+    p.add_argument("--json", action="store_true", help="print JSON lines")
+    p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages")
+    p.add_argument("--timeout", type=_seconds, metavar="S",
+                   help="stop after S seconds without a message")
+    _add_endpoint(p)
+    _add_common(p)
+    p.set_defaults(func=cmd_subscribe, interrupt_rc=0)
+
+
+def cmd_subscribe(args) -> int:
+    from zeps.clients import Client
+
+    out = sys.stdout
+    with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+        sub = client.subscribe(args.patterns or [""], from_seq=args.from_seq,
+                               from_time=args.from_time, live=args.live)
+        n = 0
+        fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
+               if args.json else message_line)
+        try:
+            while args.count is None or n < args.count:
+                if not sub.buffered:
+                    out.flush()
+                msg = sub.poll(args.timeout)
+                if msg is None:
+                    _say(args, f"no message for {args.timeout:g}s: stopping")
+                    break
+                out.write(fmt(msg) + "\n")
+                n += 1
+            out.flush()
+        except KeyboardInterrupt:
+            out.flush()
+            client.close(timeout=1.0)
+            _say(args, f"interrupted after {n} message(s)")
+            return 0
+    _say(args, f"{n} message(s)")
+    return 0
+
+

@@ -20,7 +20,7 @@ $(RUN_STAMP): $(PY) setup.cfg pyproject.toml
 	touch $(RUN_STAMP)
 
 $(TEST_STAMP): $(PY) setup.cfg pyproject.toml
-	$(PY) -m pip install -q -e '.[test,spark]'
+	$(PY) -m pip install -q -e '.[test]'
 	touch $(TEST_STAMP) $(RUN_STAMP)
 
 # pyspark 4 needs Java 17+. Install it only through the system's packages, only if absent.
@@ -40,6 +40,7 @@ run: $(RUN_STAMP)
 	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR)
 
 test: $(TEST_STAMP) java
+	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
 bench: $(TEST_STAMP) java

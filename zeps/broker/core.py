@@ -18,7 +18,7 @@ from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
-from zeps.protocol.reasons import PUBLISH_REJECTED
+from zeps.protocol.reasons import LIMIT, PUBLISH_REJECTED
 
 from .session import ATTACHED, ProtocolViolation, Session
 from .stream import Stream
@@ -42,6 +42,14 @@ class CoreConfig:
     congestion_backoff: float = 0.01      # first wait after a client's pipe was full (doubles)
     congestion_backoff_max: float = 1.0
     max_held: int = 256                   # replies held for a congested client before it is forgotten
+    # Limits (each refusal is an INVALID whose reason starts with reasons.LIMIT)
+    max_streams: int = 10_000             # streams open in the broker
+    max_clients: int = 10_000             # sessions (connections that spoke) at once
+    max_subscriptions: int = 1024         # patterns per client
+    max_regex_subscriptions: int = 16     # regex patterns per client
+    max_regex_per_stream: int = 128       # distinct regexes matched per published key on a stream
+    max_credit: int = 64 << 20            # credit a client may hold (bytes); more is ignored
+    regex_strikes: int = 3                # timeouts before a regex subscription is removed
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
@@ -74,6 +82,10 @@ class BrokerCore:
             return
         session = self.sessions.get(identity)
         if session is None:
+            if len(self.sessions) >= self.config.max_clients:
+                self._invalid(identity, f"{LIMIT}the broker serves at most "
+                                        f"{self.config.max_clients} clients")
+                return
             session = self.sessions[identity] = Session(identity, now)
         elif type(cmd) is c.Publish and session.state is ATTACHED:
             session.last_seen = now                   # hot path: the grammar allows it
@@ -112,6 +124,10 @@ class BrokerCore:
         self.outbox.append((s.identity, encode(c.ListStreamsOk(tuple(fitting)))))
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
+        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
+            self._invalid(s.identity, f"{LIMIT}the broker holds at most "
+                                      f"{self.config.max_streams} streams")
+            return
         try:
             stream = self.stream(cmd.stream)
         except Exception as exc:   # JournalError, OSError: say why, stay unattached
@@ -129,16 +145,35 @@ class BrokerCore:
             self.congested.pop(s.identity, None)
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
+        cfg = self.config
+        stream = self.streams[s.stream]
         try:
-            pattern = compile_pattern(cmd.pattern, timeout=self.config.regex_timeout,
-                                      on_timeout=self._regex_timeout)
+            pattern = compile_pattern(cmd.pattern, timeout=cfg.regex_timeout,
+                                      on_timeout=stream.regex_timed_out, check_backtracking=True)
         except PatternError as exc:
             self._invalid(s.identity, str(exc))
             return
-        self.streams[s.stream].subscribe(s, pattern, cmd.latest)
+        if not s.has_pattern(pattern.text):
+            why = None
+            if len(s.subscriptions) >= cfg.max_subscriptions:
+                why = f"at most {cfg.max_subscriptions} subscriptions per client"
+            elif pattern.kind == "regex":
+                if s.regex_count() >= cfg.max_regex_subscriptions:
+                    why = f"at most {cfg.max_regex_subscriptions} regex subscriptions per client"
+                elif (not stream.index.has_regex(pattern.text)
+                      and stream.index.regex_count() >= cfg.max_regex_per_stream):
+                    why = f"at most {cfg.max_regex_per_stream} distinct regex subscriptions per stream"
+            if why:
+                self._invalid(s.identity, f"{LIMIT}{why}")
+                return
+        stream.subscribe(s, pattern, cmd.latest)
 
     def _on_credit(self, s: Session, cmd: c.Credit, _was) -> None:
-        self.streams[s.stream].credit(s, cmd.credit)
+        # Credit is the client's promise to read; the broker holds at most max_credit of it (a
+        # larger grant is not refused: the client simply gets no more than that ahead of it,
+        # and its pipe's high-water mark bounds what is queued anyway; docs/protocol.md).
+        amount = min(cmd.credit, max(self.config.max_credit - s.credit, 0))
+        self.streams[s.stream].credit(s, amount)
 
     def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
         if len(cmd.body) > self.config.max_message:
@@ -164,8 +199,6 @@ class BrokerCore:
         s.timestamps = True
         self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
 
-    def _regex_timeout(self, pattern: str, key: str) -> None:
-        self.log("regex_timeout", pattern=pattern, key=key[:64])
 
     # ------------------------------------------------------------------ streams
     def stream(self, name: str) -> Stream:
@@ -173,7 +206,8 @@ class BrokerCore:
         if st is None:
             st = Stream(name, self.datadir.journal(name), self.outbox,
                         replay_batch_records=self.config.replay_batch_records,
-                        replay_batch_bytes=self.config.replay_batch_bytes, log=self.log)
+                        replay_batch_bytes=self.config.replay_batch_bytes,
+                        regex_strikes=self.config.regex_strikes, log=self.log)
             self.streams[name] = st
         return st
 

@@ -44,7 +44,8 @@ class ProtocolViolation(Exception):
 class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
-                 "timestamps", "congested_until", "backoff", "held", "delivered", "delivered_seen")
+                 "timestamps", "congested_until", "backoff", "held", "delivered",
+                 "delivered_seen", "credit_peak", "told_too_big")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -70,6 +71,8 @@ class Session:
         self.published = 0              # PUBLISH accepted (appended) on this peering
         self.unconfirmed: Deque[Tuple[int, int]] = deque()   # (count, sequence), not yet durable
         self.timestamps = False         # send DELIVER-TS instead of DELIVER
+        self.credit_peak = 0            # most credit held at once: the client's window, in effect
+        self.told_too_big = 0           # last sequence reported as larger than that window
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:
@@ -122,6 +125,21 @@ class Session:
         if self.next_seq == 0:
             self.next_seq = start
         self.future_start = max(s for _, s in self.subscriptions)
+
+    def has_pattern(self, text: str) -> bool:
+        return any(p.text == text for p, _ in self.subscriptions)
+
+    def regex_count(self) -> int:
+        return sum(1 for p, _ in self.subscriptions if p.kind == "regex")
+
+    def remove_pattern(self, text: str) -> bool:
+        """Drop a pattern (the stream removes it from its index); True if it was there."""
+        kept = [(p, s) for p, s in self.subscriptions if p.text != text]
+        if len(kept) == len(self.subscriptions):
+            return False
+        self.subscriptions = kept
+        self.future_start = max((s for _, s in kept), default=0)
+        return True
 
     def accepts(self, key: str, sequence: int) -> bool:
         """Does any of this client's patterns that applies at ``sequence`` match ``key``?"""

@@ -39,7 +39,7 @@ from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
-from zeps.protocol.reasons import PUBLISH_REJECTED
+from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED
 
 from .session import Session
 
@@ -53,7 +53,7 @@ MIN_COST = 9
 class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
-                 log: Optional[Callable[..., None]] = None):
+                 regex_strikes: int = 3, log: Optional[Callable[..., None]] = None):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -62,6 +62,9 @@ class Stream:
         self.replay_batch_records = replay_batch_records
         self.replay_batch_bytes = replay_batch_bytes
         self.log = log or (lambda *a, **k: None)
+        self.regex_strike_limit = regex_strikes
+        self.regex_strikes: Dict[str, int] = {}     # regex text -> timeouts so far
+        self.bad_regexes: List[str] = []            # struck out: removed after the current step
         self.sessions: Dict[bytes, Session] = {}
         self.index = SubscriptionIndex()
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
@@ -120,7 +123,34 @@ class Stream:
 
     def credit(self, session: Session, amount: int) -> None:
         session.credit += amount
+        if session.credit > session.credit_peak:
+            session.credit_peak = session.credit
         self.resume(session)
+
+    # ------------------------------------------------------------------ regex isolation
+    def regex_timed_out(self, text: str, key: str) -> None:
+        """A regex match ran out of time (called from inside matching). After
+        ``regex_strikes`` timeouts the pattern is removed from every client that has it, with
+        INVALID, once the current routing or replay step is over (see :meth:`_drop_bad_regexes`)."""
+        n = self.regex_strikes.get(text, 0) + 1
+        self.regex_strikes[text] = n
+        self.log("regex_timeout", stream=self.name, pattern=text, key=key[:64], strikes=n)
+        if n == self.regex_strike_limit:
+            self.bad_regexes.append(text)
+
+    def _drop_bad_regexes(self) -> None:
+        bad, self.bad_regexes = self.bad_regexes, []
+        for text in bad:
+            self.regex_strikes.pop(text, None)
+            reason = encode_invalid(f"{PATTERN_REMOVED}regular expression {text[1:]!r} timed out "
+                                    f"{self.regex_strike_limit} times")
+            for s in self.sessions.values():
+                for p, _start in s.subscriptions:
+                    if p.text == text:
+                        self.index.remove(s.identity, p)
+                        s.remove_pattern(text)
+                        self.outbox.append((s.identity, reason))
+                        break
 
     def resume(self, session: Session) -> None:
         """Queue a historical client for replay if it can take a message and is not congested."""
@@ -202,6 +232,8 @@ class Stream:
                     s.live = False          # drop to historical: remember only the position
                     s.next_seq = seq
         self.delivered_total += delivered
+        if self.bad_regexes:
+            self._drop_bad_regexes()
         self.confirm()
 
     # ------------------------------------------------------------------ replay
@@ -211,6 +243,8 @@ class Stream:
             s = self.catching_up.get(ident)
             if s is not None:
                 self._replay(s)
+        if self.bad_regexes:
+            self._drop_bad_regexes()
         return bool(self.catching_up)
 
     def _replay(self, s: Session) -> None:
@@ -245,6 +279,11 @@ class Stream:
                     if credit < cost:             # out of credit: wait for CREDIT
                         s.credit = credit
                         s.next_seq = seq
+                        if cost > s.credit_peak and s.told_too_big != seq:
+                            s.told_too_big = seq  # it may never fit: say so, once
+                            outbox.append((ident, encode_invalid(
+                                f"message {seq} needs {cost} bytes of credit, more than this "
+                                f"client has ever granted at once ({s.credit_peak}): grant more")))
                         del self.catching_up[ident]
                         return
                     credit -= cost

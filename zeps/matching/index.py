@@ -59,6 +59,13 @@ class SubscriptionIndex:
                     del self._trie[pattern.prefix]
         self._cache.clear()
 
+    def has_regex(self, text: str) -> bool:
+        return text in self._regex
+
+    def regex_count(self) -> int:
+        """Distinct regexes: each is run once per published key not in the cache."""
+        return len(self._regex)
+
     def match(self, key: str) -> FrozenSet[Hashable]:
         hit = self._cache.get(key)
         if hit is not None:

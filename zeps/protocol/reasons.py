@@ -13,4 +13,10 @@ NOT_ATTACHED = "not attached: "
 #: with this prefix answers each rejected PUBLISH, so a publisher counting confirms stays exact.
 PUBLISH_REJECTED = "PUBLISH rejected: "
 
-ALL = (NOT_ATTACHED, PUBLISH_REJECTED)
+#: A configured broker limit refused the request (max streams, clients, subscriptions, ...);
+#: the rest of the reason names the limit and its value.
+LIMIT = "limit: "
+#: A regex subscription was removed because its matches kept timing out.
+PATTERN_REMOVED = "pattern removed: "
+
+ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED)

@@ -43,7 +43,8 @@ class CoreConfig:
     congestion_backoff_max: float = 1.0
     max_held: int = 256                   # replies held for a congested client before it is forgotten
     # Limits (each refusal is an INVALID whose reason starts with reasons.LIMIT)
-    max_streams: int = 10_000             # streams open in the broker
+    max_streams: int = 10_000             # streams in use (with clients) at once
+    max_open_streams: int = 1000          # journals kept open; idle ones beyond are closed (LRU)
     max_clients: int = 10_000             # sessions (connections that spoke) at once
     max_subscriptions: int = 1024         # patterns per client
     max_regex_subscriptions: int = 16     # regex patterns per client
@@ -66,6 +67,9 @@ class BrokerCore:
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
         self.congested: Dict[bytes, Session] = {}
+        self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
+        self.bad_frames_other = 0
+        self.bad_frames_total = 0                          # since start (stats)
         self._next_expiry = self._next_retention = self._next_sync = float("-inf")
 
     # ------------------------------------------------------------------ input
@@ -78,7 +82,7 @@ class BrokerCore:
             cmd = decode(frames[0])
         except ProtocolError as exc:
             self._invalid(identity, str(exc))
-            self.log("invalid_frame", client=identity.hex(), reason=str(exc))
+            self._note_bad_frame(identity, str(exc))
             return
         session = self.sessions.get(identity)
         if session is None:
@@ -109,6 +113,20 @@ class BrokerCore:
     def _invalid(self, identity: bytes, reason: str) -> None:
         self.outbox.append((identity, encode_invalid(reason)))
 
+    def _note_bad_frame(self, identity: bytes, reason: str) -> None:
+        """Log malformed frames aggregated: the first from a client in each expiry-check
+        period at once, the rest as one ``invalid_frames`` line per client at the next tick."""
+        n = self.bad_frames.get(identity)
+        if n is None:
+            if len(self.bad_frames) >= 1000:             # a flood of new identities: count only
+                self.bad_frames_other += 1
+                return
+            self.bad_frames[identity] = 0
+            self.log("invalid_frame", client=identity.hex(), reason=reason)
+        else:
+            self.bad_frames[identity] = n + 1
+        self.bad_frames_total += 1
+
     # ------------------------------------------------------------------ handlers
     def _on_ping(self, s: Session, cmd, _was) -> None:
         self.outbox.append((s.identity, _PING_OK))
@@ -124,6 +142,8 @@ class BrokerCore:
         self.outbox.append((s.identity, encode(c.ListStreamsOk(tuple(fitting)))))
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
+        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
+            self._release_idle_streams(self.config.max_streams - 1)
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._invalid(s.identity, f"{LIMIT}the broker holds at most "
                                       f"{self.config.max_streams} streams")
@@ -202,14 +222,37 @@ class BrokerCore:
 
     # ------------------------------------------------------------------ streams
     def stream(self, name: str) -> Stream:
-        st = self.streams.get(name)
-        if st is None:
+        """The stream, opened on first use; also marks it most recently used."""
+        st = self.streams.pop(name, None)
+        if st is not None:
+            self.streams[name] = st                      # dict order is the LRU order
+        else:
             st = Stream(name, self.datadir.journal(name), self.outbox,
                         replay_batch_records=self.config.replay_batch_records,
                         replay_batch_bytes=self.config.replay_batch_bytes,
                         regex_strikes=self.config.regex_strikes, log=self.log)
             self.streams[name] = st
+            if len(self.streams) > self.config.max_open_streams:
+                self._release_idle_streams(self.config.max_open_streams, spare=name)
         return st
+
+    def _release_idle_streams(self, keep: int, spare: Optional[str] = None) -> None:
+        """Close the least recently used streams that nobody uses (no client, nothing pending
+        or unconfirmed; never ``spare``) until at most ``keep`` are open: each open journal
+        holds file descriptors, and a broker with many streams must not run out of them."""
+        excess = len(self.streams) - keep
+        for name in list(self.streams):
+            if excess <= 0:
+                break
+            st = self.streams[name]
+            if name == spare or st.sessions or st.pending or st.confirming or st.catching_up:
+                continue
+            del self.streams[name]
+            excess -= 1
+            try:
+                self.datadir.release(name)
+            except Exception as exc:                      # that stream's problem only
+                self.log("stream_close_failed", stream=name, error=str(exc))
 
     # ------------------------------------------------------------------ rounds
     def flush(self) -> None:
@@ -301,6 +344,7 @@ class BrokerCore:
         if now >= self._next_expiry:
             self._next_expiry = now + self.config.expiry_check
             self.expire(now)
+            self._log_bad_frames()
         if now >= self._next_retention:
             self._next_retention = now + self.config.retention_check
             self._retention()
@@ -308,6 +352,15 @@ class BrokerCore:
             return []
         self._next_sync = now + self.config.fsync_interval
         return [st for st in self.streams.values() if st.journal.durable_seq < st.journal.last_seq]
+
+    def _log_bad_frames(self) -> None:
+        for ident, n in self.bad_frames.items():
+            if n:
+                self.log("invalid_frames", client=ident.hex(), more=n)
+        if self.bad_frames_other:
+            self.log("invalid_frames", clients="others", more=self.bad_frames_other)
+        self.bad_frames.clear()
+        self.bad_frames_other = 0
 
     def sync_failed(self, stream: Stream, exc: Exception) -> None:
         """A stream's fsync failed: its publishers wait (no CONFIRM); other streams go on."""

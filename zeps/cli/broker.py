@@ -71,6 +71,24 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest message body accepted (default 1M)")
     parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
                         help="time limit of one regex match (default 5)")
+    limits = parser.add_argument_group("limits (each refusal is an INVALID naming the limit)")
+    limits.add_argument("--max-clients", type=_positive(int), default=10_000,
+                        help="clients served at once (default 10000)")
+    limits.add_argument("--max-streams", type=_positive(int), default=10_000,
+                        help="streams in use at once (default 10000)")
+    limits.add_argument("--max-open-streams", type=_positive(int), default=1000,
+                        help="journals kept open; idle ones beyond are closed (default 1000)")
+    limits.add_argument("--max-subscriptions", type=_positive(int), default=1024,
+                        help="patterns per client (default 1024)")
+    limits.add_argument("--max-regex-subscriptions", type=_positive(int), default=16,
+                        help="regex patterns per client (default 16)")
+    limits.add_argument("--max-regex-per-stream", type=_positive(int), default=128,
+                        help="distinct regexes per stream (default 128)")
+    limits.add_argument("--max-credit", type=_positive(parse_size), default=64 << 20,
+                        help="credit a client may hold; more is ignored (default 64M)")
+    limits.add_argument("--client-queue", type=_positive(int), default=1000,
+                        help="messages queued per client connection before it is switched to "
+                             "replay from the journal (ZeroMQ SNDHWM; default 1000)")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -98,6 +116,17 @@ def configure_logging(json_lines: bool, level: str) -> None:
         cache_logger_on_first_use=True)
 
 
+def _raise_fd_limit() -> None:
+    """Open files: as many as the hard limit allows (streams and connections each need some)."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
+        except (ValueError, OSError):
+            pass
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     configure_logging(args.log_json, args.log_level)
     log = structlog.get_logger("zeps.broker")
@@ -116,9 +145,16 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 1
     core_config = CoreConfig(expiry=args.expiry, max_message=args.max_message,
                              regex_timeout=args.regex_timeout_ms / 1000.0, fsync=args.fsync,
-                             fsync_interval=args.fsync_interval_ms / 1000.0)
+                             fsync_interval=args.fsync_interval_ms / 1000.0,
+                             max_clients=args.max_clients, max_streams=args.max_streams,
+                             max_open_streams=args.max_open_streams,
+                             max_subscriptions=args.max_subscriptions,
+                             max_regex_subscriptions=args.max_regex_subscriptions,
+                             max_regex_per_stream=args.max_regex_per_stream,
+                             max_credit=args.max_credit)
+    _raise_fd_limit()
     try:
-        broker = Broker(args.endpoint, datadir, core_config, log=log)
+        broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue)
     except zmq.ZMQError as exc:
         datadir.close()
         print(f"zeps: error: cannot bind {args.endpoint}: {exc}", file=sys.stderr)

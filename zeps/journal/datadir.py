@@ -50,6 +50,17 @@ class DataDir:
                 self._journals[name] = j
             return j
 
+    def release(self, name: str) -> None:
+        """Sync and close a stream's Journal and drop it from the cache (its descriptors are
+        freed); the next :meth:`journal` call opens it again."""
+        with self._mutex:
+            j = self._journals.pop(name, None)
+        if j is not None:
+            try:
+                j.sync()
+            finally:
+                j.close()
+
     def reader(self, name: str) -> JournalReader:
         """A read-only reader of an existing stream (JournalNotFoundError if absent)."""
         return JournalReader(self.stream_path(name), self.config)

@@ -455,3 +455,21 @@ def test_retention_by_bytes_and_a_late_joiner_starts_at_the_first_kept(start_bro
     assert sub.nothing()
     pub.close()
     sub.close()
+
+
+def test_every_valid_stream_name_works_even_reserved_or_long_once_escaped(clients, broker):
+    """'LOCK' is the data directory's lock file's name, and '/' * 86 or 'é' * 127 escape to more
+    than 255 bytes: all are valid ZEPS names (1-255 bytes, no NUL) and must work, and survive a
+    restart of the broker."""
+    names = ["LOCK", "/" * 86, "\u00e9" * 127]
+    for n in names:
+        p = clients().attach(n)
+        p.send(c.Publish("k", n.encode()), c.StreamInfo())
+        assert p.expect(c.StreamInfoOk).last == 1
+    broker.restart()
+    q = clients()
+    q.send(c.ListStreams())
+    assert set(names) <= set(q.expect(c.ListStreamsOk).streams)
+    for n in names:
+        s = clients().attach(n).subscribe("", 0, credit=1 << 20)
+        assert [d.body for d in s.delivers(1)] == [n.encode()]

@@ -10,7 +10,7 @@ from typing import Dict, List, Optional
 from .config import JournalConfig
 from .errors import JournalClosedError, JournalError
 from .journal import Journal, release_lock, take_lock
-from .names import list_streams, stream_dir_name
+from .names import NAME_FILE, is_hashed, list_streams, stream_dir_name
 from .reader import JournalReader
 
 
@@ -46,9 +46,25 @@ class DataDir:
                 raise JournalClosedError(f"DataDir {self.path} is closed")
             j = self._journals.get(name)
             if j is None:
-                j = Journal.open(self.stream_path(name), self.config)
+                path = self.stream_path(name)
+                j = Journal.open(path, self.config)
+                if is_hashed(os.path.basename(path)):
+                    self._write_name(path, name)
                 self._journals[name] = j
             return j
+
+    @staticmethod
+    def _write_name(path: str, name: str) -> None:
+        """A long name's directory keeps the real name in ``NAME`` (see names.py)."""
+        target = os.path.join(path, NAME_FILE)
+        if os.path.exists(target):
+            return
+        tmp = target + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(name.encode("utf-8"))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
 
     def release(self, name: str) -> None:
         """Sync and close a stream's Journal and drop it from the cache (its descriptors are

@@ -14,13 +14,19 @@ The encoding is a bijection between valid names and canonical directory names:
 ``stream_from_dir_name`` only accepts a directory name that re-encodes to itself, so stray
 directories (``lost+found``, editors' files) are not reported as streams.
 
-Limit: a directory name is at most 255 bytes; a name whose encoding is longer (only possible
-with many escaped characters) is refused with :class:`InvalidStreamNameError` rather than
-being shortened irreversibly.
+* a name whose encoding is a file the data directory keeps for itself (``LOCK``) has its first
+  character escaped too (``%4COCK``), so no stream can collide with it.
+
+Long names: a directory name is at most 255 bytes, yet a valid stream name (1 to 255 bytes of
+UTF-8) can take up to 765 once escaped (``'/' * 86``, ``'é' * 127``). Such a name is stored as
+``<first 150 bytes of the escaped name>~<SHA-256 of the name, 64 hex digits>`` (``~`` never
+appears in an escaped name, so the two forms cannot collide), with the real name in the file
+``NAME`` inside the stream directory; :func:`list_streams` reads it back and checks the digest.
 """
 from __future__ import annotations
 
 import os
+import hashlib
 from typing import List, Optional
 
 from .errors import JournalError, JournalNotFoundError
@@ -28,6 +34,12 @@ from .errors import JournalError, JournalNotFoundError
 MAX_DIR_NAME = 255
 _SAFE = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_.-")
 _HEX = "0123456789ABCDEF"
+#: Files a data directory holds beside its stream directories.
+RESERVED = frozenset({"LOCK"})
+#: The file holding the real name of a stream stored under a hashed directory name.
+NAME_FILE = "NAME"
+_HASH_SEP = "~"
+_HASH_KEEP = 150
 
 
 class InvalidStreamNameError(JournalError, ValueError):
@@ -51,17 +63,41 @@ def stream_dir_name(name: str) -> str:
         else:
             out.append("%" + _HEX[b >> 4] + _HEX[b & 15])
     result = "".join(out)
+    if result in RESERVED:
+        result = "%" + _HEX[raw[0] >> 4] + _HEX[raw[0] & 15] + result[1:]
     if len(result) > MAX_DIR_NAME:
-        raise InvalidStreamNameError(
-            f"stream name {name[:40]!r}... is {len(result)} bytes once encoded as a directory "
-            f"name; the limit is {MAX_DIR_NAME}")
+        if len(raw) > MAX_DIR_NAME:
+            raise InvalidStreamNameError(
+                f"stream name {name[:40]!r}... is {len(raw)} bytes; the limit is {MAX_DIR_NAME}")
+        head = result[:_HASH_KEEP]
+        if "%" in head[-2:]:                       # never cut an escape in two
+            head = head[:head.rindex("%")]
+        result = head + _HASH_SEP + hashlib.sha256(raw).hexdigest()
     return result
 
 
-def stream_from_dir_name(dirname: str) -> Optional[str]:
-    """The stream name of a directory name, or None if it is not a canonical encoding."""
+def is_hashed(dirname: str) -> bool:
+    """True for the directory name of a long stream name (its real name is in ``NAME``)."""
+    return _HASH_SEP in dirname
+
+
+def stream_from_dir_name(dirname: str, parent: Optional[str] = None) -> Optional[str]:
+    """The stream name of a directory name, or None if it is not a canonical encoding. A hashed
+    (long) name is read from its ``NAME`` file, which needs ``parent``, the data directory."""
     if not dirname or dirname[0] == ".":
         return None
+    if is_hashed(dirname):
+        if parent is None:
+            return None
+        try:
+            with open(os.path.join(parent, dirname, NAME_FILE), "rb") as f:
+                name = f.read(4096).decode("utf-8")
+        except (OSError, UnicodeDecodeError):
+            return None
+        try:
+            return name if stream_dir_name(name) == dirname else None
+        except InvalidStreamNameError:
+            return None
     raw = bytearray()
     i, n = 0, len(dirname)
     try:
@@ -107,7 +143,7 @@ def list_streams(data_dir: str) -> List[str]:
                 continue
         except OSError:
             continue
-        name = stream_from_dir_name(e.name)
+        name = stream_from_dir_name(e.name, data_dir)
         if name is not None:
             names.append(name)
     names.sort()

@@ -24,6 +24,7 @@ BENCHMARKS = {
     "bench_journal": ([], ["--quick"]),
     "bench_broker": ([], ["--n", "2000"]),
     "bench_client": ([], ["--n", "2000"]),
+    "bench_latency": ([], ["--rate", "1000", "--seconds", "0.5"]),
     "bench_spark": (["--n", "10000000"], ["--n", "20000"]),
 }
 

@@ -11,7 +11,8 @@ import pytest
 REPO = Path(__file__).resolve().parent.parent
 
 
-@pytest.mark.parametrize("name", ["bench_codec", "bench_journal", "bench_broker", "bench_client"])
+@pytest.mark.parametrize("name", ["bench_codec", "bench_journal", "bench_broker", "bench_client",
+                                  "bench_latency"])
 def test_benchmark_runs_and_reports_a_table(name, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
                           cwd=str(REPO), capture_output=True, text=True, timeout=600)

@@ -7,7 +7,7 @@ import zmq
 
 from zeps.journal import JournalReader, stream_dir_name
 from zeps.protocol import commands as c
-from zeps.protocol import LATEST_LIVE, deliver_cost, encode
+from zeps.protocol import LATEST_LIVE, decode, deliver_cost, encode
 
 from .rawclient import RawClient
 
@@ -406,11 +406,12 @@ def test_corruption_in_an_old_segment_is_reported_to_the_replaying_client(start_
     late.close()
 
 
-def test_a_stream_name_the_disk_cannot_hold_gets_invalid(clients):
+def test_a_stream_the_disk_cannot_hold_gets_invalid(clients, broker):
+    (broker.data_dir / "blocked").write_text("a file where the stream's directory would go")
     a = clients()
-    a.send(c.Attach("%" * 200))                  # 200 bytes on the wire, 600 once escaped on disk
+    a.send(c.Attach("blocked"))
     reason = a.expect(c.Invalid).reason
-    assert reason.startswith("cannot open stream")
+    assert reason.startswith("cannot open stream 'blocked'")
     a.attach("fine")                             # still not attached, so it can attach elsewhere
     a.send(c.Ping())
     a.expect(c.PingOk)
@@ -473,3 +474,47 @@ def test_every_valid_stream_name_works_even_reserved_or_long_once_escaped(client
     for n in names:
         s = clients().attach(n).subscribe("", 0, credit=1 << 20)
         assert [d.body for d in s.delivers(1)] == [n.encode()]
+
+
+def test_a_new_connection_claiming_a_closed_clients_id_gets_a_fresh_session(clients, broker):
+    """A peer may pick its ROUTER routing id. The victim subscribes live and its connection
+    closes; an attacker connecting with the same id must not inherit the session: it is a
+    stranger, and nothing published afterwards reaches it."""
+    ctx = zmq.Context.instance()
+
+    def dealer(ident):
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.ROUTING_ID, ident)
+        s.connect(broker.endpoint)
+        return s
+
+    victim = dealer(b"victim-id")
+    for cmd in (c.Attach("t"), c.Subscribe("", LATEST_LIVE), c.Credit(1 << 20), c.Ping()):
+        victim.send(encode(cmd))
+    got = []
+    while not got or not isinstance(got[-1], c.PingOk):
+        assert victim.poll(5000)
+        got.append(decode(victim.recv()))
+    victim.close(0)
+    pub = clients().attach("t")
+    attacker = None
+    deadline = time.monotonic() + 10
+    while attacker is None and time.monotonic() < deadline:
+        s = dealer(b"victim-id")                   # the id is free once the broker saw the close
+        s.send(encode(c.Ping()))
+        if s.poll(1000):
+            assert isinstance(decode(s.recv()), c.PingOk)
+            attacker = s
+        else:
+            s.close(0)
+    assert attacker is not None, "the broker never let a new connection use the id"
+    publish(pub, 5)
+    pub.send(c.StreamInfo())
+    assert pub.expect(c.StreamInfoOk).last == 5
+    attacker.send(encode(c.StreamInfo()))
+    assert attacker.poll(5000)
+    first = decode(attacker.recv())
+    assert isinstance(first, c.Invalid) and first.reason.startswith("not attached"), first
+    assert not attacker.poll(300), "the attacker received what was meant for the victim"
+    attacker.close(0)

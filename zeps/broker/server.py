@@ -15,6 +15,14 @@ back with :meth:`BrokerCore.unsent`, as is every later frame for that client in 
 client whose connection is gone (``ROUTER_MANDATORY``: EHOSTUNREACH) is reported with
 :meth:`BrokerCore.gone`. The core decides what that means (replay later, hold, forget).
 
+Sessions belong to their connection. A peer may choose its own ROUTER routing id, so a new
+connection could claim the id of a client whose connection just closed and receive what was
+meant for it. The shell learns each id's connection (the ``SRCFD`` of the id's first message,
+read once per id) and watches the socket's monitor for ``DISCONNECTED`` (which names the closed
+descriptor); the sessions of a closed connection are forgotten (:meth:`BrokerCore.gone`) once the
+messages it sent before closing have been read, so an id claimed later meets a fresh, unattached
+session.
+
 fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a second greenlet
 that never touches the socket (a send from another greenlet can consume the edge-triggered
 ZMQ_FD signal and leave the loop asleep); it wakes the loop through a pipe, and the loop sends the
@@ -25,12 +33,13 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, List, Optional
+from typing import Callable, Dict, List, Optional, Set
 
 import gevent
 import gevent.select
 import structlog
 import zmq
+from zmq.utils.monitor import recv_monitor_message
 
 from .core import BrokerCore, CoreConfig
 from .stream import Stream
@@ -50,6 +59,7 @@ _MORE_NB = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
+_SRCFD = zmq.SRCFD
 _EAGAIN = zmq.EAGAIN
 _EHOSTUNREACH = zmq.EHOSTUNREACH
 
@@ -71,6 +81,9 @@ class Broker:
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.fd = self.sock.getsockopt(zmq.FD)
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._ident_fd: Dict[bytes, int] = {}        # routing id -> its connection's descriptor
+        self._fd_idents: Dict[int, Set[bytes]] = {}
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._syncing: Optional[gevent.Greenlet] = None
@@ -102,17 +115,27 @@ class Broker:
         sock, core = self.sock, self.core
         now = self.clock()
         receive = core.receive
+        ident_fd = self._ident_fd
         n = 0
+        drained = False
         while n < DRAIN_MAX:
             try:
                 ident = _recv_raw(sock, _NB)
             except zmq.Again:
+                drained = True
                 break
-            frames = [_recv_raw(sock, _NB)]            # a ROUTER message is delivered whole
+            if ident in ident_fd:                      # a ROUTER message is delivered whole
+                frames = [_recv_raw(sock, _NB)]
+            else:                                      # first message of this id: its connection
+                first = _recv_raw(sock, _NB, False)
+                self._learn(ident, first.get(_SRCFD))
+                frames = [first.bytes]
             while _getsockopt(sock, _RCVMORE):
                 frames.append(_recv_raw(sock, _NB))
             receive(ident, frames, now)
             n += 1
+        if drained and _getsockopt(self._monitor, _EVENTS) & _POLLIN:
+            self._disconnects()
         core.flush()
         self._send(now)
         more = core.pump(now)
@@ -164,6 +187,21 @@ class Broker:
         if self.core.outbox:                           # e.g. a forgotten client's DETACH
             self._send(now)
 
+    # ------------------------------------------------------------------ connections
+    def _learn(self, ident: bytes, fd: int) -> None:
+        self._ident_fd[ident] = fd
+        self._fd_idents.setdefault(fd, set()).add(ident)
+
+    def _disconnects(self) -> None:
+        """Forget the sessions of connections that closed (all they sent was read before)."""
+        while _getsockopt(self._monitor, _EVENTS) & _POLLIN:
+            event = recv_monitor_message(self._monitor)
+            if event["event"] != zmq.EVENT_DISCONNECTED:
+                continue
+            for ident in self._fd_idents.pop(event["value"], ()):
+                self._ident_fd.pop(ident, None)
+                self.core.gone(ident)
+
     # ------------------------------------------------------------------ group fsync
     def _start_sync(self, streams: List[Stream]) -> None:
         if self._syncing is not None and not self._syncing.dead:
@@ -194,6 +232,8 @@ class Broker:
             self.core.confirm()
             self._send(now)
         finally:
+            self.sock.disable_monitor()
+            self._monitor.close(0)
             self.sock.close()
             os.close(self._wake_r)
             os.close(self._wake_w)

@@ -18,7 +18,7 @@ from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
-from zeps.protocol.reasons import LIMIT, PUBLISH_REJECTED
+from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PUBLISH_REJECTED
 
 from .session import ATTACHED, ProtocolViolation, Session
 from .stream import Stream
@@ -67,6 +67,8 @@ class BrokerCore:
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
         self.congested: Dict[bytes, Session] = {}
+        self.acl = None                                    # zeps.broker.acl.Acl; None = open
+        self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
         self.bad_frames_other = 0
         self.bad_frames_total = 0                          # since start (stats)
@@ -91,6 +93,7 @@ class BrokerCore:
                                         f"{self.config.max_clients} clients")
                 return
             session = self.sessions[identity] = Session(identity, now)
+            session.user = self.users.get(identity)
         elif type(cmd) is c.Publish and session.state is ATTACHED:
             session.last_seen = now                   # hot path: the grammar allows it
             self._on_publish(session, cmd, None)
@@ -133,6 +136,8 @@ class BrokerCore:
 
     def _on_list_streams(self, s: Session, cmd, _was) -> None:
         names = sorted(set(self.datadir.streams()) | set(self.streams))
+        if self.acl is not None:          # a stream one may not read is not even named
+            names = [n for n in names if self.acl.may_subscribe(s.user, n)]
         fitting, size = [], 5
         for n in names:          # a frame lists as many names as fit in 64 KiB
             size += 1 + len(n.encode("utf-8"))
@@ -142,6 +147,11 @@ class BrokerCore:
         self.outbox.append((s.identity, encode(c.ListStreamsOk(tuple(fitting)))))
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
+        acl = self.acl
+        if acl is not None and not acl.may_attach(s.user, cmd.stream):
+            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} has no right on stream "
+                                      f"{cmd.stream!r}")
+            return
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._release_idle_streams(self.config.max_streams - 1)
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
@@ -155,7 +165,38 @@ class BrokerCore:
             self.log("attach_failed", stream=cmd.stream, error=str(exc))
             return
         stream.attach(s)
+        self._set_rights(s)
         self.outbox.append((s.identity, _ATTACH_OK))
+
+    def _set_rights(self, s: Session) -> None:
+        acl = self.acl
+        s.may_publish = acl is None or acl.may_publish(s.user, s.stream)
+        s.may_subscribe = acl is None or acl.may_subscribe(s.user, s.stream)
+
+    # ------------------------------------------------------------------ security
+    def identify(self, identity: bytes, user: Optional[str]) -> None:
+        """The shell learnt the key a connection authenticated with (CurveZMQ ``User-Id``)."""
+        if user:
+            self.users[identity] = user
+            s = self.sessions.get(identity)
+            if s is not None:
+                s.user = user
+
+    def set_acl(self, acl) -> None:
+        """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
+        a client that lost the right to read loses its subscriptions, with INVALID; nobody is
+        disconnected."""
+        self.acl = acl
+        for s in list(self.sessions.values()):
+            if s.stream is None:
+                continue
+            self._set_rights(s)
+            if not s.may_subscribe and s.subscriptions:
+                st = self.streams.get(s.stream)
+                if st is not None:
+                    st.unsubscribe_all(s)
+                self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may no longer read "
+                                          f"stream {s.stream!r}: subscriptions removed")
 
     def _on_detach(self, s: Session, cmd, _was) -> None:
         self.streams[s.stream].detach(s)
@@ -165,6 +206,10 @@ class BrokerCore:
             self.congested.pop(s.identity, None)
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
+        if not s.may_subscribe:
+            self._invalid(s.identity, f"{NOT_ALLOWED}{self.acl.who(s.user)} may not subscribe to "
+                                      f"stream {s.stream!r}")
+            return
         cfg = self.config
         stream = self.streams[s.stream]
         try:
@@ -196,6 +241,10 @@ class BrokerCore:
         self.streams[s.stream].credit(s, amount)
 
     def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
+        if not s.may_publish:
+            self._invalid(s.identity, f"{PUBLISH_REJECTED}{NOT_ALLOWED}{self.acl.who(s.user)} may "
+                                      f"not publish to stream {s.stream!r}")
+            return
         if len(cmd.body) > self.config.max_message:
             self._invalid(s.identity, f"{PUBLISH_REJECTED}body of {len(cmd.body)} bytes is over "
                                       f"the broker's limit of {self.config.max_message}")
@@ -313,6 +362,7 @@ class BrokerCore:
 
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
+        self.users.pop(identity, None)
         self.forget(identity)
 
     def _uncongest(self, now: float) -> None:

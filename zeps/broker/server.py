@@ -67,7 +67,7 @@ _EHOSTUNREACH = zmq.EHOSTUNREACH
 class Broker:
     def __init__(self, endpoint: str, datadir, core_config: CoreConfig, *, log=None,
                  context: Optional[zmq.Context] = None, sndhwm: int = SNDHWM,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, curve=None):
         self.log = log or structlog.get_logger("zeps.broker")
         self.datadir = datadir
         self.core = BrokerCore(datadir, core_config, log=self._core_log)
@@ -78,6 +78,9 @@ class Broker:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, sndhwm)
         self.sock.setsockopt(zmq.RCVHWM, 10000)
+        self.curve = curve
+        if curve is not None:                          # zeps.broker.security.CurveServer
+            curve.apply(self.sock)
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.fd = self.sock.getsockopt(zmq.FD)
@@ -129,6 +132,8 @@ class Broker:
             else:                                      # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
                 self._learn(ident, first.get(_SRCFD))
+                if self.curve is not None:
+                    core.identify(ident, first.get("User-Id"))
                 frames = [first.bytes]
             while _getsockopt(sock, _RCVMORE):
                 frames.append(_recv_raw(sock, _NB))
@@ -232,6 +237,8 @@ class Broker:
             self.core.confirm()
             self._send(now)
         finally:
+            if self.curve is not None:
+                self.curve.stop()
             self.sock.disable_monitor()
             self._monitor.close(0)
             self.sock.close()

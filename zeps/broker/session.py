@@ -45,7 +45,8 @@ class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "congested_until", "backoff", "held", "delivered",
-                 "delivered_seen", "credit_peak", "told_too_big")
+                 "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
+                 "may_subscribe")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -59,6 +60,7 @@ class Session:
         self.held: Deque[bytes] = deque()
         self.delivered = 0              # DELIVERs produced for the client (liveness, stats)
         self.delivered_seen = 0         # ``delivered`` at the last expiry check
+        self.user: Optional[str] = None  # the CurveZMQ public key (Z85) it authenticated with
         self._reset_stream_state()
 
     def _reset_stream_state(self) -> None:
@@ -73,6 +75,8 @@ class Session:
         self.timestamps = False         # send DELIVER-TS instead of DELIVER
         self.credit_peak = 0            # most credit held at once: the client's window, in effect
         self.told_too_big = 0           # last sequence reported as larger than that window
+        self.may_publish = True         # rights on the attached stream (the ACL, at ATTACH)
+        self.may_subscribe = True
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:

@@ -93,6 +93,16 @@ class Stream:
         self.confirming.pop(ident, None)
         session.detached()
 
+    def unsubscribe_all(self, session: Session) -> None:
+        """Remove every pattern of a client (it stays attached, with its position)."""
+        for pattern, _start in session.subscriptions:
+            self.index.remove(session.identity, pattern)
+        session.subscriptions = []
+        session.future_start = 0
+        session.next_seq = 0
+        session.live = False
+        self.catching_up.pop(session.identity, None)
+
     # ------------------------------------------------------------------ subscribe / credit
     def start_of(self, latest: int) -> int:
         """The first sequence a SUBSCRIBE with this ``latest`` asks for."""

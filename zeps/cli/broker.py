@@ -15,7 +15,9 @@ import structlog
 import zmq
 
 from zeps import units
+from zeps.broker.acl import AclError, load_acl
 from zeps.broker.core import CoreConfig
+from zeps.broker.security import CurveServer, SecurityError
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
 from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT
@@ -89,6 +91,15 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--client-queue", type=_positive(int), default=1000,
                         help="messages queued per client connection before it is switched to "
                              "replay from the journal (ZeroMQ SNDHWM; default 1000)")
+    sec = parser.add_argument_group("security (docs/operations.md, Security)")
+    sec.add_argument("--curve-secret", metavar="FILE",
+                     help="the broker's key pair (a .key_secret file from 'zeps keys new'): "
+                          "clients must use CurveZMQ with its public key")
+    sec.add_argument("--allow", metavar="DIR",
+                     help="allow-list: a directory of client public keys (*.key); with "
+                          "--curve-secret, only these keys (and those the ACL names) may connect")
+    sec.add_argument("--acl", metavar="FILE",
+                     help="per-stream rights (TOML); reloaded on SIGHUP")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -127,6 +138,26 @@ def _raise_fd_limit() -> None:
             pass
 
 
+def acl_keys(acl):
+    """The public keys an ACL names (they are allowed to connect)."""
+    return sorted(k for r in (acl.rules if acl else ()) for k in r.clients if k != "*")
+
+
+def _reload(args, broker, log) -> None:
+    """SIGHUP: read the ACL and the allow-list again; a bad file keeps the old rules."""
+    try:
+        acl = load_acl(args.acl) if args.acl else None
+        if broker.curve is not None:
+            broker.curve.set_keys(acl_keys(acl))
+    except (AclError, SecurityError, OSError) as exc:
+        log.error("reload_failed", error=str(exc))
+        return
+    if args.acl:
+        broker.core.set_acl(acl)
+    log.info("reloaded", acl=args.acl, allowed_keys=broker.curve.allowed_count()
+             if broker.curve is not None else None)
+
+
 def run_from_args(args: argparse.Namespace) -> int:
     configure_logging(args.log_json, args.log_level)
     log = structlog.get_logger("zeps.broker")
@@ -154,13 +185,33 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_credit=args.max_credit)
     _raise_fd_limit()
     try:
-        broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue)
+        acl = load_acl(args.acl) if args.acl else None
+        curve = None
+        if args.curve_secret:
+            curve = CurveServer(args.curve_secret, args.allow, acl_keys(acl))
+        elif args.allow or args.acl:
+            raise SecurityError("--allow and --acl need --curve-secret (clients are identified "
+                                "by their CurveZMQ keys)")
+    except (AclError, SecurityError) as exc:
+        datadir.close()
+        print(f"zeps: error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue,
+                        curve=curve)
     except zmq.ZMQError as exc:
         datadir.close()
         print(f"zeps: error: cannot bind {args.endpoint}: {exc}", file=sys.stderr)
         return 1
+    if acl is not None:
+        broker.core.set_acl(acl)
+    if curve is None:
+        log.warning("broker_open", detail="no --curve-secret: traffic is plaintext and any "
+                                          "client that reaches the endpoint may publish and read "
+                                          "every stream")
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, broker.stop)
+    gevent.signal_handler(signal.SIGHUP, lambda: _reload(args, broker, log))
     print(f"zeps broker listening on {broker.endpoint} (data dir {os.path.abspath(args.data_dir)})",
           flush=True)
     log.info("broker_started", endpoint=broker.endpoint, data_dir=os.path.abspath(args.data_dir),

@@ -19,4 +19,7 @@ LIMIT = "limit: "
 #: A regex subscription was removed because its matches kept timing out.
 PATTERN_REMOVED = "pattern removed: "
 
-ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED)
+#: The ACL does not give this client the right (docs/operations.md, Security).
+NOT_ALLOWED = "not allowed: "
+
+ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED)

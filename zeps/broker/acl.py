@@ -1,0 +1,174 @@
+"""Per-stream access control: who may publish to and subscribe to which streams. Pure code.
+
+The broker identifies a client by the CurveZMQ public key it authenticated with (the ZAP
+``User-Id``, its Z85 text). An ACL file (TOML) names keys and grants rights::
+
+    # names for keys: the key's Z85 text (40 characters), or a path to a ZeroMQ certificate
+    # file ("zeps keys new NAME" writes NAME.key and NAME.key_secret); a relative path is
+    # taken from the ACL file's directory
+    [clients]
+    orders-service = "keys/orders-service.key"
+    dashboard      = "rq:A[...40 characters...]"
+
+    [[allow]]
+    clients   = ["orders-service"]           # names from [clients], or "*" for every client
+    publish   = ["orders", "audit.*"]        # exact names; "prefix*" for every name starting so
+    subscribe = ["orders"]
+
+    [[allow]]
+    clients   = ["*"]
+    subscribe = ["public.*"]
+
+Rights only add up (there is no deny). A client with no right on a stream cannot ATTACH to it
+and does not see it in LIST-STREAMS. When no ACL is configured every client may do everything
+(see docs/operations.md, Security). :func:`load_acl` raises :class:`AclError` with one line
+naming the file and the problem.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Dict, FrozenSet, Iterable, List, Optional, Tuple
+
+try:                                    # Python 3.11+
+    import tomllib
+except ImportError:                     # pragma: no cover (3.10)
+    import tomli as tomllib             # type: ignore[no-redef]
+
+ANY = "*"
+
+
+class AclError(ValueError):
+    """An ACL file that cannot be used; the text says where and why."""
+
+
+@dataclass(frozen=True)
+class _Names:
+    """Stream names as exact names and prefixes; ``every`` for ``"*"``."""
+    exact: FrozenSet[str]
+    prefixes: Tuple[str, ...]
+    every: bool
+
+    @classmethod
+    def parse(cls, items: Iterable[str], where: str) -> "_Names":
+        exact, prefixes, every = set(), [], False
+        for item in items:
+            if not isinstance(item, str) or not item:
+                raise AclError(f"{where}: stream names must be non-empty strings, not {item!r}")
+            if item == ANY:
+                every = True
+            elif item.endswith("*"):
+                prefixes.append(item[:-1])
+            else:
+                exact.add(item)
+        return cls(frozenset(exact), tuple(prefixes), every)
+
+    def covers(self, stream: str) -> bool:
+        return self.every or stream in self.exact or stream.startswith(self.prefixes)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    clients: FrozenSet[str]          # keys (Z85), or {"*"}
+    publish: _Names
+    subscribe: _Names
+
+
+class Acl:
+    """The rights of every key. ``may_publish(key, stream)``, ``may_subscribe(key, stream)``."""
+
+    def __init__(self, rules: List[_Rule], names: Dict[str, str], source: str = "<acl>"):
+        self.rules = rules
+        self.names = names               # key -> name, for log lines and reasons
+        self.source = source
+
+    def _rules_for(self, key: Optional[str]):
+        for r in self.rules:
+            if ANY in r.clients or (key is not None and key in r.clients):
+                yield r
+
+    def may_publish(self, key: Optional[str], stream: str) -> bool:
+        return any(r.publish.covers(stream) for r in self._rules_for(key))
+
+    def may_subscribe(self, key: Optional[str], stream: str) -> bool:
+        return any(r.subscribe.covers(stream) for r in self._rules_for(key))
+
+    def may_attach(self, key: Optional[str], stream: str) -> bool:
+        return self.may_publish(key, stream) or self.may_subscribe(key, stream)
+
+    def who(self, key: Optional[str]) -> str:
+        if key is None:
+            return "an unauthenticated client"
+        return f"client {self.names.get(key, key)!r}"
+
+
+def _read_key(value: str, base: str, where: str) -> str:
+    if len(value) == 40 and not os.path.exists(os.path.join(base, value)):
+        return value                                      # Z85 text of a public key
+    path = value if os.path.isabs(value) else os.path.join(base, value)
+    try:
+        import zmq.auth
+        public, _secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise AclError(f"{where}: cannot read a public key from {path}: {exc}") from None
+    return public.decode("ascii")
+
+
+def parse_acl(text: str, base_dir: str = ".", source: str = "<acl>") -> Acl:
+    """An :class:`Acl` from TOML text (key files are found relative to ``base_dir``)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise AclError(f"{source}: not valid TOML: {exc}") from None
+    unknown = set(doc) - {"clients", "allow"}
+    if unknown:
+        raise AclError(f"{source}: unknown section(s) {', '.join(sorted(unknown))} "
+                       f"(expected [clients] and [[allow]])")
+    clients = doc.get("clients", {})
+    if not isinstance(clients, dict):
+        raise AclError(f"{source}: [clients] must be a table of name = key")
+    keys: Dict[str, str] = {}
+    for name, value in clients.items():
+        if not isinstance(value, str):
+            raise AclError(f"{source}: [clients] {name}: must be a key or a certificate path")
+        keys[name] = _read_key(value, base_dir, f"{source}: [clients] {name}")
+    rules = []
+    allow = doc.get("allow", [])
+    if not isinstance(allow, list):
+        raise AclError(f"{source}: allow must be an array of tables ([[allow]])")
+    for i, entry in enumerate(allow, 1):
+        where = f"{source}: [[allow]] #{i}"
+        if not isinstance(entry, dict):
+            raise AclError(f"{where}: must be a table")
+        extra = set(entry) - {"clients", "publish", "subscribe"}
+        if extra:
+            raise AclError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
+        who = entry.get("clients")
+        if isinstance(who, str):
+            who = [who]
+        if not isinstance(who, list) or not who:
+            raise AclError(f"{where}: clients must name at least one client (or \"*\")")
+        members = set()
+        for name in who:
+            if name == ANY:
+                members.add(ANY)
+            elif name in keys:
+                members.add(keys[name])
+            else:
+                raise AclError(f"{where}: unknown client {name!r} (not in [clients])")
+        rules.append(_Rule(frozenset(members),
+                           _Names.parse(entry.get("publish", []), where),
+                           _Names.parse(entry.get("subscribe", []), where)))
+    return Acl(rules, {k: n for n, k in keys.items()}, source)
+
+
+def load_acl(path: str) -> Acl:
+    """Read and parse an ACL file."""
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as exc:
+        raise AclError(f"cannot read ACL file {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise AclError(f"ACL file {path} is not UTF-8 text") from None
+    return parse_acl(text, os.path.dirname(os.path.abspath(path)), path)

@@ -1,0 +1,118 @@
+"""CurveZMQ for the broker: its key pair, the allow-list of client keys (ZAP), and key files.
+
+The broker side of the security the docs describe (docs/operations.md, Security):
+
+* the broker's ROUTER is a CURVE server with the key pair of a ZeroMQ certificate file
+  (``--curve-secret FILE``, written by ``zeps keys new NAME``);
+* pyzmq's ZAP authenticator (``zmq.auth``) admits only the client public keys found in the
+  allow-list directory (``--allow DIR``: one ``*.key`` certificate per client) and, when an ACL
+  names keys, those too; an unknown key cannot complete the handshake, and a plaintext client
+  cannot talk to a CURVE broker at all;
+* the ZAP ``User-Id`` of each connection is the client's public key (Z85 text): the broker's
+  ACL (:mod:`zeps.broker.acl`) is keyed by it.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from typing import Iterable, Optional, Tuple
+
+import zmq
+import zmq.auth
+from zmq.auth.thread import ThreadAuthenticator
+
+
+class SecurityError(ValueError):
+    """A key file or allow-list that cannot be used; the text says which and why."""
+
+
+def load_secret(path: str) -> Tuple[bytes, bytes]:
+    """(public, secret) of a secret certificate file; SecurityError if it has no secret key."""
+    try:
+        public, secret = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise SecurityError(f"cannot read key pair {path}: {exc}") from None
+    if not secret:
+        raise SecurityError(f"{path} holds no secret key (give the .key_secret file)")
+    return public, secret
+
+
+def load_public(path: str) -> bytes:
+    try:
+        public, _ = zmq.auth.load_certificate(path)
+    except (OSError, ValueError) as exc:
+        raise SecurityError(f"cannot read public key {path}: {exc}") from None
+    return public
+
+
+def new_keys(directory: str, name: str) -> Tuple[str, str]:
+    """Write ``NAME.key`` (public) and ``NAME.key_secret`` in ZeroMQ's certificate format;
+    refuse to overwrite. Returns the two paths."""
+    if not name or "/" in name or name.startswith("."):
+        raise SecurityError(f"bad key name {name!r}: a plain file name")
+    os.makedirs(directory, exist_ok=True)
+    for suffix in (".key", ".key_secret"):
+        if os.path.exists(os.path.join(directory, name + suffix)):
+            raise SecurityError(f"{os.path.join(directory, name + suffix)} exists: not overwritten")
+    public, secret = zmq.auth.create_certificates(directory, name)
+    os.chmod(secret, 0o600)
+    return public, secret
+
+
+class CurveServer:
+    """The broker's CURVE settings and its ZAP authenticator (a thread with its own socket)."""
+
+    def __init__(self, secret_file: str, allow_dir: Optional[str] = None,
+                 extra_keys: Iterable[str] = (), context: Optional[zmq.Context] = None):
+        self.public, self.secret = load_secret(secret_file)
+        self.allow_dir = allow_dir
+        self.context = context or zmq.Context.instance()
+        self._auth: Optional[ThreadAuthenticator] = None
+        self._keys_dir: Optional[str] = None
+        if allow_dir is not None and not os.path.isdir(allow_dir):
+            raise SecurityError(f"allow-list {allow_dir} is not a directory")
+        self.set_keys(extra_keys)
+
+    def set_keys(self, extra_keys: Iterable[str]) -> None:
+        """The allowed keys: the allow-list directory's certificates plus ``extra_keys`` (Z85),
+        e.g. the keys an ACL names. Called again on reload."""
+        keys_dir = tempfile.mkdtemp(prefix="zeps-allowed-")
+        if self.allow_dir is not None:
+            for entry in os.listdir(self.allow_dir):
+                if entry.endswith(".key"):
+                    shutil.copy(os.path.join(self.allow_dir, entry), keys_dir)
+        for i, key in enumerate(extra_keys):
+            with open(os.path.join(keys_dir, f"acl-{i}.key"), "w") as f:
+                f.write(f'metadata\ncurve\n    public-key = "{key}"\n')
+        old, self._keys_dir = self._keys_dir, keys_dir
+        if self._auth is not None:
+            self._auth.configure_curve(domain="*", location=keys_dir)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+    def allowed_count(self) -> int:
+        return sum(1 for e in os.listdir(self._keys_dir) if e.endswith(".key"))
+
+    def apply(self, sock: zmq.Socket) -> None:
+        """Make ``sock`` a CURVE server and start the authenticator (before bind)."""
+        self._auth = ThreadAuthenticator(self.context)
+        self._auth.start()
+        self._auth.configure_curve(domain="*", location=self._keys_dir)
+        sock.curve_secretkey = self.secret
+        sock.curve_publickey = self.public
+        sock.curve_server = True
+
+    def stop(self) -> None:
+        if self._auth is not None:
+            self._auth.stop()
+            self._auth = None
+        if self._keys_dir is not None:
+            shutil.rmtree(self._keys_dir, ignore_errors=True)
+            self._keys_dir = None
+
+
+def client_options(server_public: bytes, public: bytes, secret: bytes) -> dict:
+    """Socket options that make a client socket talk CURVE to a broker with ``server_public``."""
+    return {zmq.CURVE_SERVERKEY: server_public, zmq.CURVE_PUBLICKEY: public,
+            zmq.CURVE_SECRETKEY: secret}

@@ -46,7 +46,7 @@ def free_endpoint():
 def test_publish_in_one_process_subscribe_in_another(broker):
     ep = broker.endpoint
     sub = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "orders", "--json",
-                            "--count", "3", "--endpoint", ep], stdout=subprocess.PIPE,
+                            "--all", "--count", "3", "--endpoint", ep], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV)
     for key, body in [("eu.fr", "hello"), ("us.ny", "wörld"), ("eu.de", "3")]:
         r = zeps("publish", "orders", key, body, "--endpoint", ep)
@@ -56,7 +56,8 @@ def test_publish_in_one_process_subscribe_in_another(broker):
     rows = json_lines(out)
     assert [(r["sequence"], r["key"], r["body"]) for r in rows] == [
         (1, "eu.fr", "hello"), (2, "us.ny", "wörld"), (3, "eu.de", "3")]
-    assert all(r["stream"] == "orders" and r["timestamp"] > 0 for r in rows)
+    assert all(r["stream"] == "orders" and r["timestamp"] > 0 and r["encoding"] == "utf8"
+               and r["time"].endswith("Z") for r in rows)
     assert [r["timestamp"] for r in rows] == sorted(r["timestamp"] for r in rows)
 
 
@@ -67,7 +68,7 @@ def test_publish_stdin_lines_with_confirm_and_human_subscribe(broker):
     assert r.stdout.strip() == "4"                       # the last confirmed sequence
     r = zeps("publish", "s", "k2", "-", "-v", "--endpoint", ep, input="x\n")
     assert r.returncode == 0 and r.stdout == "" and "published 1 message" in r.stderr
-    r = zeps("subscribe", "s", "--count", "5", "--endpoint", ep)
+    r = zeps("subscribe", "s", "--all", "--count", "5", "--endpoint", ep)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["1 k a", "2 k b b", "3 k ", "4 k last", "5 k2 x"]
 
@@ -78,10 +79,16 @@ def test_subscribe_options(broker):
     zeps("publish", "s", "us.ny", "-", "--endpoint", ep, input="4\n5\n")
     r = zeps("subscribe", "s", "us.", "--from-seq", "5", "--timeout", "0.3", "--endpoint", ep)
     assert r.returncode == 0 and r.stdout == "5 us.ny 5\n"
-    r = zeps("subscribe", "s", "eu.", "~^us", "--timeout", "0.3", "--endpoint", ep)
+    r = zeps("subscribe", "s", "eu.", "~^us", "--all", "--timeout", "0.3", "--endpoint", ep)
     assert [line.split()[0] for line in r.stdout.splitlines()] == ["1", "2", "3", "4", "5"]
     r = zeps("subscribe", "s", "--live", "--timeout", "0.3", "--endpoint", ep)
     assert r.returncode == 0 and r.stdout == ""
+    r = zeps("subscribe", "s", "--timeout", "0.3", "--endpoint", ep)     # live is the default
+    assert r.returncode == 0 and r.stdout == ""
+    r = zeps("subscribe", "s", "--last", "2", "--timeout", "0.3", "--endpoint", ep)
+    assert r.stdout == "4 us.ny 4\n5 us.ny 5\n"
+    r = zeps("subscribe", "s", "--last", "2", "eu.", "--timeout", "0.3", "--endpoint", ep)
+    assert r.stdout == ""
     r = zeps("subscribe", "s", "--from-time", "-1h", "--count", "1", "--endpoint", ep)
     assert r.stdout == "1 eu.fr 1\n"
     r = zeps("subscribe", "s", "--from-time", "now", "--timeout", "0.3",
@@ -93,24 +100,68 @@ def test_binary_body_is_base64_in_json(broker):
     ep = broker.endpoint
     r = zeps_bytes("publish", "bin", "k", "--endpoint", ep, input=b"\xff\xfe\x00\n")
     assert r.returncode == 0, r.stderr
-    r = zeps("subscribe", "bin", "--json", "--count", "1", "--endpoint", ep)
+    r = zeps("subscribe", "bin", "--json", "--all", "--count", "1", "--endpoint", ep)
     row = json_lines(r.stdout)[0]
-    assert "body" not in row and row["body_base64"] == "//4A"
-    r = zeps("subscribe", "bin", "--count", "1", "--endpoint", ep)
-    assert r.stdout == "1 k b'\\xff\\xfe\\x00'\n"
+    assert (row["body"], row["encoding"]) == ("//4A", "base64")
+    r = zeps("subscribe", "bin", "--all", "--count", "1", "--endpoint", ep)
+    assert r.stdout == "1 k \\xff\\xfe\\x00\n"
+    zeps("publish", "bin", "k", "two\nlines\\", "--endpoint", ep)
+    r = zeps("subscribe", "bin", "--from-seq", "2", "--count", "1", "--endpoint", ep)
+    assert r.stdout == "2 k two\\nlines\\\\\n"            # one line per message, always
 
 
-def test_subscribe_ctrl_c_exits_zero_without_traceback(broker):
+def test_subscribe_ctrl_c_exits_130_without_traceback(broker):
     zeps("publish", "s", "k", "first", "--endpoint", broker.endpoint)
-    p = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "s", "--endpoint",
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "s", "--all", "--endpoint",
                           broker.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, cwd=str(REPO), env=ENV)
     assert p.stdout.readline() == "1 k first\n"
-    time.sleep(0.2)
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=10)
-    assert p.returncode == 0
+    assert p.returncode == 130
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
+
+
+def test_replay_to_a_file_ctrl_c_exits_130_without_traceback(broker, tmp_path):
+    ep = broker.endpoint
+    n = 100_000
+    r = zeps("publish", "s", "k", "-", "--confirm", "--endpoint", ep, timeout=120,
+             input="".join(f"{i}\n" for i in range(n)))
+    assert r.stdout.strip() == str(n)
+    out = tmp_path / "out.json"
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "replay", "s", "--endpoint", ep,
+                          "-o", str(out)], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV)
+    deadline = time.monotonic() + 30
+    while not (out.exists() and out.stat().st_size > 0):    # it is writing: freeze the broker
+        assert time.monotonic() < deadline and p.poll() is None
+        time.sleep(0.01)
+    broker.proc.send_signal(signal.SIGSTOP)
+    try:
+        p.send_signal(signal.SIGINT)                       # Ctrl-C in the middle of the replay
+        _, err = p.communicate(timeout=20)
+    finally:
+        broker.proc.send_signal(signal.SIGCONT)
+    assert p.returncode == 130 and "Traceback" not in err, err
+    rows = json_lines(out.read_text())
+    assert 0 < len(rows) < n and [x["sequence"] for x in rows] == list(range(1, len(rows) + 1))
+
+
+def test_options_anywhere_and_a_key_per_line(broker):
+    ep = broker.endpoint
+    r = zeps("publish", "orders", "key", "--confirm", "-", "--endpoint", ep, input="a\n")
+    assert r.returncode == 0 and r.stdout.strip() == "1", r.stderr
+    r = zeps("publish", "orders", "--key-separator", ":", "--confirm", "--endpoint", ep,
+             input="eu.fr:x:1\nus:y\n")
+    assert r.returncode == 0 and r.stdout.strip() == "3", r.stderr
+    r = zeps("publish", "orders", "--key-field", "region", "--endpoint", ep,
+             input='{"region": "eu.de", "n": 1}\n')
+    assert r.returncode == 0, r.stderr
+    r = zeps("subscribe", "--all", "orders", "--count", "4", "--endpoint", ep)
+    assert r.stdout.splitlines() == ["1 key a", "2 eu.fr x:1", "3 us y",
+                                     '4 eu.de {"region": "eu.de", "n": 1}']
+    r = zeps("publish", "orders", "--key-separator", ":", "--endpoint", ep, input="nokey\n")
+    assert r.returncode == 2 and r.stderr.strip() == "zeps: error: line 1: no key separator ':'"
 
 
 # ------------------------------------------------------------------ replay and stats
@@ -285,7 +336,7 @@ def test_parse_time_forms():
     assert parse_time("1700000000") == 1_700_000_000 * 10**9
     assert parse_time("1700000000.25") == 1_700_000_000_250_000_000
     assert parse_time("2026-11-22T10:00:00Z") == parse_time("2026-11-22T11:00:00+01:00")
-    assert parse_time("2026-11-22T10:00:00") == parse_time("2026-11-22T10:00:00Z")   # naive = UTC
+    assert parse_time("5 minutes ago", now) == parse_time("now-5m", now) == now - 300 * 10**9
     assert parse_time("1970-01-01T00:00:01Z") == 10**9
 
 

@@ -52,10 +52,15 @@ def test_bad_durations(text):
     ("1795300000000ms", 1795300000 * 10**9),
     ("2026-11-22T10:00:00Z", int(datetime(2026, 11, 22, 10, tzinfo=timezone.utc).timestamp()) * 10**9),
     ("2026-11-22T11:00:00+01:00", int(datetime(2026, 11, 22, 10, tzinfo=timezone.utc).timestamp()) * 10**9),
-    ("2026-11-22T10:00:00", int(datetime(2026, 11, 22, 10, tzinfo=timezone.utc).timestamp()) * 10**9),
 ])
 def test_times(text, expected):
     assert units.parse_time(text, NOW) == expected
+
+
+def test_time_without_zone_is_local_time_like_date():
+    local = datetime(2026, 11, 22, 10, 0, 0).astimezone()      # naive -> the machine's zone
+    assert units.parse_time("2026-11-22T10:00:00", NOW) == int(local.timestamp()) * 10**9
+    assert units.parse_time("2026-11-22 10:00", NOW) == int(local.timestamp()) * 10**9
 
 
 def test_time_bare_number_unit_is_the_callers():

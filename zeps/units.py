@@ -30,7 +30,8 @@ _EPOCH_NUM = re.compile(r"^(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?$", re.I)
 _AGO = re.compile(r"^(.+?)\s+ago$", re.I)
 _NOW_REL = re.compile(r"^now\s*([+-])\s*(.+)$", re.I)
 
-TIME_FORMS = ("ISO-8601 (2026-11-22T10:00:00Z; without a zone it is UTC), epoch seconds "
+TIME_FORMS = ("ISO-8601 (2026-11-22T10:00:00Z; without a zone it is local time, as date(1) "
+              "has it), epoch seconds "
               "(1795300000.5, or with a unit: 1795300000000ms), 'now', or relative to now: "
               "-5m, 5m, now-5m, '5 minutes ago'")
 
@@ -54,7 +55,8 @@ def parse_duration(text: str) -> float:
 def parse_time(text: str, now_ns: Optional[int] = None, *, bare_unit: str = "s") -> int:
     """A point in time -> ns since the epoch. ``now_ns`` is injected by tests (default: the clock).
 
-    Forms (:data:`TIME_FORMS`): ISO-8601 with or without zone (UTC when none); a number since the
+    Forms (:data:`TIME_FORMS`): ISO-8601 with or without zone (local time when none, as ``date``
+    reads it); a number since the
     epoch (``bare_unit`` when it has no unit: seconds for the CLI, milliseconds for Spark's
     ``startingTime``; ``ns``/``us``/``ms``/``s`` as an explicit unit); ``now``; a duration before
     now as ``-5m``, ``5m``, ``now-5m`` or ``5 minutes ago``; ``now+5m`` after now.
@@ -97,7 +99,7 @@ def parse_time(text: str, now_ns: Optional[int] = None, *, bare_unit: str = "s")
         dt = datetime.fromisoformat(t[:-1] + "+00:00" if t[-1:] in "zZ" else t)
     except ValueError:
         raise ValueError(f"bad time {text!r}: use {TIME_FORMS}") from None
-    ns = datetime_to_ns(dt if dt.tzinfo else dt.replace(tzinfo=timezone.utc))
+    ns = datetime_to_ns(dt)                   # a naive datetime is local time
     if ns < 0:
         raise ValueError(f"bad time {text!r}: before 1970")
     return ns

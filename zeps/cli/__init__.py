@@ -22,6 +22,7 @@ Examples::
 """
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from typing import List, Optional
@@ -70,32 +71,38 @@ def _join_relative_times(argv: List[str]) -> List[str]:
     return out
 
 
+def _subcommands(parser) -> dict:
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            return dict(action.choices)
+    return {}
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     """Entry point of the ``zeps`` console script and ``python -m zeps``."""
     argv = _join_relative_times(list(sys.argv[1:] if argv is None else argv))
     if argv and argv[0] == "broker":
         return broker.main(argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    commands = _subcommands(parser)
+    if argv and argv[0] in commands:      # options anywhere, as argparse users expect
+        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+    else:
+        args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.error("a command is required: " + ", ".join(COMMANDS) + " (see zeps --help)")
-    from zeps.clients import InvalidError, ZepsError, ZepsTimeout
+    from zeps.clients import ZepsError
+    from zeps.journal import JournalError
     try:
         return args.func(args)
     except UsageError as e:
         sys.stderr.write(f"zeps: error: {e}\n")
         return 2
-    except ZepsTimeout as e:
-        sys.stderr.write(f"zeps: error: {e}\n")
-        return 1
-    except InvalidError as e:
-        sys.stderr.write(f"zeps: error: {e}\n")
-        return 1
-    except ZepsError as e:
+    except (ZepsError, JournalError) as e:
         sys.stderr.write(f"zeps: error: {e}\n")
         return 1
     except KeyboardInterrupt:
-        return args.interrupt_rc
+        return 130                        # interrupted, for every command (128 + SIGINT)
     except BrokenPipeError:
         # The reader went away (e.g. '| head'): stop quietly, without a flush error at exit.
         try:

@@ -131,23 +131,48 @@ def _iso(ns: int) -> Optional[str]:
 
 
 def message_json(stream: str, msg) -> dict:
-    """The JSON object of one message (``subscribe --json``, ``replay --format json``)."""
+    """The JSON object of one message (``subscribe --json``, ``replay --format json``): the body
+    is always in ``body``, as UTF-8 text (``"encoding": "utf8"``) or, when it is not valid
+    UTF-8, as base64 (``"encoding": "base64"``); ``time`` is ``timestamp`` (ns) in ISO-8601."""
     obj = {"stream": stream, "sequence": msg.sequence, "key": msg.key}
     try:
         obj["body"] = msg.body.decode("utf-8")
+        obj["encoding"] = "utf8"
     except UnicodeDecodeError:
-        obj["body_base64"] = base64.b64encode(msg.body).decode("ascii")
+        obj["body"] = base64.b64encode(msg.body).decode("ascii")
+        obj["encoding"] = "base64"
     obj["timestamp"] = msg.timestamp
+    obj["time"] = _iso(msg.timestamp) if msg.timestamp else None
     return obj
 
 
+def _escape(body: bytes) -> str:
+    """One line of text for any body: UTF-8 with newlines, tabs and backslashes escaped (``\\n``,
+    ``\\t``, ``\\\\``), other control characters and bytes that are not UTF-8 as ``\\xNN``."""
+    text = body.decode("utf-8", "surrogateescape")
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ch == "\r":
+            out.append("\\r")
+        elif 0xDC80 <= o <= 0xDCFF:              # a byte that is not UTF-8
+            out.append(f"\\x{o - 0xDC00:02x}")
+        elif o < 32 or o == 127:
+            out.append(f"\\x{o:02x}")
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
 def message_line(msg) -> str:
-    """``SEQ KEY BODY``: the body as UTF-8 text, or its Python repr if it is not UTF-8."""
-    try:
-        body = msg.body.decode("utf-8")
-    except UnicodeDecodeError:
-        body = repr(msg.body)
-    return f"{msg.sequence} {msg.key} {body}"
+    """``SEQ KEY BODY`` on one line (the body escaped: see :func:`_escape`)."""
+    return f"{msg.sequence} {msg.key} {_escape(msg.body)}"
 
 
 def _matcher(patterns: List[str]) -> Callable[[str], bool]:

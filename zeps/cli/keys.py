@@ -13,7 +13,7 @@ def add_parser(sub) -> None:
     p.add_argument("action", choices=("new",))
     p.add_argument("name", metavar="NAME")
     p.add_argument("--dir", default=".", help="where to write the files (default .)")
-    p.set_defaults(func=cmd_keys, interrupt_rc=130)
+    p.set_defaults(func=cmd_keys)
 
 
 def cmd_keys(args) -> int:

@@ -55,7 +55,7 @@ def add_parser(sub) -> None:
                         "'\\n' default, '\\0', ''")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     _add_common(p)
-    p.set_defaults(func=cmd_replay, interrupt_rc=0)
+    p.set_defaults(func=cmd_replay)
 
 
 class _Output:
@@ -85,6 +85,9 @@ class _Output:
         self.count += 1
 
     def close(self) -> None:
+        """Flush and close (idempotent: an interrupted replay closes it on the way out)."""
+        if self.f.closed:
+            return
         self.f.flush()
         if self.close_f:
             self.f.close()
@@ -136,8 +139,6 @@ def _replay_journal(args, match) -> int:
                 if it.gap:
                     print(f"zeps: warning: messages {it.requested}..{it.skipped_to - 1} were "
                           f"deleted by retention", file=sys.stderr)
-        except KeyboardInterrupt:
-            return 0
         finally:
             if bar is not None:
                 bar.close()
@@ -189,7 +190,7 @@ def _replay_broker(args, match) -> int:
         except KeyboardInterrupt:
             out.close()
             client.close(timeout=1.0)
-            return 0
+            raise
         finally:
             if bar is not None:
                 bar.close()

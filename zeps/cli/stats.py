@@ -32,7 +32,7 @@ def add_parser(sub) -> None:
     src.add_argument("--data-dir", metavar="D", help="read data directory D")
     p.add_argument("--json", action="store_true", help="one JSON object per stream and line")
     _add_common(p)
-    p.set_defaults(func=cmd_stats, interrupt_rc=130)
+    p.set_defaults(func=cmd_stats)
 
 
 def _human_size(n: int) -> str:

@@ -20,27 +20,36 @@ from .common import (  # noqa: F401
     message_line,
     parse_time,
 )
+from zeps.units import TIME_FORMS
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("subscribe", help="print messages: history, then live",
+    p = sub.add_parser("subscribe", help="print messages: live, or history then live",
                        description="Print STREAM's messages whose key matches any PATTERN (a "
-                       "prefix, or ~regex; default: every key) as 'SEQ KEY BODY' lines or JSON "
-                       "lines. Starts at the first kept message unless told otherwise.")
+                       "prefix, or ~regex; default: every key) as 'SEQ KEY BODY' lines (the body "
+                       "on one line: newlines and bytes that are not UTF-8 escaped) or JSON lines. "
+                       "Like Kafka's and NATS's consumers it starts with what is published from "
+                       "now on; --all, --from-seq, --from-time or --last N start in the history "
+                       "and go on live.")
     p.add_argument("stream", metavar="STREAM", type=_stream_name)
     p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern)
     g = p.add_mutually_exclusive_group()
+    g.add_argument("--all", action="store_true", help="start at the first message kept")
     g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")
     g.add_argument("--from-time", type=parse_time, metavar="T",
-                   help="start at the first message at or after time T")
-    g.add_argument("--live", action="store_true", help="only messages published from now on")
+                   help=f"start at the first message at or after T ({TIME_FORMS})")
+    g.add_argument("--last", type=_positive_int, metavar="N",
+                   help="start with the stream's last N messages (counted before PATTERN "
+                        "filtering)")
+    g.add_argument("--live", action="store_true",
+                   help="only messages published from now on (the default)")
     p.add_argument("--json", action="store_true", help="print JSON lines")
     p.add_argument("--count", type=_positive_int, metavar="N", help="stop after N messages")
     p.add_argument("--timeout", type=_seconds, metavar="S",
                    help="stop after S seconds without a message")
     _add_endpoint(p)
     _add_common(p)
-    p.set_defaults(func=cmd_subscribe, interrupt_rc=0)
+    p.set_defaults(func=cmd_subscribe)
 
 
 def cmd_subscribe(args) -> int:
@@ -48,8 +57,15 @@ def cmd_subscribe(args) -> int:
 
     out = sys.stdout
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
-        sub = client.subscribe(args.patterns or [""], from_seq=args.from_seq,
-                               from_time=args.from_time, live=args.live)
+        from_seq, live = args.from_seq, False
+        if args.all:
+            from_seq = 0
+        elif args.last is not None:
+            from_seq = max(client.info().last - args.last + 1, 0)
+        elif from_seq is None and args.from_time is None:
+            live = True
+        sub = client.subscribe(args.patterns or [""], from_seq=from_seq,
+                               from_time=args.from_time, live=live)
         n = 0
         fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
                if args.json else message_line)
@@ -68,8 +84,6 @@ def cmd_subscribe(args) -> int:
             out.flush()
             client.close(timeout=1.0)
             _say(args, f"interrupted after {n} message(s)")
-            return 0
+            raise
     _say(args, f"{n} message(s)")
     return 0
-
-

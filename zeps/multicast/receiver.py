@@ -27,10 +27,11 @@ Datagram loss is measured per window of ``loss_window`` seconds from the datagra
 (:mod:`zeps.multicast.loss`). When a window with at least ``min_datagrams`` expected loses
 ``fallback_loss`` of them or more, or when no datagram comes for ``silence`` seconds (by default
 three of the bridge's HEAD intervals), the receiver falls back: its feed stays open and carries
-every message, and datagrams are only counted. After ``return_windows`` windows in a row that
-expected datagrams and lost at most ``return_loss`` of them, it returns: it keeps the feed until
-a DATA datagram leaves nothing waiting in the buffer (multicast follows on from ``position``),
-then drops it.
+every message, and datagrams are only counted. After ``return_windows`` windows that expected
+datagrams and lost at most ``return_loss`` of them, with no lossier one between them (windows
+that expected nothing do not count either way), it returns: it keeps the feed until multicast
+follows on from ``position`` -- a DATA datagram leaves nothing waiting in the buffer, or a HEAD
+announces nothing beyond ``position`` -- then drops it.
 """
 from __future__ import annotations
 
@@ -199,6 +200,8 @@ class Receiver:
         if type(d) is Head:
             self._interval = d.interval_ms / 1000.0
             self.target = max(self.target, d.head)
+            if d.head <= self.position and not self._heap:
+                self._joining = False       # the bridge has sent nothing we lack
         else:
             self._take(d)
             self._drain()
@@ -239,9 +242,10 @@ class Receiver:
             seq = e.sequence
             if seq <= self.position:
                 st.stale += 1
-            elif e.ref:
+                continue
+            self.target = max(self.target, seq)     # it exists, buffered or not
+            if e.ref:
                 st.refs += 1
-                self.target = max(self.target, seq)
                 self._urgent = True
             elif self.mode is FALLBACK or seq in self._pending:
                 continue
@@ -309,7 +313,9 @@ class Receiver:
             if w.expected >= c.min_datagrams and w.rate >= c.fallback_loss:
                 self._fall_back()
             return
-        if w.expected >= 1 and w.rate <= c.return_loss:
+        if not w.expected:              # nothing was due (idle between HEADs): no verdict
+            return
+        if w.rate <= c.return_loss:
             self._good_windows += 1
         else:
             self._good_windows = 0

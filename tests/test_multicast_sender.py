@@ -31,7 +31,7 @@ def test_default_fits_a_1500_byte_mtu():
 
 def test_packs_up_to_the_size_and_chains_every_message():
     s = sender(start_after=10)
-    msgs = [(seq, "k%d" % seq, b"x" * 100) for seq in range(11, 111, 2)]   # pattern gaps
+    msgs = [(seq, f"k{seq}", b"x" * 100) for seq in range(11, 111, 2)]   # pattern gaps
     decoded, sizes = run(s, msgs)
     assert max(sizes) <= DEFAULT_DATAGRAM
     assert len(decoded) > 1 and all(len(d.entries) > 5 for d in decoded[:-1])

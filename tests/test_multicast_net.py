@@ -28,6 +28,7 @@ def _namespace_problem():
             return f"'{tool}' is not installed"
     try:
         p = subprocess.run(["unshare", "-n", "sh", "-c", NETNS], capture_output=True, text=True,
+                           check=False,
                            timeout=30)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"unshare -n failed: {e}"
@@ -48,7 +49,7 @@ def scenario(name, tmp_path, timeout=240):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     cmd = f"{NETNS} && exec {sys.executable} tests/multicast_scenario.py {name} {tmp_path}"
     p = subprocess.run(["unshare", "-n", "sh", "-c", cmd], capture_output=True, text=True,
-                       env=env, cwd=str(REPO), timeout=timeout)
+                       env=env, cwd=str(REPO), timeout=timeout, check=False)
     assert p.returncode == 0, f"scenario {name} failed:\n{p.stderr[-4000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
 

@@ -28,8 +28,7 @@ def _namespace_problem():
             return f"'{tool}' is not installed"
     try:
         p = subprocess.run(["unshare", "-n", "sh", "-c", NETNS], capture_output=True, text=True,
-                           check=False,
-                           timeout=30)
+                           timeout=30, check=False)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"unshare -n failed: {e}"
     if p.returncode != 0:

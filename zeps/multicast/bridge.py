@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from zeps.clients import Client, ZepsError
+from zeps.clients.client import DEFAULT_HEARTBEAT
 
 from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL, Sender
 from .transport import check_interface, open_sender, parse_group, zmq_multicast
@@ -65,7 +66,7 @@ class Bridge:
                  interface: str | None = None, ttl: int = 1, from_seq: int | None = None,
                  max_datagram: int = DEFAULT_DATAGRAM,
                  head_interval: float = DEFAULT_HEAD_INTERVAL, state_file: str | None = None,
-                 timeout: float = 10.0, heartbeat: float = 20.0,
+                 timeout: float = 10.0, heartbeat: float = DEFAULT_HEARTBEAT,
                  outgoing: Callable[[bytes], Iterable[bytes]] | None = None):
         self.endpoint = endpoint
         self.stream = stream
@@ -148,8 +149,14 @@ class Bridge:
         try:
             client = Client(self.endpoint, self.stream, timeout=self.timeout,
                             heartbeat=self.heartbeat)
+            last = client.info().last
             if start_after is None:
-                start_after = client.info().last
+                start_after = last
+            elif start_after > last:
+                log.warning("zeps bridge: starting after sequence %d but stream %r ends at %d: "
+                            "nothing is sent until the stream gets past it (a state file or "
+                            "--from-seq from another data directory?)", start_after,
+                            self.stream, last)
             sub = client.subscribe(self.pattern, from_seq=start_after + 1)
             sender = self.sender = Sender(
                 self.stream, self.pattern, session=secrets.randbits(64), start_after=start_after,

@@ -60,6 +60,10 @@ class MulticastSubscriber:
     Raises :class:`ValueError` for a bad group, interface, pattern or start, the SDK's errors
     when the broker does not answer (:class:`~zeps.clients.ZepsTimeout`) or refuses, and
     :class:`OSError` when the group cannot be joined.
+
+    Reading (``next``, ``poll``, iteration) never skips a message: while a gap cannot be
+    repaired because the broker is unreachable, messages after it wait, and a call that has to
+    open the feed may block up to ``timeout`` seconds trying (then it retries every second).
     """
 
     def __init__(self, group, endpoint: str, stream: str, pattern: str = "",
@@ -188,7 +192,7 @@ class MulticastSubscriber:
         core = self._core
         if self._feed_sub is not None:
             got = self._read_feed(0.0) + self._read_group()
-            if not got:
+            if not got and self._feed_sub is not None:
                 self._read_feed(min(wait, _FEED_SLICE))
         else:
             if self._feed is None and core.want_feed:      # waiting to retry the feed
@@ -240,12 +244,12 @@ class MulticastSubscriber:
                 log.warning("zeps multicast: cannot reach the broker at %s for the stream's "
                             "missing messages (%s); retrying", self.endpoint, e)
                 self._feed_retry_at = time.monotonic() + _FEED_RETRY
-                if feed is not None:
-                    feed.close(timeout=1.0)
+                self._feed_sub = None
+                _close(feed)
                 return
             except BaseException:
-                if feed is not None:
-                    feed.close(timeout=1.0)
+                self._feed_sub = None
+                _close(feed)
                 raise
             self._feed = feed
         elif not want and self._feed is not None:
@@ -253,8 +257,13 @@ class MulticastSubscriber:
 
     def _close_feed(self) -> None:
         feed, self._feed, self._feed_sub = self._feed, None, None
-        if feed is not None:
-            try:
-                feed.close(timeout=1.0)
-            except ZepsError as e:          # nothing to lose: the feed only reads
-                log.debug("zeps multicast: closing the feed: %s", e)
+        _close(feed)
+
+
+def _close(feed: Client | None) -> None:
+    """Close a feed client; it only reads, so an error while closing loses nothing."""
+    if feed is not None:
+        try:
+            feed.close(timeout=1.0)
+        except ZepsError as e:
+            log.debug("zeps multicast: closing the feed: %s", e)

@@ -52,10 +52,11 @@ def wait_until(cond, what: str, timeout: float = DEADLINE) -> None:
 
 
 class Reader:
-    """A MulticastSubscriber read by a thread, as an application would."""
+    """A MulticastSubscriber (``sub``, or made from the arguments) read by a thread, as an
+    application would."""
 
-    def __init__(self, *args, **kwargs):
-        self.sub = MulticastSubscriber(*args, **kwargs)
+    def __init__(self, *args, sub=None, **kwargs):
+        self.sub = sub or MulticastSubscriber(*args, **kwargs)
         self.got = []
         self.error = None
         self._stop = False
@@ -172,15 +173,20 @@ def ordered(work):
             for i in range(3)]
     other = Reader(GROUP, b.endpoint, STREAM, "us.", from_seq=1,
                    config=ReceiverConfig(silence=0.5))
+    # An application that stops reading, with a tiny socket buffer that overflows
+    stalled = MulticastSubscriber(GROUP, b.endpoint, STREAM, "eu.", from_seq=1, rcvbuf=4096)
     publish(b.endpoint, first)
     for s in subs:                      # each has joined and printed the first messages
         s.wait_line("a CLI receiver's first message")
     publish(b.endpoint, rest)
     other.wait(len(first + rest) - n_eu)
     rcs = [s.p.wait(DEADLINE) for s in subs]
+    late = Reader(sub=stalled)          # ... and reads again once the others are done
+    late.wait(n_eu)
     bridge.stop()
     out = {"cli": [[json.loads(line) for line in s.lines] for s in subs], "cli_rc": rcs,
            "cli_stderr": [s.stderr() for s in subs], "other": other.result(),
+           "stalled": late.result(),
            "journal_eu": journal(b, "eu."), "journal_us": journal(b, "us.")}
     b.stop()
     return out

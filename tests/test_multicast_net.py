@@ -80,6 +80,11 @@ def test_ordered_delivery_to_several_receivers_and_a_pattern(tmp_path):
     check_whole(other, r["journal_us"])
     assert other["stats"]["foreign"] > 0 and other["stats"]["multicast"] == 0
     assert other["mode"] == "fallback"
+    # A receiver that stopped reading lost datagrams in its own buffer, cost the others nothing,
+    # and still hands everything once it reads again.
+    stalled = r["stalled"]
+    check_whole(stalled, eu)
+    assert stalled["stats"]["lost"] > 0 and stalled["stats"]["unicast"] > 0
 
 
 def test_induced_loss_is_repaired_from_the_broker_also_at_the_tail(tmp_path):

@@ -243,7 +243,14 @@ class Receiver:
             if seq <= self.position:
                 st.stale += 1
                 continue
-            self.target = max(self.target, seq)     # it exists, buffered or not
+            self.target = max(self.target, seq)     # it exists, handed, buffered or not
+            if (e.after <= self.position and not e.ref and not self._heap
+                    and self.mode is MULTICAST):
+                # Follows on, nothing waits: hand it now (the common case, no buffering).
+                self._hand(Message(seq, e.key, e.body, e.timestamp, self.stream))
+                st.multicast += 1
+                self._joining = False
+                continue
             if e.ref:
                 st.refs += 1
                 self._urgent = True

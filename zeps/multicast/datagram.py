@@ -207,6 +207,8 @@ def peek(buf: Buffer) -> tuple[int, int, int, str, str, int]:
 
 def decode_entries(buf: Buffer, pos: int) -> tuple[Entry, ...]:
     """The entries of a DATA datagram whose payload starts at ``pos``."""
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)
     size = len(buf)
     if pos + 2 > size:
         raise MalformedDatagram("truncated entry count")
@@ -215,42 +217,44 @@ def decode_entries(buf: Buffer, pos: int) -> tuple[Entry, ...]:
         raise MalformedDatagram("DATA with no entry")
     pos += 2
     entries = []
+    append = entries.append
+    unpack_entry, unpack_u32 = _ENTRY.unpack_from, _U32.unpack_from
+    fixed = _ENTRY.size
     previous = 0
     for i in range(count):
-        if pos + _REF_ENTRY.size > size:
+        if pos + REF_SIZE > size:
             raise MalformedDatagram(f"truncated entry {i + 1} of {count}")
         flags = buf[pos]
-        if flags & ~REF:
-            raise MalformedDatagram(f"entry {i + 1}: unknown flags {flags:#04x}")
-        if flags & REF:
-            _, seq, after = _REF_ENTRY.unpack_from(buf, pos)
-            pos += _REF_ENTRY.size
-            entry = Entry(seq, after, ref=True)
-        else:
-            if pos + _ENTRY.size > size:
+        if flags == 0:
+            if pos + fixed > size:
                 raise MalformedDatagram(f"truncated entry {i + 1} of {count}")
-            _, seq, after, ts, klen = _ENTRY.unpack_from(buf, pos)
-            kpos = pos + _ENTRY.size
-            bpos = kpos + klen + 4
-            if bpos > size:
+            _, seq, after, ts, klen = unpack_entry(buf, pos)
+            kend = pos + fixed + klen
+            if kend + 4 > size:
                 raise MalformedDatagram(f"truncated entry {i + 1} of {count}")
-            blen = _U32.unpack_from(buf, kpos + klen)[0]
-            pos = bpos + blen
-            if pos > size:
+            bpos = kend + 4
+            end = bpos + unpack_u32(buf, kend)[0]
+            if end > size:
                 raise MalformedDatagram(f"entry {i + 1}: body runs past the datagram")
             try:
-                key = bytes(buf[kpos:kpos + klen]).decode("utf-8")
+                key = buf[pos + fixed:kend].decode("utf-8")
             except UnicodeDecodeError:
                 raise MalformedDatagram(f"entry {i + 1}: key is not UTF-8") from None
-            entry = Entry(seq, after, ts, key, bytes(buf[bpos:pos]))
-        if entry.after >= entry.sequence:
-            raise MalformedDatagram(f"entry {i + 1}: after {entry.after} is not below "
-                                    f"sequence {entry.sequence}")
-        if entry.after < previous:
-            raise MalformedDatagram(f"entry {i + 1}: after {entry.after} is below the previous "
+            entry = Entry(seq, after, ts, key, buf[bpos:end], False)
+            pos = end
+        elif flags == REF:
+            _, seq, after = _REF_ENTRY.unpack_from(buf, pos)
+            pos += REF_SIZE
+            entry = Entry(seq, after, 0, "", b"", True)
+        else:
+            raise MalformedDatagram(f"entry {i + 1}: unknown flags {flags:#04x}")
+        if after >= seq:
+            raise MalformedDatagram(f"entry {i + 1}: after {after} is not below sequence {seq}")
+        if after < previous:
+            raise MalformedDatagram(f"entry {i + 1}: after {after} is below the previous "
                                     f"entry's sequence {previous}")
-        previous = entry.sequence
-        entries.append(entry)
+        previous = seq
+        append(entry)
     return tuple(entries)
 
 

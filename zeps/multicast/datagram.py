@@ -1,7 +1,6 @@
 """The multicast datagram format (version 1): pure encode/decode, no sockets.
 
-Every datagram the bridge sends is one UDP payload (or one ZeroMQ message over ``epgm://`` /
-``norm://``)::
+Every datagram the bridge sends is one UDP payload::
 
     datagram  = signature kind version session number stream pattern payload
     signature = %xAA %xA5                  ; as every ZEPS frame

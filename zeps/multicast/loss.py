@@ -56,8 +56,7 @@ class LossMeter:
         self._ends = now + window
         self._expected = 0
         self._received = 0
-        #: Totals since the start.
-        self.expected_total = 0
+        #: Datagrams lost since the start (late arrivals taken back).
         self.lost_total = 0
 
     def observe(self, session: int, number: int) -> str:
@@ -90,7 +89,6 @@ class LossMeter:
     def _count(self, expected: int) -> None:
         self._expected += expected
         self._received += 1
-        self.expected_total += expected
         self.lost_total += expected - 1
 
     def roll(self, now: float) -> Window | None:

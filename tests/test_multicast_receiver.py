@@ -356,3 +356,17 @@ def test_the_application_sees_exactly_the_journal(n, density, start, fates, rate
         w.step(0)
     assert w.out == expected
     assert not w.r.want_feed
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"loss_window": 0}, "loss_window must be a positive number of seconds"),
+    ({"reorder_wait": -1}, "reorder_wait must be a positive number of seconds"),
+    ({"fallback_loss": 1.5}, "fallback_loss must be a fraction from 0 to 1"),
+    ({"return_loss": 0.3, "fallback_loss": 0.2}, "return_loss must be below fallback_loss"),
+    ({"min_datagrams": 0}, "min_datagrams and return_windows must be at least 1"),
+    ({"silence": 0}, "silence must be a positive number of seconds"),
+    ({"max_pending_bytes": 0}, "max_pending_bytes must be positive"),
+])
+def test_config_is_checked(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        ReceiverConfig(**kwargs)

@@ -183,11 +183,11 @@ def ordered(work):
     rcs = [s.p.wait(DEADLINE) for s in subs]
     late = Reader(sub=stalled)          # ... and reads again once the others are done
     late.wait(n_eu)
-    bridge.stop()
     out = {"cli": [[json.loads(line) for line in s.lines] for s in subs], "cli_rc": rcs,
            "cli_stderr": [s.stderr() for s in subs], "other": other.result(),
            "stalled": late.result(),
            "journal_eu": journal(b, "eu."), "journal_us": journal(b, "us.")}
+    bridge.stop()
     b.stop()
     return out
 
@@ -200,8 +200,8 @@ def loss(work):
     for i in range(0, 300, 10):         # in small batches: many datagrams
         publish(b.endpoint, numbered(i, 10))
     r.wait(300)
-    bridge.stop()
     out = {"r": r.result(), "journal": journal(b)}
+    bridge.stop()
     b.stop()
     return out
 
@@ -210,12 +210,13 @@ def reorder_dup(work):
     """Datagrams duplicated and held back behind the next one (the test bridge)."""
     b = start_broker(work)
     bridge, _ = bridge_child(b.endpoint, work, "--dup-seqs", "10,40", "--hold-seqs", "20,60")
-    r = Reader(GROUP, b.endpoint, STREAM, live=True, config=ReceiverConfig(reorder_wait=30.0))
+    r = Reader(GROUP, b.endpoint, STREAM, live=True,
+               config=ReceiverConfig(reorder_wait=30.0, silence=30.0))     # never repairs
     for i in range(100):                # one by one: one message per datagram
         publish(b.endpoint, numbered(i, 1))
     r.wait(100)
-    bridge.stop()
     out = {"r": r.result(), "journal": journal(b)}
+    bridge.stop()
     b.stop()
     return out
 
@@ -225,14 +226,15 @@ def late_join(work):
     b = start_broker(work)
     bridge, _ = bridge_cli(b.endpoint, work)
     publish(b.endpoint, numbered(0, 400))
-    r = Reader(GROUP, b.endpoint, STREAM, from_seq=1)
+    r = Reader(GROUP, b.endpoint, STREAM, from_seq=1,
+               config=ReceiverConfig(silence=30.0))    # a stalled bridge is not the subject
     r.wait(400)
     wait_until(lambda: not r.sub.feed_open, "the history feed to close")
     history = dataclasses.asdict(r.sub.stats)
     publish(b.endpoint, numbered(400, 400))
     r.wait(800)
-    bridge.stop()
     out = {"r": r.result(), "after_history": history, "journal": journal(b)}
+    bridge.stop()
     b.stop()
     return out
 
@@ -257,9 +259,9 @@ def bridge_restart(work):
     bridge, ready3 = bridge_cli(b.endpoint, work, "bridge3")
     publish(b.endpoint, numbered(350, 100))
     r.wait(450)
-    bridge.stop()
     out = {"r": r.result(), "journal": journal(b), "ready": [ready1, ready2, ready3],
            "rc": [rc1, rc2], "saved": saved}
+    bridge.stop()
     b.stop()
     return out
 
@@ -275,8 +277,9 @@ def broker_restart(work):
     publish(b.endpoint, numbered(100, 100))
     r.wait(200)
     alive = bridge.p.poll() is None
+    result = r.result()
     rc = bridge.stop()
-    out = {"r": r.result(), "journal": journal(b), "bridge_alive": alive, "bridge_rc": rc,
+    out = {"r": result, "journal": journal(b), "bridge_alive": alive, "bridge_rc": rc,
            "bridge_stderr": bridge.stderr()}
     b.stop()
     return out
@@ -306,9 +309,9 @@ def hostile(work):
                "the receiver to count the bad datagrams")
     publish(b.endpoint, numbered(50, 150))
     r.wait(200)
-    bridge.stop()
     out = {"r": r.result(), "journal": journal(b), "sent_foreign": len(foreign),
            "sent_malformed": len(malformed)}
+    bridge.stop()
     b.stop()
     return out
 
@@ -332,8 +335,8 @@ def fallback(work):
                "the receiver to return to multicast")
     publish(b.endpoint, numbered(200, 200))
     r.wait(400)
-    bridge.stop()
     out = {"r": r.result(), "journal": journal(b), "during": during}
+    bridge.stop()
     b.stop()
     return out
 
@@ -347,8 +350,9 @@ def oversize(work):
     for i in range(0, 100, 5):
         publish(b.endpoint, items[i:i + 5])
     r.wait(100)
+    result = r.result()
     bridge.stop()
-    out = {"r": r.result(), "journal": journal(b), "big": sum(1 for i in range(100) if i % 7 == 0),
+    out = {"r": result, "journal": journal(b), "big": sum(1 for i in range(100) if i % 7 == 0),
            "bridge_stderr": bridge.stderr()}
     b.stop()
     return out

@@ -26,7 +26,7 @@ Heavy loss
 Datagram loss is measured per window of ``loss_window`` seconds from the datagram numbers
 (:mod:`zeps.multicast.loss`). When a window with at least ``min_datagrams`` expected loses
 ``fallback_loss`` of them or more, or when no datagram comes for ``silence`` seconds (by default
-three of the bridge's HEAD intervals), the receiver falls back: its feed stays open and carries
+three of the bridge's HEAD intervals, at least 1 s), the receiver falls back: its feed stays open and carries
 every message, and datagrams are only counted. After ``return_windows`` windows that expected
 datagrams and lost at most ``return_loss`` of them, with no lossier one between them (windows
 that expected nothing do not count either way), it returns: it keeps the feed until multicast
@@ -50,6 +50,8 @@ __all__ = ["FALLBACK", "MULTICAST", "Receiver", "ReceiverConfig", "ReceiverStats
 MULTICAST, FALLBACK = "multicast", "fallback"
 #: Memory a buffered entry costs beyond its key and body (estimate, for the buffer's bound).
 _ENTRY_OVERHEAD = 200
+#: The least default silence (s): a busy host can stall a process this long.
+_MIN_SILENCE = 1.0
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ class ReceiverConfig:
     return_loss: float = 0.02
     return_windows: int = 3
     #: Seconds without any datagram before falling back; ``None``: three HEAD intervals of the
-    #: bridge (as its HEADs announce; 3 s before the first HEAD).
+    #: bridge (as its HEADs announce; 3 s before the first HEAD), at least 1 s.
     silence: float | None = None
     max_pending_bytes: int = 64 << 20
 
@@ -294,7 +296,7 @@ class Receiver:
 
     def _silence(self) -> float:
         s = self.config.silence
-        return s if s is not None else 3 * self._interval
+        return s if s is not None else max(3 * self._interval, _MIN_SILENCE)
 
     def _update(self, now: float) -> None:
         if not (self._heap or self.target > self.position):

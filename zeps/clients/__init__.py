@@ -29,3 +29,4 @@ from .subscription import Subscription
 __all__ = ["Client", "Subscription", "Message", "StreamInfo", "list_streams", "errors",
            "ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
+from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401  (last: it imports Client)

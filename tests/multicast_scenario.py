@@ -1,0 +1,368 @@
+"""Multicast scenarios, run by tests/test_multicast_net.py inside a private network namespace.
+
+    python tests/multicast_scenario.py NAME WORKDIR
+
+Starts a real broker (tests/conftest.py's BrokerProcess), bridges (``python -m zeps.multicast
+bridge`` or tests/multicast_bridge_child.py) and receivers (MulticastSubscriber in threads, or
+``python -m zeps.multicast subscribe`` processes), drives the scenario, and prints one JSON
+object on its last stdout line: what each receiver handed to its application, its counters, the
+stream as the journal on disk holds it, and scenario facts. The test file asserts on it; this
+script only waits for conditions (each with a deadline) and never judges.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from tests.conftest import BrokerProcess
+from zeps.clients import Client, MulticastSubscriber
+from zeps.journal import JournalReader, stream_dir_name
+from zeps.matching import compile_pattern
+from zeps.multicast import ReceiverConfig
+from zeps.multicast import datagram as dg
+
+REPO = Path(__file__).resolve().parent.parent
+
+GROUP = "239.192.7.7:7777"
+STREAM = "s"
+ENV = dict(os.environ, PYTHONPATH=str(REPO))
+DEADLINE = 60.0
+FAST_HEAD = "0.2"
+
+
+class ScenarioError(Exception):
+    pass
+
+
+def wait_until(cond, what: str, timeout: float = DEADLINE) -> None:
+    """Poll ``cond`` until it is true; raise naming ``what`` after ``timeout`` seconds."""
+    end = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > end:
+            raise ScenarioError(f"timed out waiting for {what}")
+        time.sleep(0.01)
+
+
+class Reader:
+    """A MulticastSubscriber (``sub``, or made from the arguments) read by a thread, as an
+    application would."""
+
+    def __init__(self, *args, sub=None, **kwargs):
+        self.sub = sub or MulticastSubscriber(*args, **kwargs)
+        self.got = []
+        self.error = None
+        self._stop = False
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            while not self._stop:
+                m = self.sub.poll(0.05)
+                if m is not None:
+                    self.got.append(m)
+        except Exception as e:  # noqa: BLE001  (any error is part of the result: the test judges)
+            self.error = repr(e)
+
+    def wait(self, n: int, what: str = "") -> None:
+        wait_until(lambda: len(self.got) >= n or self.error is not None,
+                   what or f"{n} messages at the receiver (has {len(self.got)})")
+
+    def result(self):
+        self._stop = True
+        self.thread.join(10)
+        self.sub.close()
+        return {"messages": [[m.sequence, m.key, m.body.decode(), m.timestamp] for m in self.got],
+                "stats": dataclasses.asdict(self.sub.stats), "mode": self.sub.mode,
+                "error": self.error}
+
+
+class Proc:
+    """A child process whose stdout lines are collected by a thread."""
+
+    def __init__(self, args, name: str, work: Path):
+        self.err_path = work / f"{name}.err"
+        with open(self.err_path, "wb") as err:
+            self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=err, env=ENV,
+                                      cwd=str(REPO))
+        self.lines = []
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self):
+        for line in self.p.stdout:
+            self.lines.append(line.decode().rstrip("\n"))
+
+    def wait_line(self, what: str) -> str:
+        wait_until(lambda: self.lines or self.p.poll() is not None, what)
+        if not self.lines:
+            raise ScenarioError(f"{what}: exited {self.p.returncode}: "
+                                f"{self.err_path.read_text()[-2000:]}")
+        return self.lines[0]
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(sig)
+        return self.p.wait(30)
+
+    def stderr(self) -> str:
+        return self.err_path.read_text()
+
+
+def bridge_cli(endpoint, work, name="bridge", *extra):
+    p = Proc([sys.executable, "-m", "zeps.multicast", "bridge", "--endpoint", endpoint,
+              "--stream", STREAM, "--group", GROUP, "--head-interval", FAST_HEAD, *extra],
+             name, work)
+    return p, p.wait_line("the bridge's ready line")
+
+
+def bridge_child(endpoint, work, *extra, name="bridge"):
+    p = Proc([sys.executable, str(REPO / "tests" / "multicast_bridge_child.py"), endpoint,
+              STREAM, GROUP, *extra], name, work)
+    return p, p.wait_line("the test bridge's ready line")
+
+
+def publish(endpoint, items):
+    """Publish ``(key, body)`` items and wait until they are durable."""
+    with Client(endpoint, STREAM, confirms=True, timeout=10) as c:
+        for key, body in items:
+            c.publish(key, body)
+        c.wait_for_confirms(timeout=30)
+
+
+def numbered(start, n, key="k"):
+    return [(key(i) if callable(key) else key, f"m{i}") for i in range(start, start + n)]
+
+
+def journal(broker, pattern=""):
+    """The stream's messages matching ``pattern``, as the journal on disk holds them."""
+    match = compile_pattern(pattern, timeout=1.0).matches
+    r = JournalReader(str(broker.data_dir / stream_dir_name(STREAM)))
+    try:
+        return [[x.sequence, x.key, x.body.decode(), x.timestamp] for x in r.read_from(1)
+                if match(x.key)]
+    finally:
+        r.close()
+
+
+def start_broker(work):
+    return BrokerProcess(work / "data", log_path=work / "broker.log").start()
+
+
+# ---------------------------------------------------------------------------- scenarios
+
+def ordered(work):
+    """Three CLI receivers and a bridge with a pattern; a receiver of another pattern."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work, "bridge", "--pattern", "eu.")
+    def key(i):
+        return "eu.fr" if i % 3 else "us.ny"
+    first = numbered(0, 30, key)
+    rest = numbered(30, 570, key)
+    n_eu = sum(1 for k, _ in first + rest if k.startswith("eu."))
+    subs = [Proc([sys.executable, "-m", "zeps.multicast", "subscribe", STREAM, "eu.",
+                  "--multicast", GROUP, "--endpoint", b.endpoint, "--from-seq", "1", "--json",
+                  "--count", str(n_eu), "--timeout", "30", "-v"], f"sub{i}", work)
+            for i in range(3)]
+    other = Reader(GROUP, b.endpoint, STREAM, "us.", from_seq=1,
+                   config=ReceiverConfig(silence=0.5))
+    # An application that stops reading, with a tiny socket buffer that overflows
+    stalled = MulticastSubscriber(GROUP, b.endpoint, STREAM, "eu.", from_seq=1, rcvbuf=4096)
+    publish(b.endpoint, first)
+    for s in subs:                      # each has joined and printed the first messages
+        s.wait_line("a CLI receiver's first message")
+    publish(b.endpoint, rest)
+    other.wait(len(first + rest) - n_eu)
+    rcs = [s.p.wait(DEADLINE) for s in subs]
+    late = Reader(sub=stalled)          # ... and reads again once the others are done
+    late.wait(n_eu)
+    out = {"cli": [[json.loads(line) for line in s.lines] for s in subs], "cli_rc": rcs,
+           "cli_stderr": [s.stderr() for s in subs], "other": other.result(),
+           "stalled": late.result(),
+           "journal_eu": journal(b, "eu."), "journal_us": journal(b, "us.")}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def loss(work):
+    """Chosen datagrams dropped, the last ones just before the stream goes idle."""
+    b = start_broker(work)
+    bridge, _ = bridge_child(b.endpoint, work, "--drop-seqs", "50,51,120,298,299,300")
+    r = Reader(GROUP, b.endpoint, STREAM, live=True)
+    for i in range(0, 300, 10):         # in small batches: many datagrams
+        publish(b.endpoint, numbered(i, 10))
+    r.wait(300)
+    out = {"r": r.result(), "journal": journal(b)}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def reorder_dup(work):
+    """Datagrams duplicated and held back behind the next one (the test bridge)."""
+    b = start_broker(work)
+    bridge, _ = bridge_child(b.endpoint, work, "--dup-seqs", "10,40", "--hold-seqs", "20,60")
+    r = Reader(GROUP, b.endpoint, STREAM, live=True,
+               config=ReceiverConfig(reorder_wait=30.0, silence=30.0))     # never repairs
+    for i in range(100):                # one by one: one message per datagram
+        publish(b.endpoint, numbered(i, 1))
+    r.wait(100)
+    out = {"r": r.result(), "journal": journal(b)}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def late_join(work):
+    """A receiver joining late gets history from the broker, then live data by multicast."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    publish(b.endpoint, numbered(0, 400))
+    r = Reader(GROUP, b.endpoint, STREAM, from_seq=1,
+               config=ReceiverConfig(silence=30.0))    # a stalled bridge is not the subject
+    r.wait(400)
+    wait_until(lambda: not r.sub.feed_open, "the history feed to close")
+    history = dataclasses.asdict(r.sub.stats)
+    publish(b.endpoint, numbered(400, 400))
+    r.wait(800)
+    out = {"r": r.result(), "after_history": history, "journal": journal(b)}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def bridge_restart(work):
+    """Clean stop + restart from the state file; SIGKILL + restart without one (live)."""
+    b = start_broker(work)
+    state = str(work / "bridge.state")
+    r = Reader(GROUP, b.endpoint, STREAM, from_seq=1)
+    bridge, ready1 = bridge_cli(b.endpoint, work, "bridge1", "--state-file", state)
+    publish(b.endpoint, numbered(0, 100))
+    r.wait(100)
+    rc1 = bridge.stop()
+    saved = json.loads(Path(state).read_text())
+    publish(b.endpoint, numbered(100, 100))          # while no bridge runs
+    bridge, ready2 = bridge_cli(b.endpoint, work, "bridge2", "--state-file", state)
+    r.wait(200)
+    publish(b.endpoint, numbered(200, 50))
+    r.wait(250)
+    rc2 = bridge.stop(signal.SIGKILL)
+    publish(b.endpoint, numbered(250, 100))          # while no bridge runs
+    bridge, ready3 = bridge_cli(b.endpoint, work, "bridge3")
+    publish(b.endpoint, numbered(350, 100))
+    r.wait(450)
+    out = {"r": r.result(), "journal": journal(b), "ready": [ready1, ready2, ready3],
+           "rc": [rc1, rc2], "saved": saved}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def broker_restart(work):
+    """The broker restarts under a running bridge."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    r = Reader(GROUP, b.endpoint, STREAM, live=True)
+    publish(b.endpoint, numbered(0, 100))
+    r.wait(100)
+    b.restart()
+    publish(b.endpoint, numbered(100, 100))
+    r.wait(200)
+    alive = bridge.p.poll() is None
+    result = r.result()
+    rc = bridge.stop()
+    out = {"r": result, "journal": journal(b), "bridge_alive": alive, "bridge_rc": rc,
+           "bridge_stderr": bridge.stderr()}
+    b.stop()
+    return out
+
+
+def hostile(work):
+    """Foreign and malformed datagrams on the group, between real traffic."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    r = Reader(GROUP, b.endpoint, STREAM, live=True)
+    publish(b.endpoint, numbered(0, 50))
+    r.wait(50)
+    real = dg.encode_data(dg.header(dg.DATA, 99, 1, STREAM, ""),
+                          [dg.encode_entry(51, 50, 0, b"k", b"forged?")])
+    foreign = [b"", b"hello", b"\x00" + os.urandom(1200), b"\x00" + os.urandom(60000),
+               bytes.fromhex("aaa507") + bytes(30),                         # a DELIVER frame
+               real[:3] + b"\x02" + real[4:],                               # version 2
+               dg.encode_head(5, 1, "another stream", "", 10**9, 1000),
+               dg.encode_head(5, 1, STREAM, "other.", 10**9, 1000)]
+    malformed = [real[:-1], real[:10], real[:-20] + b"\xff" * 20]
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    host, port = GROUP.split(":")
+    for d in foreign + malformed:
+        tx.sendto(d, (host, int(port)))
+    tx.close()
+    wait_until(lambda: r.sub.stats.foreign + r.sub.stats.malformed >= len(foreign + malformed),
+               "the receiver to count the bad datagrams")
+    publish(b.endpoint, numbered(50, 150))
+    r.wait(200)
+    out = {"r": r.result(), "journal": journal(b), "sent_foreign": len(foreign),
+           "sent_malformed": len(malformed)}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def fallback(work):
+    """Sustained loss: the receiver falls back to the broker, then returns to multicast."""
+    b = start_broker(work)
+    lossy = work / "lossy"
+    lossy.touch()
+    bridge, _ = bridge_child(b.endpoint, work, "--head-interval", "0.05",
+                             "--drop-file", str(lossy))
+    r = Reader(GROUP, b.endpoint, STREAM, live=True, config=ReceiverConfig(
+        loss_window=0.25, min_datagrams=3, return_windows=2, fallback_loss=0.3,
+        return_loss=0.05))
+    wait_until(lambda: r.sub.mode == "fallback", "the receiver to fall back")
+    publish(b.endpoint, numbered(0, 200))
+    r.wait(200)
+    during = dataclasses.asdict(r.sub.stats)
+    lossy.unlink()
+    wait_until(lambda: r.sub.mode == "multicast" and not r.sub.feed_open,
+               "the receiver to return to multicast")
+    publish(b.endpoint, numbered(200, 200))
+    r.wait(400)
+    out = {"r": r.result(), "journal": journal(b), "during": during}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def oversize(work):
+    """Messages too large for a datagram are fetched from the broker."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work, "bridge", "--max-datagram", "600")
+    r = Reader(GROUP, b.endpoint, STREAM, live=True)
+    items = [("k", f"big{i}-" * 300 if i % 7 == 0 else f"m{i}") for i in range(100)]
+    for i in range(0, 100, 5):
+        publish(b.endpoint, items[i:i + 5])
+    r.wait(100)
+    result = r.result()
+    bridge.stop()
+    out = {"r": result, "journal": journal(b), "big": sum(1 for i in range(100) if i % 7 == 0),
+           "bridge_stderr": bridge.stderr()}
+    b.stop()
+    return out
+
+
+SCENARIOS = {f.__name__: f for f in (ordered, loss, reorder_dup, late_join, bridge_restart,
+                                     broker_restart, hostile, fallback, oversize)}
+
+if __name__ == "__main__":
+    name, work = sys.argv[1], Path(sys.argv[2])
+    work.mkdir(parents=True, exist_ok=True)
+    result = SCENARIOS[name](work)
+    sys.stdout.write(json.dumps(result) + "\n")

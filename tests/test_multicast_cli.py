@@ -1,0 +1,82 @@
+"""Bad arguments to the multicast commands and to MulticastSubscriber: one clear line, exit 2
+(ValueError in Python), and nothing sent -- every case here fails before a socket is opened."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zeps.clients import MulticastSubscriber
+from zeps.multicast import parse_group
+
+REPO = Path(__file__).resolve().parent.parent
+BRIDGE = ["bridge", "--stream", "s", "--endpoint", "tcp://127.0.0.1:1"]
+
+
+def run(*args):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-m", "zeps.multicast", *args], capture_output=True,
+                          text=True, env=env, cwd=str(REPO), timeout=60, check=False)
+
+
+@pytest.mark.parametrize("args, message", [
+    ([*BRIDGE, "--group", "10.1.2.3:5000"], "10.1.2.3 is not a multicast address"),
+    ([*BRIDGE, "--group", "239.1.2.3"], "expected ADDRESS:PORT"),
+    ([*BRIDGE, "--group", "239.1.2.3:70000"], "port must be from 1 to 65535"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--ttl", "300"], "TTL must be from 0 to 255"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--interface", "eth0"], "bad interface 'eth0'"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--max-datagram", "20"],
+     "datagram size must be from 42 (for this stream and pattern)"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--pattern", "~(("], "bad regular expression"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--head-interval", "0s"], "must be more than zero"),
+    (["bridge", "--group", "239.1.2.3:5000"], "the following arguments are required: --stream"),
+    (["subscribe", "s", "--multicast", "1.2.3.4:5"], "1.2.3.4 is not a multicast address"),
+    (["subscribe", "s", "a.", "b.", "--multicast", "239.1.2.3:5000"],
+     "--multicast takes one PATTERN (the bridge's)"),
+    (["subscribe", "s", "--endpoint", "tcp://127.0.0.1:1"], "--multicast ADDR:PORT is required"),
+    (["subscribe", "s", "--multicast", "239.1.2.3:5000", "--live", "--from-seq", "3"],
+     "not allowed with argument"),
+    (["launch"], "a command is required: bridge, subscribe"),
+])
+def test_bad_arguments_one_line_exit_2(args, message):
+    p = run(*args)
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.count("\n") == 1 and p.stderr.startswith("zeps: error: ")
+    assert message in p.stderr
+    assert p.stdout == ""
+
+
+def test_unusable_state_file_exit_1(tmp_path):
+    state = tmp_path / "state"
+    state.write_text("not json")
+    p = run(*BRIDGE, "--group", "239.1.2.3:5000", "--state-file", str(state))
+    assert p.returncode == 1 and p.stderr.startswith("zeps: error: cannot read state file")
+    state.write_text(json.dumps({"version": 1, "stream": "other", "pattern": "", "head": 5}))
+    p = run(*BRIDGE, "--group", "239.1.2.3:5000", "--state-file", str(state))
+    assert p.returncode == 1
+    assert "belongs to stream 'other' pattern '', not stream 's' pattern ''" in p.stderr
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"group": "239.1.2.3"}, "expected ADDRESS:PORT"),
+    ({"pattern": "~(("}, "bad regular expression"),
+    ({"from_seq": 3, "live": True}, "at most one of from_seq, from_time, live"),
+    ({"from_seq": -1}, "from_seq must be an integer >= 0"),
+    ({"interface": "lo"}, "bad interface 'lo'"),
+])
+def test_subscriber_arguments(kwargs, message):
+    args = {"group": "239.1.2.3:5000", "endpoint": "tcp://127.0.0.1:1", "stream": "s"}
+    args.update(kwargs)
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        MulticastSubscriber(**args)
+
+
+def test_parse_group():
+    assert parse_group("239.1.2.3:5000") == ("239.1.2.3", 5000)
+    assert parse_group(("224.0.0.251", 5353)) == ("224.0.0.251", 5353)
+    with pytest.raises(ValueError, match="not an IPv4 address"):
+        parse_group("[ff02::1]:5000")

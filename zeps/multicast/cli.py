@@ -1,0 +1,197 @@
+"""Command-line parts of multicast: ``zeps bridge multicast`` and ``zeps subscribe --multicast``.
+
+The ``zeps`` command wires these in; ``python -m zeps.multicast`` offers the same commands on
+their own. Exit status: 0 when stopped (SIGTERM, SIGINT, ``--count`` or ``--timeout`` reached), 1
+when the broker does not answer or refuses, or the group cannot be used, 2 for bad arguments
+(one line on stderr).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+
+from zeps import units
+
+from .receiver import ReceiverConfig
+from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL
+from .transport import check_interface, parse_group
+
+__all__ = [
+    "add_bridge_arguments",
+    "add_subscribe_multicast_arguments",
+    "run_bridge",
+    "run_subscribe_multicast",
+]
+
+
+def _type(parse, what: str = ""):
+    """An argparse type from a parser raising ValueError."""
+    def convert(text):
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{what}{e}") from None
+    convert.__name__ = getattr(parse, "__name__", "value")
+    return convert
+
+
+def _int_in(low: int, high: int, name: str):
+    def check(text: str) -> int:
+        try:
+            v = int(text)
+        except ValueError:
+            raise ValueError(f"not a whole number: {text!r}") from None
+        if not low <= v <= high:
+            raise ValueError(f"{name} must be from {low} to {high}: {text!r}")
+        return v
+    return _type(check)
+
+
+def _positive_duration(text: str) -> float:
+    v = units.parse_duration(text)
+    if not v > 0:
+        raise ValueError(f"must be more than zero: {text!r}")
+    return v
+
+
+# --------------------------------------------------------------------------- bridge
+
+def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of ``zeps bridge multicast``."""
+    from zeps.cli import _endpoint, _pattern, _positive_int, _seconds, _stream_name
+
+    parser.add_argument("--stream", required=True, type=_stream_name, help="stream to bridge")
+    parser.add_argument("--pattern", default="", type=_pattern,
+                        help="key prefix or ~regex to bridge (default: every key)")
+    parser.add_argument("--group", required=True, type=_type(parse_group), metavar="ADDR:PORT",
+                        help="IPv4 multicast group to send to, e.g. 239.1.2.3:5000")
+    parser.add_argument("--interface", type=_type(check_interface), metavar="ADDR",
+                        help="IPv4 address of the interface to send from (default: the route's)")
+    parser.add_argument("--ttl", type=_int_in(0, 255, "TTL"), default=1,
+                        help="multicast TTL (default 1: this network only)")
+    parser.add_argument("--from-seq", type=_positive_int, metavar="N",
+                        help="start at sequence N when there is no state file (default: live)")
+    parser.add_argument("--max-datagram", type=_type(units.parse_size), default=DEFAULT_DATAGRAM,
+                        metavar="BYTES", help=f"largest datagram (default {DEFAULT_DATAGRAM}: "
+                        "a 1500-byte MTU); larger messages are fetched from the broker")
+    parser.add_argument("--head-interval", type=_type(_positive_duration),
+                        default=DEFAULT_HEAD_INTERVAL, metavar="DURATION",
+                        help=f"announce the head this often (default {DEFAULT_HEAD_INTERVAL:g}s)")
+    parser.add_argument("--state-file", metavar="PATH",
+                        help="keep the last sequence sent here; a restart resumes after it")
+    parser.add_argument("--endpoint", type=_endpoint,
+                        default=os.environ.get("ZEPS_ENDPOINT", units.DEFAULT_ENDPOINT),
+                        help="broker endpoint (default $ZEPS_ENDPOINT or "
+                             f"{units.DEFAULT_ENDPOINT})")
+    parser.add_argument("--connect-timeout", type=_seconds, default=10.0, metavar="S",
+                        help="seconds to wait for the broker (default 10)")
+
+
+def run_bridge(args) -> int:
+    """Run the bridge until SIGTERM or SIGINT. Prints one line on stdout once it is sending."""
+    import logging
+
+    from zeps.clients import ZepsError
+
+    from .bridge import Bridge, BridgeError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
+                        stream=sys.stderr)
+    try:
+        bridge = Bridge(args.endpoint, args.stream, args.group, args.pattern,
+                        interface=args.interface, ttl=args.ttl, from_seq=args.from_seq,
+                        max_datagram=args.max_datagram, head_interval=args.head_interval,
+                        state_file=args.state_file, timeout=args.connect_timeout)
+    except ValueError as e:
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 2
+
+    def ready(b: Bridge) -> None:
+        print(f"zeps bridge: stream {b.stream!r} pattern {b.pattern!r} to "
+              f"{b.group[0]}:{b.group[1]} after sequence {b.sender.head}", flush=True)
+
+    previous = {sig: signal.signal(sig, lambda *_: bridge.stop())
+                for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        bridge.run(on_ready=ready)
+    except (BridgeError, ZepsError) as e:
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 1
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    s = bridge.sender
+    print(f"zeps bridge: stopped after sequence {s.head}: {s.messages} message(s) in "
+          f"{s.datagrams} datagram(s), {s.refs} too large, {s.heads} HEAD(s)", file=sys.stderr)
+    return 0
+
+
+# --------------------------------------------------------------------------- subscribe
+
+def add_subscribe_multicast_arguments(parser: argparse.ArgumentParser) -> None:
+    """What ``zeps subscribe`` needs beyond its usual options to read through multicast."""
+    parser.add_argument("--multicast", type=_type(parse_group), metavar="ADDR:PORT",
+                        help="receive live messages from this multicast group (fed by 'zeps "
+                             "bridge multicast' with the same stream and pattern); history, "
+                             "losses and heavy loss are served by the broker")
+    parser.add_argument("--multicast-interface", type=_type(check_interface), metavar="ADDR",
+                        help="IPv4 address of the interface to join the group on")
+    parser.add_argument("--reorder-wait", type=_type(_positive_duration), metavar="DURATION",
+                        default=ReceiverConfig.reorder_wait,
+                        help="how long a gap may be a reordering before it is fetched "
+                             f"(default {ReceiverConfig.reorder_wait * 1000:g}ms)")
+
+
+def run_subscribe_multicast(args) -> int:
+    """``zeps subscribe --multicast GROUP``: print messages as ``zeps subscribe`` does.
+
+    Uses the usual ``subscribe`` options: ``stream``, ``patterns`` (at most one: the bridge's),
+    ``from_seq`` / ``from_time`` / ``live``, ``json``, ``count``, ``timeout``, ``endpoint``,
+    ``connect_timeout``, ``verbose``; with ``--verbose`` the receiver's counters go to stderr."""
+    from zeps.cli import message_json, message_line
+    from zeps.clients import ZepsError
+
+    from .subscriber import MulticastSubscriber
+
+    if len(args.patterns) > 1:
+        print("zeps: error: --multicast takes one PATTERN (the bridge's)", file=sys.stderr)
+        return 2
+    out = sys.stdout
+    n = 0
+    try:
+        sub = MulticastSubscriber(
+            args.multicast, args.endpoint, args.stream, args.patterns[0] if args.patterns else "",
+            args.from_seq, from_time=args.from_time, live=args.live,
+            interface=args.multicast_interface, timeout=args.connect_timeout,
+            config=ReceiverConfig(reorder_wait=args.reorder_wait))
+    except ValueError as e:
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 2
+    except (ZepsError, OSError) as e:
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 1
+    fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
+           if args.json else message_line)
+    try:
+        with sub:
+            while args.count is None or n < args.count:
+                msg = sub.poll(0.0)
+                if msg is None:
+                    out.flush()
+                    msg = sub.poll(args.timeout)
+                    if msg is None:
+                        break
+                out.write(fmt(msg) + "\n")
+                n += 1
+            out.flush()
+    except KeyboardInterrupt:
+        out.flush()
+    except ZepsError as e:
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 1
+    if getattr(args, "verbose", False):
+        print(f"zeps: {n} message(s); {sub.stats}", file=sys.stderr)
+    return 0

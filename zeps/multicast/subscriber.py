@@ -1,0 +1,269 @@
+"""The blocking multicast receiver of the SDK: :class:`MulticastSubscriber`.
+
+It joins a multicast group fed by a bridge (``zeps bridge multicast``), and hands the application
+the stream's messages in order -- no gap, no duplicate -- fetching from the broker, over a
+unicast :class:`~zeps.clients.Client`, whatever multicast did not bring: history before the first
+datagram, lost datagrams, messages too large for a datagram, everything while loss is heavy. The
+decisions are the pure :class:`~zeps.multicast.receiver.Receiver`'s; this shell only does the
+socket I/O. Like :class:`~zeps.clients.Client` it has no thread: it works inside your calls.
+"""
+from __future__ import annotations
+
+import logging
+import select
+import time
+from collections.abc import Iterator
+
+from zeps.clients import Client, ConnectionLost, ZepsError, ZepsTimeout
+from zeps.clients.client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
+from zeps.clients.errors import ClientClosed
+from zeps.clients.message import Message
+from zeps.matching import PatternError, compile_pattern
+from zeps.units import TimeLike
+
+from .receiver import Receiver, ReceiverConfig, ReceiverStats
+from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
+
+__all__ = ["MulticastSubscriber"]
+
+log = logging.getLogger("zeps.multicast")
+
+#: Datagrams read from the socket in one go before the feed gets its turn.
+_DRAIN = 512
+#: While the feed is open, the longest wait on it before the group's socket is read again.
+_FEED_SLICE = 0.005
+#: Seconds before a feed that could not be opened (broker unreachable) is tried again.
+_FEED_RETRY = 1.0
+
+
+class MulticastSubscriber:
+    """Messages of ``stream`` matching ``pattern``, live from multicast ``group``, repaired from
+    the broker at ``endpoint``.
+
+    Args:
+        group: ``"239.x.y.z:PORT"``, where a bridge of this stream and pattern sends.
+        endpoint: the broker's endpoint (history, repairs, fallback).
+        stream: the stream.
+        pattern: the bridge's pattern (``""`` = every key). The receiver takes the datagrams of
+            a bridge with exactly this stream and pattern; others on the group are counted as
+            ``foreign`` and ignored.
+        from_seq: start at this sequence. Without ``from_seq``, ``from_time`` or ``live``, it
+            starts at the first message the stream keeps, as :meth:`Client.subscribe` does.
+        from_time: start at the first message journalled at or after this time.
+        live: only messages published after the constructor returns.
+        interface: IPv4 address of the interface to join the group on.
+        timeout: seconds to wait for the broker (as :class:`Client`).
+        rcvbuf: receive buffer to ask the kernel for.
+        config: a :class:`~zeps.multicast.receiver.ReceiverConfig` (reorder wait, loss
+            thresholds of the fallback, buffer bound).
+
+    Raises :class:`ValueError` for a bad group, interface, pattern or start, the SDK's errors
+    when the broker does not answer (:class:`~zeps.clients.ZepsTimeout`) or refuses, and
+    :class:`OSError` when the group cannot be joined.
+
+    Reading (``next``, ``poll``, iteration) never skips a message: while a gap cannot be
+    repaired because the broker is unreachable, messages after it wait, and a call that has to
+    open the feed may block up to ``timeout`` seconds trying (then it retries every second).
+    """
+
+    def __init__(self, group, endpoint: str, stream: str, pattern: str = "",
+                 from_seq: int | None = None, *, from_time: TimeLike | None = None,
+                 live: bool = False, interface: str | None = None, timeout: float = 10.0,
+                 heartbeat: float = DEFAULT_HEARTBEAT, credit_window: int = DEFAULT_CREDIT_WINDOW,
+                 rcvbuf: int = DEFAULT_RCVBUF, config: ReceiverConfig | None = None):
+        self.group = parse_group(group)
+        self.interface = check_interface(interface)
+        if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
+            raise ValueError("pattern must be a string of at most 255 bytes")
+        try:
+            compile_pattern(pattern)
+        except PatternError as e:
+            raise ValueError(str(e)) from None
+        if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
+            raise ValueError("give at most one of from_seq, from_time, live")
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
+                                     or from_seq < 0):
+            raise ValueError("from_seq must be an integer >= 0")
+        self.endpoint = endpoint
+        self.stream = stream
+        self.pattern = pattern
+        self._client_args = {"timeout": timeout, "heartbeat": heartbeat,
+                             "credit_window": credit_window}
+        with Client(endpoint, stream, **self._client_args) as c:
+            head = c.info().last
+            if live:
+                start_after = head
+            elif from_time is not None:
+                start_after = max(c.seq_at(from_time) - 1, 0)
+            else:
+                start_after = max((from_seq or 1) - 1, 0)
+        self._sock = open_receiver(self.group, self.interface, rcvbuf)
+        self._core = Receiver(stream, pattern, start_after=start_after, head=head,
+                              now=time.monotonic(), config=config)
+        self._handed = start_after
+        self._feed: Client | None = None
+        self._feed_sub = None
+        self._feed_retry_at = 0.0
+        self._closed = False
+
+    # ------------------------------------------------------------------ public API
+
+    @property
+    def stats(self) -> ReceiverStats:
+        """Counters of datagrams and messages (see :class:`ReceiverStats`)."""
+        return self._core.stats
+
+    @property
+    def mode(self) -> str:
+        """``"multicast"``, or ``"fallback"`` while everything comes from the broker."""
+        return self._core.mode
+
+    @property
+    def position(self) -> int:
+        """Sequence of the last message handed to the application (where it starts - 1
+        before the first)."""
+        return self._handed
+
+    @property
+    def feed_open(self) -> bool:
+        """True while a unicast subscription to the broker is open."""
+        return self._feed is not None
+
+    def next(self, timeout: float | None = None) -> Message:
+        """The next message; :class:`ZepsTimeout` if none comes within ``timeout`` seconds."""
+        msg = self._next(timeout)
+        if msg is None:
+            raise ZepsTimeout(f"no message on stream {self.stream!r} within {timeout:g}s")
+        return msg
+
+    def poll(self, timeout: float | None = 0.0) -> Message | None:
+        """The next message, or ``None`` if none comes within ``timeout`` seconds."""
+        return self._next(timeout)
+
+    def __iter__(self) -> Iterator[Message]:
+        return self
+
+    def __next__(self) -> Message:
+        if self._closed:
+            raise StopIteration
+        return self._next(None)
+
+    def close(self) -> None:
+        """Leave the group and close the feed. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        self._close_feed()
+        self._sock.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (f"<zeps.MulticastSubscriber {self.group[0]}:{self.group[1]} "
+                f"stream={self.stream!r} pattern={self.pattern!r} mode={self.mode}>")
+
+    # ------------------------------------------------------------------ I/O
+
+    def _next(self, timeout: float | None) -> Message | None:
+        if self._closed:
+            raise ClientClosed("the multicast subscriber is closed")
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if core.ready:
+                msg = core.ready.popleft()
+                self._handed = msg.sequence
+                return msg
+            now = time.monotonic()
+            self._reconcile(now)
+            if deadline is not None and now >= deadline:
+                return None
+            wait = core.next_deadline() - now
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            self._step(max(wait, 0.0))
+
+    def _step(self, wait: float) -> None:
+        """Wait up to ``wait`` seconds for datagrams or feed messages and give them to the core."""
+        core = self._core
+        if self._feed_sub is not None:
+            got = self._read_feed(0.0) + self._read_group()
+            if not got and self._feed_sub is not None:
+                self._read_feed(min(wait, _FEED_SLICE))
+        else:
+            if self._feed is None and core.want_feed:      # waiting to retry the feed
+                wait = min(wait, max(self._feed_retry_at - time.monotonic(), 0.0))
+            ready, _, _ = select.select([self._sock], [], [], wait)
+            if ready:
+                self._read_group()
+        core.tick(time.monotonic())
+
+    def _read_group(self) -> int:
+        core, sock = self._core, self._sock
+        now = time.monotonic()
+        n = 0
+        while n < _DRAIN:
+            try:
+                payload = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            core.on_datagram(payload, now)
+            n += 1
+        return n
+
+    def _read_feed(self, wait: float) -> int:
+        sub, core = self._feed_sub, self._core
+        n = 0
+        try:
+            msg = sub.poll(wait)
+            while msg is not None:
+                core.on_feed_message(msg, time.monotonic())
+                n += 1
+                if not core.want_feed:
+                    break
+                msg = sub.poll(0.0)
+        except ConnectionLost as e:
+            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
+            self._close_feed()
+            self._feed_retry_at = time.monotonic() + _FEED_RETRY
+        return n
+
+    def _reconcile(self, now: float) -> None:
+        """Open or close the feed as the core wants."""
+        want = self._core.want_feed
+        if want and self._feed is None and now >= self._feed_retry_at:
+            feed = None
+            try:
+                feed = Client(self.endpoint, self.stream, **self._client_args)
+                self._feed_sub = feed.subscribe(self.pattern, from_seq=self._core.feed_from)
+            except (ZepsTimeout, ConnectionLost) as e:
+                log.warning("zeps multicast: cannot reach the broker at %s for the stream's "
+                            "missing messages (%s); retrying", self.endpoint, e)
+                self._feed_retry_at = time.monotonic() + _FEED_RETRY
+                self._feed_sub = None
+                _close(feed)
+                return
+            except BaseException:
+                self._feed_sub = None
+                _close(feed)
+                raise
+            self._feed = feed
+        elif not want and self._feed is not None:
+            self._close_feed()
+
+    def _close_feed(self) -> None:
+        feed, self._feed, self._feed_sub = self._feed, None, None
+        _close(feed)
+
+
+def _close(feed: Client | None) -> None:
+    """Close a feed client; it only reads, so an error while closing loses nothing."""
+    if feed is not None:
+        try:
+            feed.close(timeout=1.0)
+        except ZepsError as e:
+            log.debug("zeps multicast: closing the feed: %s", e)

@@ -2,9 +2,9 @@
 
     python tests/multicast_scenario.py NAME WORKDIR
 
-Starts a real broker (tests/conftest.py's BrokerProcess), bridges (``python -m zeps.multicast
-bridge`` or tests/multicast_bridge_child.py) and receivers (MulticastSubscriber in threads, or
-``python -m zeps.multicast subscribe`` processes), drives the scenario, and prints one JSON
+Starts a real broker (tests/conftest.py's BrokerProcess), bridges (``zeps bridge multicast``
+or tests/multicast_bridge_child.py) and receivers (MulticastSubscriber in threads, or
+``zeps subscribe --multicast`` processes), drives the scenario, and prints one JSON
 object on its last stdout line: what each receiver handed to its application, its counters, the
 stream as the journal on disk holds it, and scenario facts. The test file asserts on it; this
 script only waits for conditions (each with a deadline) and never judges.
@@ -117,7 +117,7 @@ class Proc:
 
 
 def bridge_cli(endpoint, work, name="bridge", *extra):
-    p = Proc([sys.executable, "-m", "zeps.multicast", "bridge", "--endpoint", endpoint,
+    p = Proc([sys.executable, "-m", "zeps", "bridge", "multicast", "--endpoint", endpoint,
               "--stream", STREAM, "--group", GROUP, "--head-interval", FAST_HEAD, *extra],
              name, work)
     return p, p.wait_line("the bridge's ready line")
@@ -167,7 +167,7 @@ def ordered(work):
     first = numbered(0, 30, key)
     rest = numbered(30, 570, key)
     n_eu = sum(1 for k, _ in first + rest if k.startswith("eu."))
-    subs = [Proc([sys.executable, "-m", "zeps.multicast", "subscribe", STREAM, "eu.",
+    subs = [Proc([sys.executable, "-m", "zeps", "subscribe", STREAM, "eu.",
                   "--multicast", GROUP, "--endpoint", b.endpoint, "--from-seq", "1", "--json",
                   "--count", str(n_eu), "--timeout", "30", "-v"], f"sub{i}", work)
             for i in range(3)]

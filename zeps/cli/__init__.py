@@ -27,10 +27,10 @@ import os
 import sys
 from typing import List, Optional
 
-from . import broker, keys, publish, replay, stats, subscribe
+from . import bridge, broker, keys, publish, replay, stats, subscribe
 from .common import Parser, UsageError, message_json, message_line, parse_time  # noqa: F401
 
-COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "keys")
+COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "keys", "bridge")
 
 
 def build_parser() -> Parser:
@@ -45,7 +45,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.add_parser("broker", help="run the broker (zeps broker --help for its options)",
                    add_help=False)
-    for module in (publish, subscribe, replay, stats, keys):
+    for module in (publish, subscribe, replay, stats, keys, bridge):
         module.add_parser(sub)
     return parser
 
@@ -85,8 +85,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return broker.main(argv[1:])
     parser = build_parser()
     commands = _subcommands(parser)
-    if argv and argv[0] in commands:      # options anywhere, as argparse users expect
-        args = commands[argv[0]].parse_intermixed_args(argv[1:])
+    if argv and argv[0] in commands and not _subcommands(commands[argv[0]]):
+        args = commands[argv[0]].parse_intermixed_args(argv[1:])   # options anywhere
     else:
         args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:

@@ -49,12 +49,18 @@ def add_parser(sub) -> None:
                    help="stop after S seconds without a message")
     _add_endpoint(p)
     _add_common(p)
+    from zeps.multicast.cli import add_subscribe_multicast_arguments
+    add_subscribe_multicast_arguments(p.add_argument_group(
+        "multicast (live data from a 'zeps bridge multicast' group; history and repairs from "
+        "the broker)"))
     p.set_defaults(func=cmd_subscribe)
 
 
 def cmd_subscribe(args) -> int:
     from zeps.clients import Client
 
+    if args.multicast is not None:
+        return _multicast(args)
     out = sys.stdout
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
         from_seq, live = args.from_seq, False
@@ -87,3 +93,17 @@ def cmd_subscribe(args) -> int:
             raise
     _say(args, f"{n} message(s)")
     return 0
+
+
+def _multicast(args) -> int:
+    from zeps.multicast.cli import run_subscribe_multicast
+
+    if args.all:
+        args.from_seq = 0
+    elif args.last is not None:
+        from zeps.clients import Client
+        with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+            args.from_seq = max(client.info().last - args.last + 1, 0)
+    elif args.from_seq is None and args.from_time is None:
+        args.live = True
+    return run_subscribe_multicast(args)

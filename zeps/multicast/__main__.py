@@ -40,7 +40,10 @@ def main(argv=None) -> int:
         parser.error("--multicast ADDR:PORT is required")
     args = cli.build_parser().parse_args(["subscribe", *cli._join_relative_times(rest)])
     vars(args).update(vars(mine))
-    return run_subscribe_multicast(args)
+    try:
+        return run_subscribe_multicast(args)
+    except KeyboardInterrupt:
+        return 130
 
 
 sys.exit(main())

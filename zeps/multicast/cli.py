@@ -61,7 +61,7 @@ def _positive_duration(text: str) -> float:
 
 def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``zeps bridge multicast``."""
-    from zeps.cli import _endpoint, _pattern, _positive_int, _seconds, _stream_name
+    from zeps.cli.common import _endpoint, _pattern, _positive_int, _seconds, _stream_name
 
     parser.add_argument("--stream", required=True, type=_stream_name, help="stream to bridge")
     parser.add_argument("--pattern", default="", type=_pattern,
@@ -151,7 +151,7 @@ def run_subscribe_multicast(args) -> int:
     Uses the usual ``subscribe`` options: ``stream``, ``patterns`` (at most one: the bridge's),
     ``from_seq`` / ``from_time`` / ``live``, ``json``, ``count``, ``timeout``, ``endpoint``,
     ``connect_timeout``, ``verbose``; with ``--verbose`` the receiver's counters go to stderr."""
-    from zeps.cli import message_json, message_line
+    from zeps.cli.common import message_json, message_line
     from zeps.clients import ZepsError
 
     from .subscriber import MulticastSubscriber
@@ -189,6 +189,7 @@ def run_subscribe_multicast(args) -> int:
             out.flush()
     except KeyboardInterrupt:
         out.flush()
+        raise                               # the zeps command exits 130
     except ZepsError as e:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 1

@@ -1,0 +1,19 @@
+"""``zeps bridge multicast``: send a stream's live messages to an IP multicast group."""
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    from zeps.multicast.cli import add_bridge_arguments, run_bridge
+
+    from .common import Parser
+
+    p = sub.add_parser("bridge", help="bridge a stream to another transport (multicast)",
+                       description="Bridges: 'zeps bridge multicast --help'.")
+    kinds = p.add_subparsers(dest="bridge", metavar="KIND", parser_class=Parser, required=True)
+    m = kinds.add_parser("multicast", help="live messages to an IP multicast group",
+                         description="Subscribe to STREAM live (or from --from-seq) and send "
+                         "every message as UDP datagrams to a multicast group, with periodic "
+                         "HEAD announcements so that receivers detect any loss; history and "
+                         "repairs come from the broker (docs/protocol.md, Multicast).")
+    add_bridge_arguments(m)
+    m.set_defaults(func=run_bridge)

@@ -347,3 +347,20 @@ def test_rejected_publish_exits_1_with_the_broker_reason(start_broker, tmp_path)
         assert r.returncode == 1 and r.stdout == ""
         assert r.stderr.splitlines() == ["zeps: error: broker rejected PUBLISH: body of 21 bytes "
                                          "is over the broker's limit of 10"]
+
+
+def test_cli_reference_is_generated_from_the_parsers():
+    from zeps.cli.reference import render
+    assert (REPO / "docs" / "cli.md").read_text() == render(), \
+        "docs/cli.md is stale: run python -m zeps.cli.reference > docs/cli.md"
+
+
+def test_bench_against_a_running_broker(broker):
+    r = zeps("bench", "b", "--msgs", "2000", "--sub", "2", "--json", "--endpoint",
+             broker.endpoint, timeout=120)
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["messages"] == 2000 and report["publish_msgs_per_s"] > 0
+    assert report["deliver_msgs_per_s"] > 0 and report["latency_ms"]["p50"] is not None
+    r = zeps("stats", "b", "--json", "--endpoint", broker.endpoint)
+    assert json_lines(r.stdout)[0]["last"] == 2000          # every message went through the broker

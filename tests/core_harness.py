@@ -13,6 +13,8 @@ test can play any interleaving the shell can produce:
 """
 from __future__ import annotations
 
+import pytest
+
 from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import commands as c
@@ -188,15 +190,29 @@ class Core:
         self.datadir.close()
 
 
+@pytest.fixture(name="core")
+def core_fixture(tmp_path):
+    """A :class:`Core` with the default configuration (journals: fsync=never)."""
+    h = Core(tmp_path / "data")
+    yield h
+    h.close()
+
+
+@pytest.fixture(name="make")
+def make_fixture(tmp_path):
+    """``make(**config)``: a :class:`Core` with that configuration, closed after the test."""
+    made = []
+
+    def factory(**config) -> Core:
+        h = Core(tmp_path / f"data{len(made)}", **config)
+        made.append(h)
+        return h
+
+    yield factory
+    for h in made:
+        h.close()
+
+
 def cost(key: str, body: bytes = b"x") -> int:
     """Credit one DELIVER of ``key``/``body`` costs."""
     return deliver_cost(len(key.encode()), len(body))
-
-
-def index_holds(h: Core, stream: str, ident: bytes, keys) -> str | None:
-    """The first of ``keys`` for which ``stream``'s subscription index still names ``ident``."""
-    index = h.core.streams[stream].index
-    for k in keys:
-        if ident in index.match(k):
-            return k
-    return None

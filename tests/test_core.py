@@ -1,102 +1,407 @@
-"""The broker core driven in-process: commands in, frames out, an explicit clock; no sockets.
+"""The broker core's commands, driven in-process: commands in, frames out, a clock the test moves;
+no sockets, no sleeps (the harness is tests/core_harness.py).
 
-Every test builds a real :class:`BrokerCore` over a real journal in a temp dir, feeds it encoded
-commands with :meth:`BrokerCore.receive` at times it chooses, runs the shell's round steps
-(``flush``/``pump``) itself, and asserts on the decoded outbox.
+Here: every INVALID path, every command and query, credit and replay. The peering's life (DETACH,
+re-ATTACH, expiry, forget) is in test_core_peering.py, congestion in test_core_congestion.py, the
+timers in test_core_timers.py.
 """
 from __future__ import annotations
 
-from typing import Dict, List
+import glob
+import os
 
 import pytest
 
-from zeps.broker.core import BrokerCore, CoreConfig
+from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F401 (fixtures)
 from zeps.journal import DataDir, JournalConfig
-from zeps.protocol import LATEST_LIVE, decode, deliver_cost, encode
+from zeps.journal.names import stream_dir_name
+from zeps.protocol import LATEST_LIVE, encode
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 
-
-class Core:
-    """A BrokerCore plus a mailbox per client and a clock the test moves."""
-
-    def __init__(self, path, **config):
-        jconf = {k: config.pop(k) for k in list(config) if k in ("segment_bytes", "retention_bytes")}
-        self.datadir = DataDir(str(path), JournalConfig(fsync="never", **jconf))
-        self.core = BrokerCore(self.datadir, CoreConfig(**config))
-        self.now = 1000.0
-        self.box: Dict[bytes, List[c.Command]] = {}
-
-    def send(self, ident: bytes, *cmds: c.Command) -> None:
-        for cmd in cmds:
-            self.core.receive(ident, [encode(cmd)], self.now)
-        self.collect()
-
-    def send_frames(self, ident: bytes, frames: List[bytes]) -> None:
-        self.core.receive(ident, frames, self.now)
-        self.collect()
-
-    def collect(self) -> None:
-        for ident, frame in self.core.take_outbox():
-            self.box.setdefault(ident, []).append(decode(frame))
-
-    def round(self, n: int = 1) -> None:
-        for _ in range(n):
-            self.core.flush()
-            self.collect()
-            self.core.pump(self.now)
-            self.collect()
-
-    def drain(self) -> None:
-        for _ in range(10_000):
-            self.core.flush()
-            self.collect()
-            more = self.core.pump(self.now)
-            self.collect()
-            if not more:
-                return
-        raise AssertionError("replay never finished")
-
-    def take(self, ident: bytes) -> List[c.Command]:
-        got = self.box.pop(ident, [])
-        return got
-
-    def delivered(self, ident: bytes) -> List[tuple]:
-        return [(m.sequence, m.key) for m in self.take(ident) if isinstance(m, c.Deliver)]
-
-    def publish(self, *keys: str, body: bytes = b"x", ident: bytes = b"pub") -> None:
-        if ident not in self.core.sessions:
-            self.send(ident, c.Attach("s"))
-            self.take(ident)
-        for k in keys:
-            self.send(ident, c.Publish(k, body))
-        self.round()
-
-    def close(self) -> None:
-        self.datadir.close()
+SUB = b"sub"
+PUB = b"pub"
 
 
-@pytest.fixture
-def core(tmp_path):
+def info(h: Core, ident: bytes = b"info") -> c.StreamInfoOk:
+    """STREAM-INFO of stream "s", asked by a client of its own."""
+    if ident not in h.core.sessions:
+        h.send(ident, c.Attach("s"))
+    h.take(ident)
+    h.send(ident, c.StreamInfo())
+    [reply] = h.take(ident)
+    return reply
+
+
+# ---------------------------------------------------------------------------- framing
+
+
+@pytest.mark.parametrize("frames", [[], [encode(c.Ping())] * 2,
+                                    [encode(c.Publish("a1", b"x")), b"more"]])
+def test_a_message_of_other_than_one_frame_gets_invalid_and_changes_nothing(core, frames):
+    core.subscriber(SUB, "a")
+    core.send_frames(SUB, frames)
+    assert core.take(SUB) == [c.Invalid(f"a ZEPS command is exactly one frame, got {len(frames)}")]
+    core.round()
+    assert info(core).last == 0, "a multi-frame PUBLISH stored something"
+    core.publish("a1")
+    assert core.delivered(SUB) == [(1, "a1")], "the peering did not go on"
+
+
+@pytest.mark.parametrize("frame, reason", [
+    (b"", "empty frame"),
+    (b"\xaa", "truncated frame: shorter than signature and command id"),
+    (bytes.fromhex("000008"), "bad signature"),
+    (bytes.fromhex("aaa50d"), "unknown command 13"),
+    (bytes.fromhex("aaa50500"), "truncated CREDIT"),
+    (bytes.fromhex("aaa5030000"), "truncated SUBSCRIBE"),
+    (bytes.fromhex("aaa50601ff00000000"), "PUBLISH key is not valid UTF-8"),
+    (bytes.fromhex("aaa501045a45505800010161"), "ATTACH protocol must be ZEPS"),
+    (bytes.fromhex("aaa501045a45505300020161"), "ATTACH version 2 not supported (this is ZEPS/1)"),
+])
+def test_a_frame_that_does_not_decode_gets_a_readable_invalid(core, frame, reason):
+    core.subscriber(SUB, "a")
+    core.send_frames(SUB, [frame])
+    assert core.take(SUB) == [c.Invalid(reason)]
+    core.publish("a1")
+    assert core.delivered(SUB) == [(1, "a1")], "the peering did not go on"
+    core.send_frames(b"stranger", [frame])
+    assert core.take(b"stranger") == [c.Invalid(reason)]
+    assert b"stranger" not in core.core.sessions, "garbage from a stranger cost a session"
+
+
+def test_bytes_after_the_last_field_are_ignored(core):
+    core.send_frames(b"x", [bytes.fromhex("aaa508ff")])
+    assert core.take(b"x") == [c.PingOk()]
+
+
+# ---------------------------------------------------------------------------- the grammar
+
+SERVER_COMMANDS = [c.AttachOk(), c.SubscribeOk(), c.Deliver(1, "k", b""), c.PingOk(), c.DetachOk(),
+                   c.Invalid("x"), c.Confirm(1, 1), c.SeqAtTimeOk(1), c.StreamInfoOk(1, 1, 1, 1, 1),
+                   c.ListStreamsOk(()), c.ConfirmSelectOk(0), c.DeliverTimestampsOk(),
+                   c.DeliverTs(1, 1, "k", b"")]
+NEED_ATTACH = [c.Subscribe("", 0), c.Credit(1), c.Publish("k", b""), c.Detach(), c.SeqAtTime(0),
+               c.StreamInfo(), c.ConfirmSelect(), c.DeliverTimestamps()]
+
+
+@pytest.mark.parametrize("attached", [False, True])
+@pytest.mark.parametrize("cmd", SERVER_COMMANDS, ids=lambda cmd: cmd.NAME)
+def test_a_command_only_the_broker_sends_is_refused(core, cmd, attached):
+    if attached:
+        core.subscriber(SUB, "a")
+    core.send(SUB, cmd)
+    assert core.take(SUB) == [c.Invalid(f"{cmd.NAME} is sent by the broker, not by a client")]
+    core.publish("a1")
+    assert core.delivered(SUB) == ([(1, "a1")] if attached else [])
+
+
+@pytest.mark.parametrize("cmd", NEED_ATTACH, ids=lambda cmd: cmd.NAME)
+def test_a_command_that_needs_attach_is_refused_before_it(core, cmd):
+    core.send(SUB, cmd)
+    assert core.take(SUB) == [c.Invalid(f"{NOT_ATTACHED}{cmd.NAME} before ATTACH")]
+    core.round()
+    assert core.core.streams == {}, "a command before ATTACH reached a stream"
+
+
+@pytest.mark.parametrize("cmd", NEED_ATTACH, ids=lambda cmd: cmd.NAME)
+def test_a_command_that_needs_attach_is_refused_after_detach(core, cmd):
+    core.subscriber(SUB)
+    core.send(SUB, c.Detach())
+    assert core.take(SUB) == [c.DetachOk()]
+    core.send(SUB, cmd)
+    assert core.take(SUB) == [c.Invalid(f"{NOT_ATTACHED}{cmd.NAME} before ATTACH")]
+    core.round()
+    assert info(core).last == 0
+
+
+def test_ping_and_list_streams_are_answered_in_every_state(core):
+    for step in (None, c.Attach("s"), c.Detach()):
+        if step is not None:
+            core.send(SUB, step)
+            core.take(SUB)
+        core.send(SUB, c.Ping(), c.ListStreams())
+        assert core.kinds(SUB) == [c.PingOk, c.ListStreamsOk]
+
+
+def test_a_second_attach_is_refused_and_the_first_peering_goes_on(core):
+    core.subscriber(SUB)
+    core.send(SUB, c.Attach("t"))
+    assert core.take(SUB) == [c.Invalid("ATTACH while attached to stream 's'; DETACH first")]
+    core.publish("a1")
+    assert core.delivered(SUB) == [(1, "a1")]
+    assert sorted(core.core.streams) == ["s"]
+
+
+@pytest.mark.parametrize("name", ["", "a\x00b"])
+def test_a_stream_name_outside_the_grammar_is_refused(core, name):
+    core.send(SUB, c.Attach(name), c.Subscribe("", 0))
+    assert core.take(SUB) == [c.Invalid("stream name must be 1 to 255 bytes and contain no NUL"),
+                              c.Invalid(f"{NOT_ATTACHED}SUBSCRIBE before ATTACH")]
+
+
+def test_a_stream_the_disk_cannot_hold_gets_invalid_and_the_client_stays_unattached(core):
+    name = "é" * 127                       # 254 bytes, 762 once escaped: too long for a file name
+    core.send(SUB, c.Attach(name), c.Subscribe("", 0), c.Attach("s"))
+    first, second, third = core.take(SUB)
+    assert first.reason.startswith("cannot open stream 'éé")    # cut to fit one string
+    assert (second, third) == (c.Invalid(f"{NOT_ATTACHED}SUBSCRIBE before ATTACH"), c.AttachOk())
+    assert [kw["stream"] for kw in core.logged("attach_failed")] == [name]
+
+
+def test_a_bad_regular_expression_gets_invalid_and_subscribes_nothing(core):
+    core.send(SUB, c.Attach("s"), c.Credit(1 << 20), c.Subscribe("~(", 0))
+    assert core.take(SUB)[1].reason.startswith("bad regular expression")
+    core.publish("(", "a")
+    assert core.delivered(SUB) == []
+    core.send(SUB, c.Subscribe("", LATEST_LIVE))      # the first good SUBSCRIBE sets the position
+    core.publish("b")
+    assert core.kinds(SUB) == [c.SubscribeOk, c.Deliver]
+
+
+# ---------------------------------------------------------------------------- queries
+
+
+def test_list_streams_names_every_stream_on_disk_or_open_sorted(tmp_path):
+    with DataDir(str(tmp_path / "data"), JournalConfig(fsync="never")) as earlier:
+        earlier.journal("zz").append("k", b"x")    # on disk, not opened by this broker
     h = Core(tmp_path / "data")
-    yield h
-    h.close()
+    try:
+        h.publish("k", stream="b", ident=b"p1")
+        h.send(b"p2", c.Attach("a"))
+        h.send(SUB, c.ListStreams())
+        assert h.take(SUB) == [c.ListStreamsOk(("a", "b", "zz"))]
+    finally:
+        h.close()
 
 
-def cost(key: str, body: bytes = b"x") -> int:
-    return deliver_cost(len(key.encode()), len(body))
+def test_list_streams_lists_as_many_names_as_fit_in_one_frame(tmp_path):
+    names = sorted(f"{i:03d}" + "x" * 252 for i in range(300))      # 255 bytes each
+    for n in names:
+        os.makedirs(tmp_path / "data" / stream_dir_name(n))
+    h = Core(tmp_path / "data")
+    try:
+        h.send(SUB, c.ListStreams())
+        [reply] = h.take(SUB)
+    finally:
+        h.close()
+    assert len(encode(reply)) <= 65535
+    assert reply.streams == tuple(names[:255])       # 5 + 255 * 256 bytes; one more is over
 
 
-# ---------------------------------------------------------------------------- DETACH
+def test_stream_info_of_an_empty_stream_then_of_what_was_published(core):
+    assert info(core) == c.StreamInfoOk(first=1, last=0, size=0, oldest=0, newest=0)
+    core.send(SUB, c.Attach("s"), c.DeliverTimestamps(), c.Credit(1 << 20),
+              c.Subscribe("", 0))
+    core.publish("k1")
+    for k in ("k2", "k3"):                            # queued, not yet journalled...
+        core.core.receive(PUB, [encode(c.Publish(k, b"body"))], core.now)
+    got = info(core)                                  # ...STREAM-INFO journals them first
+    core.round()
+    ts = {m.sequence: m.timestamp for m in core.take(SUB) if isinstance(m, c.DeliverTs)}
+    stream_dir = core.datadir.stream_path("s")
+    on_disk = sum(os.path.getsize(p) for p in glob.glob(os.path.join(stream_dir, "*.log")))
+    assert got == c.StreamInfoOk(first=1, last=3, size=on_disk, oldest=ts[1], newest=ts[3])
 
 
-def test_detach_then_attach_keeps_no_subscription(core):
-    """ATTACH s, CREDIT, SUBSCRIBE "a" live, DETACH, ATTACH s, CREDIT, SUBSCRIBE "b" live: a1 and
-    b1 published by another client; only b1 may arrive."""
-    sub = b"sub"
-    core.send(sub, c.Attach("s"), c.Credit(1 << 20), c.Subscribe("a", LATEST_LIVE), c.Detach(),
-              c.Attach("s"), c.Credit(1 << 20), c.Subscribe("b", LATEST_LIVE))
-    assert [type(m) for m in core.take(sub)] == [c.AttachOk, c.SubscribeOk, c.DetachOk,
-                                                  c.AttachOk, c.SubscribeOk]
-    core.publish("a1", "b1")
-    assert core.delivered(sub) == [(2, "b1")]
+def test_seq_at_time_is_the_first_sequence_at_or_after_the_time(core):
+    core.send(PUB, c.Attach("s"), c.SeqAtTime(0))
+    assert core.take(PUB)[-1] == c.SeqAtTimeOk(1), "an empty stream: last + 1"
+    core.send(SUB, c.Attach("s"), c.DeliverTimestamps(), c.Credit(1 << 20), c.Subscribe("", 0))
+    for k in ("k1", "k2", "k3"):                      # one journal batch (one timestamp) each
+        core.publish(k)
+    ts = [m.timestamp for m in core.take(SUB) if isinstance(m, c.DeliverTs)]
+    assert ts == sorted(ts)
+    for t in [0] + ts + [ts[-1] + 1]:
+        core.send(PUB, c.SeqAtTime(t))
+        want = next((i + 1 for i, x in enumerate(ts) if x >= t), 4)
+        assert core.take(PUB) == [c.SeqAtTimeOk(want)], t
+    core.core.receive(PUB, [encode(c.Publish("k4", b"x"))], core.now)    # queued
+    core.send(PUB, c.SeqAtTime(2**64 - 1))
+    assert core.take(PUB) == [c.SeqAtTimeOk(5)], "a queued PUBLISH is journalled first"
+
+
+# ---------------------------------------------------------------------------- subscribe
+
+
+@pytest.mark.parametrize("latest, first", [(0, 1), (2, 3), (LATEST_LIVE, 6), (8, 9)])
+def test_delivery_starts_at_latest_plus_one(core, latest, first):
+    core.publish(*[f"k{i}" for i in range(1, 6)])
+    core.subscriber(SUB, latest=latest)
+    core.publish(*[f"k{i}" for i in range(6, 11)])
+    core.drain()
+    assert core.delivered(SUB) == [(i, f"k{i}") for i in range(first, 11)]
+
+
+def test_a_later_subscribe_adds_its_pattern_without_rewinding(core):
+    core.publish("a1", "b2", "a3", "b4")
+    core.subscriber(SUB, "a", latest=0)
+    core.drain()
+    assert core.delivered(SUB) == [(1, "a1"), (3, "a3")]
+    core.send(SUB, c.Subscribe("b", 0))               # asks for b from 1: starts at the position
+    core.publish("b5", "a6")
+    core.drain()
+    assert core.delivered(SUB) == [(5, "b5"), (6, "a6")]
+
+
+# ---------------------------------------------------------------------------- extensions
+
+
+def test_deliver_timestamps_live_and_replayed_at_the_credit_of_deliver(core):
+    core.send(SUB, c.Attach("s"), c.DeliverTimestamps(),
+              c.Credit(cost("k1") + cost("k2")), c.Subscribe("", LATEST_LIVE))
+    assert core.kinds(SUB) == [c.AttachOk, c.DeliverTimestampsOk, c.SubscribeOk]
+    core.publish("k1", "k2", "k3")
+    journal = core.core.streams["s"].journal
+    records = journal.read_batch(1, max_records=3)
+    want = [c.DeliverTs(r.timestamp, r.sequence, r.key, r.body) for r in records]
+    assert core.take(SUB) == want[:2], "the timestamp is not charged: credit for exactly two"
+    core.send(b"late", c.Attach("s"), c.DeliverTimestamps(), c.Credit(1 << 20),
+              c.Subscribe("", 0))
+    core.drain()
+    assert core.take(b"late")[2:] == [c.SubscribeOk()] + want
+
+
+def test_confirms_count_accepted_publishes_cumulatively(make):
+    h = make(fsync="interval", max_message=8)
+    h.send(PUB, c.Attach("s"))
+    h.core.receive(PUB, [encode(c.Publish("k", b"one"))], h.now)    # before the select, queued
+    h.send(PUB, c.ConfirmSelect())
+    assert h.take(PUB) == [c.AttachOk(), c.ConfirmSelectOk(1)]
+    h.publish("other", ident=b"pub2")                                 # sequence 2
+    h.send(PUB, c.Publish("k", b"two"), c.Publish("k", b"123456789"), c.Publish("k", b"three"))
+    h.round()
+    [rejected] = h.take(PUB)
+    assert rejected.reason.startswith(PUBLISH_REJECTED), rejected
+    assert h.tick() == [h.core.streams["s"]]
+    assert h.take(PUB) == [], "CONFIRM before the fsync"
+    h.sync_and_confirm([h.core.streams["s"]])
+    assert h.take(PUB) == [c.Confirm(3, 4)], "one cumulative CONFIRM; the rejected one not counted"
+    h.send(PUB, c.Publish("k", b"four"))
+    h.round()
+    assert h.tick() == [], "not due again before the interval"
+    h.now += h.core.config.fsync_interval
+    h.sync_and_confirm(h.tick())
+    assert h.take(PUB) == [c.Confirm(4, 5)]
+    assert info(h).last == 5, "the rejected body was stored"
+
+
+def test_a_failed_journal_append_rejects_every_publish_of_its_batch(make):
+    h = make(max_record_bytes=64)
+    h.subscriber(SUB)
+    h.send(PUB, c.Attach("s"), c.ConfirmSelect())
+    h.take(PUB)
+    h.send(PUB, c.Publish("k", b"small"), c.Publish("k", b"x" * 60))    # one journal batch
+    h.round()
+    got = h.take(PUB)
+    assert len(got) == 2 and all(m.reason.startswith(PUBLISH_REJECTED) for m in got), got
+    assert h.delivered(SUB) == [] and info(h).last == 0, "half a batch was stored"
+    assert [kw["messages"] for kw in h.logged("append_failed")] == [2]
+    h.send(PUB, c.Publish("k", b"small"))
+    h.round()
+    assert h.take(PUB) == [c.Confirm(1, 1)], "the rejected ones were counted"
+    assert h.delivered(SUB) == [(1, "k")]
+
+
+# ---------------------------------------------------------------------------- credit
+
+BATCH = [("k1", b"a"), ("key2", b"bb"), ("k3", b""), ("kk4", b"dddd"), ("k5", b"e")]
+COSTS = [cost(k, b) for k, b in BATCH]
+
+
+@pytest.mark.parametrize("mode", ["live", "replay"])
+@pytest.mark.parametrize("position", range(len(BATCH) + 1))
+def test_credit_runs_out_at_every_position_of_a_batch(make, mode, position):
+    """Credit for the first ``position`` messages of a batch and one byte short of the next: the
+    client gets exactly those; one more CREDIT (no new PUBLISH) brings exactly the next one; then
+    the rest, then it is live again."""
+    h = make(replay_batch_records=2)
+    h.send(PUB, c.Attach("s"))
+    short = COSTS[position] - 1 if position < len(BATCH) else 0
+    if mode == "replay":
+        h.send(PUB, *[c.Publish(k, b) for k, b in BATCH])
+    h.round()
+    h.subscriber(SUB, latest=0, credit=sum(COSTS[:position]) + short)
+    if mode == "live":
+        h.send(PUB, *[c.Publish(k, b) for k, b in BATCH])
+    h.drain()
+    want = [(i + 1, k) for i, (k, _b) in enumerate(BATCH)]
+    assert h.delivered(SUB) == want[:position]
+    if position < len(BATCH):
+        h.send(SUB, c.Credit(1))
+        h.drain()
+        assert h.delivered(SUB) == want[position:position + 1]
+    h.send(SUB, c.Credit(1 << 20))
+    h.drain()
+    assert h.delivered(SUB) == want[position + 1:]
+    h.send(PUB, c.Publish("k6", b"f"))
+    h.core.flush()                                   # routed live: no replay step needed
+    h.collect()
+    assert h.delivered(SUB) == [(6, "k6")]
+
+
+def test_a_message_larger_than_the_whole_credit_waits_for_enough_credit(core):
+    big = b"x" * 1000
+    core.subscriber(SUB, credit=cost("k", big) - 1)
+    core.publish("k", body=big)
+    core.drain()
+    assert core.delivered(SUB) == []
+    core.send(SUB, c.Credit(1))
+    core.drain()
+    assert core.delivered(SUB) == [(1, "k")]
+
+
+# ---------------------------------------------------------------------------- replay
+
+
+def test_a_retention_gap_during_replay_skips_to_the_first_kept_without_error(make):
+    h = make(segment_bytes=200, retention_bytes=400, replay_batch_records=2)
+    h.publish("k1", "k2", "k3")
+    h.subscriber(SUB, latest=0, credit=cost("k1") + cost("k2"))
+    h.drain()
+    assert h.delivered(SUB) == [(1, "k1"), (2, "k2")]
+    for i in range(4, 41):                           # one batch each: segments roll, old ones go
+        h.publish(f"k{i}")
+    first = h.core.streams["s"].journal.first_seq
+    assert first > 3
+    h.send(SUB, c.Credit(1 << 20))
+    h.drain()
+    assert h.take(SUB) == [c.Deliver(i, f"k{i}", b"x") for i in range(first, 41)]
+    assert h.logged("replay_gap") == [{"stream": "s", "wanted": 3, "first_kept": first}]
+    for latest in (0, 1):                            # from 1 (or 2): the first kept
+        h.subscriber(b"new%d" % latest, latest=latest)
+        h.drain()
+        assert h.delivered(b"new%d" % latest)[0] == (first, f"k{first}")
+
+
+def counting_reads(h: Core, stream: str = "s") -> list:
+    """Wrap the real journal's ``read_batch``: the list gets how many records each call read."""
+    journal = h.core.stream(stream).journal
+    real = journal.read_batch
+    reads = []
+
+    def read_batch(seq, **kw):
+        records = real(seq, **kw)
+        reads.append(len(records))
+        return records
+
+    journal.read_batch = read_batch
+    return reads
+
+
+def test_replay_reads_in_proportion_to_the_credit(core):
+    keys = [f"k{i:03d}" for i in range(1000)]
+    core.publish(*keys)
+    reads = counting_reads(core)
+    core.send(SUB, c.Attach("s"), c.Subscribe("", 0))
+    for _ in range(1000):                            # CREDIT 1, a thousand times
+        core.send(SUB, c.Credit(1))
+        core.round()
+    got = core.delivered(SUB)
+    assert got == [(i + 1, k) for i, k in enumerate(keys[:1000 // cost(keys[0])])]
+    assert sum(reads) <= 3 * 1000, f"{sum(reads)} records read for 1000 tiny grants"
+    reads.clear()
+    core.subscriber(b"rich", latest=0)
+    core.drain()
+    assert len(core.delivered(b"rich")) == 1000
+    assert sum(reads) == 1000, "plenty of credit: each record read once"

@@ -1,0 +1,218 @@
+"""Drive a real :class:`BrokerCore` in-process: commands in, decoded frames out, a clock the test
+moves, and a model of each client's pipe; no sockets, no sleeps.
+
+The harness does exactly what the I/O shell (``zeps/broker/server.py``) does around the core, so a
+test can play any interleaving the shell can produce:
+
+* :meth:`Core.send` hands one ZeroMQ message to :meth:`BrokerCore.receive` at ``now``;
+* :meth:`Core.collect` sends the outbox like ``Broker._send``: a client whose pipe is full (see
+  :attr:`Core.pipe`) gets that frame and every later frame of the batch handed back with
+  :meth:`BrokerCore.unsent`; everything else is decoded into the client's mailbox;
+* :meth:`Core.round` is one shell round without timers (flush, send, pump, send) and
+  :meth:`Core.shell_round` is ``Broker._round`` step for step, timers included.
+"""
+from __future__ import annotations
+
+import pytest
+
+from zeps.broker.core import BrokerCore, CoreConfig
+from zeps.journal import DataDir, JournalConfig
+from zeps.protocol import commands as c
+from zeps.protocol import decode, deliver_cost, encode
+
+#: JournalConfig fields a test may set through :class:`Core` (everything else is CoreConfig's).
+_JOURNAL_FIELDS = ("segment_bytes", "retention_bytes", "max_record_bytes", "index_interval_bytes")
+
+
+class Core:
+    """A BrokerCore over a real journal in ``path``, a mailbox per client and a test-driven clock.
+
+    ``fsync`` is both the journals' policy and the core's (the core times ``interval`` syncs).
+    ``pipe[ident] = n`` says the client's pipe takes ``n`` more frames before it is full (absent:
+    it takes everything); each frame sent to it lowers ``n``.
+    """
+
+    def __init__(self, path, *, fsync: str = "never", **config):
+        jconf = {k: config.pop(k) for k in list(config) if k in _JOURNAL_FIELDS}
+        self.datadir = DataDir(str(path), JournalConfig(fsync=fsync, **jconf))
+        self.logs: list[tuple] = []             # (event, fields) the core logged
+        self.core = BrokerCore(self.datadir, CoreConfig(fsync=fsync, **config),
+                               log=lambda event, **kw: self.logs.append((event, kw)))
+        self.now = 1000.0
+        self.box: dict[bytes, list[c.Command]] = {}
+        self.pipe: dict[bytes, int] = {}
+        self.unsent: list[tuple] = []          # (ident, decoded command) handed back, in order
+        self._synced = False
+
+    # ------------------------------------------------------------------ input
+    def send(self, ident: bytes, *cmds: c.Command) -> None:
+        """Each command as one ZeroMQ message from ``ident``, then send the outbox."""
+        for cmd in cmds:
+            self.core.receive(ident, [encode(cmd)], self.now)
+        self.collect()
+
+    def send_frames(self, ident: bytes, frames: list[bytes]) -> None:
+        self.core.receive(ident, frames, self.now)
+        self.collect()
+
+    # ------------------------------------------------------------------ output (the shell's _send)
+    def collect(self) -> None:
+        """Send the outbox as ``Broker._send`` does, through the modelled pipes."""
+        out = self.core.take_outbox()
+        blocked: set[bytes] = set()
+        for ident, frame in out:
+            room = self.pipe.get(ident)
+            if ident in blocked or room == 0:
+                blocked.add(ident)
+                self.unsent.append((ident, decode(frame)))
+                self.core.unsent(ident, frame, self.now)
+                continue
+            if room is not None:
+                self.pipe[ident] = room - 1
+            self.box.setdefault(ident, []).append(decode(frame))
+        if self.core.outbox:
+            self.collect()
+
+    # ------------------------------------------------------------------ rounds
+    def round(self, n: int = 1) -> bool:
+        """``n`` shell rounds without timers: flush, send, pump, send. True if replay has more."""
+        more = False
+        for _ in range(n):
+            self.core.flush()
+            self.collect()
+            more = self.core.pump(self.now)
+            self.collect()
+        return more
+
+    def drain(self) -> None:
+        """Rounds until no replay work is left."""
+        for _ in range(10_000):
+            if not self.round():
+                return
+        raise AssertionError("replay never finished")
+
+    def shell_round(self) -> bool:
+        """One ``Broker._round`` after its reads, in its order: flush, send, pump, confirm what
+        the last sync made durable, tick (the journals it names are synced at once, confirmed
+        next round), send."""
+        self.core.flush()
+        self.collect()
+        more = self.core.pump(self.now)
+        if self._synced:
+            self._synced = False
+            self.core.confirm()
+        for st in self.core.tick(self.now):
+            st.journal.sync()
+            self._synced = True
+        self.collect()
+        return more
+
+    def tick(self) -> list:
+        """Run the core's timers at ``now``, send what they produced; the streams to fsync."""
+        due = self.core.tick(self.now)
+        self.collect()
+        return due
+
+    def sync_and_confirm(self, streams) -> None:
+        """What the shell's sync greenlet and the next round do: fsync, then CONFIRM."""
+        for st in streams:
+            st.journal.sync()
+        self.core.confirm()
+        self.collect()
+
+    # ------------------------------------------------------------------ reading the mailboxes
+    def take(self, ident: bytes) -> list[c.Command]:
+        return self.box.pop(ident, [])
+
+    def kinds(self, ident: bytes) -> list[type]:
+        return [type(m) for m in self.take(ident)]
+
+    def delivered(self, ident: bytes) -> list[tuple]:
+        """(sequence, key) of the DELIVER and DELIVER-TS frames in the mailbox (which is emptied)."""
+        return [(m.sequence, m.key) for m in self.take(ident)
+                if isinstance(m, (c.Deliver, c.DeliverTs))]
+
+    # ------------------------------------------------------------------ helpers
+    def publish(self, *keys: str, body: bytes = b"x", ident: bytes = b"pub",
+                stream: str = "s") -> None:
+        """Publish ``keys`` from ``ident`` (attached to ``stream`` first if needed), one round."""
+        if ident not in self.core.sessions:
+            self.send(ident, c.Attach(stream))
+            self.take(ident)
+        for k in keys:
+            self.core.receive(ident, [encode(c.Publish(k, body))], self.now)
+        self.round()
+
+    def subscriber(self, ident: bytes, pattern: str = "", latest: int = c.LATEST_LIVE,
+                   credit: int = 1 << 30, stream: str = "s") -> None:
+        """ATTACH, CREDIT, SUBSCRIBE; the replies are checked and taken."""
+        self.send(ident, c.Attach(stream), c.Credit(credit), c.Subscribe(pattern, latest))
+        assert self.kinds(ident) == [c.AttachOk, c.SubscribeOk]
+
+    def logged(self, event: str) -> list[dict]:
+        """The fields of every ``event`` the core logged."""
+        return [kw for e, kw in self.logs if e == event]
+
+    def traces(self, ident: bytes) -> list[str]:
+        """Every place of the core that still holds anything of ``ident`` (a forgotten client:
+        nothing at all)."""
+        found = self.leftovers(ident)
+        if ident in self.core.sessions:
+            found.append("session")
+        if ident in self.core.congested:
+            found.append("congested")
+        return found
+
+    def leftovers(self, ident: bytes) -> list[str]:
+        """What the core still holds of ``ident``'s peering (after DETACH: nothing). A session
+        kept, unattached and empty, only to send the replies it holds is not a leftover."""
+        found = []
+        s = self.core.sessions.get(ident)
+        if s is not None:
+            for what, value, empty in (("state", s.state, "NEW"), ("stream", s.stream, None),
+                                       ("subscriptions", s.subscriptions, []),
+                                       ("credit", s.credit, 0), ("confirms", s.confirms, False),
+                                       ("unconfirmed", list(s.unconfirmed), []),
+                                       ("timestamps", s.timestamps, False)):
+                if value != empty:
+                    found.append(f"session {what}={value!r}")
+            if ident in self.core.congested and not s.held:
+                found.append("congested with nothing held")
+        for name, st in self.core.streams.items():
+            for place in ("sessions", "catching_up", "confirming"):
+                if ident in getattr(st, place):
+                    found.append(f"{name}.{place}")
+            if any(s.identity == ident for s, _k, _b in st.pending):
+                found.append(f"{name}.pending")
+        return found
+
+    def close(self) -> None:
+        self.datadir.close()
+
+
+@pytest.fixture(name="core")
+def core_fixture(tmp_path):
+    """A :class:`Core` with the default configuration (journals: fsync=never)."""
+    h = Core(tmp_path / "data")
+    yield h
+    h.close()
+
+
+@pytest.fixture(name="make")
+def make_fixture(tmp_path):
+    """``make(**config)``: a :class:`Core` with that configuration, closed after the test."""
+    made = []
+
+    def factory(**config) -> Core:
+        h = Core(tmp_path / f"data{len(made)}", **config)
+        made.append(h)
+        return h
+
+    yield factory
+    for h in made:
+        h.close()
+
+
+def cost(key: str, body: bytes = b"x") -> int:
+    """Credit one DELIVER of ``key``/``body`` costs."""
+    return deliver_cost(len(key.encode()), len(body))

@@ -70,6 +70,7 @@ class Core:
             if room is not None:
                 self.pipe[ident] = room - 1
             self.box.setdefault(ident, []).append(decode(frame))
+        self.core.sent()
         if self.core.outbox:
             self.collect()
 
@@ -93,14 +94,15 @@ class Core:
 
     def shell_round(self) -> bool:
         """One ``Broker._round`` after its reads, in its order: flush, send, pump, confirm what
-        the last sync made durable, tick (the journals it names are synced at once, confirmed
-        next round), send."""
+        the last sync made durable, send, tick (the journals it names are synced at once,
+        confirmed next round), send."""
         self.core.flush()
         self.collect()
         more = self.core.pump(self.now)
         if self._synced:
             self._synced = False
             self.core.confirm()
+        self.collect()
         for st in self.core.tick(self.now):
             st.journal.sync()
             self._synced = True

@@ -146,14 +146,13 @@ def test_a_gone_or_forgotten_clients_unsent_frames_are_dropped(core):
     assert core.traces(X) == []
 
 
-# ---------------------------------------------------------------------------- known bugs
+# ---------------------------------------------------------------------------- regressions
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: a client congested by a held reply (not a DELIVER) stays live, so flush() "
-    "produces DELIVERs for it during the backoff; when its pipe has room by then they are sent "
-    "before the held SUBSCRIBE-OK (docs/protocol.md: SUBSCRIBE-OK comes before any DELIVER it "
-    "causes; session.py: no DELIVER is produced before congested_until)."))
+# Regression (found by this test, fixed in the core): a client congested by a held reply (not a
+# DELIVER) stays live, so flush() produces DELIVERs for it during the backoff; when its pipe has
+# room by then they are sent before the held SUBSCRIBE-OK (docs/protocol.md: SUBSCRIBE-OK comes
+# before any DELIVER it causes; session.py: no DELIVER is produced before congested_until).
 def test_no_deliver_overtakes_a_held_subscribe_ok(make):
     h = make(congestion_backoff=0.5)
     h.send(X, c.Attach("s"), c.Credit(1 << 20))
@@ -166,9 +165,9 @@ def test_no_deliver_overtakes_a_held_subscribe_ok(make):
     assert h.kinds(X) == [c.AttachOk, c.SubscribeOk, c.Deliver]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: a reply to a congested client goes to the outbox, not behind the replies it "
-    "holds, so when the pipe has room again before the backoff ends it overtakes them"))
+# Regression (found by this test, fixed in the core): a reply to a congested client goes to the
+# outbox, not behind the replies it holds, so when the pipe has room again before the backoff
+# ends it overtakes them
 def test_a_reply_never_overtakes_a_held_one(make):
     h = make(congestion_backoff=0.5)
     h.send(X, c.Attach("s"))
@@ -181,10 +180,10 @@ def test_a_reply_never_overtakes_a_held_one(make):
     assert h.kinds(X) == [c.AttachOk, c.StreamInfoOk, c.PingOk]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: a clean DETACH frees the session before the shell tries to send DETACH-OK; if "
-    "the client's pipe is full then, unsent() finds no session and DETACH-OK is dropped (a "
-    "client that sent DETACH behind a backlog of DELIVERs never gets its answer)"))
+# Regression (found by this test, fixed in the core): a clean DETACH frees the session before
+# the shell tries to send DETACH-OK; if the client's pipe is full then, unsent() finds no
+# session and DETACH-OK is dropped (a client that sent DETACH behind a backlog of DELIVERs never
+# gets its answer)
 def test_detach_ok_reaches_a_client_whose_pipe_was_full(make):
     h = make(congestion_backoff=0.5)
     h.subscriber(X)
@@ -196,11 +195,11 @@ def test_detach_ok_reaches_a_client_whose_pipe_was_full(make):
     assert h.kinds(X) == [c.DetachOk]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: a DELIVER of an ended peering handed back by the shell (DETACH, ATTACH, "
-    "SUBSCRIBE, CREDIT read in the same round as it was routed) is credited to the new "
-    "peering: stream.unsent() finds the new session on the same stream and returns the old "
-    "frame's cost to it, so the new peering receives more than the credit it granted"))
+# Regression (found by this test, fixed in the core): a DELIVER of an ended peering handed back
+# by the shell (DETACH, ATTACH, SUBSCRIBE, CREDIT read in the same round as it was routed) is
+# credited to the new peering: stream.unsent() finds the new session on the same stream and
+# returns the old frame's cost to it, so the new peering receives more than the credit it
+# granted
 def test_an_unsent_deliver_of_an_ended_peering_gives_nothing_to_the_next(make):
     h = make()
     h.subscriber(X)

@@ -196,12 +196,11 @@ def test_a_client_that_only_publishes_keeps_alive(make):
     assert h.core.streams["s"].journal.last_seq == 11
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "core bug: a client that never reads stays alive forever when its congestion backoff and "
-    "the expiry check fall due in the same shell round: pump() ends the congestion "
-    "(congested_until = 0) and replays, tick() then counts those DELIVERs as a sign of life "
-    "(expire() bumps last_seen), and only afterwards does the send fail. Counting a DELIVER "
-    "when it is handed back by unsent() (or ticking before pump) would fix it."))
+# Regression (found by this test, fixed in the core): a client that never reads stays alive
+# forever when its congestion backoff and the expiry check fall due in the same shell round:
+# pump() ends the congestion (congested_until = 0) and replays, tick() then counts those
+# DELIVERs as a sign of life (expire() bumps last_seen), and only afterwards does the send fail.
+# Counting a DELIVER when it is handed back by unsent() (or ticking before pump) would fix it.
 def test_a_client_that_never_reads_is_expired(make):
     h = make(expiry=EXPIRY, expiry_check=1.0, congestion_backoff=1.0, congestion_backoff_max=1.0)
     h.publish("k1")

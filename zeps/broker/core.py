@@ -32,6 +32,12 @@ _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _DETACH = encode(c.Detach())
 
 
+class _Stale(bytes):
+    """A DELIVER of a peering that ended while it waited in the outbox: still sent (it is the
+    client's, in order), but if it cannot be, it is not the new peering's to replay."""
+    __slots__ = ()
+
+
 @dataclass
 class CoreConfig:
     expiry: float = 60.0                  # seconds of silence before a client is forgotten
@@ -67,6 +73,7 @@ class BrokerCore:
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
         self.congested: Dict[bytes, Session] = {}
+        self._to_free: List[Session] = []                 # detached: freed by sent()
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
@@ -77,6 +84,16 @@ class BrokerCore:
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
         """Handle one ZeroMQ message from a client (frames after the ROUTER identity)."""
+        s = self.sessions.get(identity)
+        if s is not None and s.congested_until:
+            mark = len(self.outbox)              # its replies wait behind those it holds
+            self._receive(identity, frames, now)
+            if s.congested_until and self.sessions.get(identity) is s:
+                self._hold_replies(s, mark)
+            return
+        self._receive(identity, frames, now)
+
+    def _receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
         if len(frames) != 1:
             self._invalid(identity, f"a ZEPS command is exactly one frame, got {len(frames)}")
             return
@@ -104,7 +121,10 @@ class BrokerCore:
         except ProtocolViolation as exc:
             self._invalid(identity, str(exc))
             return
-        handler = _HANDLERS.get(type(cmd))
+        self._dispatch(_HANDLERS.get(type(cmd)), session, cmd, was_stream)
+
+    def _dispatch(self, handler, session: Session, cmd, was_stream) -> None:
+        identity = session.identity
         if handler is not None:
             try:
                 handler(self, session, cmd, was_stream)
@@ -199,11 +219,10 @@ class BrokerCore:
                                           f"stream {s.stream!r}: subscriptions removed")
 
     def _on_detach(self, s: Session, cmd, _was) -> None:
-        self.streams[s.stream].detach(s)
+        self.streams[s.stream].detach(s)     # routes what was queued first
+        self._end_peering(s)
         self.outbox.append((s.identity, _DETACH_OK))
-        if not s.held:                  # a clean DETACH frees the session at once
-            self.sessions.pop(s.identity, None)
-            self.congested.pop(s.identity, None)
+        self._to_free.append(s)          # a clean DETACH frees the session once DETACH-OK is out
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
         if not s.may_subscribe:
@@ -328,30 +347,49 @@ class BrokerCore:
                 st.confirm()
 
     def take_outbox(self) -> Outbox:
-        """The frames to send, in order; the outbox is emptied (streams share the same list)."""
+        """The frames to send, in order; the outbox is emptied (streams share the same list).
+        After sending them (and reporting what did not go out) the shell calls :meth:`sent`."""
         out = self.outbox[:]
         self.outbox.clear()
         return out
+
+    def sent(self) -> None:
+        """The shell sent the batch it took. Sessions that ended with DETACH are freed now that
+        their DETACH-OK went out (one whose DETACH-OK could not go out holds it, and waits)."""
+        if not self._to_free:
+            return
+        free, self._to_free = self._to_free, []
+        for s in free:
+            if s.stream is None and not s.held and not s.congested_until \
+                    and self.sessions.get(s.identity) is s:
+                del self.sessions[s.identity]
 
     # ------------------------------------------------------------------ what the shell reports
     def unsent(self, identity: bytes, frame: bytes, now: float) -> None:
         """The shell could not send ``frame``: the client's pipe is full (its send high-water
         mark). Called for that frame and every later frame for the same client in the batch.
 
-        A DELIVER goes back to the journal (the stream rewinds the client and returns the
-        credit); any other frame is held, in order, and sent when the congestion ends; a client
-        holding more than ``max_held`` frames reads nothing at all and is forgotten."""
+        The client is congested until a backoff ends: no DELIVER is produced for it meanwhile
+        (it is historical), and every reply to it waits behind the ones already held. A DELIVER
+        goes back to the journal (the stream rewinds the client and returns the credit) unless
+        its peering has ended; any other frame is held, in order, and sent when the congestion
+        ends; a client holding more than ``max_held`` frames reads nothing and is forgotten."""
+        if type(frame) is _Stale:
+            return
         s = self.sessions.get(identity)
         if s is None:
             return
+        st = self.streams.get(s.stream) if s.stream is not None else None
         if s.congested_until <= now:           # first failure of this batch: back off
             s.backoff = min(self.config.congestion_backoff_max,
                             s.backoff * 2 if s.backoff else self.config.congestion_backoff)
             s.congested_until = now + s.backoff
             self.congested[identity] = s
+            if st is not None:
+                st.pause(s)
         cid = frame[2]
         if cid == DELIVER_ID or cid == DELIVER_TS_ID:
-            st = self.streams.get(s.stream) if s.stream is not None else None
+            s.delivered -= 1                   # not a sign of life: it did not go out
             if st is not None:
                 st.unsent(s, frame)
             return
@@ -359,6 +397,30 @@ class BrokerCore:
         if len(s.held) > self.config.max_held:
             self.log("client_unresponsive_forgotten", client=identity.hex(), held=len(s.held))
             self.forget(identity)
+
+    def _hold_replies(self, s: Session, mark: int) -> None:
+        """Replies produced for a congested client since outbox position ``mark`` wait behind
+        the ones it already holds (the same bound applies)."""
+        out = self.outbox
+        ident = s.identity
+        kept = []
+        for entry in out[mark:]:
+            if entry[0] == ident:
+                s.held.append(entry[1])
+            else:
+                kept.append(entry)
+        out[mark:] = kept
+        if len(s.held) > self.config.max_held:
+            self.log("client_unresponsive_forgotten", client=ident.hex(), held=len(s.held))
+            self.forget(ident)
+
+    def _end_peering(self, s: Session) -> None:
+        """Its DELIVERs still in the outbox belong to a peering that is over (see _Stale)."""
+        out = self.outbox
+        ident = s.identity
+        for i, (who, frame) in enumerate(out):
+            if who == ident and (frame[2] == DELIVER_ID or frame[2] == DELIVER_TS_ID):
+                out[i] = (who, _Stale(frame))
 
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
@@ -375,6 +437,8 @@ class BrokerCore:
             st = self.streams.get(s.stream) if s.stream is not None else None
             if st is not None:
                 st.resume(s)
+            elif s.state != ATTACHED:
+                self._to_free.append(s)          # only held a DETACH-OK: free it once sent
 
     # ------------------------------------------------------------------ timers
     def next_deadline(self) -> float:
@@ -441,8 +505,10 @@ class BrokerCore:
             if s.last_seen < limit:
                 gone.append(ident)
         for ident in gone:
+            congested = self.sessions[ident].congested_until
             self.forget(ident)
-            self.outbox.append((ident, _DETACH))
+            if not congested:                  # a full pipe would not take it anyway
+                self.outbox.append((ident, _DETACH))
             self.log("client_expired", client=ident.hex())
         return gone
 
@@ -456,6 +522,7 @@ class BrokerCore:
             st = self.streams.get(s.stream)
             if st is not None:
                 st.detach(s)
+            self._end_peering(s)
 
 
 _HANDLERS = {

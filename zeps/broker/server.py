@@ -147,10 +147,12 @@ class Broker:
         if self._synced:
             self._synced = False
             core.confirm()
-        to_sync = core.tick(now)
+        self._send(now)
+        to_sync = core.tick(now)           # after the sends: it sees what could not go out
         if to_sync:
             self._start_sync(to_sync)
-        self._send(now)
+        if core.outbox:
+            self._send(now)
         return n > 0 or more
 
     def _wait(self, timeout: float) -> None:
@@ -189,6 +191,7 @@ class Broker:
                     self.core.gone(ident)
                 else:
                     raise
+        self.core.sent()
         if self.core.outbox:                           # e.g. a forgotten client's DETACH
             self._send(now)
 

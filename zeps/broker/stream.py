@@ -39,7 +39,7 @@ from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
-from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED
+from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
 
 from .session import Session
 
@@ -168,6 +168,13 @@ class Stream:
                 and not session.congested_until):
             self.catching_up[session.identity] = session
 
+    def pause(self, session: Session) -> None:
+        """The client is congested: produce no DELIVER for it (its position stays) until the
+        core ends the congestion and calls :meth:`resume`."""
+        if session.live:
+            session.live = False
+        self.catching_up.pop(session.identity, None)
+
     def unsent(self, session: Session, frame: bytes) -> None:
         """The shell could not send this DELIVER (the client's pipe is full): take it back.
 
@@ -292,8 +299,8 @@ class Stream:
                         if cost > s.credit_peak and s.told_too_big != seq:
                             s.told_too_big = seq  # it may never fit: say so, once
                             outbox.append((ident, encode_invalid(
-                                f"message {seq} needs {cost} bytes of credit, more than this "
-                                f"client has ever granted at once ({s.credit_peak}): grant more")))
+                                f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of credit, "
+                                f"more than this client ever held at once ({s.credit_peak})")))
                         del self.catching_up[ident]
                         return
                     credit -= cost

@@ -22,4 +22,8 @@ PATTERN_REMOVED = "pattern removed: "
 #: The ACL does not give this client the right (docs/operations.md, Security).
 NOT_ALLOWED = "not allowed: "
 
-ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED)
+#: A message the client subscribed to costs more credit than the client ever held at once:
+#: without a larger grant it will never be delivered (an SDK grows its window to fit).
+WINDOW_TOO_SMALL = "credit window too small: "
+
+ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED, WINDOW_TOO_SMALL)

@@ -184,6 +184,9 @@ class Core:
                     found.append(f"{name}.{place}")
             if any(s.identity == ident for s, _k, _b in st.pending):
                 found.append(f"{name}.pending")
+            subscribed = sum(len(s.subscriptions) for s in st.sessions.values())
+            if len(st.index) != subscribed:          # a pattern of a session that left
+                found.append(f"{name}.index has {len(st.index)} entries for {subscribed} patterns")
         return found
 
     def close(self) -> None:

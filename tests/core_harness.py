@@ -52,6 +52,7 @@ class Core:
         self.collect()
 
     def send_frames(self, ident: bytes, frames: list[bytes]) -> None:
+        """One ZeroMQ message of any frames from ``ident``, then send the outbox."""
         self.core.receive(ident, frames, self.now)
         self.collect()
 
@@ -75,14 +76,12 @@ class Core:
             self.collect()
 
     # ------------------------------------------------------------------ rounds
-    def round(self, n: int = 1) -> bool:
-        """``n`` shell rounds without timers: flush, send, pump, send. True if replay has more."""
-        more = False
-        for _ in range(n):
-            self.core.flush()
-            self.collect()
-            more = self.core.pump(self.now)
-            self.collect()
+    def round(self) -> bool:
+        """One shell round without timers: flush, send, pump, send. True if replay has more."""
+        self.core.flush()
+        self.collect()
+        more = self.core.pump(self.now)
+        self.collect()
         return more
 
     def drain(self) -> None:
@@ -184,8 +183,11 @@ class Core:
             for place in ("sessions", "catching_up", "confirming"):
                 if ident in getattr(st, place):
                     found.append(f"{name}.{place}")
-            if any(s.identity == ident for s, _k, _b in st.pending):
+            if any(pub.identity == ident for pub, _k, _b in st.pending):
                 found.append(f"{name}.pending")
+            subscribed = sum(len(other.subscriptions) for other in st.sessions.values())
+            if len(st.index) != subscribed:          # a pattern of a session that left
+                found.append(f"{name}.index has {len(st.index)} entries for {subscribed} patterns")
         return found
 
     def close(self) -> None:

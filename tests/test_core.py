@@ -1,9 +1,9 @@
 """The broker core's commands, driven in-process: commands in, frames out, a clock the test moves;
 no sockets, no sleeps (the harness is tests/core_harness.py).
 
-Here: every INVALID path, every command and query, credit and replay. The peering's life (DETACH,
-re-ATTACH, expiry, forget) is in test_core_peering.py, congestion in test_core_congestion.py, the
-timers in test_core_timers.py.
+Here: every INVALID path, every command and query, credit. Replay is in test_core_replay.py, the
+peering's life (DETACH, re-ATTACH, expiry, forget) in test_core_peering.py, congestion in
+test_core_congestion.py, the timers in test_core_timers.py.
 """
 from __future__ import annotations
 
@@ -352,59 +352,3 @@ def test_a_message_larger_than_the_whole_credit_waits_for_enough_credit(core):
     core.send(SUB, c.Credit(1))
     core.drain()
     assert core.delivered(SUB) == [(1, "k")]
-
-
-# ---------------------------------------------------------------------------- replay
-
-
-def test_a_retention_gap_during_replay_skips_to_the_first_kept_without_error(make):
-    h = make(segment_bytes=200, retention_bytes=400, replay_batch_records=2)
-    h.publish("k1", "k2", "k3")
-    h.subscriber(SUB, latest=0, credit=cost("k1") + cost("k2"))
-    h.drain()
-    assert h.delivered(SUB) == [(1, "k1"), (2, "k2")]
-    for i in range(4, 41):                           # one batch each: segments roll, old ones go
-        h.publish(f"k{i}")
-    first = h.core.streams["s"].journal.first_seq
-    assert first > 3
-    h.send(SUB, c.Credit(1 << 20))
-    h.drain()
-    assert h.take(SUB) == [c.Deliver(i, f"k{i}", b"x") for i in range(first, 41)]
-    assert h.logged("replay_gap") == [{"stream": "s", "wanted": 3, "first_kept": first}]
-    for latest in (0, 1):                            # from 1 (or 2): the first kept
-        h.subscriber(b"new%d" % latest, latest=latest)
-        h.drain()
-        assert h.delivered(b"new%d" % latest)[0] == (first, f"k{first}")
-
-
-def counting_reads(h: Core, stream: str = "s") -> list:
-    """Wrap the real journal's ``read_batch``: the list gets how many records each call read."""
-    journal = h.core.stream(stream).journal
-    real = journal.read_batch
-    reads = []
-
-    def read_batch(seq, **kw):
-        records = real(seq, **kw)
-        reads.append(len(records))
-        return records
-
-    journal.read_batch = read_batch
-    return reads
-
-
-def test_replay_reads_in_proportion_to_the_credit(core):
-    keys = [f"k{i:03d}" for i in range(1000)]
-    core.publish(*keys)
-    reads = counting_reads(core)
-    core.send(SUB, c.Attach("s"), c.Subscribe("", 0))
-    for _ in range(1000):                            # CREDIT 1, a thousand times
-        core.send(SUB, c.Credit(1))
-        core.round()
-    got = core.delivered(SUB)
-    assert got == [(i + 1, k) for i, k in enumerate(keys[:1000 // cost(keys[0])])]
-    assert sum(reads) <= 3 * 1000, f"{sum(reads)} records read for 1000 tiny grants"
-    reads.clear()
-    core.subscriber(b"rich", latest=0)
-    core.drain()
-    assert len(core.delivered(b"rich")) == 1000
-    assert sum(reads) == 1000, "plenty of credit: each record read once"

@@ -17,6 +17,7 @@ message); several commands of one client in the same round are test_core.py's bu
 """
 import tempfile
 
+import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -256,7 +257,10 @@ class Model:
         self.rounds_until_idle()
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# Passing takes ~10 s; a failure is shrunk for up to Hypothesis's own 300 s, hence the timeout.
+@pytest.mark.timeout(420)
+@settings(max_examples=200, deadline=None, report_multiple_bugs=False,
+          suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(subscribe, credit), min_size=1, max_size=4),
        st.lists(ops, min_size=20, max_size=60),
        st.sampled_from([256, 1024, 1 << 20]))

@@ -49,3 +49,36 @@ def test_subscriptions_share_one_position():
     assert s.accepts("a1", 5) and not s.accepts("b1", 5) and s.accepts("b1", 9)
     s.add_subscription(compile_pattern("b"), 7)        # same pattern again: the earlier start
     assert s.accepts("b1", 7) and len(s.subscriptions) == 2
+
+
+def test_detached_forgets_the_peering_but_not_the_connection():
+    s = Session(b"id", 0.0)
+    s.attached("x")
+    s.add_subscription(compile_pattern("a"), 3)
+    s.credit, s.live, s.confirms, s.timestamps, s.published = 100, True, True, True, 2
+    s.unconfirmed.append((2, 7))
+    s.congested_until, s.backoff = 5.0, 0.02
+    s.held.append(b"held reply")
+    s.detached()
+    assert (s.state, s.stream, s.subscriptions, s.next_seq, s.credit, s.live, s.future_start,
+            s.confirms, s.timestamps, s.published, list(s.unconfirmed)) == \
+        (NEW, None, [], 0, 0, False, 0, False, False, 0, [])
+    assert (s.congested_until, s.backoff, list(s.held)) == (5.0, 0.02, [b"held reply"]), \
+        "the connection's congestion belongs to the connection, not the peering"
+    s.attached("y")
+    assert (s.state, s.stream, s.subscribed, s.credit) == (ATTACHED, "y", False, 0)
+
+
+def test_a_refused_command_is_still_a_sign_of_life():
+    s = Session(b"id", 0.0)
+    with pytest.raises(ProtocolViolation):
+        s.accept(c.Credit(1), 7.0)
+    assert s.last_seen == 7.0
+
+
+@pytest.mark.parametrize("name", ["", "a\x00b"])
+def test_attach_to_a_name_outside_the_grammar_is_refused(name):
+    s = Session(b"id", 0.0)
+    with pytest.raises(ProtocolViolation, match="stream name must be 1 to 255 bytes"):
+        s.accept(c.Attach(name), 1.0)
+    assert s.state == NEW

@@ -1,0 +1,89 @@
+"""The broker core's timers, driven in-process with an explicit clock (tests/core_harness.py):
+``tick(now)`` runs expiry and retention on their schedule and names the journals to fsync
+(``fsync=interval``: the streams with unsynced records, once per interval); ``next_deadline()``
+tells the shell when to wake.
+"""
+from __future__ import annotations
+
+import pytest
+
+from tests.core_harness import Core, make_fixture  # noqa: F401 (fixtures)
+from zeps.protocol import commands as c
+
+INTERVAL = 0.05
+
+
+def streams_to_sync(h: Core) -> list:
+    return sorted(st.name for st in h.tick())
+
+
+def test_tick_names_the_streams_with_unsynced_records_once_per_interval(make):
+    h = make(fsync="interval", fsync_interval=INTERVAL, expiry_check=1e9, retention_check=1e9)
+    assert streams_to_sync(h) == []
+    h.publish("k1", stream="s", ident=b"ps")
+    h.send(b"pt", c.Attach("t"))                     # open, nothing written
+    h.now += INTERVAL
+    assert streams_to_sync(h) == ["s"]
+    assert streams_to_sync(h) == [], "twice in one interval"
+    h.publish("k1", stream="t", ident=b"pt")
+    h.now += INTERVAL - 0.001
+    assert streams_to_sync(h) == []
+    h.now += 0.001
+    assert streams_to_sync(h) == ["s", "t"], "s was not synced: it is named again"
+    h.sync_and_confirm(h.core.streams.values())
+    h.now += INTERVAL
+    assert streams_to_sync(h) == [], "nothing unsynced"
+
+
+@pytest.mark.parametrize("fsync", ["never", "always"])
+def test_tick_names_nothing_to_sync_unless_the_policy_is_interval(make, fsync):
+    h = make(fsync=fsync)
+    h.publish("k1")
+    for _ in range(3):
+        assert h.tick() == []
+        h.now += 1.0
+
+
+def test_next_deadline_is_the_soonest_timer(make):
+    h = make(fsync="interval", fsync_interval=INTERVAL, expiry_check=1.0, retention_check=10.0,
+             congestion_backoff=0.01)
+    assert h.core.next_deadline() == float("-inf"), "a fresh core: every timer is due"
+    h.tick()
+    assert h.core.next_deadline() == h.now + INTERVAL
+    h.subscriber(b"x")
+    h.pipe[b"x"] = 0
+    h.publish("k1")                                  # its DELIVER does not fit: congested
+    assert h.core.next_deadline() == h.now + 0.01
+    quiet = make(fsync="never", expiry_check=1.0, retention_check=10.0)
+    quiet.tick()
+    assert quiet.core.next_deadline() == quiet.now + 1.0
+    quiet.now += 1.0
+    quiet.tick()                                     # expiry ran; retention is still 9 s away
+    assert quiet.core.next_deadline() == quiet.now + 1.0
+
+
+def count_retention_passes(h: Core, stream: str) -> list:
+    """Wrap the real journal's ``apply_retention``; the list gets one entry per call."""
+    journal = h.core.streams[stream].journal
+    real = journal.apply_retention
+    calls = []
+
+    def apply_retention(*args, **kw):
+        calls.append(h.now)
+        return real(*args, **kw)
+
+    journal.apply_retention = apply_retention
+    return calls
+
+
+def test_retention_runs_on_its_schedule_for_every_stream(make):
+    h = make(retention_check=10.0, expiry_check=1.0, retention_bytes=1 << 20)
+    h.publish("k1", stream="a", ident=b"pa")
+    h.publish("k1", stream="b", ident=b"pb")
+    passes = {name: count_retention_passes(h, name) for name in ("a", "b")}
+    start = h.now
+    for t in (0.0, 1.0, 9.9, 10.0, 15.0, 20.5):
+        h.now = start + t
+        h.tick()
+    want = [start, start + 10.0, start + 20.5]
+    assert passes == {"a": want, "b": want}

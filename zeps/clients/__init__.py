@@ -22,10 +22,13 @@ Exports: :class:`Client`, :class:`Subscription`, :class:`Message`, :class:`Strea
 from . import errors
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
-from .errors import ClientClosed, ConnectionLost, InvalidError, ZepsError, ZepsTimeout
+from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError, ZepsError,
+                     ZepsTimeout)
 from .message import Message, StreamInfo
+from .receipt import AsyncReceipt, Receipt
 from .subscription import Subscription
 
-__all__ = ["Client", "Subscription", "Message", "StreamInfo", "list_streams", "errors",
-           "ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed",
-           "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
+__all__ = ["Client", "Subscription", "Receipt", "AsyncReceipt", "Message", "StreamInfo",
+           "list_streams", "errors", "ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost",
+           "ClientClosed", "ConcurrentUseError", "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW",
+           "check_endpoint", "to_timestamp_ns"]

@@ -1,12 +1,32 @@
 """The consumer side of a :class:`~zeps.clients.Client`: :class:`Subscription`."""
 from __future__ import annotations
 
-from typing import Iterator, Optional, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from .errors import ClientClosed, ZepsTimeout
 from .message import Message
 
-__all__ = ["Subscription"]
+__all__ = ["Subscription", "subscribe_args"]
+
+
+def subscribe_args(pattern, from_seq, from_time, live, timeout) -> List[str]:
+    """Check the arguments of ``subscribe()`` (both clients); return the patterns as a list."""
+    if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
+        raise ValueError("give at most one of from_seq, from_time, live")
+    patterns = [pattern] if isinstance(pattern, str) else list(pattern)
+    if not patterns:
+        raise ValueError("no pattern given")
+    for p in patterns:
+        if not isinstance(p, str):
+            raise TypeError(f"pattern must be str, not {type(p).__name__}")
+        if len(p.encode("utf-8")) > 255:
+            raise ValueError(f"pattern longer than 255 bytes: {p[:40]!r}...")
+    if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
+                                 or from_seq < 0):
+        raise ValueError("from_seq must be an integer >= 0")
+    if timeout is not None and not timeout > 0:
+        raise ValueError("timeout must be a positive number of seconds")
+    return patterns
 
 
 class Subscription:
@@ -16,7 +36,8 @@ class Subscription:
     number of patterns (a message matching several patterns comes once). Three ways to read:
 
     * ``for msg in sub:`` -- blocks for each message; ends (``StopIteration``) once the client
-      is closed;
+      is closed. With ``sub.timeout`` set (``client.subscribe(..., timeout=5)``), a step that
+      waits longer than that raises :class:`ZepsTimeout` instead of blocking for ever;
     * ``sub.next(timeout=None)`` -- the next :class:`Message`, or :class:`ZepsTimeout` after
       ``timeout`` seconds (``None`` = wait for ever);
     * ``sub.poll(timeout=0.0)`` -- the next :class:`Message`, or ``None`` after ``timeout``.
@@ -27,10 +48,12 @@ class Subscription:
     from these calls too.
     """
 
-    __slots__ = ("_client",)
+    __slots__ = ("_client", "timeout")
 
     def __init__(self, client):
         self._client = client
+        #: Seconds each step of ``for msg in sub`` may wait (None: for ever).
+        self.timeout: Optional[float] = None
 
     @property
     def client(self):
@@ -40,17 +63,17 @@ class Subscription:
     @property
     def patterns(self) -> Tuple[str, ...]:
         """Patterns subscribed so far (OR-ed)."""
-        return tuple(self._client._patterns)
+        return tuple(self._client._p.patterns)
 
     @property
     def position(self) -> int:
         """Sequence of the last message handed to the application (0 if none yet)."""
-        return self._client._last_handed
+        return self._client._p.last_handed
 
     @property
     def buffered(self) -> int:
         """Messages received from the broker and not yet read by the application."""
-        return len(self._client._buffer)
+        return len(self._client._p.buffer)
 
     def next(self, timeout: Optional[float] = None) -> Message:
         """Return the next message; raise :class:`ZepsTimeout` if none comes within ``timeout``
@@ -69,7 +92,9 @@ class Subscription:
 
     def __next__(self) -> Message:
         try:
-            return self._client._next_message(None)
+            if self.timeout is None:
+                return self._client._next_message(None)
+            return self.next(self.timeout)
         except ClientClosed:
             raise StopIteration from None
 

@@ -106,7 +106,7 @@ def test_subscribe_argument_errors(broker):
         with pytest.raises(ValueError):
             c.subscribe(from_seq=-1)
         with pytest.raises(ZepsError):
-            c.subscribe.__self__._next_message(0)        # nothing subscribed yet
+            c._next_batch(0)        # nothing subscribed yet
         with pytest.raises(TypeError):
             c.publish("k", 42)
         with pytest.raises(ValueError):

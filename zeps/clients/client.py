@@ -115,11 +115,12 @@ _DONE = done_receipt(Receipt)
 
 def publish_frame(key: str, body) -> bytes:
     """The PUBLISH frame of ``(key, body)``: TypeError / ValueError for what cannot be sent."""
-    if isinstance(body, str):
-        body = body.encode("utf-8")
-    elif not isinstance(body, (bytes, bytearray, memoryview)):
-        raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-    if not isinstance(key, str):
+    if type(body) is not bytes:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if type(key) is not str and not isinstance(key, str):
         raise TypeError(f"key must be str, not {type(key).__name__}")
     try:
         return encode_publish(key, body)
@@ -128,8 +129,6 @@ def publish_frame(key: str, body) -> bytes:
 
 
 def _thread_name(ident) -> str:
-    if ident is None:
-        return "another thread"
     for t in threading.enumerate():
         if t.ident == ident:
             return f"thread {t.name!r}"
@@ -137,18 +136,18 @@ def _thread_name(ident) -> str:
 
 
 def _guarded(method):
-    """One caller at a time (see :meth:`Client._concurrent`)."""
+    """One caller at a time: a second thread (or greenlet) calling while one is inside gets
+    :class:`ConcurrentUseError` (see :meth:`Client._concurrent`) instead of corrupting the
+    client's state or its ZeroMQ socket, which is not thread-safe."""
     name = method.__name__
 
     @functools.wraps(method)
     def call(self, *args, **kwargs):
         if not self._guard.acquire(False):
             self._concurrent(name)
-        self._owner = _get_ident()
         try:
             return method(self, *args, **kwargs)
         finally:
-            self._owner = None
             self._guard.release()
     return call
 
@@ -260,16 +259,28 @@ class Client:
         sequence; without, the receipt is already done (sequence unknown).
         """
         frame = publish_frame(key, body)
-        if not self._guard.acquire(False):
+        if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("publish")
-        self._owner = _get_ident()
         try:
-            return self._publish(frame)
+            p = self._p
+            now = _monotonic()
+            r = Receipt(frame, self) if p.confirms else _DONE
+            if not p.publish(frame, now, r):
+                now = self._prepare_publish(now)
+                p.publish(frame, now, r, False)
+            conn = self._conn
+            try:
+                conn.send(frame, _NOBLOCK)
+            except zmq.Again:
+                p.unsent(frame)
+            if now >= self._next_look:
+                self._next_look = now + _LOOK_INTERVAL
+                if conn.readable():
+                    conn.service()
+            return r
         finally:
-            self._owner = None
             self._guard.release()
 
-    @_guarded
     def publish_batch(self, messages: Iterable[Tuple[str, Union[bytes, str]]]) -> int:
         """Publish every ``(key, body)`` of ``messages`` in order; returns how many.
 
@@ -277,33 +288,15 @@ class Client:
         the failing one were accepted, the rest were not).
         """
         n = 0
-        send = self._publish
+        publish = self.publish
         for key, body in messages:
-            send(publish_frame(key, body))
+            publish(key, body)
             n += 1
         return n
 
-    def _publish(self, frame: bytes) -> Receipt:
-        p = self._p
-        now = _monotonic()
-        r = Receipt(frame, self) if p.confirms else _DONE
-        if not p.publish(frame, now, r):
-            self._prepare_publish(now)
-            now = _monotonic()
-            p.publish(frame, now, r, False)
-        conn = self._conn
-        try:
-            conn.sock.send(frame, _NOBLOCK)
-        except zmq.Again:
-            p.unsent(frame)
-        if now >= self._next_look:
-            self._next_look = now + _LOOK_INTERVAL
-            if conn.readable():
-                conn.service()
-        return r
-
-    def _prepare_publish(self, now: float) -> None:
-        """Wait until a publish may go straight out, or raise why it may not."""
+    def _prepare_publish(self, now: float) -> float:
+        """Wait until a publish may go straight out (and return the time then), or raise why it
+        may not."""
         p = self._p
         p.check()
         deadline = now + self.timeout
@@ -321,6 +314,7 @@ class Client:
         if not ok:
             what = "reconnecting to" if not p.attached else "blocked sending to"
             raise ZepsTimeout(f"publish: still {what} {self.endpoint} after {self.timeout:g}s")
+        return _monotonic()
 
     @_guarded
     def flush(self, timeout: Optional[float] = None) -> None:
@@ -418,32 +412,27 @@ class Client:
             if not r.cancelled:
                 return
 
-    def _next_message(self, timeout: Optional[float]):
-        """The next message for the application, or None when ``timeout`` expires."""
-        if not self._guard.acquire(False):
+    def _next_batch(self, timeout: Optional[float]):
+        """The next messages for the application (a non-empty list, see :meth:`Peering.take`),
+        or None when ``timeout`` expires."""
+        if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("Subscription.next")
-        self._owner = _get_ident()
         try:
             p = self._p
-            if p.buffer and p.error is None:
-                msg = p.take()
-                if p.outbox:
-                    self._conn.flush()
-                return msg
-            p.check()
-            if not p.subscribed:
-                raise ZepsError("nothing subscribed: call Client.subscribe() first")
-            self._pump(None if timeout is None else _monotonic() + timeout,
-                       lambda: p.buffer or p.broken)
-            p.check()
-            if p.buffer:
-                msg = p.take()
-                if p.outbox:
-                    self._conn.flush()
-                return msg
-            return None
+            if not p.buffer or p.error is not None:
+                p.check()
+                if not p.subscribed:
+                    raise ZepsError("nothing subscribed: call Client.subscribe() first")
+                self._pump(None if timeout is None else _monotonic() + timeout,
+                           lambda: p.buffer or p.broken)
+                p.check()
+                if not p.buffer:
+                    return None
+            batch = p.take()
+            if p.outbox:
+                self._conn.flush()
+            return batch
         finally:
-            self._owner = None
             self._guard.release()
 
     # ------------------------------------------------------------------ requests
@@ -532,6 +521,8 @@ class Client:
         finally:
             self._conn.close()
             p.close()
+            if self._subscription is not None:
+                self._subscription._ready.clear()
         err, p.error = p.error, None
         if err is not None:
             raise err
@@ -563,21 +554,28 @@ class Client:
     # ------------------------------------------------------------------ the I/O loop
 
     def _pump(self, deadline: Optional[float], cond) -> bool:
-        """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False)."""
+        """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False).
+
+        Records the calling thread meanwhile: a second thread calling while this one waits is
+        told who holds the client (calls that do not wait are too short to record it cheaply)."""
         conn, p = self._conn, self._p
-        while True:
-            conn.service()
-            if cond():
-                return True
-            now = _monotonic()
-            if deadline is not None and now >= deadline:
-                return False
-            wait = 1.0 if deadline is None else deadline - now
-            wait = max(min(wait, p.next_timer(now) - now), 0.0)
-            if conn.poller is None:
-                self._sleep(wait)
-            else:
-                conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))
+        self._owner = _get_ident()
+        try:
+            while True:
+                conn.service()
+                if cond():
+                    return True
+                now = _monotonic()
+                if deadline is not None and now >= deadline:
+                    return False
+                wait = 1.0 if deadline is None else deadline - now
+                wait = max(min(wait, p.next_timer(now) - now), 0.0)
+                if conn.poller is None:
+                    self._sleep(wait)
+                else:
+                    conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))
+        finally:
+            self._owner = None
 
     def _sleep(self, seconds: float) -> None:
         if self.green:
@@ -590,7 +588,9 @@ class Client:
         """Raise the error for a call made while another caller is inside the client."""
         owner = self._owner
         me = threading.current_thread()
-        if owner == me.ident:
+        if owner is None:
+            other = "another thread"
+        elif owner == me.ident:
             other = f"another greenlet of thread {me.name!r}"
         else:
             other = _thread_name(owner)

@@ -15,7 +15,7 @@ does no I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
 
 and takes from it the frames to send, in order (:attr:`Peering.outbox`: the shell sends from
 the left and leaves what the socket does not take), the messages for the application
-(:attr:`Peering.buffer`, handed out by :meth:`Peering.take`), the outcome of each request (a
+(:attr:`Peering.buffer`, handed out in batches by :meth:`Peering.take`), the outcome of each request (a
 :class:`Request`), of each publish (a receipt, :mod:`zeps.clients.receipt`), and the errors to
 raise (:meth:`Peering.check`).
 
@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import struct
 from collections import deque
-from typing import Deque, Dict, Optional, Tuple
+from typing import Deque, Dict, List, Optional, Tuple
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
@@ -41,7 +41,7 @@ from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE
                                 deliver_cost, key_body_of)
 from ..protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 from .errors import ClientClosed, ConnectionLost, InvalidError
-from .message import Message
+from .message import Message, build_message
 
 __all__ = ["Peering", "Request", "CONNECTING", "ATTACHED", "FAILED", "CLOSED", "validate_options"]
 
@@ -50,6 +50,8 @@ log = logging.getLogger("zeps.client")
 CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "closed"
 #: Seconds between two reconnects.
 RECONNECT_SPACING = 0.1
+#: Most messages :meth:`Peering.take` hands out at once.
+TAKE_LIMIT = 64
 
 _DELIVER_HEAD = SIGNATURE + bytes((DELIVER_ID,))
 _DELIVER_TS_HEAD = SIGNATURE + bytes((DELIVER_TS_ID,))
@@ -343,16 +345,29 @@ class Peering:
         if self.state is ATTACHED:
             self._send(encode(c.Credit(self.credit_window)))
 
-    def take(self) -> Message:
-        """Hand the oldest buffered message to the application (the buffer must not be empty);
-        grants credit back once half the window was consumed."""
-        msg, cost = self.buffer.popleft()
-        self.buffered -= cost
-        self.last_handed = msg.sequence
-        self.consumed += cost
-        if self.consumed >= self.topup:
-            self._grant()
-        return msg
+    def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
+        """Hand the oldest buffered messages to the application: at most ``limit``, and no more
+        than half the credit window's worth (but at least one). Grants credit back once half
+        the window was consumed. A front end takes a batch under one lock and hands it out
+        message by message: the messages count as handed from here on (the position to
+        resubscribe from), and the credit they free goes back to the broker."""
+        buf = self.buffer
+        out: List[Message] = []
+        spent = 0
+        topup = self.topup
+        while buf:
+            msg, cost = buf.popleft()
+            out.append(msg)
+            spent += cost
+            if spent >= topup or len(out) >= limit:
+                break
+        if out:
+            self.buffered -= spent
+            self.last_handed = out[-1].sequence
+            self.consumed += spent
+            if self.consumed >= topup:
+                self._grant()
+        return out
 
     def detach(self, now: float) -> Request:
         """Start closing: DETACH (a peering lost from now on is not re-established)."""
@@ -404,7 +419,7 @@ class Peering:
             self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
                                  f"credit it was given")
             return
-        self.buffer.append((Message._fast(seq, text, body, ts, self.stream), cost))
+        self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
 
     def _on_command(self, frame: bytes, now: float) -> None:
         try:
@@ -486,12 +501,19 @@ class Peering:
             pending = self.pending
             k = min(n, len(pending))
             s = cmd.sequence
-            # Consecutive sequences are proven when the stream advanced by exactly n.
-            exact = self.anchor is not None and s - self.anchor == n
-            for i in range(k - 1):
-                pending.popleft()._resolve(s - (k - 1 - i) if exact else None)
+            # Consecutive sequences are proven when the stream advanced by exactly n. (Receipts
+            # are resolved in place, without a call each: this runs for every message.)
+            seq = s - k + 1 if self.anchor is not None and s - self.anchor == n else None
+            for _ in range(k - 1):
+                r = pending.popleft()
+                r._outcome = seq
+                r.frame = None
+                if seq is not None:
+                    seq += 1
             if k:
-                pending.popleft()._resolve(s if k == n else None)
+                r = pending.popleft()
+                r._outcome = s if k == n else None
+                r.frame = None
             self.peer_confirmed = cmd.count
             self.anchor = s
         if cmd.sequence > self.last_confirmed:

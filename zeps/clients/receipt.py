@@ -32,7 +32,8 @@ PENDING = object()
 
 
 class _BaseReceipt:
-    """State shared by both receipts; the peering resolves it through :meth:`_resolve` / :meth:`_fail`."""
+    """State shared by both receipts. The peering sets ``_outcome`` (and drops ``frame``) when
+    the CONFIRM arrives -- in place, it runs once per message -- or calls :meth:`_fail`."""
 
     __slots__ = ("frame", "_owner", "_outcome")
 
@@ -40,10 +41,6 @@ class _BaseReceipt:
         self.frame = frame              # the PUBLISH frame, re-sent after a reconnect
         self._owner = owner
         self._outcome = PENDING         # then the sequence (int or None), or the exception
-
-    def _resolve(self, sequence: Optional[int]) -> None:
-        self._outcome = sequence
-        self.frame = None
 
     def _fail(self, error: BaseException) -> None:
         self._outcome = error
@@ -114,5 +111,5 @@ class AsyncReceipt(_BaseReceipt):
 def done_receipt(cls):
     """The shared receipt every publish without confirms returns: done, sequence unknown."""
     r = cls(None, None)
-    r._resolve(None)
+    r._outcome = None
     return r

@@ -1,6 +1,7 @@
 """The consumer side of a :class:`~zeps.clients.Client`: :class:`Subscription`."""
 from __future__ import annotations
 
+from collections import deque
 from typing import Iterator, List, Optional, Tuple
 
 from .errors import ClientClosed, ZepsTimeout
@@ -44,16 +45,19 @@ class Subscription:
 
     Reading is what grants the broker credit: the client tops the credit up as messages are
     handed to you, so reading slowly makes the broker replay from the journal rather than
-    queue. Errors of the client (for example :class:`~zeps.clients.InvalidError`) are raised
-    from these calls too.
+    queue. (The subscription takes received messages from the client a few dozen at a time
+    and hands them out one by one.) Errors of the client (for example
+    :class:`~zeps.clients.InvalidError`) are raised from these calls too.
     """
 
-    __slots__ = ("_client", "timeout")
+    __slots__ = ("_client", "timeout", "_ready", "_position")
 
     def __init__(self, client):
         self._client = client
         #: Seconds each step of ``for msg in sub`` may wait (None: for ever).
         self.timeout: Optional[float] = None
+        self._ready: deque = deque()        # taken from the client, not yet handed out
+        self._position = 0
 
     @property
     def client(self):
@@ -68,35 +72,47 @@ class Subscription:
     @property
     def position(self) -> int:
         """Sequence of the last message handed to the application (0 if none yet)."""
-        return self._client._p.last_handed
+        return self._position
 
     @property
     def buffered(self) -> int:
         """Messages received from the broker and not yet read by the application."""
-        return len(self._client._p.buffer)
+        return len(self._client._p.buffer) + len(self._ready)
 
     def next(self, timeout: Optional[float] = None) -> Message:
         """Return the next message; raise :class:`ZepsTimeout` if none comes within ``timeout``
         seconds (``None``: wait for ever)."""
-        msg = self._client._next_message(timeout)
+        msg = self.poll(timeout)
         if msg is None:
             raise ZepsTimeout(f"no message on stream {self._client.stream!r} within {timeout:g}s")
         return msg
 
     def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
         """Return the next message, or ``None`` if none comes within ``timeout`` seconds."""
-        return self._client._next_message(timeout)
+        try:
+            msg = self._ready.popleft()
+        except IndexError:
+            batch = self._client._next_batch(timeout)
+            if batch is None:
+                return None
+            self._ready.extend(batch)
+            msg = self._ready.popleft()
+        self._position = msg.sequence
+        return msg
 
     def __iter__(self) -> Iterator[Message]:
         return self
 
     def __next__(self) -> Message:
         try:
-            if self.timeout is None:
-                return self._client._next_message(None)
-            return self.next(self.timeout)
-        except ClientClosed:
-            raise StopIteration from None
+            msg = self._ready.popleft()
+        except IndexError:
+            try:
+                return self.next(self.timeout)
+            except ClientClosed:
+                raise StopIteration from None
+        self._position = msg.sequence
+        return msg
 
     def close(self) -> None:
         """Close the underlying client (a subscription cannot be cancelled alone in ZEPS/1)."""

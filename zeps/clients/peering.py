@@ -193,11 +193,10 @@ class Peering:
             return self.reconnect_at
         if self.state is not ATTACHED:
             return now + 0.25
-        t = min(self.last_send, self.last_recv) + self.heartbeat
         probe = self.probe
-        if probe is not None and not probe.done:
-            t = min(t, probe.sent_at + self.probe_timeout)
-        return max(t, now + 0.001)
+        if probe is not None and not probe.done:        # its answer or its timeout comes next
+            return max(probe.sent_at + self.probe_timeout, now + 0.001)
+        return max(min(self.last_send, self.last_recv) + self.heartbeat, now + 0.001)
 
     def reconnect_due(self, now: float) -> bool:
         return (self.need_reconnect is not None and now >= self.reconnect_at
@@ -265,10 +264,10 @@ class Peering:
             return
         if self.state is ATTACHED:
             probe = self.probe
+            if probe is not None and probe.done:
+                probe = self.probe = None
             if probe is not None:
-                if probe.done:
-                    self.probe = None
-                elif now - probe.sent_at > self.probe_timeout:
+                if now - probe.sent_at > self.probe_timeout:
                     self.connection_lost(f"no answer to a heartbeat within {self.probe_timeout:g}s")
             elif now - min(self.last_send, self.last_recv) >= self.heartbeat:
                 self.probe = self.request(c.StreamInfo(), "probe", now)

@@ -1,6 +1,7 @@
 """The client SDK against a real broker process (tests/conftest.py), real sockets on 127.0.0.1."""
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -106,7 +107,7 @@ def test_subscribe_argument_errors(broker):
         with pytest.raises(ValueError):
             c.subscribe(from_seq=-1)
         with pytest.raises(ZepsError):
-            c._next_batch(0)        # nothing subscribed yet
+            c._fill(collections.deque(), 0)        # nothing subscribed yet
         with pytest.raises(TypeError):
             c.publish("k", 42)
         with pytest.raises(ValueError):

@@ -373,6 +373,12 @@ class Peering:
         self.closing = True
         return self.request(c.Detach(), "detach", now)
 
+    def abort(self, error: Exception) -> None:
+        """The shell cannot go on (its I/O failed): the peering is over and every waiter hears
+        ``error``."""
+        self.state = FAILED
+        self._fail(error)
+
     def close(self) -> None:
         """The shell closed its socket: final. Unconfirmed publishes fail with ClientClosed."""
         self.state = CLOSED

@@ -89,14 +89,14 @@ class Subscription:
 
     def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
         """Return the next message, or ``None`` if none comes within ``timeout`` seconds."""
-        try:
-            msg = self._ready.popleft()
-        except IndexError:
-            batch = self._client._next_batch(timeout)
-            if batch is None:
-                return None
-            self._ready.extend(batch)
-            msg = self._ready.popleft()
+        ready = self._ready
+        while True:
+            try:
+                msg = ready.popleft()
+                break
+            except IndexError:              # empty (perhaps emptied by another reader)
+                if not self._client._fill(ready, timeout):
+                    return None
         self._position = msg.sequence
         return msg
 

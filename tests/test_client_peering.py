@@ -286,7 +286,15 @@ def test_a_rejected_publish_fails_its_receipt_and_the_count_stays_right():
     feed(p, c.Confirm(2, 2))                        # the broker counted the two others
     assert (small.sequence, small2.sequence) == (1, 2)
     with pytest.raises(InvalidError):
-        p.check()
+        p.check()                                   # told once, by the next call...
+
+
+def test_a_rejection_heard_through_its_receipt_is_not_raised_again():
+    p = attached(confirms=True)
+    big = publish(p, b"z" * 50)
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}too big"))
+    p.heard(big.exception())                        # ...or by the receipt, if looked at first
+    p.check()
 
 
 def test_close_fails_unconfirmed_receipts():

@@ -187,6 +187,12 @@ class Peering:
             err, self.error = self.error, None
             raise err
 
+    def heard(self, error: Exception) -> None:
+        """The application heard of ``error`` elsewhere (a receipt): :meth:`check` will not
+        raise it again."""
+        if self.error is error:
+            self.error = None
+
     def next_timer(self, now: float) -> float:
         """When :meth:`tick` (or :meth:`reconnect`) has something to do next."""
         if self.need_reconnect:

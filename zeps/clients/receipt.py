@@ -15,6 +15,9 @@ client knows from the stream's last sequence at attach time and from the previou
 otherwise its sequence is ``None`` -- the message is durable, its place in the stream is not
 on the wire. One publisher per stream therefore always gets exact sequences.
 
+A rejection is reported once: by the receipt if the application looks at it (``result()``,
+``exception()``) before its next call on the client, else by that call, as without receipts.
+
 Receipts cost one small object per publish with confirms and nothing without; the client keeps
 the receipts of unconfirmed messages (it re-sends their frames after a reconnect) and lets go
 of them once confirmed.
@@ -59,13 +62,22 @@ class _BaseReceipt:
     def exception(self) -> Optional[BaseException]:
         """The error the message failed with (rejected, client closed, peering lost), or None."""
         out = self._outcome
-        return out if isinstance(out, BaseException) else None
+        if isinstance(out, BaseException):
+            self._heard(out)
+            return out
+        return None
 
     def _value(self) -> Optional[int]:
         out = self._outcome
         if isinstance(out, BaseException):
+            self._heard(out)
             raise out
         return out
+
+    def _heard(self, error: BaseException) -> None:
+        """The application heard of the rejection here: the client does not raise it again."""
+        if self._owner is not None:
+            self._owner._p.heard(error)
 
     def _timed_out(self, timeout: Optional[float]) -> ZepsTimeout:
         return ZepsTimeout(f"publish not confirmed within {timeout:g}s")

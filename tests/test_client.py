@@ -267,6 +267,24 @@ def test_timeouts(broker):
         assert sub.poll(0.05) is None
 
 
+def test_iteration_timeout_raises_then_the_subscription_goes_on(broker):
+    publish_n(broker.endpoint, "s", 3)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        got = []
+        with pytest.raises(ZepsTimeout):
+            for m in c.subscribe(timeout=0.3):         # each step waits at most 0.3 s
+                got.append(m.sequence)
+                last = time.monotonic()
+        assert got == [1, 2, 3]
+        assert 0.25 < time.monotonic() - last < 3
+        sub = c.subscribe()                            # the same subscription, same timeout
+        assert sub.timeout == 0.3
+        publish_n(broker.endpoint, "s", 1, start=3)
+        assert next(iter(sub)).sequence == 4
+        with pytest.raises(ValueError):
+            c.subscribe(timeout=0)
+
+
 def test_unreachable_broker_times_out():
     with zmq.Context.instance().socket(zmq.ROUTER) as s:      # find a free port, then free it
         port = s.bind_to_random_port("tcp://127.0.0.1")

@@ -72,6 +72,7 @@ def _guarded(method):
     def call(self, *args, **kwargs):
         if not self._guard.acquire(False):
             self._concurrent(name)
+        self._owner = _get_ident()
         try:
             return method(self, *args, **kwargs)
         finally:
@@ -116,7 +117,7 @@ class Client(ops.FrontEnd):
         module, ctx = zmq_for(context)
         self.green = module is not zmq
         self._guard = threading.Lock()
-        self._owner = None
+        self._owner: Optional[int] = None           # thread ident of the last caller
         self._next_look = 0.0
         self._conn = conn = Connection(p, self.endpoint, module, ctx)
         conn.open()
@@ -144,6 +145,7 @@ class Client(ops.FrontEnd):
         frame = publish_frame(key, body)
         if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("publish")
+        self._owner = _get_ident()
         try:
             p = self._p
             now = _monotonic()
@@ -239,7 +241,8 @@ class Client(ops.FrontEnd):
     def _fill(self, ready, timeout: Optional[float]) -> bool:
         """Put the next messages into ``ready`` (see :func:`operations.fill`)."""
         if not self._guard.acquire(False):         # _guarded, inlined on the hot path
-            self._concurrent("Subscription.next")
+            self._concurrent("Subscription.next/poll")
+        self._owner = _get_ident()
         try:
             return self._run(ops.fill(self, ready, timeout))
         finally:
@@ -326,28 +329,21 @@ class Client(ops.FrontEnd):
             self._conn.flush()
 
     def _pump(self, cond, deadline: Optional[float]) -> bool:
-        """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False).
-
-        Records the calling thread meanwhile: a second thread calling while this one waits is
-        told who holds the client (calls that do not wait are too short to record it cheaply)."""
+        """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False)."""
         conn, p = self._conn, self._p
-        self._owner = _get_ident()
-        try:
-            while True:
-                conn.service()
-                if cond():
-                    return True
-                now = _monotonic()
-                if deadline is not None and now >= deadline:
-                    return False
-                wait = 1.0 if deadline is None else deadline - now
-                wait = max(min(wait, p.next_timer(now) - now), 0.0)
-                if conn.poller is None:
-                    self._sleep(wait)
-                else:
-                    conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))
-        finally:
-            self._owner = None
+        while True:
+            conn.service()
+            if cond():
+                return True
+            now = _monotonic()
+            if deadline is not None and now >= deadline:
+                return False
+            wait = 1.0 if deadline is None else deadline - now
+            wait = max(min(wait, p.next_timer(now) - now), 0.0)
+            if conn.poller is None:
+                self._sleep(wait)
+            else:
+                conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))
 
     def _sleep(self, seconds: float) -> None:
         if self.green:
@@ -358,7 +354,7 @@ class Client(ops.FrontEnd):
 
     def _concurrent(self, call: str):
         """Raise the error for a call made while another caller is inside the client."""
-        owner = self._owner
+        owner = self._owner             # written by whoever holds the guard, right after taking it
         me = threading.current_thread()
         if owner is None:
             other = "another thread"

@@ -8,10 +8,15 @@ import asyncio
 
 import pytest
 
+import zmq
+import zmq.asyncio
+
 from zeps.clients import (AsyncClient, AsyncReceipt, Client, ClientClosed, InvalidError,
                           ZepsError, ZepsTimeout)
 from zeps.clients.aio import list_streams
-from zeps.protocol.reasons import PUBLISH_REJECTED
+from zeps.protocol import commands as c
+from zeps.protocol.codec import decode, encode
+from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 
 FAST = {"timeout": 5.0, "heartbeat": 1.0}
 
@@ -173,7 +178,6 @@ def test_argument_errors_timeouts_and_close(broker):
 
 
 def test_unreachable_broker_times_out():
-    import zmq
     with zmq.Context.instance().socket(zmq.ROUTER) as s:          # a free port, then free it
         port = s.bind_to_random_port("tcp://127.0.0.1")
 
@@ -306,3 +310,65 @@ def test_reconnect_after_broker_restart_no_gap_no_duplicate(broker):
     seqs = [m.sequence for m in got]
     assert seqs == list(range(1, len(seqs) + 1))                 # no gap, no duplicate
     assert bodies == set(range(n))
+
+
+@pytest.mark.parametrize("forget", [c.Detach(), c.Invalid(f"{NOT_ATTACHED}CREDIT before ATTACH")],
+                         ids=["S:DETACH", "INVALID not attached"])
+def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget):
+    """The broker side is a scripted ROUTER socket: it attaches the client, delivers 1 and 2,
+    then forgets it. The client must come back on a new connection, re-subscribe from 2 (the
+    last message it handed out) and go on with 3."""
+    async def main():
+        ctx = zmq.asyncio.Context()
+        router = ctx.socket(zmq.ROUTER)
+        router.setsockopt(zmq.LINGER, 0)
+        port = router.bind_to_random_port("tcp://127.0.0.1")
+
+        async def expect(cls):
+            ident, frame = await asyncio.wait_for(router.recv_multipart(), 10)
+            cmd = decode(frame)
+            assert isinstance(cmd, cls), cmd
+            return ident, cmd
+
+        async def answer(ident, cmd):
+            await router.send_multipart([ident, encode(cmd)])
+
+        client = AsyncClient(f"tcp://127.0.0.1:{port}", "s", timestamps=False, timeout=5,
+                             heartbeat=30)
+        try:
+            connecting = asyncio.ensure_future(client.connect())
+            ident, _ = await expect(c.Attach)
+            await answer(ident, c.AttachOk())
+            await connecting
+            subscribing = asyncio.ensure_future(client.subscribe(""))
+            _, cmd = await expect(c.Subscribe)
+            assert cmd.latest == 0
+            await answer(ident, c.SubscribeOk())
+            sub = await subscribing
+            await expect(c.Credit)
+            for seq in (1, 2):
+                await answer(ident, c.Deliver(seq, "k", b"%d" % seq))
+            assert [m.sequence for m in await read(sub, 2)] == [1, 2]
+
+            await answer(ident, forget)                       # the broker forgets the client
+            again, _ = await expect(c.Attach)
+            assert again != ident                             # a new connection
+            await answer(again, c.AttachOk())
+            _, cmd = await expect(c.Subscribe)
+            assert (cmd.pattern, cmd.latest) == ("", 2)       # resumes after the last handed
+            await answer(again, c.SubscribeOk())
+            await expect(c.Credit)
+            await answer(again, c.Deliver(3, "k", b"3"))
+            assert (await sub.next(10)).sequence == 3
+            assert client.reconnects == 1
+
+            closing = asyncio.ensure_future(client.close())
+            await expect(c.Detach)
+            await answer(again, c.DetachOk())
+            await closing
+        finally:
+            await client.close(timeout=0.1)
+            router.close(0)
+            ctx.term()
+
+    run(main())

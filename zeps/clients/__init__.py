@@ -95,14 +95,14 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
 """
 from . import errors
-from .aio import AsyncClient, AsyncSubscription
+from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError, ZepsError,
                      ZepsTimeout)
 from .message import Message, StreamInfo
 from .receipt import AsyncReceipt, Receipt
-from .subscription import Subscription
+from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "AsyncClient", "Subscription", "AsyncSubscription", "Receipt",
            "AsyncReceipt", "Message", "StreamInfo", "list_streams", "errors", "ZepsError",

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import deque
 from typing import Iterable, Optional, Tuple, Union
 
 import zmq
@@ -35,14 +34,14 @@ from ..units import DEFAULT_ENDPOINT, TimeLike
 from . import operations as ops
 from .client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
-from .message import Message, StreamInfo
+from .message import StreamInfo
 from .operations import publish_frame
 from .peering import CLOSED, list_streams_answer
 from .receipt import AsyncReceipt, done_receipt
-from .subscription import Subscription, subscribe_args
+from .subscription import AsyncSubscription, Subscribing, subscribe_args
 from .transport import Connection, check_endpoint, zmq_for
 
-__all__ = ["AsyncClient", "AsyncSubscription", "list_streams"]
+__all__ = ["AsyncClient", "list_streams"]
 
 log = logging.getLogger("zeps.client")
 
@@ -191,7 +190,7 @@ class AsyncClient(ops.FrontEnd):
 
     def subscribe(self, pattern: Union[str, Iterable[str]] = "", *, from_seq: Optional[int] = None,
                   from_time: Optional[TimeLike] = None, live: bool = False,
-                  timeout: Optional[float] = None) -> "Subscribing":
+                  timeout: Optional[float] = None) -> Subscribing:
         """Subscribe, as :meth:`Client.subscribe` (same arguments, same errors, which come when
         the subscription is made). Returns a :class:`Subscribing`: ``await`` it for the client's
         :class:`AsyncSubscription`, or iterate it directly: ``async for msg in
@@ -199,7 +198,7 @@ class AsyncClient(ops.FrontEnd):
         patterns = subscribe_args(pattern, from_seq, from_time, live, timeout)
         return Subscribing(self, (patterns, from_seq, from_time, live, timeout))
 
-    async def _subscribe(self, patterns, from_seq, from_time, live, timeout) -> "AsyncSubscription":
+    async def _subscribe(self, patterns, from_seq, from_time, live, timeout) -> AsyncSubscription:
         await self._run(ops.subscribe(self, patterns, from_seq, from_time, live))
         if self._subscription is None:
             self._subscription = AsyncSubscription(self)
@@ -312,94 +311,6 @@ class AsyncClient(ops.FrontEnd):
             log.exception("zeps: the I/O task of %s (stream %r) failed", self.endpoint, self.stream)
             p.abort(ConnectionLost(f"the client's I/O failed: {e!r}"))
             self._notify()
-
-
-class Subscribing:
-    """What :meth:`AsyncClient.subscribe` returns: ``await`` it to make the subscription (its
-    value is the client's :class:`AsyncSubscription`), or iterate it with ``async for``, which
-    makes the subscription first. A cancelled ``await`` is retried by the next one."""
-
-    __slots__ = ("_client", "_args", "_sub")
-
-    def __init__(self, client: AsyncClient, args):
-        self._client = client
-        self._args = args
-        self._sub: Optional[AsyncSubscription] = None
-
-    async def _made(self) -> "AsyncSubscription":
-        if self._sub is None:
-            self._sub = await self._client._subscribe(*self._args)
-        return self._sub
-
-    def __await__(self):
-        return self._made().__await__()
-
-    def __aiter__(self) -> "Subscribing":
-        return self
-
-    async def __anext__(self) -> Message:
-        sub = self._sub if self._sub is not None else await self._made()
-        return await sub.__anext__()
-
-
-class AsyncSubscription:
-    """The messages of an :class:`AsyncClient`'s subscriptions, in strictly increasing sequence
-    order (as :class:`~zeps.clients.Subscription`): ``async for msg in sub`` (ends once the
-    client is closed; each step raises :class:`~zeps.clients.ZepsTimeout` after ``sub.timeout``
-    seconds when set), ``await sub.next(timeout)``, ``await sub.poll(timeout)``."""
-
-    __slots__ = ("_client", "timeout", "_ready", "_position")
-
-    patterns = Subscription.patterns
-    buffered = Subscription.buffered
-    position = Subscription.position
-    client = Subscription.client
-
-    def __init__(self, client: AsyncClient):
-        self._client = client
-        #: Seconds each step of ``async for msg in sub`` may wait (None: for ever).
-        self.timeout: Optional[float] = None
-        self._ready: deque = deque()
-        self._position = 0
-
-    async def next(self, timeout: Optional[float] = None) -> Message:
-        """The next message; :class:`~zeps.clients.ZepsTimeout` if none comes within ``timeout``
-        seconds (None: wait for ever)."""
-        msg = await self.poll(timeout)
-        if msg is None:
-            raise ZepsTimeout(f"no message on stream {self._client.stream!r} within {timeout:g}s")
-        return msg
-
-    async def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
-        """The next message, or None if none comes within ``timeout`` seconds."""
-        ready = self._ready
-        while not ready:
-            if not await self._client._run(ops.fill(self._client, ready, timeout)):
-                return None
-        msg = ready.popleft()
-        self._position = msg.sequence
-        return msg
-
-    def __aiter__(self) -> "AsyncSubscription":
-        return self
-
-    async def __anext__(self) -> Message:
-        if self._ready:
-            msg = self._ready.popleft()
-            self._position = msg.sequence
-            return msg
-        try:
-            return await self.next(self.timeout)
-        except ClientClosed:
-            raise StopAsyncIteration from None
-
-    async def close(self) -> None:
-        """Close the client (a subscription cannot be cancelled alone in ZEPS/1)."""
-        await self._client.close()
-
-    def __repr__(self) -> str:
-        return (f"<zeps.AsyncSubscription stream={self._client.stream!r} "
-                f"patterns={self.patterns!r} position={self.position}>")
 
 
 async def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0,

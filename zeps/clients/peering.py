@@ -43,7 +43,8 @@ from ..protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 from .errors import ClientClosed, ConnectionLost, InvalidError
 from .message import Message, build_message
 
-__all__ = ["Peering", "Request", "CONNECTING", "ATTACHED", "FAILED", "CLOSED", "validate_options"]
+__all__ = ["Peering", "Request", "CONNECTING", "ATTACHED", "FAILED", "CLOSED", "validate_options",
+           "list_streams_answer"]
 
 log = logging.getLogger("zeps.client")
 

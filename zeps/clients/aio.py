@@ -77,10 +77,11 @@ class AsyncClient(ops.FrontEnd):
 
     async def connect(self) -> "AsyncClient":
         """Connect and ATTACH (once; later calls wait for the same). Returns the client.
-        Cancelled or failed, it leaves the client closed."""
+        The call that started connecting, cancelled or failed, leaves the client closed."""
         if self._p.state is CLOSED:
             raise ClientClosed("the client is closed")
-        if self._task is None:
+        started = self._task is None
+        if started:
             self._loop = asyncio.get_running_loop()
             self._conn.open()
             self._conn.flush()
@@ -88,7 +89,8 @@ class AsyncClient(ops.FrontEnd):
         try:
             await self._run(ops.connect(self))
         except BaseException:
-            self._shutdown()
+            if started:
+                self._shutdown()
             raise
         return self
 

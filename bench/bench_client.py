@@ -4,20 +4,22 @@
   processed everything) vs. a bare DEALER sending pre-encoded PUBLISH frames then PING/PING-OK;
 * publish + confirms: the same with ``confirms=True`` and ``wait_for_confirms()`` at the end;
 * subscribe (replay): ``for msg in sub`` over the whole stream vs. a bare DEALER that SUBSCRIBEs,
-  grants the credit of the whole stream at once and decodes every DELIVER with the codec.
+  grants the credit of the whole stream at once and decodes every DELIVER with the codec;
+* the same three with the asyncio client (``AsyncClient``: ``await publish``, ``async for``).
 
     python -m bench.bench_client [--n 100000] [--size 100]
 """
 from __future__ import annotations
 
 import argparse
+import asyncio
 import tempfile
 import time
 
 import zmq
 
 from bench.bench_broker import start_broker
-from zeps.clients import Client
+from zeps.clients import AsyncClient, Client
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
 
@@ -79,6 +81,35 @@ def sdk_subscribe(ep, stream, n):
         return time.perf_counter() - t
 
 
+async def _aio_publish(ep, stream, n, body, confirms):
+    t = time.perf_counter()
+    async with AsyncClient(ep, stream, confirms=confirms) as cl:
+        for _ in range(n):
+            await cl.publish("k", body)
+        if confirms:
+            await cl.wait_for_confirms(timeout=120)
+    return time.perf_counter() - t
+
+
+async def _aio_subscribe(ep, stream, n):
+    async with AsyncClient(ep, stream) as cl:
+        t = time.perf_counter()
+        i = 0
+        async for _ in cl.subscribe():
+            i += 1
+            if i == n:
+                break
+        return time.perf_counter() - t
+
+
+def aio_publish(ep, stream, n, body, confirms):
+    return asyncio.run(_aio_publish(ep, stream, n, body, confirms))
+
+
+def aio_subscribe(ep, stream, n):
+    return asyncio.run(_aio_subscribe(ep, stream, n))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=100_000)
@@ -95,13 +126,16 @@ def main() -> None:
                 ("SDK publish + confirms", sdk_publish(ep, "sdkc", n, body, True)),
                 ("bare DEALER replay", bare_subscribe(ep, "bare", n, body)),
                 ("SDK subscribe replay", sdk_subscribe(ep, "sdk", n)),
+                ("asyncio publish", aio_publish(ep, "aio", n, body, False)),
+                ("asyncio publish + confirms", aio_publish(ep, "aioc", n, body, True)),
+                ("asyncio subscribe replay", aio_subscribe(ep, "aio", n)),
             ]
         finally:
             proc.terminate()
             proc.wait()
     print(f"{n} messages of {args.size} bytes")
     for name, dt in rows:
-        print(f"  {name:<24} {n / dt:>10,.0f} msg/s  ({dt:.2f} s)")
+        print(f"  {name:<27} {n / dt:>10,.0f} msg/s  ({dt:.2f} s)")
 
 
 if __name__ == "__main__":

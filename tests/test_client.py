@@ -1,6 +1,7 @@
 """The client SDK against a real broker process (tests/conftest.py), real sockets on 127.0.0.1."""
 from __future__ import annotations
 
+import collections
 import os
 import subprocess
 import sys
@@ -12,8 +13,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from zeps.clients import (Client, ClientClosed, InvalidError, Message, StreamInfo, ZepsError,
-                          ZepsTimeout, list_streams)
+from zeps.clients import (Client, ClientClosed, ConcurrentUseError, InvalidError, Message,
+                          StreamInfo, ZepsError, ZepsTimeout, list_streams)
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = dict(timeout=5.0, heartbeat=1.0)
@@ -106,7 +107,7 @@ def test_subscribe_argument_errors(broker):
         with pytest.raises(ValueError):
             c.subscribe(from_seq=-1)
         with pytest.raises(ZepsError):
-            c.subscribe.__self__._next_message(0)        # nothing subscribed yet
+            c._fill(collections.deque(), 0)        # nothing subscribed yet
         with pytest.raises(TypeError):
             c.publish("k", 42)
         with pytest.raises(ValueError):
@@ -266,6 +267,24 @@ def test_timeouts(broker):
         assert sub.poll(0.05) is None
 
 
+def test_iteration_timeout_raises_then_the_subscription_goes_on(broker):
+    publish_n(broker.endpoint, "s", 3)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        got = []
+        with pytest.raises(ZepsTimeout):
+            for m in c.subscribe(timeout=0.3):         # each step waits at most 0.3 s
+                got.append(m.sequence)
+                last = time.monotonic()
+        assert got == [1, 2, 3]
+        assert 0.25 < time.monotonic() - last < 3
+        sub = c.subscribe()                            # the same subscription, same timeout
+        assert sub.timeout == 0.3
+        publish_n(broker.endpoint, "s", 1, start=3)
+        assert next(iter(sub)).sequence == 4
+        with pytest.raises(ValueError):
+            c.subscribe(timeout=0)
+
+
 def test_unreachable_broker_times_out():
     with zmq.Context.instance().socket(zmq.ROUTER) as s:      # find a free port, then free it
         port = s.bind_to_random_port("tcp://127.0.0.1")
@@ -296,6 +315,58 @@ def test_close_is_idempotent_and_final(broker):
     assert list(sub) == []                          # iteration ends once closed
     with Client(broker.endpoint, "s", **FAST) as c2:   # the publish before close() was flushed
         assert c2.info().last == 1
+
+
+# ------------------------------------------------------------------ one caller at a time
+
+def test_two_threads_at_once_get_an_error_naming_both(broker):
+    with Client(broker.endpoint, "s", **FAST) as c:
+        sub = c.subscribe()
+        got = []
+
+        def reader():
+            while True:
+                try:
+                    got.append(sub.next(timeout=10))       # waits inside the client
+                    return
+                except ConcurrentUseError:                  # collided with the main thread
+                    time.sleep(0.001)
+
+        t = threading.Thread(target=reader, name="reader")
+        t.start()
+        deadline = time.monotonic() + 10
+        while True:                                         # until the reader is inside
+            try:
+                c.info()
+            except ConcurrentUseError as e:
+                err = e
+                break
+            assert time.monotonic() < deadline, "the reader never got into the client"
+            time.sleep(0.01)
+        assert isinstance(err, ZepsError)
+        assert "thread 'MainThread' called info()" in str(err)
+        assert "thread 'reader' is inside a call" in str(err)
+        publish_n(broker.endpoint, "s", 1)                  # the reader gets it and leaves
+        t.join(10)
+        assert [m.sequence for m in got] == [1]
+        assert c.info().last == 1                           # one thread at a time again: fine
+
+
+def test_two_greenlets_at_once_get_an_error(broker):
+    gevent = pytest.importorskip("gevent")
+    import zmq.green as zgreen
+
+    ctx = zgreen.Context()
+    with Client(broker.endpoint, "g", context=ctx, **FAST) as c:
+        sub = c.subscribe()
+        reader = gevent.spawn(sub.next, 10)
+        gevent.sleep(0)                                     # the reader runs until it waits
+        with pytest.raises(ConcurrentUseError, match="another greenlet of thread 'MainThread'"):
+            c.publish("k", b"x")
+        publish_n(broker.endpoint, "g", 1)
+        assert reader.get(timeout=10).sequence == 1
+        c.publish("k", b"y")                                # usable again
+    ctx.term()
 
 
 # ------------------------------------------------------------------ reconnect

@@ -1,4 +1,4 @@
-"""ZEPS client SDK: a blocking (and gevent-friendly) client for the ZEPS broker.
+"""ZEPS client SDK: a blocking (and gevent-friendly) :class:`Client` and an :class:`AsyncClient`.
 
 Quick start::
 
@@ -14,19 +14,98 @@ Quick start::
         for msg in sub:                         #   from_time=, live=True
             print(msg.sequence, msg.key, msg.body)
 
-Exports: :class:`Client`, :class:`Subscription`, :class:`Message`, :class:`StreamInfo`,
-:func:`list_streams`, and the errors :class:`ZepsError`, :class:`InvalidError`,
-:class:`ZepsTimeout`, :class:`ConnectionLost`, :class:`ClientClosed` (also as the module
-``zeps.clients.errors``).
+and with asyncio::
+
+    from zeps.clients import AsyncClient
+
+    async with AsyncClient("tcp://127.0.0.1:7470", "orders", confirms=True) as client:
+        receipt = await client.publish("eu.fr", b"hello")
+        seq = await receipt                     # its sequence, once durable
+        async for msg in client.subscribe("eu."):
+            print(msg.sequence, msg.key, msg.body)
+
+How it works (what you can rely on, with either client)
+-------------------------------------------------------
+
+* **Where the I/O happens.** :class:`Client` has no background thread: all socket I/O happens
+  inside your calls (``publish``, ``Subscription.next`` / iteration, ``wait_for_confirms``,
+  ...); while a call is blocked the client answers to the broker, sends heartbeats and
+  reconnects. :class:`AsyncClient` runs the same I/O in a task of your event loop, so it keeps
+  the peering alive while your code awaits anything. If a blocking program does not call its
+  client for longer than the broker's expiry (60 s by default) the broker forgets the peering;
+  the client notices it at the next call and re-attaches transparently (a ``publish`` after
+  ``heartbeat`` seconds of silence first checks, with one round trip, that the broker still
+  knows the client, so that publish is not lost).
+* **Plain, gevent or asyncio.** In a plain program :class:`Client` uses blocking ``zmq`` with
+  polling and timeouts. If gevent has monkey-patched ``socket``, or you pass
+  ``context=zmq.green.Context()``, it uses ``zmq.green`` so that waiting yields to other
+  greenlets. A :class:`Client` must be used by one thread or greenlet at a time (one client per
+  thread or greenlet): a call made while another thread or greenlet is inside a call on the same
+  client raises :class:`ConcurrentUseError` naming both. :class:`AsyncClient` (``zmq.asyncio``)
+  may be shared by the tasks of its event loop; a cancelled ``await`` leaves it consistent.
+* **Publishing never drops silently.** When ZeroMQ's high-water mark is reached ``publish``
+  blocks (up to ``timeout`` seconds, then :class:`ZepsTimeout`, and that message was not
+  accepted). An ``INVALID`` the broker sends back for a publish (message over the broker's
+  ``--max-message``, disk full, ...) is raised as :class:`InvalidError` by the next call on the
+  client once it has arrived (``publish``, ``wait_for_confirms``, ``flush``, ``close``, ...);
+  the call that raises it did not perform its own operation. (While publishing flat out the
+  client looks at its socket every 2 ms, so a few more publishes may go out before it shows;
+  ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
+* **Confirms** (``confirms=True``): ``wait_for_confirms()`` blocks until every message published
+  so far is durable under the broker's fsync policy and returns the sequence of the last one;
+  the :class:`~zeps.clients.Receipt` that ``publish`` returns resolves to its message's sequence
+  when the CONFIRM covering it arrives (``receipt.result(timeout)``; see
+  :mod:`zeps.clients.receipt`).
+  Messages not yet confirmed when the peering is lost are **re-sent** after the reconnect:
+  delivery is *at-least-once* (a message that became durable just before a crash, but whose
+  CONFIRM was lost, is stored twice, under two sequences). Without confirms, a publish is
+  *at-most-once* across a broker crash: messages in flight when the broker dies may be lost.
+* **Subscriptions and credit.** The client grants the broker ``credit_window`` bytes of
+  deliveries and tops the credit up as *your application* consumes messages (when half of the
+  window was consumed). A slow application therefore makes the broker switch this client to
+  journal replay instead of queueing; you never see the switch: sequences strictly increase,
+  without gaps (except for messages your patterns do not match) and without duplicates (the
+  client drops any sequence not above the last one it handed to you, defensively).
+  ``credit_window`` must be at least as large as the largest message's cost
+  (``8 + len(key) + 1 + len(body)``), otherwise that message is never delivered; the default
+  (8 MiB) is well above the broker's default ``--max-message`` (1 MiB).
+* **Reconnect.** A lost peering is detected by (1) a ZeroMQ socket-monitor ``DISCONNECTED``
+  event (a broker that dies closes the TCP connection: detection is immediate), (2) an
+  ``INVALID`` whose reason says the broker does not know this client (it starts with
+  :data:`zeps.protocol.reasons.NOT_ATTACHED`, e.g. after expiry or when ZeroMQ reconnected the
+  socket to a restarted broker) or a ``DETACH`` sent by the broker, and (3) a
+  heartbeat: when the peering has been silent for ``heartbeat`` seconds the client sends
+  ``STREAM-INFO`` (valid only while attached, unlike ``PING`` which a broker answers even to a
+  stranger) and declares the peering lost when no answer comes within
+  ``max(heartbeat, timeout)`` seconds; ZeroMQ's own ZMTP heartbeats are enabled too. On a lost
+  peering the client opens a fresh socket, re-ATTACHes, re-sends CONFIRM-SELECT, resubscribes
+  every pattern from the last sequence it handed to the application, re-grants the credit
+  window, and re-sends unconfirmed publishes. Messages received but not yet handed to the
+  application are discarded and fetched again from the journal.
+
+Layers: :mod:`zeps.clients.peering` is the protocol as a pure state machine (no sockets, no
+clock); :mod:`zeps.clients.transport` owns the socket; :mod:`zeps.clients.operations` writes
+each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.clients.aio`
+(asyncio) only differ in how they wait. See docs/architecture.md, "Client SDK".
+
+Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
+:class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
+:class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
+:class:`InvalidError`, :class:`ZepsTimeout`, :class:`ConnectionLost`, :class:`ClientClosed`,
+:class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
 """
 from . import errors
+from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
-from .errors import ClientClosed, ConnectionLost, InvalidError, ZepsError, ZepsTimeout
+from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError, ZepsError,
+                     ZepsTimeout)
 from .message import Message, StreamInfo
-from .subscription import Subscription
+from .receipt import AsyncReceipt, Receipt
+from .subscription import AsyncSubscription, Subscription
 
-__all__ = ["Client", "Subscription", "Message", "StreamInfo", "list_streams", "errors",
-           "ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+__all__ = ["Client", "AsyncClient", "Subscription", "AsyncSubscription", "Receipt",
+           "AsyncReceipt", "Message", "StreamInfo", "list_streams", "errors", "ZepsError",
+           "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed", "ConcurrentUseError",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401  (last: it imports Client)

@@ -11,13 +11,16 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
 * :class:`ConnectionLost` -- the peering was lost and could not be restored (for example the
   broker refused the re-ATTACH after a restart).
 * :class:`ClientClosed` -- the client (or its subscription) was used after ``close()``.
+* :class:`ConcurrentUseError` -- one blocking client was called from two threads (or
+  greenlets) at once; its message names both.
 
 Bad arguments given by the caller (a malformed endpoint, a key longer than 255 bytes, a body
 that is not bytes or str) raise the usual :class:`ValueError` / :class:`TypeError`.
 """
 from __future__ import annotations
 
-__all__ = ["ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed"]
+__all__ = ["ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+           "ConcurrentUseError"]
 
 
 class ZepsError(Exception):
@@ -54,3 +57,10 @@ class ConnectionLost(ZepsError):
 
 class ClientClosed(ZepsError):
     """The client was used after :meth:`Client.close`."""
+
+
+class ConcurrentUseError(ZepsError):
+    """A blocking :class:`~zeps.clients.Client` was called while another thread (or greenlet)
+    was inside a call on it. A client must be used by one thread at a time: give each thread
+    its own client (the :class:`~zeps.clients.AsyncClient` may be shared by the tasks of one
+    event loop)."""

@@ -1,13 +1,13 @@
 """Values handed to applications: :class:`Message` and :class:`StreamInfo`."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime, timezone
 from typing import Optional
 
 from zeps.protocol.deliver import message_cost
 
-__all__ = ["Message", "StreamInfo"]
+__all__ = ["Message", "StreamInfo", "build_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +48,25 @@ class Message:
     def cost(self) -> int:
         """Credit this message costs (``8 + len(key) + 1 + len(body)``)."""
         return message_cost(self.key, self.body)
+
+
+_new = object.__new__
+_set_sequence, _set_key, _set_body, _set_timestamp, _set_stream = (
+    Message.__dict__[f.name].__set__ for f in fields(Message))
+
+
+def build_message(sequence: int, key: str, body: bytes, timestamp: Optional[int],
+                  stream: Optional[str]) -> Message:
+    """``Message(sequence, key, body, timestamp, stream)`` for the client's delivery hot path:
+    sets the slots through their descriptors, twice as fast as the frozen dataclass's
+    ``__init__`` (the values come from the decoder, already of the right types)."""
+    m = _new(Message)
+    _set_sequence(m, sequence)
+    _set_key(m, key)
+    _set_body(m, body)
+    _set_timestamp(m, timestamp)
+    _set_stream(m, stream)
+    return m
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,269 @@
+"""What each client call does, written once for both front ends.
+
+An operation is a generator over a front end (:class:`~zeps.clients.Client` or
+:class:`~zeps.clients.AsyncClient`): it acts on the front end's
+:class:`~zeps.clients.peering.Peering` (``front._p``), asks the front end to send what the
+peering queued (``front._flush()``), and whenever it must wait it yields ``(condition,
+deadline)``; the front end does I/O until ``condition()`` holds or the ``deadline`` (a
+``time.monotonic()`` value, None for ever) passes, and sends back whether it held. The blocking
+client drives an operation by polling its socket, the asyncio client by awaiting; the steps, the
+retries after a reconnect and the errors are the same. Hot paths (publishing, handing out
+buffered messages) are not here: each front end inlines them.
+"""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+from ..protocol import commands as c
+from ..protocol.codec import ProtocolError, encode_publish
+from ..units import to_timestamp_ns
+from .errors import ZepsError, ZepsTimeout
+from .message import StreamInfo
+from .peering import CLOSED, CONNECTING, Peering
+from .transport import check_endpoint
+
+__all__ = ["FrontEnd", "publish_frame"]
+
+_monotonic = time.monotonic
+
+
+class FrontEnd:
+    """What both clients share: their options, their peering, their state."""
+
+    def _setup(self, endpoint, stream, credit_window, confirms, timeout, heartbeat,
+               timestamps) -> None:
+        self.endpoint = check_endpoint(endpoint)
+        self._p = p = Peering(stream, credit_window=credit_window, confirms=confirms,
+                              timestamps=timestamps, timeout=timeout, heartbeat=heartbeat,
+                              now=_monotonic(), endpoint=self.endpoint)
+        self.stream = stream
+        self.credit_window = credit_window
+        self.confirms = p.confirms
+        self.timestamps = p.timestamps
+        self.timeout = float(timeout)
+        self.heartbeat = p.heartbeat
+        self._subscription = None
+
+    @property
+    def attached(self) -> bool:
+        """True while the peering is attached (False while reconnecting or after close)."""
+        return self._p.attached
+
+    @property
+    def closed(self) -> bool:
+        return self._p.state is CLOSED
+
+    @property
+    def reconnects(self) -> int:
+        """How many times the peering was re-established after being lost."""
+        return self._p.reconnects
+
+    @property
+    def last_confirmed(self) -> int:
+        """Sequence of the last message confirmed durable (0 if none yet)."""
+        return self._p.last_confirmed
+
+    @property
+    def unconfirmed(self) -> int:
+        """How many publishes are not yet confirmed (always 0 without confirms)."""
+        return len(self._p.pending)
+
+    def __repr__(self) -> str:
+        return (f"<zeps.{type(self).__name__} {self.endpoint} stream={self.stream!r} "
+                f"state={self._p.state}{' confirms' if self.confirms else ''}>")
+
+
+
+def publish_frame(key: str, body) -> bytes:
+    """The PUBLISH frame of ``(key, body)``: TypeError / ValueError for what cannot be sent."""
+    if type(body) is not bytes:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif not isinstance(body, (bytes, bytearray, memoryview)):
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if type(key) is not str and not isinstance(key, str):
+        raise TypeError(f"key must be str, not {type(key).__name__}")
+    try:
+        return encode_publish(key, body)
+    except ProtocolError as e:
+        raise ValueError(str(e)) from None
+
+
+def connect(front):
+    """Wait for ATTACH-OK (and CONFIRM-SELECT-OK); raise the broker's refusal or a timeout."""
+    p = front._p
+    ok = yield (lambda: p.ready or p.fatal is not None or p.attach_error is not None,
+                _monotonic() + front.timeout)
+    if p.attach_error is not None:
+        raise p.attach_error
+    if p.fatal is not None:
+        raise p.fatal
+    if not ok:
+        raise ZepsTimeout(f"no answer from a ZEPS broker at {front.endpoint} within "
+                          f"{front.timeout:g}s (is it running?)")
+
+
+def prepare_publish(front, now: float):
+    """Wait until a publish may go straight out (returns the time then), or raise why not:
+    the error of an earlier publish, the client closed, reconnecting or blocked for longer
+    than the client's timeout. After ``heartbeat`` seconds of silence, first checks with one
+    round trip that the broker still knows the client."""
+    p = front._p
+    p.check()
+    deadline = now + front.timeout
+    if p.silent(now):
+        probe = p.heartbeat_probe(now)
+        if probe is not None:
+            front._flush()
+            yield (lambda: probe.done or p.need_reconnect is not None or not p.attached,
+                   deadline)
+    ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None)
+                or p.error is not None or p.fatal is not None, deadline)
+    p.check()
+    if not ok:
+        what = "reconnecting to" if not p.attached else "blocked sending to"
+        raise ZepsTimeout(f"publish: still {what} {front.endpoint} after {front.timeout:g}s")
+    return _monotonic()
+
+
+def wait_attached(front, deadline: float, what: str):
+    p = front._p
+    p.check()
+    ok = yield (lambda: (p.attached and p.need_reconnect is None) or p.fatal is not None,
+                deadline)
+    p.check()
+    if not ok:
+        raise ZepsTimeout(f"{what}: not attached to {front.endpoint} within {front.timeout:g}s "
+                          f"(reconnecting)")
+
+
+def wait_request(front, r, deadline: float, t: float):
+    p = front._p
+    ok = yield (lambda: r.done or p.fatal is not None), deadline
+    if not ok:
+        raise ZepsTimeout(f"no answer to {r.name} from {front.endpoint} within {t:g}s")
+    if r.error is not None:
+        raise r.error
+    if not r.done:
+        p.check()
+
+
+def request(front, cmd: c.Command, kind: str, timeout: Optional[float]):
+    """Send a request and return its reply; asked again if the peering was re-established
+    before the reply came."""
+    t = front.timeout if timeout is None else timeout
+    deadline = _monotonic() + t
+    while True:
+        yield from wait_attached(front, deadline, cmd.NAME)
+        r = front._p.request(cmd, kind, _monotonic())
+        front._flush()
+        yield from wait_request(front, r, deadline, t)
+        if not r.cancelled:
+            return r.result
+
+
+def flush(front, timeout: Optional[float]):
+    yield from request(front, c.Ping(), "ping", timeout)
+    front._p.check()
+
+
+def info(front, timeout: Optional[float]):
+    r = yield from request(front, c.StreamInfo(), "info", timeout)
+    return StreamInfo(r.first, r.last, r.size, r.oldest, r.newest, front.stream)
+
+
+def seq_at(front, when, timeout: Optional[float]):
+    r = yield from request(front, c.SeqAtTime(to_timestamp_ns(when)), "seq_at", timeout)
+    return r.sequence
+
+
+def list_streams(front, timeout: Optional[float]):
+    r = yield from request(front, c.ListStreams(), "list", timeout)
+    return tuple(r.streams)
+
+
+def wait_for_confirms(front, timeout: Optional[float]):
+    if not front.confirms:
+        raise ZepsError(f"wait_for_confirms() needs {type(front).__name__}(..., confirms=True)")
+    p = front._p
+    p.check()
+    t = front.timeout if timeout is None else timeout
+    ok = yield (lambda: (p.attached and not p.pending and p.confirm_ready)
+                or p.error is not None or p.fatal is not None, _monotonic() + t)
+    p.check()
+    if not ok:
+        raise ZepsTimeout(f"{len(p.pending)} published message(s) not confirmed within {t:g}s")
+    return p.last_confirmed
+
+
+def wait_receipt(front, receipt, timeout: Optional[float]):
+    t = front.timeout if timeout is None else timeout
+    yield receipt.done, _monotonic() + t
+    if not receipt.done():
+        raise ZepsTimeout(f"publish not confirmed within {t:g}s")
+
+
+def subscribe(front, patterns, from_seq, from_time, live: bool):
+    """SUBSCRIBE each pattern (``subscribe_args`` checked them), then grant the credit."""
+    p = front._p
+    p.check()
+    if from_seq is not None:
+        latest = max(from_seq - 1, 0)
+    elif from_time is not None:
+        latest = max((yield from seq_at(front, from_time, None)) - 1, 0)
+    else:
+        latest = 0
+    for pattern in patterns:
+        deadline = _monotonic() + front.timeout
+        while True:
+            yield from wait_attached(front, deadline, "SUBSCRIBE")
+            r = p.subscribe(pattern, latest, live, _monotonic())
+            front._flush()
+            yield from wait_request(front, r, deadline, front.timeout)
+            if not r.cancelled:
+                break
+    p.start_delivery()
+    front._flush()
+
+
+def fill(front, ready, timeout: Optional[float]):
+    """Put the next messages for the application into ``ready`` (the deque a subscription hands
+    out from; see ``Peering.take``): True once it holds some, False when ``timeout`` expires.
+    Raises the client's pending error first. Another reader of the same subscription may fill
+    ``ready`` meanwhile (asyncio tasks): that counts too."""
+    p = front._p
+    deadline = None if timeout is None else _monotonic() + timeout
+    timed_out = False
+    while not ready:
+        if p.buffer and p.error is None:
+            ready.extend(p.take())
+            front._flush()
+            break
+        p.check()
+        if timed_out:
+            return False
+        if not p.subscribed:
+            raise ZepsError("nothing subscribed: call subscribe() first")
+        timed_out = not (yield (lambda: p.buffer or ready or p.broken), deadline)
+    return True
+
+
+def detach(front, timeout: Optional[float], log):
+    """The waiting part of ``close()``: let publishes queued while reconnecting go out, then
+    DETACH and wait for DETACH-OK (the broker has then processed every publish)."""
+    p = front._p
+    if p.state is CLOSED:
+        return
+    t = front.timeout if timeout is None else timeout
+    deadline = _monotonic() + t
+    if p.state is CONNECTING and p.unsent_publishes():
+        yield (lambda: p.attached or p.fatal is not None), deadline
+        if not p.attached:
+            log.warning("zeps: closing while reconnecting to %s: %d publish(es) not sent",
+                        front.endpoint, p.unsent_publishes())
+    if p.attached:
+        r = p.detach(_monotonic())
+        front._flush()
+        if not (yield (lambda: r.done or not p.attached), deadline):
+            log.warning("zeps: no DETACH-OK from %s within %gs; closing anyway", front.endpoint, t)

@@ -1,0 +1,606 @@
+"""The client side of one ZEPS peering as a pure state machine: no sockets, no clock.
+
+:class:`Peering` knows the whole conversation of a client attached to one stream -- ATTACH and
+re-ATTACH, request/reply matching, publish and CONFIRM counting, the credit window, the position
+to resubscribe from, heartbeats and the decision to reconnect, what each INVALID means -- and
+does no I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
+:class:`~zeps.clients.AsyncClient`) feeds it, always passing the time as ``now``:
+
+* frames from the broker: :meth:`Peering.receive`;
+* connection events: :meth:`Peering.connection_lost` (the socket monitor saw the TCP connection
+  close), :meth:`Peering.reconnect` (when :meth:`Peering.reconnect_due` says so, just before the
+  shell replaces its socket), :meth:`Peering.tick` (timers; wake it at :meth:`Peering.next_timer`);
+* the application's actions: :meth:`Peering.publish`, :meth:`Peering.request`,
+  :meth:`Peering.subscribe`, :meth:`Peering.take`, :meth:`Peering.detach`, :meth:`Peering.close`;
+
+and takes from it the frames to send, in order (:attr:`Peering.outbox`: the shell sends from
+the left and leaves what the socket does not take), the messages for the application
+(:attr:`Peering.buffer`, handed out in batches by :meth:`Peering.take`), the outcome of each request (a
+:class:`Request`), of each publish (a receipt, :mod:`zeps.clients.receipt`), and the errors to
+raise (:meth:`Peering.check`).
+
+Replies to requests come back in request order, so a reply answers the oldest outstanding
+request. An INVALID answers that request too, unless it says ``PUBLISH rejected: ...`` (it then
+answers a publish) or publishes were sent since the last request: a PING (a *barrier*) is sent
+before the next request in that case, and an INVALID arriving before its PING-OK answers a
+publish. An INVALID saying ``not attached: ...`` and a DETACH from the broker mean the broker
+forgot this client: the peering is re-established (a new socket, ATTACH, CONFIRM-SELECT,
+DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to the application,
+the credit window re-granted, unconfirmed publishes re-sent).
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from collections import deque
+from typing import Deque, Dict, List, Optional, Tuple
+
+from ..protocol import commands as c
+from ..protocol.codec import ProtocolError, decode, encode
+from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE, TS_SHIFT,
+                                deliver_cost, key_body_of)
+from ..protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
+from .errors import ClientClosed, ConnectionLost, InvalidError
+from .message import Message, build_message
+
+__all__ = ["Peering", "Request", "CONNECTING", "ATTACHED", "FAILED", "CLOSED", "validate_options",
+           "list_streams_answer"]
+
+log = logging.getLogger("zeps.client")
+
+CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "closed"
+#: Seconds between two reconnects.
+RECONNECT_SPACING = 0.1
+#: Most messages :meth:`Peering.take` hands out at once.
+TAKE_LIMIT = 64
+
+_DELIVER_HEAD = SIGNATURE + bytes((DELIVER_ID,))
+_DELIVER_TS_HEAD = SIGNATURE + bytes((DELIVER_TS_ID,))
+_TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
+_U64_unpack_from = struct.Struct(">Q").unpack_from
+_PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
+_PING = encode(c.Ping())
+_PING_OK = encode(c.PingOk())
+_DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
+
+# Reply command -> the request kinds it may answer.
+_REPLY_KINDS = {
+    c.AttachOk: ("attach",),
+    c.SubscribeOk: ("subscribe", "resubscribe"),
+    c.SeqAtTimeOk: ("seq_at",),
+    c.StreamInfoOk: ("info", "probe", "anchor"),
+    c.ConfirmSelectOk: ("confirm_select",),
+    c.DetachOk: ("detach",),
+    c.PingOk: ("barrier", "ping"),
+    c.ListStreamsOk: ("list",),
+}
+
+
+def validate_options(stream, credit_window, timeout, heartbeat) -> None:
+    """Raise :class:`ValueError` for a client option no peering can work with."""
+    if not isinstance(stream, str) or not stream:
+        raise ValueError("stream must be a non-empty string")
+    if len(stream.encode("utf-8")) > 255:
+        raise ValueError("stream name longer than 255 bytes")
+    if "\x00" in stream:
+        raise ValueError("stream name must not contain NUL")
+    if isinstance(credit_window, bool) or not isinstance(credit_window, int) or credit_window < 1:
+        raise ValueError("credit_window must be a positive number of bytes")
+    if timeout is None or timeout <= 0:
+        raise ValueError("timeout must be a positive number of seconds")
+    if heartbeat is None or heartbeat <= 0:
+        raise ValueError("heartbeat must be a positive number of seconds")
+
+
+class Request:
+    """One request waiting for its reply: ``done`` with ``result`` (the reply command) or
+    ``error`` (an :class:`InvalidError`), or ``cancelled`` (the peering was lost before the reply;
+    ask again)."""
+
+    __slots__ = ("kind", "name", "done", "cancelled", "result", "error", "sent_at", "arg")
+
+    def __init__(self, kind: str, name: str, now: float, arg=None):
+        self.kind = kind
+        self.name = name
+        self.done = False
+        self.cancelled = False
+        self.result = None
+        self.error: Optional[InvalidError] = None
+        self.sent_at = now
+        self.arg = arg          # subscribe: (pattern, latest, the STREAM-INFO request of live=True)
+
+
+class Peering:
+    """One client's peering with a broker, attached to ``stream`` (see the module docs).
+
+    Starts connecting: the ATTACH is in :attr:`outbox`.
+    """
+
+    def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
+                 timeout: float, heartbeat: float, now: float, endpoint: str = ""):
+        validate_options(stream, credit_window, timeout, heartbeat)
+        self.stream = stream
+        self.endpoint = endpoint        # for log lines only
+        self.credit_window = credit_window
+        self.confirms = bool(confirms)
+        self.timestamps = bool(timestamps)
+        self.heartbeat = float(heartbeat)
+        #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
+        self.probe_timeout = max(self.heartbeat, float(timeout))
+        #: How many times the peering was re-established after being lost.
+        self.reconnects = 0
+        self.state = CONNECTING
+        self.closing = False
+        self.need_reconnect: Optional[str] = None     # why, once the peering is lost
+        self.reconnect_at = 0.0
+        self.connecting_since = now
+        self.outbox: Deque[bytes] = deque()           # frames to send now, in order
+        self.held: Deque[bytes] = deque()             # frames waiting for ATTACH-OK
+        self.outstanding: Deque[Request] = deque()
+        self.pubs_since_request = 0
+        self.error: Optional[Exception] = None        # one-shot: raised by the next call
+        self.fatal: Optional[Exception] = None        # permanent
+        self.attach_error: Optional[InvalidError] = None
+        self.probe: Optional[Request] = None
+        self.last_send = now
+        self.last_recv = now
+        # confirms
+        self.pending: Deque = deque()                 # receipts of unconfirmed publishes
+        self.peer_confirmed = 0                       # the broker's count on this connection
+        self.last_confirmed = 0
+        self.anchor: Optional[int] = None             # sequence of our peer_confirmed-th publish
+        self.confirm_ready = not self.confirms
+        # subscription
+        self.patterns: Dict[str, int] = {}            # pattern -> the `latest` to resubscribe
+        self.subscribed = False
+        self.buffer: Deque[Tuple[Message, int]] = deque()   # (message, its credit cost)
+        self.buffered = 0                             # credit cost of the buffer
+        self.last_handed = 0
+        self.last_received = 0
+        self.consumed = 0                             # credit to grant back
+        self.topup = max(1, credit_window // 2)
+        self._attach(now)
+
+    # ------------------------------------------------------------------ state for the shells
+
+    @property
+    def attached(self) -> bool:
+        return self.state is ATTACHED
+
+    @property
+    def ready(self) -> bool:
+        """Attached, confirms selected (when asked for), not about to reconnect."""
+        return self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
+
+    @property
+    def broken(self) -> bool:
+        """Something the waiting application must hear about: an error, or the client is closed."""
+        return self.error is not None or self.fatal is not None or self.state is CLOSED
+
+    def check(self) -> None:
+        """Raise what the application must hear before its next operation: :class:`ClientClosed`,
+        the permanent error, or (once) the error of an earlier asynchronous operation."""
+        if self.state is CLOSED:
+            raise ClientClosed("the client is closed")
+        if self.fatal is not None:
+            raise self.fatal
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    def heard(self, error: Exception) -> None:
+        """The application heard of ``error`` elsewhere (a receipt): :meth:`check` will not
+        raise it again."""
+        if self.error is error:
+            self.error = None
+
+    def next_timer(self, now: float) -> float:
+        """When :meth:`tick` (or :meth:`reconnect`) has something to do next."""
+        if self.need_reconnect:
+            return self.reconnect_at
+        if self.state is not ATTACHED:
+            return now + 0.25
+        probe = self.probe
+        if probe is not None and not probe.done:        # its answer or its timeout comes next
+            return max(probe.sent_at + self.probe_timeout, now + 0.001)
+        return max(min(self.last_send, self.last_recv) + self.heartbeat, now + 0.001)
+
+    def reconnect_due(self, now: float) -> bool:
+        return (self.need_reconnect is not None and now >= self.reconnect_at
+                and self.state is not CLOSED and self.state is not FAILED)
+
+    def unsent_publishes(self) -> int:
+        """Publishes not yet handed to a broker (or not yet confirmed, with confirms)."""
+        if self.confirms:
+            return len(self.pending)
+        return sum(1 for f in (*self.outbox, *self.held) if f.startswith(_PUBLISH_HEAD))
+
+    # ------------------------------------------------------------------ connection events
+
+    def sent(self, now: float) -> None:
+        """The shell handed frames to its socket."""
+        self.last_send = now
+
+    def connection_lost(self, why: str) -> None:
+        """The peering is gone (the connection closed, or the broker forgot us): reconnect."""
+        if self.state is CLOSED or self.state is FAILED or self.need_reconnect:
+            return
+        if self.closing:                # detaching anyway: no point in reconnecting
+            self.state = FAILED
+            return
+        self.need_reconnect = why
+
+    def reconnect(self, now: float) -> None:
+        """Start over on a new connection: the shell replaces its socket right after this and
+        sends :attr:`outbox` (the ATTACH) on the new one."""
+        why, self.need_reconnect = self.need_reconnect, None
+        self.reconnects += 1
+        if not self.confirms and (self.pubs_since_request > 0 or any(
+                r.kind == "barrier" for r in self.outstanding)):
+            log.warning("zeps: peering with %s (stream %r) lost: %s; reconnecting. Publishes "
+                        "sent just before may be lost (use confirms=True for at-least-once)",
+                        self.endpoint, self.stream, why)
+        else:
+            log.info("zeps: peering with %s (stream %r) lost: %s; reconnecting", self.endpoint,
+                     self.stream, why)
+        for r in self.outstanding:
+            r.cancelled = True
+            r.done = True
+        self.outstanding.clear()
+        self.probe = None
+        self.pubs_since_request = 0
+        # Publishes never handed to the old socket reached no broker: keep them. With confirms
+        # every unconfirmed publish is re-sent from `pending` instead.
+        keep = [] if self.confirms else [f for f in (*self.outbox, *self.held)
+                                         if f.startswith(_PUBLISH_HEAD)]
+        self.outbox.clear()
+        self.held.clear()
+        self.held.extend(keep)
+        self.buffer.clear()
+        self.buffered = 0
+        self.last_received = self.last_handed
+        self.consumed = 0
+        self.confirm_ready = not self.confirms
+        self.reconnect_at = now + RECONNECT_SPACING
+        self._attach(now)
+
+    def tick(self, now: float) -> None:
+        """Timers: send a heartbeat after ``heartbeat`` seconds of silence; declare the peering
+        lost when a heartbeat or a re-ATTACH is not answered within ``probe_timeout``."""
+        if self.need_reconnect:
+            return
+        if self.state is ATTACHED:
+            probe = self.probe
+            if probe is not None and probe.done:
+                probe = self.probe = None
+            if probe is not None:
+                if now - probe.sent_at > self.probe_timeout:
+                    self.connection_lost(f"no answer to a heartbeat within {self.probe_timeout:g}s")
+            elif now - min(self.last_send, self.last_recv) >= self.heartbeat:
+                self.probe = self.request(c.StreamInfo(), "probe", now)
+        elif self.state is CONNECTING and self.reconnects:
+            if now - self.connecting_since > 2 * self.probe_timeout:
+                self.connection_lost("no ATTACH-OK")
+
+    def silent(self, now: float) -> bool:
+        """Nothing sent for ``heartbeat`` seconds: the broker may have forgotten us."""
+        return now - self.last_send >= self.heartbeat
+
+    def heartbeat_probe(self, now: float) -> Optional[Request]:
+        """The heartbeat in flight, or a new one: a publish after a silence waits for it, so
+        that the broker still knows us (a publish it rejects as "not attached" is lost without
+        confirms). None while not attached."""
+        if self.state is not ATTACHED:
+            return None
+        if self.probe is None or self.probe.done:
+            self.probe = self.request(c.StreamInfo(), "probe", now)
+        return self.probe
+
+    # ------------------------------------------------------------------ application actions
+
+    def publish(self, frame: bytes, now: float, receipt, checked: bool = True) -> bool:
+        """Account for one PUBLISH the shell hands to its socket right after.
+
+        With ``checked``, first return False (and do nothing) unless the publish may go straight
+        out: attached, nothing queued, no error to raise first, not silent for ``heartbeat``
+        seconds. The shell then waits for that (:meth:`heartbeat_probe`, :attr:`ready`, an
+        empty :attr:`outbox`) and calls again with ``checked=False``. ``receipt`` is kept until its
+        CONFIRM with confirms on."""
+        if checked and (self.state is not ATTACHED or self.outbox or self.error is not None
+                        or self.need_reconnect is not None
+                        or now - self.last_send >= self.heartbeat):
+            return False
+        self.pubs_since_request += 1
+        self.last_send = now
+        if self.confirms:
+            self.pending.append(receipt)
+        return True
+
+    def unsent(self, frame: bytes) -> None:
+        """The socket did not take a frame (high-water mark): queue it, in order."""
+        self.outbox.append(frame)
+
+    def request(self, cmd: c.Command, kind: str, now: float, arg=None) -> Request:
+        """Send a request whose reply comes back in order (a barrier PING goes first if
+        publishes were sent since the previous request)."""
+        if self.pubs_since_request:
+            self.pubs_since_request = 0
+            self.outstanding.append(Request("barrier", "PING", now))
+            self._send(_PING)
+        r = Request(kind, cmd.NAME, now, arg)
+        self.outstanding.append(r)
+        self._send(encode(cmd))
+        return r
+
+    def subscribe(self, pattern: str, latest: int, live: bool, now: float) -> Request:
+        """SUBSCRIBE one pattern from ``latest`` (or live). Once SUBSCRIBE-OK arrives the pattern
+        is re-subscribed after every reconnect, from ``latest`` (live: the stream's last
+        sequence at the time) or the last message handed, whichever is later."""
+        info = self.request(c.StreamInfo(), "info", now) if live else None
+        return self.request(c.Subscribe(pattern, c.LATEST_LIVE if live else latest),
+                            "subscribe", now, (pattern, latest, info))
+
+    def start_delivery(self) -> None:
+        """Grant the credit window, once: after the patterns of the first subscribe call are
+        in place (with credit the broker starts delivering, moving the position past what a
+        later pattern of the same call would match)."""
+        if self.subscribed:
+            return
+        self.subscribed = True
+        self.last_received = self.last_handed
+        if self.state is ATTACHED:
+            self._send(encode(c.Credit(self.credit_window)))
+
+    def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
+        """Hand the oldest buffered messages to the application: at most ``limit``, and no more
+        than half the credit window's worth (but at least one). Grants credit back once half
+        the window was consumed. A front end takes a batch under one lock and hands it out
+        message by message: the messages count as handed from here on (the position to
+        resubscribe from), and the credit they free goes back to the broker."""
+        buf = self.buffer
+        out: List[Message] = []
+        spent = 0
+        topup = self.topup
+        while buf:
+            msg, cost = buf.popleft()
+            out.append(msg)
+            spent += cost
+            if spent >= topup or len(out) >= limit:
+                break
+        if out:
+            self.buffered -= spent
+            self.last_handed = out[-1].sequence
+            self.consumed += spent
+            if self.consumed >= topup:
+                self._grant()
+        return out
+
+    def detach(self, now: float) -> Request:
+        """Start closing: DETACH (a peering lost from now on is not re-established)."""
+        self.closing = True
+        return self.request(c.Detach(), "detach", now)
+
+    def abort(self, error: Exception) -> None:
+        """The shell cannot go on (its I/O failed): the peering is over and every waiter hears
+        ``error``."""
+        self.state = FAILED
+        self._fail(error)
+
+    def close(self) -> None:
+        """The shell closed its socket: final. Unconfirmed publishes fail with ClientClosed."""
+        self.state = CLOSED
+        self.buffer.clear()
+        self.buffered = 0
+        self._fail_pending(ClientClosed("the client was closed before the broker confirmed "
+                                        "this message"))
+
+    # ------------------------------------------------------------------ input
+
+    def receive(self, frame: bytes, now: float) -> None:
+        """One frame from the broker."""
+        self.last_recv = now
+        if frame.startswith(_DELIVER_TS_HEAD):
+            shift = TS_SHIFT
+        elif frame.startswith(_DELIVER_HEAD):
+            shift = 0
+        else:
+            self._on_command(frame, now)
+            return
+        try:
+            key, body = key_body_of(frame, shift)
+            if shift:
+                ts = _U64_unpack_from(frame, SEQ_OFFSET)[0]
+                seq = _U64_unpack_from(frame, _TS_SEQ_OFFSET)[0]
+            else:
+                ts = None
+                seq = _U64_unpack_from(frame, SEQ_OFFSET)[0]
+            text = key.decode()
+        except (IndexError, struct.error, UnicodeDecodeError) as e:
+            log.warning("zeps: ignoring a bad DELIVER frame: %s", e)
+            return
+        cost = deliver_cost(len(key), len(body))
+        if not self.subscribed or seq <= self.last_received:
+            # Defensive: never hand a duplicate; it still used credit.
+            self.consumed += cost
+            if self.consumed >= self.topup:
+                self._grant()
+            return
+        self.last_received = seq
+        self.buffered += cost
+        if self.buffered + self.consumed > self.credit_window:
+            self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
+                                 f"credit it was given")
+            return
+        self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
+
+    def _on_command(self, frame: bytes, now: float) -> None:
+        try:
+            cmd = decode(frame)
+        except ProtocolError as e:
+            log.warning("zeps: ignoring an undecodable frame: %s", e)
+            return
+        cls = type(cmd)
+        if cls is c.Confirm:
+            self._on_confirm(cmd)
+        elif cls is c.Invalid:
+            self._on_invalid(cmd.reason)
+        elif cls in _REPLY_KINDS:
+            self._on_reply(cmd, _REPLY_KINDS[cls], now)
+        elif cls is c.Ping:
+            self._send(_PING_OK)
+        elif cls is c.Detach:
+            self.connection_lost("the broker sent DETACH")
+        elif cls is not c.DeliverTimestampsOk:
+            log.warning("zeps: ignoring unexpected %s", cls.NAME)
+
+    def _on_reply(self, cmd: c.Command, kinds, now: float) -> None:
+        if not self.outstanding:
+            log.warning("zeps: unexpected %s (no request outstanding)", cmd.NAME)
+            return
+        r = self.outstanding.popleft()
+        if r.kind not in kinds:
+            self.connection_lost(f"protocol confusion: {cmd.NAME} answered {r.name}")
+            return
+        r.result = cmd
+        r.done = True
+        kind = r.kind
+        if kind == "attach":
+            self._on_attached(now)
+        elif kind == "confirm_select":
+            self.confirm_ready = True
+        elif kind == "anchor":
+            self.anchor = cmd.last
+        elif kind == "subscribe":
+            pattern, latest, info = r.arg
+            if info is not None:       # live: what comes after the stream's last is "from now"
+                latest = info.result.last if info.error is None else self.last_handed
+            old = self.patterns.get(pattern)
+            self.patterns[pattern] = latest if old is None else min(old, latest)
+
+    def _on_attached(self, now: float) -> None:
+        self.state = ATTACHED
+        self.connecting_since = 0.0
+        held = list(self.held)
+        self.held.clear()
+        if self.confirms:
+            self.peer_confirmed = 0
+            self.anchor = None
+            self.request(c.ConfirmSelect(), "confirm_select", now)
+            # The stream's last sequence before any publish of ours: lets receipts be exact.
+            self.request(c.StreamInfo(), "anchor", now)
+        if self.timestamps:          # before any SUBSCRIBE: every delivery then carries its time
+            self._send(_DELIVER_TIMESTAMPS)
+        for pattern, latest in sorted(self.patterns.items(), key=lambda kv: kv[1]):
+            self.request(c.Subscribe(pattern, max(latest, self.last_handed)), "resubscribe", now)
+        if self.subscribed:
+            self._send(encode(c.Credit(self.credit_window)))
+        if self.confirms:
+            for r in self.pending:
+                self._send(r.frame)
+            self.pubs_since_request += len(self.pending)
+        else:
+            for frame in held:
+                self._send(frame)
+                self.pubs_since_request += frame.startswith(_PUBLISH_HEAD)
+        if self.reconnects:
+            log.info("zeps: re-attached to %s (stream %r)%s", self.endpoint, self.stream,
+                     f", re-sending {len(self.pending)} unconfirmed publish(es)"
+                     if self.pending else "")
+
+    def _on_confirm(self, cmd: c.Confirm) -> None:
+        n = cmd.count - self.peer_confirmed
+        if n > 0:
+            pending = self.pending
+            k = min(n, len(pending))
+            s = cmd.sequence
+            # Consecutive sequences are proven when the stream advanced by exactly n. (Receipts
+            # are resolved in place, without a call each: this runs for every message.)
+            seq = s - k + 1 if self.anchor is not None and s - self.anchor == n else None
+            for _ in range(k - 1):
+                r = pending.popleft()
+                r._outcome = seq
+                r.frame = None
+                if seq is not None:
+                    seq += 1
+            if k:
+                r = pending.popleft()
+                r._outcome = s if k == n else None
+                r.frame = None
+            self.peer_confirmed = cmd.count
+            self.anchor = s
+        if cmd.sequence > self.last_confirmed:
+            self.last_confirmed = cmd.sequence
+
+    def _on_invalid(self, reason: str) -> None:
+        if reason.startswith(NOT_ATTACHED) and self.state is ATTACHED:
+            self.connection_lost(f"the broker does not know this client ({reason})")
+            return
+        rejected = reason.startswith(PUBLISH_REJECTED)
+        head = self.outstanding[0] if self.outstanding else None
+        if head is not None and head.kind != "barrier" and not rejected:
+            # The answer to the request at the head (no publish was sent before it unanswered).
+            self.outstanding.popleft()
+            head.error = InvalidError(reason, head.name)
+            head.done = True
+            if head.kind == "attach":
+                if self.reconnects == 0:
+                    self.attach_error = head.error
+                else:
+                    self.state = FAILED
+                    self._fail(ConnectionLost(f"the broker refused to re-attach stream "
+                                              f"{self.stream!r}: {reason}"))
+            elif head.kind == "confirm_select":
+                self._fail(head.error)
+            elif head.kind == "resubscribe":
+                self.error = self.error or head.error
+            return
+        # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
+        err = InvalidError(reason, "PUBLISH" if rejected else None)
+        if self.error is None:
+            self.error = err
+        if rejected and self.confirms and self.pending:
+            # The broker does not count a rejected publish. Which one it was is not on the
+            # wire; rejections are by body size (--max-message), so the unconfirmed publish with
+            # the largest body is the one: the count of CONFIRMs stays right in any case.
+            pending = self.pending
+            biggest = max(range(len(pending)), key=lambda i: len(pending[i].frame))
+            r = pending[biggest]
+            del pending[biggest]
+            r._fail(err)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _attach(self, now: float) -> None:
+        self.state = CONNECTING
+        self.attach_error = None
+        self.connecting_since = now
+        self.last_send = self.last_recv = now
+        self.outstanding.append(Request("attach", "ATTACH", now))
+        self.outbox.append(encode(c.Attach(self.stream)))
+
+    def _send(self, frame: bytes) -> None:
+        (self.outbox if self.state is ATTACHED else self.held).append(frame)
+
+    def _grant(self) -> None:
+        if self.state is ATTACHED and self.consumed:
+            self._send(encode(c.Credit(self.consumed)))
+        self.consumed = 0
+
+    def _fail(self, error: Exception) -> None:
+        self.fatal = error
+        self._fail_pending(error)
+
+    def _fail_pending(self, error: Exception) -> None:
+        while self.pending:
+            self.pending.popleft()._fail(error)
+
+
+def list_streams_answer(frame: bytes) -> Optional[Tuple[str, ...]]:
+    """The stream names in a LIST-STREAMS-OK frame; raises :class:`InvalidError` for an INVALID
+    or :class:`ProtocolError` for a frame that does not decode; None for anything else."""
+    cmd = decode(frame)
+    if isinstance(cmd, c.ListStreamsOk):
+        return tuple(cmd.streams)
+    if isinstance(cmd, c.Invalid):
+        raise InvalidError(cmd.reason, "LIST-STREAMS")
+    return None

@@ -1,0 +1,221 @@
+"""The I/O both client front ends share: one DEALER socket (and its monitor) serving a Peering.
+
+:class:`Connection` owns the socket, never blocks, and never decides anything: it hands every
+frame it reads to the :class:`~zeps.clients.peering.Peering`, tells it when the socket monitor
+sees the TCP connection close, replaces the socket when the peering says to reconnect, and sends
+what the peering queued. How to *wait* is the front end's business: the blocking client polls
+``connection.poller`` (``zmq`` or, under gevent, ``zmq.green``); the asyncio client awaits it
+(``zmq.asyncio``).
+"""
+from __future__ import annotations
+
+import re
+import struct
+import sys
+import time
+
+import zmq
+
+from .peering import Peering
+
+__all__ = ["Connection", "check_endpoint", "zmq_for"]
+
+_NOBLOCK = int(zmq.NOBLOCK)
+_backend_send = zmq.backend.Socket.send
+_POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
+_MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event frame
+_ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
+#: Most frames read in one go, so that timers and the application get a turn.
+DRAIN_LIMIT = 20000
+
+
+def check_endpoint(endpoint) -> str:
+    """Return ``endpoint`` if it looks like a ZeroMQ endpoint, else raise :class:`ValueError`
+    naming it (``tcp://host:port``, ``ipc://path``, ``inproc://name``, ...)."""
+    if not isinstance(endpoint, str):
+        raise ValueError(f"bad endpoint {endpoint!r}: must be a string like tcp://127.0.0.1:7470")
+    m = _ENDPOINT_RE.match(endpoint)
+    if not m:
+        raise ValueError(f"bad endpoint {endpoint!r}: expected transport://address, "
+                         f"e.g. tcp://127.0.0.1:7470")
+    if m.group(1) in ("tcp", "ws", "wss"):
+        addr = m.group(2).split("/", 1)[0].rsplit(";", 1)[-1]
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or host == "*" or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad endpoint {endpoint!r}: {m.group(1)} endpoints need host:port "
+                             f"with a port from 1 to 65535")
+    return endpoint
+
+
+_own_contexts: dict = {}
+
+
+def _own_context(module):
+    """A private context of a flavour (``Context.instance()`` may hand back another flavour's
+    singleton if that one exists)."""
+    ctx = _own_contexts.get(module.__name__)
+    if ctx is None or ctx.closed:
+        ctx = _own_contexts[module.__name__] = module.Context()
+    return ctx
+
+
+def zmq_for(context, asyncio: bool = False):
+    """Pick ``(zmq module, context)`` for a client.
+
+    asyncio: ``zmq.asyncio`` (``context`` may be a ``zmq.asyncio.Context`` or a plain one, which
+    is shadowed). Otherwise ``zmq.green`` when gevent is in charge (a ``zmq.green.Context`` is
+    given, or gevent has monkey-patched ``socket``), else plain ``zmq``.
+    """
+    if asyncio:
+        import zmq.asyncio as za
+        if context is None:
+            return za, _own_context(za)
+        return za, context if isinstance(context, za.Context) else za.Context.shadow(context.underlying)
+    if context is not None:
+        zg = sys.modules.get("zmq.green")
+        green = zg is not None and isinstance(context, zg.Context)
+    else:
+        monkey = sys.modules.get("gevent.monkey")
+        green = bool(monkey is not None and monkey.is_module_patched("socket"))
+    if not green:
+        return zmq, (context if context is not None else zmq.Context.instance())
+    import zmq.green as zgreen
+    return zgreen, (context if context is not None else _own_context(zgreen))
+
+
+class Connection:
+    """One DEALER socket to ``endpoint`` and its monitor, serving ``peering``.
+
+    ``sock`` and ``mon`` are plain (synchronous) sockets used with NOBLOCK only; ``poller``
+    (of ``module``, the flavour :func:`zmq_for` picked) watches them for the front end.
+    ``send(frame, flags)`` sends on ``sock``: the pyzmq backend's send, which costs a third of
+    ``Socket.send`` (a wrapper for routing ids and groups, which ZEPS does not use), except on
+    gevent sockets, whose own send also wakes other greenlets waiting on the socket.
+    """
+
+    def __init__(self, peering: Peering, endpoint: str, module, context):
+        self.peering = peering
+        self.endpoint = endpoint
+        self.module = module
+        self.context = context
+        self.sock = None
+        self.mon = None
+        self.poller = None
+        self.send = None
+        self._owned = ()            # the sockets to close: the flavour's own objects
+
+    # ------------------------------------------------------------------ socket lifecycle
+
+    def open(self) -> None:
+        """Create and connect a fresh socket (raises ValueError for an endpoint ZeroMQ refuses)."""
+        p = self.peering
+        raw = self.context.socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
+        raw.setsockopt(zmq.RECONNECT_IVL, 100)
+        raw.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
+        try:
+            raw.setsockopt(zmq.HEARTBEAT_IVL, int(p.heartbeat * 1000))
+            raw.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(p.probe_timeout * 1000))
+        except (AttributeError, zmq.ZMQError):
+            pass
+        raw_mon = raw.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        try:
+            raw.connect(self.endpoint)
+        except zmq.ZMQError as e:
+            raw.disable_monitor()
+            raw_mon.close(0)
+            raw.close(0)
+            raise ValueError(f"bad endpoint {self.endpoint!r}: {e}") from None
+        if self.module.__name__ == "zmq.asyncio":
+            # NOBLOCK operations through synchronous views; the asyncio sockets are for waiting.
+            self.sock, self.mon = zmq.Socket.shadow(raw.underlying), zmq.Socket.shadow(raw_mon.underlying)
+        else:
+            self.sock, self.mon = raw, raw_mon
+        green = self.module.__name__ == "zmq.green"
+        self.send = self.sock.send if green else _backend_send.__get__(self.sock)
+        poller = self.module.Poller()
+        poller.register(raw, _POLLIN)
+        poller.register(raw_mon, _POLLIN)
+        self.poller = poller
+        self._owned = (raw, raw_mon)
+
+    def close(self) -> None:
+        raw, raw_mon = self._owned or (None, None)
+        self._owned = ()
+        self.sock = self.mon = self.poller = self.send = None
+        if raw is not None:
+            try:
+                raw.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            raw_mon.close(0)
+            raw.close(0)
+
+    # ------------------------------------------------------------------ non-blocking work
+
+    def service(self) -> None:
+        """Read monitor events and frames, reconnect when due, run timers, send what is queued."""
+        p = self.peering
+        if self.sock is None:
+            return
+        mon = self.mon
+        while True:
+            try:
+                parts = mon.recv_multipart(_NOBLOCK)
+            except zmq.Again:
+                break
+            if (parts and len(parts[0]) >= 2
+                    and _MON_EVENT.unpack_from(parts[0], 0)[0] == zmq.EVENT_DISCONNECTED):
+                p.connection_lost("connection closed by the broker")
+        if p.need_reconnect is None:
+            self._drain()
+        now = time.monotonic()
+        if p.reconnect_due(now):
+            p.reconnect(now)
+            self.close()
+            self.open()
+        else:
+            p.tick(now)
+        if p.outbox:
+            self.flush()
+
+    def _drain(self) -> None:
+        recv = self.sock.recv
+        p = self.peering
+        receive = p.receive
+        now = time.monotonic()
+        for _ in range(DRAIN_LIMIT):
+            try:
+                frame = recv(_NOBLOCK)
+            except zmq.Again:
+                break
+            receive(frame, now)
+            if p.need_reconnect is not None:
+                break
+
+    def flush(self) -> None:
+        """Send queued frames until the socket's high-water mark stops us."""
+        box = self.peering.outbox
+        send = self.send
+        sent = False
+        try:
+            while box:
+                send(box[0], _NOBLOCK)
+                box.popleft()
+                sent = True
+        except zmq.Again:
+            pass
+        if sent:
+            self.peering.sent(time.monotonic())
+
+    def readable(self) -> bool:
+        """Anything to read (a frame or a monitor event)? Cheap: two getsockopt calls."""
+        return bool((self.sock.getsockopt(zmq.EVENTS) | self.mon.getsockopt(zmq.EVENTS)) & _POLLIN)
+
+    def arm(self):
+        """The poller, watching for writability too while frames wait for the socket."""
+        raw = self._owned[0]
+        self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.outbox else 0))
+        return self.poller

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, List, Optional
+import time
+from typing import Callable, Dict, List, Optional
 
 from .config import JournalConfig
 from .errors import JournalClosedError, JournalError
-from .journal import Journal, release_lock, take_lock
+from .journal import Journal
+from .lock import release_lock, take_lock
 from .names import list_streams, stream_dir_name
 from .reader import JournalReader
 
 
 class DataDir:
-    """``DataDir(path, cfg)`` creates ``path`` if needed and takes ``path/LOCK``."""
+    """``DataDir(path, cfg)`` creates ``path`` if needed and takes ``path/LOCK``. Its journals
+    take their timestamps from ``clock()`` (ns since the epoch)."""
 
-    def __init__(self, path, config: Optional[JournalConfig] = None):
+    def __init__(self, path, config: Optional[JournalConfig] = None,
+                 clock: Callable[[], int] = time.time_ns):
         self.path = os.fspath(path)
         self.config = config or JournalConfig()
+        self._clock = clock
         try:
             os.makedirs(self.path, exist_ok=True)
         except FileExistsError:
@@ -46,7 +51,7 @@ class DataDir:
                 raise JournalClosedError(f"DataDir {self.path} is closed")
             j = self._journals.get(name)
             if j is None:
-                j = Journal.open(self.stream_path(name), self.config)
+                j = Journal.open(self.stream_path(name), self.config, self._clock)
                 self._journals[name] = j
             return j
 

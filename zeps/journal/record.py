@@ -37,8 +37,8 @@ from .errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
 
 HEADER = struct.Struct(">IIQ")        # length, crc, timestamp
 HEADER_SIZE = HEADER.size             # 16
-#: Offset of the timestamp in the header: the CRC covers ``record[CRC_START:]``.
-CRC_START = 8
+CRC_OFFSET = 4                        # offset of the crc in a record
+TS_OFFSET = 8                         # offset of the timestamp: the CRC covers record[TS_OFFSET:]
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 MAX_KEY = 255
@@ -203,7 +203,7 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         fstart = pos + HEADER_SIZE
         fend = fstart + length
         frame = buf[fstart:fend]
-        if crc_extend(crc_value(buf[pos + CRC_START:fstart]), frame) != crc:
+        if crc_extend(crc_value(buf[pos + TS_OFFSET:fstart]), frame) != crc:
             return BAD, pos, expect_seq, last_ts, "CRC-32C mismatch"
         sig, cid, seq, klen = unpack_head(frame, 0)
         if sig != SIGNATURE or cid != DELIVER_ID:

@@ -15,7 +15,9 @@ from zeps.journal import Journal, JournalConfig, JournalReader
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")
-from zeps.journal.columnar import _block_crc_ok, _first_bad_crc, read_columns, walk  # noqa: E402
+from zeps.journal.blockcrc import block_crc_ok, first_bad_crc  # noqa: E402
+from zeps.journal.columnar import read_columns  # noqa: E402
+from zeps.journal.walk import walk  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -108,8 +110,8 @@ def test_block_crc_check_finds_every_flipped_bit(tmp_path):
     buf = open(log, "rb").read()
     pos, after = walk(buf, len(buf))
     assert len(pos) == 400 and after == len(buf)
-    assert _block_crc_ok(buf, pos, after) and _block_crc_ok(buf, pos[3:7], int(pos[7]))
-    assert _first_bad_crc(buf, pos, after) == 400
+    assert block_crc_ok(buf, pos, after) and block_crc_ok(buf, pos[3:7], int(pos[7]))
+    assert first_bad_crc(buf, pos, after) == 400
     starts = pos.tolist()
     checked = 0
     for _ in range(300):
@@ -119,8 +121,8 @@ def test_block_crc_check_finds_every_flipped_bit(tmp_path):
             continue                          # length and crc: not covered by the CRC itself
         bad = bytearray(buf)
         bad[i] ^= 1 << rnd.randrange(8)
-        assert not _block_crc_ok(bytes(bad), pos, after)
-        assert _first_bad_crc(bytes(bad), pos, after) == k
+        assert not block_crc_ok(bytes(bad), pos, after)
+        assert first_bad_crc(bytes(bad), pos, after) == k
         checked += 1
     assert checked > 200
 

@@ -9,19 +9,19 @@ of the per-record reader. What differs is how a block is parsed:
 
 1. one ``os.pread`` of a block (default 32 MiB, less when the index says where the last wanted
    record ends) into a ``bytes`` object;
-2. the record positions are found by walking the ``length`` fields. The segment's sparse index
-   gives thousands of known record starts per block, so the walk runs *in parallel from every
-   index entry at once* with numpy (each step advances every walker by one record), and each
-   walker must land exactly on the next entry: that chain check proves the positions are the
-   ones a sequential walk from the block start would find (the index is never trusted: a wrong
-   or missing entry falls back to the sequential walk, a plain Python loop with a vectorised
-   fast path for runs of equal-sized records);
+2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
+   segment's sparse index gives thousands of known record starts per block, so the walk runs
+   *in parallel from every index entry at once* with numpy (each step advances every walker by
+   one record), and each walker must land exactly on the next entry: that chain check proves the
+   positions are the ones a sequential walk from the block start would find (the index is never
+   trusted: a wrong or missing entry falls back to the sequential walk, a plain Python loop with
+   a vectorised fast path for runs of equal-sized records);
 3. every check of :func:`zeps.journal.record.parse_records` is made over all records of the block
    at once (minimal length, DELIVER signature, key and body lengths adding up, the expected
    sequences, timestamps that never go back), through overlapping big-endian numpy views of the
    block. Unless ``verify_crc=False``, the CRC-32Cs of all records are checked with *one*
-   ``google_crc32c`` call over a transformed copy of the block (:func:`_block_crc_ok`); only a
-   block that fails is checked record by record, to find the bad one. The first record that
+   ``google_crc32c`` call over a transformed copy of the block (:mod:`.blockcrc`); only a block
+   that fails is checked record by record, to find the bad one. The first record that
    fails any check is handed to ``parse_records`` itself, which says what is wrong with it, so
    both readers stop at the same byte for the same reason;
 4. ``key`` and ``body`` are built with ``pyarrow.Array.from_buffers`` over the block itself,
@@ -41,15 +41,15 @@ import struct
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
-import google_crc32c
 import numpy as np
 import pyarrow as pa
 
 from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
                                 SIGNATURE)
-from .record import (BAD, CRC_OFFSET, END, HEADER_SIZE, LIMIT, SHORT, TS_OFFSET,
-                     parse_records)
+from .blockcrc import first_bad_crc
+from .record import BAD, END, HEADER_SIZE, LIMIT, SHORT, TS_OFFSET, parse_records
 from .segment import ScanResult, Segment
+from .walk import be_view, walk
 
 log = logging.getLogger("zeps.journal")
 
@@ -57,9 +57,6 @@ BLOCK_BYTES = 32 << 20
 _U32 = struct.Struct(">I")
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
-_PARALLEL_MIN = 32     # below this many live walkers, finish them one by one in Python
-_RUN_CHUNK = 8192
-_crc_value = google_crc32c.value
 
 
 @dataclass
@@ -72,188 +69,6 @@ class Columns:
 
     def __len__(self) -> int:
         return len(self.sequence)
-
-
-# ----------------------------------------------------------------------------- walking
-
-def _be_view(buf: bytes, width: int) -> np.ndarray:
-    """An overlapping, unaligned view: element ``i`` is the big-endian integer at bytes
-    ``[i, i + width)``; gathering ``view[positions]`` is one vectorised fancy index."""
-    return np.ndarray(buffer=buf, dtype=">u%d" % width, shape=(max(len(buf) - width + 1, 0),),
-                      strides=(1,))
-
-
-def _walk_sequential(buf: bytes, start: int, limit: int) -> Tuple[List[np.ndarray], int]:
-    """Positions of the complete records in ``buf[start:limit]`` walked one by one, and the
-    position after the last one. Runs of equal-sized records are confirmed vectorised (every
-    predicted start checked to hold the same length); sizes that vary go through the loop."""
-    unpack = _U32.unpack_from
-    u32 = _be_view(buf, 4)
-    out: List[np.ndarray] = []
-    pending: List[int] = []
-    append = pending.append
-    p = start
-    slow_budget = 0
-    while p + HEADER_SIZE <= limit:
-        length = unpack(buf, p)[0]
-        stride = HEADER_SIZE + length
-        if p + stride > limit:
-            break
-        if slow_budget > 0:
-            append(p)
-            p += stride
-            slow_budget -= 1
-            continue
-        run = 0
-        chunk = 64   # a small first probe, so varied sizes cost little; doubles while it holds
-        while True:
-            k = min((limit - p) // stride, chunk)
-            chunk = min(chunk * 2, _RUN_CHUNK)
-            if k <= 0:
-                break
-            cand = p + stride * np.arange(k, dtype=np.int64)
-            mism = np.nonzero(u32[cand] != length)[0]
-            good = int(mism[0]) if len(mism) else k
-            if good:
-                if pending:
-                    out.append(np.array(pending, dtype=np.int64))
-                    pending = []
-                    append = pending.append
-                out.append(cand[:good])
-                run += good
-                p += stride * good
-            if good < k or p + HEADER_SIZE > limit:
-                break
-            length = unpack(buf, p)[0]
-            if HEADER_SIZE + length != stride:
-                break
-        if run < 16:
-            slow_budget = 256   # sizes vary here: walk the next records one by one
-    if pending:
-        out.append(np.array(pending, dtype=np.int64))
-    return out, p
-
-
-def _walk_parallel(buf: bytes, starts: np.ndarray, limit: int) -> Optional[Tuple[np.ndarray, int]]:
-    """Walk from every known record start at once (``starts[0]`` is a true record start, the
-    others, increasing, come from the index). Walker k must land exactly on ``starts[k+1]``; if
-    one overshoots, the hints are wrong and None is returned (the caller walks sequentially)."""
-    u32 = _be_view(buf, 4)
-    steps: List[np.ndarray] = []
-    tails: List[np.ndarray] = []
-    if len(starts) > 1:
-        targets = starts[1:]
-        cur = starts[:-1].copy()
-        live = cur < targets
-        n_live = int(live.sum())
-        while n_live:
-            if n_live < _PARALLEL_MIN and len(steps) >= 64:
-                break          # a few long gaps left (sparse index here): finish them one by one
-            if (cur[live] + HEADER_SIZE > targets[live]).any():
-                return None
-            c = np.where(live, cur, 0)
-            nxt = np.where(live, c + HEADER_SIZE + u32[c].astype(np.int64), cur)
-            if (nxt > targets).any():
-                return None
-            steps.append(np.where(live, cur, -1))
-            cur = nxt
-            live = cur < targets
-            n_live = int(live.sum())
-        unpack = _U32.unpack_from
-        for k in np.nonzero(live)[0].tolist():
-            p, t = int(cur[k]), int(targets[k])
-            tail = []
-            while p < t:
-                if p + HEADER_SIZE > t:
-                    return None
-                tail.append(p)
-                p += HEADER_SIZE + unpack(buf, p)[0]
-            if p != t:
-                return None
-            tails.append(np.array(tail, dtype=np.int64))
-    seq_parts, after = _walk_sequential(buf, int(starts[-1]), limit)
-    parts: List[np.ndarray] = []
-    if steps:
-        m = np.stack(steps, axis=1).ravel()    # walker-major: each walker's records in order
-        parts.append(m[m >= 0])
-    parts.extend(tails)
-    parts.extend(seq_parts)
-    if not parts:
-        return np.empty(0, np.int64), int(starts[-1])
-    pos = np.concatenate(parts)
-    if tails:
-        pos.sort()
-    return pos, after
-
-
-def walk(buf: bytes, limit: int, hints: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
-    """Record start positions in ``buf[:limit]`` (position 0 is a record start) and the position
-    just after the last complete record. ``hints``: other record starts (from the index); used
-    only if strictly increasing, and checked."""
-    if hints is not None and len(hints):
-        h = hints[(hints > 0) & (hints < limit)]
-        if len(h) and (len(h) == 1 or bool((np.diff(h) > 0).all())):
-            r = _walk_parallel(buf, np.concatenate(([0], h)).astype(np.int64), limit)
-            if r is not None:
-                return r
-    parts, after = _walk_sequential(buf, 0, limit)
-    if not parts:
-        return np.empty(0, np.int64), 0
-    return (np.concatenate(parts) if len(parts) > 1 else parts[0]), after
-
-
-# ----------------------------------------------------------------------------- CRCs
-
-def _block_crc_ok(buf: bytes, pos: np.ndarray, after: int) -> bool:
-    """All records' CRCs in one pass, by the linearity of CRCs.
-
-    Let R be CRC-32C without the initial value and final xor (a linear map over GF(2), with
-    R(0...0 || M) = R(M)). The stored ``c = CRC(P) = R(P ^ (FFFFFFFF || 0...)) ^ FFFFFFFF`` of a
-    payload P (``timestamp || frame``), and for a reflected CRC, appending the register value
-    little-endian gives zero: ``R(X || R(X)_le) = 0``. So with ``P'`` = P whose first 4 bytes
-    are xor-ed with FF, and ``d = c ^ FFFFFFFF``, a record is intact iff ``R(P' || d_le) = 0``,
-    and ``R`` of the concatenation ``P'_1 || d_1 || 0000 || P'_2 || d_2 || 0000 || ...`` is 0
-    when every record is intact. That stream is the block itself with each 8-byte header
-    replaced by the previous record's ``d`` and 4 zero bytes - built with a few vectorised
-    writes - and its R is one C call. A corrupted record makes it non-zero except with
-    probability 2^-32 (a single error burst of up to 32 bits is always detected, as by the
-    per-record check); corruption spread over several records could cancel out with that
-    same 2^-32 probability."""
-    p0 = int(pos[0])
-    size = after - p0
-    bm = np.zeros(size + 4, dtype=np.uint8)
-    bm[:size] = np.frombuffer(buf, dtype=np.uint8, count=size, offset=p0)
-    rel = pos - p0
-    stored = _be_view(buf, 4)[pos + CRC_OFFSET].astype(np.uint32)
-    w8 = np.ndarray(buffer=bm, dtype="<u8", shape=(len(bm) - 7,), strides=(1,))
-    w4 = np.ndarray(buffer=bm, dtype="<u4", shape=(len(bm) - 3,), strides=(1,))
-    w8[rel] = 0                                   # length and crc out
-    w4[rel + TS_OFFSET] ^= np.uint32(0xFFFFFFFF)  # the CRC's initial value, per record
-    ends = np.empty_like(rel)
-    ends[:-1] = rel[1:]
-    ends[-1] = size
-    w4[ends] = stored ^ np.uint32(0xFFFFFFFF)     # d_i right after record i
-    w4[0] = np.uint32(0xFFFFFFFF)                 # cancels google_crc32c's own initial value
-    bm.flags.writeable = False
-    return _crc_value(bm) == 0xFFFFFFFF           # ... and its final xor
-
-
-def _first_bad_crc(buf: bytes, pos: np.ndarray, after: int) -> int:
-    """Index of the first record whose CRC does not match (``len(pos)`` if none): one block
-    check, and record by record (~0.3 us each) only if it fails."""
-    n = len(pos)
-    if n == 0 or _block_crc_ok(buf, pos, after):
-        return n
-    starts = (pos + TS_OFFSET).tolist()
-    ends = pos[1:].tolist()
-    ends.append(after)
-    # C-level iteration; the C extension takes bytes, so each record is sliced (a small copy)
-    got = np.fromiter(map(_crc_value, map(buf.__getitem__, map(slice, starts, ends))),
-                      dtype=np.uint32, count=n)
-    bad = np.nonzero(got != _be_view(buf, 4)[pos + CRC_OFFSET])[0]
-    # every record checks on its own: only a cancellation (2^-32) gets here with none bad;
-    # then the block is reported bad at its first record
-    return int(bad[0]) if len(bad) else 0
 
 
 # ----------------------------------------------------------------------------- checks
@@ -270,8 +85,8 @@ class _Block:
     def __init__(self, buf: bytes, pos: np.ndarray, expect_seq: int, last_ts: Optional[int],
                  verify_crc: bool):
         arr = np.frombuffer(buf, dtype=np.uint8)
-        u32 = _be_view(buf, 4)
-        u64 = _be_view(buf, 8)
+        u32 = be_view(buf, 4)
+        u64 = be_view(buf, 8)
         length = u32[pos].astype(np.int64)
         n = _first(length < MIN_FRAME)
         pos, length = pos[:n], length[:n]
@@ -291,7 +106,7 @@ class _Block:
             np.less(ts[1:], ts[:-1], out=back[1:])
             n = min(n, _first(back))
         if verify_crc and n:
-            n = min(n, _first_bad_crc(buf, pos[:n], int(bend[n - 1])))
+            n = min(n, first_bad_crc(buf, pos[:n], int(bend[n - 1])))
         self.n = n
         self.pos, self.seq, self.ts = pos[:n], seq[:n], ts[:n]
         self.kstart, self.kend, self.bend = kstart[:n], kend[:n], bend[:n]

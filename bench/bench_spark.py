@@ -10,7 +10,8 @@
    * ``zeps`` path read, CRC verified (the default),
    * ``zeps`` path read, ``verifyCrc=false``,
    * ``spark.read.parquet`` (the baseline);
-4. prints the median seconds and rows/s, and the columnar parser alone (one core, no Spark).
+4. prints the median seconds and rows/s, and the columnar reader alone
+   (:func:`zeps.journal.columnar.read_columns`, one core, no Spark).
 """
 from __future__ import annotations
 
@@ -48,14 +49,13 @@ def write_journal(data_dir: str, n: int, body: int) -> None:
     print(f"wrote {n} records to {data_dir} in {time.monotonic() - t:.1f}s")
 
 
-def parser_alone(data_dir: str, verify: bool) -> float:
-    from zeps.journal import stream_dir_name
-    from zeps.spark.bulk import load_index, read_range, segment_files
-    sdir = os.path.join(data_dir, stream_dir_name("bench"))
+def reader_alone(data_dir: str, verify: bool) -> float:
+    from zeps.journal import JournalReader, stream_dir_name
+    from zeps.journal.columnar import read_columns
     n = 0
     t = time.perf_counter()
-    for first, path in segment_files(sdir):
-        for c in read_range(path, first, None, index=load_index(path), verify_crc=verify):
+    with JournalReader(os.path.join(data_dir, stream_dir_name("bench"))) as r:
+        for c in read_columns(r, 1, verify_crc=verify):
             n += len(c)
     return n / (time.perf_counter() - t)
 
@@ -73,9 +73,9 @@ def main(argv=None) -> int:
     jdir = os.path.join(args.data_dir, "journal")
     pdir = os.path.join(args.data_dir, "parquet")
     write_journal(jdir, args.n, args.body)
-    parser_alone(jdir, True)                              # warm-up (imports, page cache)
-    print(f"columnar parser alone, one core: {parser_alone(jdir, True) / 1e6:.2f} M rows/s "
-          f"(CRC verified), {parser_alone(jdir, False) / 1e6:.2f} M rows/s (verifyCrc=false)")
+    reader_alone(jdir, True)                              # warm-up (imports, page cache)
+    print(f"columnar reader alone, one core: {reader_alone(jdir, True) / 1e6:.2f} M rows/s "
+          f"(CRC verified), {reader_alone(jdir, False) / 1e6:.2f} M rows/s (verifyCrc=false)")
 
     from pyspark.sql import SparkSession, functions as F
     spark = (SparkSession.builder.master(args.master).appName("bench-spark")

@@ -20,10 +20,21 @@ from zeps.journal import (DataDir, InvalidRecordError, Journal, JournalClosedErr
                           JournalReader, KeyTooLongError, Record, RecordTooLargeError,
                           StreamStats, list_streams)
 from zeps.journal.record import HEADER_SIZE
+from zeps.journal.retention import segments_to_delete
 from zeps.protocol.codec import decode, encode_deliver
 from zeps.protocol.commands import Deliver
 
 SMALL = JournalConfig(segment_bytes=4096, index_interval_bytes=256, fsync="never")
+
+
+class FakeClock:
+    """A clock the test moves by hand (ns for Journal.open, seconds for read_from)."""
+
+    def __init__(self, now=1_700_000_000_000_000_000):
+        self.now = now
+
+    def __call__(self):
+        return self.now
 
 
 def items(n, start=0, size=10):
@@ -174,28 +185,32 @@ def _check_seq_at(view, recs):
 
 
 def test_seq_at(tmp_path):
-    with Journal.open(tmp_path / "s", SMALL) as j:
+    clock = FakeClock()
+    with Journal.open(tmp_path / "s", SMALL, clock=clock) as j:
         recs = []
         for b in range(40):
             recs += j.append_batch(items(1 + b % 9, size=30 + b))
-            time.sleep(0.0005)
-        assert len({r.timestamp for r in recs}) > 20
+            clock.now += (0, 1, 7, 1000)[b % 4]       # some batches share a timestamp
+        assert len({r.timestamp for r in recs}) == 30
         _check_seq_at(j, recs)
         _check_seq_at(JournalReader(tmp_path / "s"), recs)
         assert j.seq_at(recs[-1].timestamp + 1) == j.next_seq
 
 
 def test_timestamps_never_decrease(tmp_path):
-    with Journal.open(tmp_path / "s", SMALL) as j:
+    clock = FakeClock(5_000)
+    with Journal.open(tmp_path / "s", SMALL, clock=clock) as j:
         a = j.append_batch(items(3))
-        assert len({r.timestamp for r in a}) == 1        # one timestamp per batch
-        # a clock that stepped back: the journal keeps its last timestamp
-        future = time.time_ns() + 10**12
-        j._last_ts = future
+        assert [r.timestamp for r in a] == [5_000] * 3   # one timestamp per batch, the clock's
+        clock.now = 3_000                                # the clock steps back
         b = j.append_batch(items(2))
-        assert all(r.timestamp == future for r in b)
-    with Journal.open(tmp_path / "s", SMALL) as j:       # also across a restart
-        assert j.append_batch(items(1))[0].timestamp >= future
+        assert [r.timestamp for r in b] == [5_000] * 2   # the journal keeps its last timestamp
+        clock.now = 6_000
+        assert j.append(*items(1)[0]).timestamp == 6_000
+    clock.now = 10
+    with Journal.open(tmp_path / "s", SMALL, clock=clock) as j:   # also across a restart
+        assert j.append_batch(items(1))[0].timestamp == 6_000
+        assert j.info().newest_ts == 6_000
 
 
 def test_info(tmp_path):
@@ -320,24 +335,23 @@ def test_datadir(tmp_path):
 # ---------------------------------------------------------------------------- durability
 
 def test_fsync_policies(tmp_path):
+    """durable_seq under each policy: "always" and "never" follow the appends; "interval"
+    follows sync() (the broker decides when to call it) and close()."""
     cfg = JournalConfig(fsync="always")
     with Journal.open(tmp_path / "a", cfg) as j:
         j.append_batch(items(3))
-        assert j.durable_seq == 3 and not j.sync_due()
+        assert j.durable_seq == 3
     cfg = JournalConfig(fsync="never")
     with Journal.open(tmp_path / "n", cfg) as j:
         j.append_batch(items(3))
         assert j.durable_seq == 3
         assert j.sync() == 3
-    cfg = JournalConfig(fsync="interval", fsync_interval_ms=50)
+    cfg = JournalConfig(fsync="interval")
     with Journal.open(tmp_path / "i", cfg) as j:
-        t0 = time.monotonic()
         j.append_batch(items(3))
         assert j.durable_seq == 0
-        assert not j.sync_due(j._last_sync + 0.010)
-        assert j.sync_due(j._last_sync + 0.050)
         assert j.sync() == 3 and j.durable_seq == 3
-        assert not j.sync_due(t0 + 100)                  # nothing left to sync
+        assert j.sync() == 3                             # nothing left to sync
         j.append_batch(items(2))
         assert j.durable_seq == 3
     with Journal.open(tmp_path / "i", cfg) as j:         # close synced
@@ -388,7 +402,7 @@ def test_follow_sees_new_records(tmp_path):
         r = JournalReader(tmp_path / "s")
 
         def writer():
-            for b in range(30):
+            for _ in range(30):
                 time.sleep(0.002)
                 j.append_batch(items(7, size=50))
 
@@ -403,9 +417,30 @@ def test_follow_sees_new_records(tmp_path):
         assert got_w == list(range(200, 216))
         stopped = list(r.read_from(216, follow=True, stop=lambda: True))
         assert stopped == []
-        t0 = time.monotonic()
-        assert list(r.read_from(216, follow=True, poll_interval=0.01, timeout=0.1)) == []
-        assert 0.1 <= time.monotonic() - t0 < 2
+
+
+def test_follow_polls_on_its_clock_until_timeout(tmp_path):
+    """Follow mode measures its idle timeout on the injected clock and sleeps through the
+    injected sleep: a record appended while it waits is yielded and restarts the timeout;
+    then it ends after exactly `timeout` of idle (fake) time."""
+    with Journal.open(tmp_path / "s", SMALL) as j:
+        j.append_batch(items(2))
+        r = JournalReader(tmp_path / "s")
+        clock = FakeClock(100.0)
+        slept = []
+
+        def sleep(dt):
+            slept.append((clock.now, dt))
+            clock.now += dt
+            if len(slept) == 3:
+                j.append_batch(items(1, 2))              # arrives while the follower waits
+
+        got = [x.sequence for x in r.read_from(1, follow=True, poll_interval=0.25, timeout=1.0,
+                                              clock=clock, sleep=sleep)]
+        assert got == [1, 2, 3]
+        # idle from 100.0: 3 polls, then record 3; idle again from 100.75: 4 polls of 0.25
+        assert [t for t, _ in slept] == [100.0, 100.25, 100.5, 100.75, 101.0, 101.25, 101.5]
+        assert {dt for _, dt in slept} == {0.25} and clock.now == 101.75
 
 
 # ---------------------------------------------------------------------------- retention
@@ -438,23 +473,25 @@ def test_retention_by_bytes(tmp_path):
 
 def test_retention_by_age_never_deletes_active(tmp_path):
     cfg = JournalConfig(segment_bytes=2048, fsync="never", retention_ms=60_000)
-    with Journal.open(tmp_path / "s", cfg) as j:
+    clock = FakeClock()
+    minute = 60_000 * 10**6
+    with Journal.open(tmp_path / "s", cfg, clock=clock) as j:
         a = fill(j, 20)
         segs_before = j.info().segments
-        assert j.apply_retention() == 0                   # nothing older than a minute
-        time.sleep(0.002)
-        cut = time.time_ns()
-        b = fill(j, 20)
-        # "now" such that everything before `cut` is older than retention_ms
-        deleted = j.apply_retention(now_ns=cut + 60_000 * 10**6)
-        assert deleted >= segs_before - 1 > 0
-        assert j.first_seq <= b[0].sequence
-        assert all(r.timestamp < cut for r in a)
-        kept = j.read_batch(1, 10_000, 1 << 30)
-        assert kept[-1].sequence == b[-1].sequence
+        assert segs_before > 2
+        clock.now += minute
+        assert j.apply_retention() == 0                   # exactly a minute old: kept
+        clock.now += 1
+        b = fill(j, 20)                                   # rolls: retention deletes a's segments
         assert j.first_seq > 1
-        # far future: everything but the active segment goes
-        j.apply_retention(now_ns=time.time_ns() + 10**15)
+        assert j.first_seq <= b[0].sequence
+        assert all(r.timestamp < b[0].timestamp for r in a)
+        kept = j.read_batch(1, 10_000, 1 << 30)
+        assert kept[0].sequence == j.first_seq and kept[-1].sequence == b[-1].sequence
+        assert j.apply_retention(now_ns=b[0].timestamp) == 0   # an explicit "now" wins
+        # a minute later: everything but the active segment goes
+        clock.now += minute + 1
+        assert j.apply_retention() > 0
         assert j.info().segments == 1
         assert j._segs[0] is j._active
         assert j.append_batch(items(1))[0].sequence == b[-1].sequence + 1
@@ -473,6 +510,29 @@ def test_in_process_reader_survives_retention(tmp_path):
         assert it.gap and rest[-1].sequence == j.last_seq
         s = seqs(rest)
         assert s == sorted(s)
+
+
+def test_retention_rule_deletes_a_prefix_by_size_or_age():
+    """The pure rule: oldest first, by size while over the limit, by age while older than
+    retention_ms at now; the first segment kept stops the pass, and later segments are not
+    even looked at (they may be loaded lazily)."""
+    minute = 60_000 * 10**6
+    segs = [(100, 10), (100, 20), (100, minute * 9), (100, 30)]
+    assert segments_to_delete(segs, 500, 250, None, 0) == ["size", "size", "size"]
+    assert segments_to_delete(segs, 500, 300, None, 0) == ["size", "size"]
+    assert segments_to_delete(segs, 500, 500, None, 0) == []
+    assert segments_to_delete(segs, 500, None, 60_000, minute + 20) == ["age"]
+    assert segments_to_delete(segs, 500, None, 60_000, minute + 21) == ["age", "age"]
+    assert segments_to_delete(segs, 500, 450, 60_000, minute + 21) == ["size", "age"]
+    assert segments_to_delete([(100, None)], 500, None, 1, 10**18) == []   # no record: no age
+    seen = []
+
+    def lazy():
+        for s in segs:
+            seen.append(s)
+            yield s
+    assert segments_to_delete(lazy(), 500, 350, None, 0) == ["size", "size"]
+    assert seen == segs[:3]
 
 
 # ---------------------------------------------------------------------------- properties
@@ -508,7 +568,7 @@ def test_property_random_batches_round_trip(batches, seg, interval):
 
 def test_open_files_stay_bounded_over_many_segments(tmp_path):
     """A replay over many segments keeps at most MAX_OPEN_SEALED of them open (LRU)."""
-    from zeps.journal.reader import MAX_OPEN_SEALED
+    from zeps.journal.open_segments import MAX_OPEN_SEALED
 
     def nfds():
         return len(os.listdir("/proc/self/fd"))
@@ -535,13 +595,13 @@ def test_open_files_stay_bounded_over_many_segments(tmp_path):
 
 
 def test_follower_keeps_open_files_bounded(tmp_path):
-    from zeps.journal.reader import MAX_OPEN_SEALED
+    from zeps.journal.open_segments import MAX_OPEN_SEALED
     cfg = JournalConfig(segment_bytes=512, index_interval_bytes=256, fsync="never")
     with Journal.open(tmp_path / "s", cfg) as j:
         r = JournalReader(tmp_path / "s")
         before = len(os.listdir("/proc/self/fd"))
         nxt = 1
-        for b in range(300):                 # every batch rolls; the reader follows each
+        for _ in range(300):                 # every batch rolls; the reader follows each
             j.append_batch(items(4, size=60))
             got = r.read_batch(nxt, 100)
             assert seqs(got) == list(range(nxt, nxt + 4))

@@ -1,35 +1,56 @@
 """ZEPS journal: a segmented, CRC-checked, indexed append-only log per stream.
 
 See docs/architecture.md ("Journal contract") for the on-disk format and the API the broker,
-the replay tool and the Spark reader rely on. Module map:
+the replay tool and the Spark reader rely on. This package is the one owner of that format: the
+record layout (:mod:`.record`, the DELIVER frame from :mod:`zeps.protocol.deliver`), segment
+naming (:mod:`.segment`), the index files and their rule (:mod:`.index`), and what a short or
+bad record means (:mod:`.view`). Module map:
 
-* :mod:`.config`  - :class:`JournalConfig`
-* :mod:`.errors`  - :class:`JournalError` and subclasses
-* :mod:`.names`   - stream name <-> directory name
-* :mod:`.record`  - record format, :class:`Record`, encoding and parsing
-* :mod:`.index`   - sparse offset index and time index files
-* :mod:`.segment` - one segment: log + indexes, block reads, recovery
-* :mod:`.reader`  - read logic shared by writer and readers, :class:`JournalReader`
-* :mod:`.journal` - :class:`Journal`, the one writer of a stream
-* :mod:`.datadir` - :class:`DataDir`, the broker's data directory
+* :mod:`.config`        - :class:`JournalConfig`
+* :mod:`.errors`        - :class:`JournalError` and subclasses
+* :mod:`.names`         - stream name <-> directory name
+* :mod:`.record`        - record format, :class:`Record`, encoding and parsing (what is valid)
+* :mod:`.index`         - sparse offset index and time index files, the entry rule
+* :mod:`.segment`       - one segment: file naming, block reads, lookups
+* :mod:`.recovery`      - checking/rebuilding a segment's index, recovering its tail
+* :mod:`.open_segments` - the LRU of open sealed segments
+* :mod:`.view`          - the read loop and its rules, shared by the writer and both readers
+* :mod:`.iterator`      - :class:`RecordIterator` (``read_from``, follow mode)
+* :mod:`.reader`        - :class:`JournalReader`, read-only, lock-free
+* :mod:`.lock`          - the one-writer (and one-broker) lock
+* :mod:`.retention`     - which old segments retention deletes (a pure rule)
+* :mod:`.journal`       - :class:`Journal`, the one writer of a stream
+* :mod:`.datadir`       - :class:`DataDir`, the broker's data directory
+* :mod:`.columnar`      - :func:`~.columnar.read_columns`, the same records as Arrow columns
+  (for Spark). It needs numpy and pyarrow (the ``spark`` extra), so it is not imported here:
+  ``from zeps.journal.columnar import read_columns``. Its parts: :mod:`.walk` (record
+  positions in a block) and :mod:`.blockcrc` (all CRCs of a block in one call).
 
 Decisions and known limits (details in each module's docstring):
 
 * The log is the truth; indexes are rebuilt from it whenever missing, short or wrong, and are
-  never fsync'ed. Recovery (writer open) verifies the last segment from its last index entry and
-  truncates at the first short/bad record; older segments are checked lazily when read, and a bad
-  record there raises :class:`CorruptionError` (file, byte offset) after the good records before
-  it were returned.
-* Readers never take a lock and never write; they treat a bad/short record past the last index
-  entry of the last segment as "not written yet" (a torn tail the writer will cut).
+  never fsync'ed. Recovery (writer open) verifies the last segment from its last index entry
+  that points at a valid record and truncates at the first short/bad record after it; older
+  segments are checked lazily when read, and a bad record there raises :class:`CorruptionError`
+  (file, byte offset) after the good records before it were returned.
+* Readers never take a lock and never write. In the last segment, a short or bad record after
+  the last index entry is "not written yet" (a record being written, or a torn tail the writer
+  will cut); before it, it is corruption. Both readers - :class:`JournalReader` and the
+  columnar one - follow these rules through the same read loop, and are tested against the
+  same damaged journals (tests/test_journal_damage.py).
 * A failed batch is truncated away. A reader in *another* process that happened to read the
   failed batch's first whole records in the instant between the failed ``write()`` and the
   truncation could have seen sequences that are later reused; the writer's own reads never can.
   (Closing that window would need a commit marker in the format, which is fixed by the contract.)
-* At most ``reader.MAX_OPEN_SEALED`` (32) sealed segments per Journal/JournalReader keep their
-  files open (LRU), so long replays and long-running followers do not run out of descriptors.
-* A stream name whose encoded directory name would exceed 255 bytes is refused
-  (:class:`InvalidStreamNameError`), never shortened.
+* At most ``open_segments.MAX_OPEN_SEALED`` (32) sealed segments per Journal/JournalReader keep
+  their files open (LRU), so long replays and long-running followers do not run out of
+  descriptors.
+* No clock of its own: record timestamps come from the ``clock`` given to
+  :meth:`Journal.open` / :class:`DataDir` (``time.time_ns`` by default), and ``read_from``'s
+  follow mode takes ``clock``/``sleep``; the broker decides when to call :meth:`Journal.sync`.
+* Every valid stream name (1 to 255 bytes of UTF-8) has a directory: one whose escaped form
+  would exceed 255 bytes is stored under a hashed directory name with the real name in its
+  ``NAME`` file (``names.py``); the data directory's own ``LOCK`` is never a stream's name.
 """
 from .config import JournalConfig
 from .datadir import DataDir
@@ -38,7 +59,8 @@ from .errors import (CorruptionError, InvalidRecordError, JournalClosedError, Jo
                      KeyTooLongError, RecordTooLargeError)
 from .journal import Journal
 from .names import InvalidStreamNameError, list_streams, stream_dir_name, stream_from_dir_name
-from .reader import JournalReader, RecordIterator
+from .iterator import RecordIterator
+from .reader import JournalReader
 from .record import Record, StreamStats
 
 __all__ = [

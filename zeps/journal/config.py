@@ -9,7 +9,9 @@ Decisions:
 * ``index_interval_bytes`` (4 KiB): one sparse-index entry per ~4 KiB of log, so a lookup
   reads at most ~4 KiB (plus one record) after its binary search.
 * ``fsync`` = ``"interval"`` by default: the broker calls :meth:`Journal.sync` every
-  ``fsync_interval_ms`` (group commit) and confirms publishers up to ``durable_seq``.
+  ``fsync_interval_ms`` (group commit) and confirms publishers up to ``durable_seq``. The
+  journal has no timer and does not read ``fsync_interval_ms``: it is the broker's setting,
+  kept here beside the policy it belongs to.
 * retention is off unless ``retention_bytes`` / ``retention_ms`` are set.
 """
 from __future__ import annotations

@@ -5,21 +5,26 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Dict, List, Optional
+import time
+from typing import Callable, Dict, List, Optional
 
 from .config import JournalConfig
 from .errors import JournalClosedError, JournalError
-from .journal import Journal, release_lock, take_lock
+from .journal import Journal
+from .lock import release_lock, take_lock
 from .names import NAME_FILE, is_hashed, list_streams, stream_dir_name
 from .reader import JournalReader
 
 
 class DataDir:
-    """``DataDir(path, cfg)`` creates ``path`` if needed and takes ``path/LOCK``."""
+    """``DataDir(path, cfg)`` creates ``path`` if needed and takes ``path/LOCK``. Its journals
+    take their timestamps from ``clock()`` (ns since the epoch)."""
 
-    def __init__(self, path, config: Optional[JournalConfig] = None):
+    def __init__(self, path, config: Optional[JournalConfig] = None,
+                 clock: Callable[[], int] = time.time_ns):
         self.path = os.fspath(path)
         self.config = config or JournalConfig()
+        self._clock = clock
         try:
             os.makedirs(self.path, exist_ok=True)
         except FileExistsError:
@@ -47,7 +52,7 @@ class DataDir:
             j = self._journals.get(name)
             if j is None:
                 path = self.stream_path(name)
-                j = Journal.open(path, self.config)
+                j = Journal.open(path, self.config, self._clock)
                 if is_hashed(os.path.basename(path)):
                     self._write_name(path, name)
                 self._journals[name] = j

@@ -16,6 +16,10 @@ The log is the truth: the index is written after the log bytes it points to, is 
 fsync'ed (it is rebuilt after a crash from the log), and every entry found by a lookup is
 checked against the record it points to by the caller's parser (the sequence is in the frame).
 
+Both readers of a segment - the per-record one and the columnar one (:mod:`.columnar`) - get
+the index the same way, through the segment's loader (:mod:`.recovery`), and use it only as a
+hint checked against the log.
+
 Two implementations with one interface:
 
 * :class:`MemIndex` - arrays in memory (the writer's active segment, or an index rebuilt in
@@ -102,6 +106,16 @@ class MemIndex:
     def last_pos(self) -> int:
         return self.poss[-1] if self.poss else 0
 
+    def after_seq(self, seq: int) -> Optional[int]:
+        """Position of the first entry whose sequence is > ``seq``, or None."""
+        i = bisect_right(self.seqs, seq)
+        return self.poss[i] if i < len(self.poss) else None
+
+    def positions_between(self, lo: int, hi: int) -> array:
+        """Positions of the entries with ``lo < position < hi`` (record starts to check)."""
+        poss = self.poss
+        return poss[bisect_right(poss, lo):bisect_left(poss, hi)]
+
 
 class FileIndex:
     """Read-only binary search over the two index files through ``os.pread``."""
@@ -184,10 +198,66 @@ class FileIndex:
         n = len(self)
         return self._ientry(n - 1)[1] if n else 0
 
-    def to_mem(self) -> MemIndex:
+    def after_seq(self, seq: int) -> Optional[int]:
+        """Position of the first entry whose sequence is > ``seq``, or None."""
         n = len(self)
-        return MemIndex.from_bytes(os.pread(self.ifd, n * ENTRY_SIZE, 0),
-                                   os.pread(self.tfd, n * ENTRY_SIZE, 0))
+        lo, hi = 0, n
+        while lo < hi:                       # bisect_right on the entry sequences
+            mid = (lo + hi) >> 1
+            if seq < self._ientry(mid)[0]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return self._ientry(lo)[1] if lo < n else None
+
+    def _first_pos_above(self, pos: int, n: int) -> int:
+        lo, hi = 0, n
+        while lo < hi:                       # bisect_right on the entry positions
+            mid = (lo + hi) >> 1
+            if pos < self._ientry(mid)[1]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def positions_between(self, lo: int, hi: int) -> array:
+        """Positions of the entries with ``lo < position < hi``: two binary searches, then one
+        ``os.pread`` of the entries in between."""
+        n = len(self)
+        a = self._first_pos_above(lo, n)
+        b = self._first_pos_above(hi - 1, n)
+        if a >= b:
+            return array("Q")
+        return _load_pairs(os.pread(self.ifd, (b - a) * ENTRY_SIZE, a * ENTRY_SIZE))[1]
+
+
+def entries_for(records, pos: int, last_entry_pos: int, interval: int,
+                need_first: bool) -> Tuple[List[Tuple[int, int, int]], int]:
+    """The index rule, used by the writer and by every rebuild: the entries ``(seq, pos, ts)``
+    that ``records`` (consecutive, the first at byte ``pos``) get after an entry at
+    ``last_entry_pos`` - a record gets one when it starts ``interval`` or more bytes after the
+    previous entry, or when it is the first of a segment without entries (``need_first``).
+    Returns the entries and the position of the last entry."""
+    entries = []
+    for r in records:
+        if need_first or pos - last_entry_pos >= interval:
+            entries.append((r.sequence, pos, r.timestamp))
+            last_entry_pos = pos
+            need_first = False
+        pos += r.size
+    return entries, last_entry_pos
+
+
+def read_index_files(index_path: str, time_path: str) -> Optional[MemIndex]:
+    """The entries both index files agree on, in memory; None if a file is missing."""
+    try:
+        with open(index_path, "rb") as f:
+            idata = f.read()
+        with open(time_path, "rb") as f:
+            tdata = f.read()
+    except FileNotFoundError:
+        return None
+    return MemIndex.from_bytes(idata, tdata)
 
 
 def encode_entries(entries: Iterable[Tuple[int, int, int]]) -> Tuple[bytes, bytes]:

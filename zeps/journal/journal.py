@@ -10,13 +10,15 @@ Decisions and why:
   is undone by truncating the file back to its pre-batch size; the in-memory state is only
   updated after the write succeeded, so the journal stays usable and the sequence has no hole.
   Under ``fsync="always"`` a failing ``fdatasync`` is undone the same way.
-* **Timestamps** are taken once per batch, ``max(time_ns(), last timestamp)``, so they never
-  decrease within a stream even if the clock steps back (``seq_at`` relies on it).
+* **Timestamps** are taken once per batch, ``max(clock(), last timestamp)``, so they never
+  decrease within a stream even if the clock steps back (``seq_at`` relies on it). The clock
+  (ns since the epoch, :func:`time.time_ns` by default) is injected with ``Journal.open(...,
+  clock=)``; retention by age asks the same clock unless it is given ``now_ns``.
 * **Durability.** ``durable_seq`` is what the broker confirms to publishers.
   ``"always"``: ``fdatasync`` before ``append_batch`` returns. ``"interval"`` (default): the
-  broker calls :meth:`Journal.sync` (group commit), typically from a worker thread, when
-  :meth:`Journal.sync_due` says so. ``"never"``: ``durable_seq`` follows what was written to
-  the OS (it survives the process, not the machine). ``sync()`` captures the target sequence
+  broker calls :meth:`Journal.sync` (group commit) on its own timer, typically from a worker
+  thread. ``"never"``: ``durable_seq`` follows what was written to the OS (it survives the
+  process, not the machine). ``sync()`` captures the target sequence
   and duplicates the fds to sync under a lock, syncs without the lock, and raises
   ``durable_seq`` monotonically, so it is safe beside appends from the owning thread.
   Index files are never synced: they are rebuilt from the log after a crash.
@@ -25,81 +27,41 @@ Decisions and why:
   ``fdatasync``'ed (except under ``"never"``) together with the directory. A batch is never
   split, so a segment may exceed ``segment_bytes`` by one batch.
 * **Retention** deletes whole old segments, never the active one, by total size and by age
-  (of a segment's newest record), on each roll and whenever the caller calls
-  :meth:`Journal.apply_retention`.
-* **Locking.** ``flock(LOCK_EX | LOCK_NB)`` on ``stream_dir/LOCK``, holder pid written into it;
-  the kernel drops the lock when the process dies, so there is no stale lock to clean up.
+  (of a segment's newest record; rule in :mod:`.retention`), on each roll and whenever the
+  caller calls :meth:`Journal.apply_retention`.
+* **Locking.** One writer per stream directory (:mod:`.lock`).
 """
 from __future__ import annotations
 
 import errno as _errno
-import fcntl
 import logging
 import os
 import threading
 import time
-from typing import List, Optional, Sequence, Tuple
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .config import JournalConfig
-from .errors import (JournalError, JournalFullError, JournalLockedError,
-                     JournalNotFoundError)
-from .index import FileIndex, MemIndex, encode_entries
-from .record import HEADER_SIZE, Record, encode_batch
-from .reader import _StreamView
+from .errors import JournalError, JournalFullError, JournalNotFoundError
+from .index import FileIndex, MemIndex, encode_entries, entries_for
+from .lock import release_lock, take_lock
+from .record import Record, encode_batch
+from .recovery import load_sealed, recover
+from .retention import segments_to_delete
 from .segment import Segment, fsync_dir, list_segment_seqs
+from .view import StreamView
 
 log = logging.getLogger("zeps.journal")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-def take_lock(dirpath: str, what: str) -> int:
-    """flock ``dirpath/LOCK`` (non-blocking) and write our pid into it. Returns the fd."""
-    path = os.path.join(dirpath, "LOCK")
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
-    except FileNotFoundError:
-        raise JournalNotFoundError(f"{what} directory {dirpath!r} does not exist") from None
-    except PermissionError as e:
-        raise JournalError(f"cannot open lock file {path}: {e.strerror}") from None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as e:
-        holder = None
-        try:
-            txt = os.pread(fd, 32, 0).decode("ascii", "replace").strip()
-            holder = int(txt) if txt.isdigit() else None
-        except OSError:
-            pass
-        os.close(fd)
-        if e.errno in (_errno.EWOULDBLOCK, _errno.EAGAIN, _errno.EACCES):
-            who = f"process {holder}" if holder else "another process"
-            raise JournalLockedError(
-                f"{what} directory {dirpath} is locked by {who} ({path}); only one "
-                f"{'writer' if what == 'stream' else 'broker'} may use it at a time",
-                dirpath, holder) from None
-        raise JournalError(f"cannot lock {path}: {e.strerror}") from None
-    try:
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-    except OSError:
-        pass     # the pid is informative only
-    return fd
-
-
-def release_lock(fd: int) -> None:
-    if fd >= 0:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-
-class Journal(_StreamView):
+class Journal(StreamView):
     """The single writer of one stream directory. Create with :meth:`Journal.open`."""
 
-    def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int):
+    def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int,
+                 clock: Callable[[], int] = time.time_ns):
         self._dir = stream_dir
         self.config = config
+        self._clock = clock
         self._interval = config.index_interval_bytes
         self._lock_fd = _lock_fd
         self._closed = False
@@ -112,17 +74,18 @@ class Journal(_StreamView):
         self._durable_seq = 0
         self._sync_lock = threading.Lock()
         self._unsynced: List[Segment] = []   # rolled segments not yet synced ("never")
-        self._last_sync = time.monotonic()
         self._last_entry_pos = 0
         self._pending_truncate: Optional[int] = None
 
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, stream_dir, config: Optional[JournalConfig] = None) -> "Journal":
+    def open(cls, stream_dir, config: Optional[JournalConfig] = None,
+             clock: Callable[[], int] = time.time_ns) -> "Journal":
         """Open (creating it if needed) the stream directory as its one writer: take the
         stream lock, recover the tail of the last segment, and continue after the last whole
-        record."""
+        record. ``clock()`` gives the time in ns since the epoch (record timestamps,
+        retention by age)."""
         config = config or JournalConfig()
         stream_dir = os.fspath(stream_dir)
         try:
@@ -135,7 +98,7 @@ class Journal(_StreamView):
         if not os.path.isdir(stream_dir):
             raise JournalNotFoundError(f"{stream_dir!r} is not a directory")
         lock_fd = take_lock(stream_dir, "stream")
-        j = cls(stream_dir, config, lock_fd)
+        j = cls(stream_dir, config, lock_fd, clock)
         try:
             j._recover()
         except BaseException:
@@ -155,11 +118,8 @@ class Journal(_StreamView):
         self._segs = [Segment(self._dir, q) for q in seqs]
         self._firsts = list(seqs)
         last = self._segs[-1]
-        last.recover(self._interval)
+        self._next_seq = recover(last, self._interval).seq
         self._active = last
-        self._next_seq = (last.last_seq or last.first_seq - 1) + 1
-        if last.last_seq is None or last.last_seq < last.first_seq:
-            self._next_seq = last.first_seq
         idx = last.index
         self._last_entry_pos = idx.last_pos() if len(idx) else 0
         if last.last_ts is not None:
@@ -199,7 +159,6 @@ class Journal(_StreamView):
         seg.index = MemIndex()
         seg.size = 0
         seg.loaded = True
-        seg.last_seq = first_seq - 1
         return seg
 
     # ------------------------------------------------------------------ state
@@ -215,10 +174,6 @@ class Journal(_StreamView):
         return self._durable_seq
 
     @property
-    def stream_dir(self) -> str:
-        return self._dir
-
-    @property
     def closed(self) -> bool:
         return self._closed
 
@@ -229,7 +184,12 @@ class Journal(_StreamView):
         return self._last_ts
 
     def _load(self, seg: Segment) -> None:
-        seg.load_sealed(self._interval, persist=True)
+        load_sealed(seg, self._interval, persist=True)
+
+    def _why_not_torn(self, seg: Segment) -> str:
+        if seg is self._active:
+            return "the writer recovered this segment's tail when it opened the stream"
+        return "a later segment exists, so it is not a torn tail"
 
     def _can_unload(self, seg: Segment) -> bool:
         # never close what a concurrent sync() may still have to fdatasync
@@ -255,7 +215,7 @@ class Journal(_StreamView):
             return []
         if self._pending_truncate is not None:
             self._retry_truncate()
-        ts = time.time_ns()
+        ts = self._clock()
         if ts < self._last_ts:
             ts = self._last_ts
         parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes)
@@ -276,17 +236,9 @@ class Journal(_StreamView):
                     f"fdatasync of {seg.log_path} failed: {e.strerror} "
                     f"({_errno.errorcode.get(e.errno, e.errno)}); the batch of {len(records)} "
                     f"records was rolled back", e) from None
-        # index entries (sparse): same rule as Segment.scan_entries
-        interval = self._interval
         idx = seg.index
-        last_entry = self._last_entry_pos
-        entries = []
-        p = pre
-        for r, i in zip(records, range(1, len(parts), 2)):
-            if (p == 0 and not len(idx)) or p - last_entry >= interval:
-                entries.append((r.sequence, p, ts))
-                last_entry = p
-            p += HEADER_SIZE + len(parts[i])
+        entries, last_entry = entries_for(records, pre, self._last_entry_pos, self._interval,
+                                          pre == 0 and not len(idx))
         if entries:
             for e in entries:
                 idx.append(*e)
@@ -295,7 +247,6 @@ class Journal(_StreamView):
         last = records[-1].sequence
         with self._sync_lock:
             seg.size = pre + len(buf)
-            seg.last_seq = last
             seg.last_ts = ts
             if seg.first_ts is None:
                 seg.first_ts = ts
@@ -429,39 +380,30 @@ class Journal(_StreamView):
         with self._sync_lock:
             if target > self._durable_seq:
                 self._durable_seq = target
-            self._last_sync = time.monotonic()
             return self._durable_seq
-
-    def sync_due(self, now_monotonic: Optional[float] = None) -> bool:
-        """True if there are written, not yet durable records and ``fsync_interval_ms`` has
-        passed since the last sync (the broker's group-commit timer asks this)."""
-        if self._written_seq <= self._durable_seq:
-            return False
-        now = time.monotonic() if now_monotonic is None else now_monotonic
-        return (now - self._last_sync) * 1000.0 >= self.config.fsync_interval_ms
 
     # ------------------------------------------------------------------ retention
 
     def apply_retention(self, now_ns: Optional[int] = None) -> int:
         """Delete whole old segments (never the active one) while the stream is over
         ``retention_bytes``, or while the oldest segment's newest record is older than
-        ``retention_ms``. Returns how many segments were deleted."""
+        ``retention_ms`` at ``now_ns`` (the journal's clock if None). Returns how many segments
+        were deleted."""
         self._check_open()
         rb, rm = self.config.retention_bytes, self.config.retention_ms
         if rb is None and rm is None:
             return 0
-        now = time.time_ns() if now_ns is None else now_ns
+        now = self._clock() if now_ns is None else now_ns
         total = sum(s.limit() if s.fd >= 0 else os.stat(s.log_path).st_size for s in self._segs)
-        deleted = 0
-        while len(self._segs) > 1:
-            oldest = self._segs[0]
-            self._prepare(oldest)
+        sealed = self._segs[:-1]
+
+        def sizes_and_ages():
+            for seg in sealed:
+                self._prepare(seg)
+                yield seg.limit(), seg.last_ts
+        reasons = segments_to_delete(sizes_and_ages(), total, rb, rm, now)
+        for oldest, why in zip(sealed, reasons):
             size = oldest.limit()
-            by_bytes = rb is not None and total > rb
-            by_age = (rm is not None and oldest.last_ts is not None
-                      and oldest.last_ts < now - rm * 1_000_000)
-            if not (by_bytes or by_age):
-                break
             with self._sync_lock:
                 self._segs.pop(0)
                 self._firsts.pop(0)
@@ -469,11 +411,9 @@ class Journal(_StreamView):
                     self._unsynced.remove(oldest)
             self._forget(oldest)
             oldest.delete_files()
-            total -= size
-            deleted += 1
             log.info("journal %s: retention deleted %s (%d bytes, %s)", self._dir,
-                     oldest.log_path, size, "size" if by_bytes else "age")
-        return deleted
+                     oldest.log_path, size, why)
+        return len(reasons)
 
     # ------------------------------------------------------------------ closing
 

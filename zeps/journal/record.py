@@ -7,6 +7,7 @@ A record in a ``.log`` file (see docs/architecture.md, "Journal contract")::
     timestamp u64 BE   ns since the epoch, taken at append; never decreases within a stream
     frame     bytes    the complete ZEPS DELIVER frame:
                        AA A5 07 | seq u64 | keylen u8 | key | bodylen u32 | body
+                       (layout defined once in :mod:`zeps.protocol.deliver`)
 
 Why the record stores its DELIVER frame verbatim: replay is the broker's hot path, and with the
 frame on disk a replayed record is sent as the exact bytes read (no decode, no re-encode, no
@@ -19,7 +20,8 @@ checks one contiguous slice; the length is not covered but a wrong length makes 
 frame's own lengths) fail.
 
 Parsing never trusts a record it has not CRC-checked: :func:`parse_records` yields only whole,
-verified records, and reports where and why it stopped.
+verified records, and reports where and why it stopped. It is the one definition of a valid
+record: the columnar reader (:mod:`.columnar`) asks it why the first record it rejects is bad.
 """
 from __future__ import annotations
 
@@ -29,14 +31,14 @@ from typing import List, Optional, Sequence, Tuple
 
 import google_crc32c
 
+from ..protocol.deliver import (DELIVER_ID, HEAD, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME,
+                                SIGNATURE, encode_deliver)
 from .errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
 
 HEADER = struct.Struct(">IIQ")        # length, crc, timestamp
 HEADER_SIZE = HEADER.size             # 16
-FRAME_HEAD = struct.Struct(">2sBQB")  # signature, command id, sequence, key length
-FRAME_MIN = 3 + 8 + 1 + 4             # an empty key and an empty body
-DELIVER_SIG = b"\xaa\xa5"
-DELIVER_ID = 7
+CRC_OFFSET = 4                        # offset of the crc in a record
+TS_OFFSET = 8                         # offset of the timestamp: the CRC covers record[TS_OFFSET:]
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 MAX_KEY = 255
@@ -69,16 +71,16 @@ class Record:
     def key(self) -> str:
         k = self._key
         if k is None:
-            klen = self.frame[11]
-            k = self._key = self.frame[12:12 + klen].decode("utf-8")
+            frame = self.frame
+            k = self._key = frame[KEY_OFFSET:KEY_OFFSET + frame[KEYLEN_OFFSET]].decode("utf-8")
         return k
 
     @property
     def body(self) -> bytes:
         b = self._body
         if b is None:
-            klen = self.frame[11]
-            b = self._body = self.frame[16 + klen:]
+            frame = self.frame
+            b = self._body = frame[MIN_FRAME + frame[KEYLEN_OFFSET]:]
         return b
 
     @property
@@ -118,13 +120,10 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
                  max_record_bytes: int) -> Tuple[List[bytes], List[Record]]:
     """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
     header, frame..., Records). Raises before anything is written if any item is invalid (all or
-    nothing). The DELIVER frame is packed inline (same layout as
-    ``zeps.protocol.codec.encode_deliver``, checked by the tests) to keep the hot path lean."""
+    nothing). Frames are built by :func:`zeps.protocol.deliver.encode_deliver`."""
     ts_bytes = _U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
-    pack_head = FRAME_HEAD.pack
-    pack_u32 = _U32.pack
     if first_seq + len(items) > 1 << 64:
         raise InvalidRecordError("sequence would exceed 2^64-1")
     parts: List[bytes] = []
@@ -147,13 +146,12 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
         if len(kb) > MAX_KEY:
             raise KeyTooLongError(f"key is {len(kb)} bytes in UTF-8; the limit is {MAX_KEY} "
                                   f"(key starts {key[:40]!r}); nothing of the batch was appended")
-        flen = FRAME_MIN + len(kb) + len(body)
+        flen = MIN_FRAME + len(kb) + len(body)
         if flen > max_record_bytes:
             raise RecordTooLargeError(
                 f"record {seq - first_seq} of the batch has a {flen}-byte frame, over "
                 f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
-        frame = b"".join((pack_head(DELIVER_SIG, DELIVER_ID, seq, len(kb)), kb,
-                          pack_u32(len(body)), body))
+        frame = encode_deliver(seq, kb, body)
         parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
         parts.append(frame)
         records.append(Record(seq, timestamp, frame, key, body))
@@ -163,7 +161,8 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
 
 def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional[list],
                   max_records: int = 1 << 62, max_bytes: int = 1 << 62,
-                  want_seq: int = 0, stop_ts: Optional[int] = None, n: int = 0, nbytes: int = 0):
+                  want_seq: int = 0, stop_ts: Optional[int] = None, n: int = 0, nbytes: int = 0,
+                  last_ts: Optional[int] = None):
     """Parse the records in ``buf[pos:end]`` whose first sequence must be ``expect_seq``.
 
     Whole, CRC-verified records with ``sequence >= want_seq`` are appended to ``out`` as
@@ -172,18 +171,23 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
     record that would take the emitted frame bytes over ``max_bytes`` (the first one is always
     emitted; ``n``/``nbytes`` count what earlier calls of the same read already emitted), at
     ``end``, at an incomplete record or at a bad one. If ``stop_ts`` is given, stops
-    (LIMIT) before the first record with ``timestamp >= stop_ts``.
+    (LIMIT) before the first record with ``timestamp >= stop_ts``. ``last_ts``: the timestamp
+    of the record before ``pos`` if the caller read it (a timestamp below it is BAD).
+
+    A record is valid when it is whole, its length is at least a minimal DELIVER frame, its
+    CRC-32C matches, its frame is a DELIVER whose key and body lengths add up to the length, its
+    sequence is the expected one and its timestamp is not below the previous record's.
 
     Returns ``(status, pos, expect_seq, last_ts, info)``: ``pos``/``expect_seq`` are those of
-    the first record not consumed, ``last_ts`` the timestamp of the last consumed record (or
-    None), ``info`` is the number of bytes needed for SHORT, the reason text for BAD.
+    the first record not consumed, ``last_ts`` the timestamp of the last consumed record (the
+    one given if none was), ``info`` is the number of bytes needed for SHORT, the reason text
+    for BAD.
     """
     unpack_hdr = HEADER.unpack_from
-    unpack_head = FRAME_HEAD.unpack_from
+    unpack_head = HEAD.unpack_from
     unpack_u32 = _U32.unpack_from
     crc_value = _crc_value
     crc_extend = _crc_extend
-    last_ts = None
     append = out.append if out is not None else None
     while True:
         avail = end - pos
@@ -192,19 +196,20 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
                 return END, pos, expect_seq, last_ts, None
             return SHORT, pos, expect_seq, last_ts, HEADER_SIZE
         length, crc, ts = unpack_hdr(buf, pos)
-        if length < FRAME_MIN:
+        if length < MIN_FRAME:
             return BAD, pos, expect_seq, last_ts, f"record length {length} is below the minimum"
         if HEADER_SIZE + length > avail:
             return SHORT, pos, expect_seq, last_ts, HEADER_SIZE + length
         fstart = pos + HEADER_SIZE
         fend = fstart + length
         frame = buf[fstart:fend]
-        if crc_extend(crc_value(buf[pos + 8:fstart]), frame) != crc:
+        if crc_extend(crc_value(buf[pos + TS_OFFSET:fstart]), frame) != crc:
             return BAD, pos, expect_seq, last_ts, "CRC-32C mismatch"
         sig, cid, seq, klen = unpack_head(frame, 0)
-        if sig != DELIVER_SIG or cid != DELIVER_ID:
+        if sig != SIGNATURE or cid != DELIVER_ID:
             return BAD, pos, expect_seq, last_ts, "not a DELIVER frame"
-        if FRAME_MIN + klen > length or FRAME_MIN + klen + unpack_u32(frame, 12 + klen)[0] != length:
+        if (MIN_FRAME + klen > length
+                or MIN_FRAME + klen + unpack_u32(frame, KEY_OFFSET + klen)[0] != length):
             return BAD, pos, expect_seq, last_ts, "frame lengths do not add up"
         if seq != expect_seq:
             return BAD, pos, expect_seq, last_ts, f"sequence {seq} where {expect_seq} was expected"

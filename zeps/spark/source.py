@@ -165,18 +165,15 @@ class _KeyFilter:
 
 
 class ZepsPartition(InputPartition):
-    """Records ``first..last`` (inclusive) of one stream. From a journal: in one segment
-    ``log_path`` starting at byte ``start_pos`` (an index hint), records past ``last`` starting
-    around ``end_pos``. From a broker: read with the SDK."""
+    """Records ``first..last`` (inclusive) of one stream. From a journal: read from the stream
+    directory ``stream_dir`` (the range lies in one segment). From a broker: read with the
+    SDK."""
 
-    def __init__(self, first: int, last: int, log_path: Optional[str] = None,
-                 start_pos: int = 0, end_pos: Optional[int] = None):
+    def __init__(self, first: int, last: int, stream_dir: Optional[str] = None):
         super().__init__((first, last))
         self.first = first
         self.last = last
-        self.log_path = log_path
-        self.start_pos = start_pos
-        self.end_pos = end_pos
+        self.stream_dir = stream_dir
 
 
 def _split(first: int, last: int, per: int) -> List[Tuple[int, int]]:
@@ -189,29 +186,18 @@ def _split(first: int, last: int, per: int) -> List[Tuple[int, int]]:
     return out
 
 
-def plan_path_partitions(stream_dir: str, first: int, last: int, per: int) -> List[ZepsPartition]:
-    """Partitions from the segment files (named by their first sequence) and their sparse
-    indexes: one per segment, each segment split further into ~``per`` records."""
-    from .bulk import floor_entry, load_index, segment_files
+def plan_path_partitions(reader, first: int, last: int, per: int) -> List[ZepsPartition]:
+    """Partitions from a JournalReader's segments (each holds the sequences from its first to
+    the next one's): one per segment, each split further into ~``per`` records. A task finds
+    its start in the segment's sparse index."""
     if last < first:
         return []
-    segs = segment_files(stream_dir)
+    firsts = reader.segment_seqs()
     out: List[ZepsPartition] = []
-    for i, (seg_first, path) in enumerate(segs):
-        seg_last = segs[i + 1][0] - 1 if i + 1 < len(segs) else last
+    for i, seg_first in enumerate(firsts):
+        seg_last = firsts[i + 1] - 1 if i + 1 < len(firsts) else last
         lo, hi = max(first, seg_first), min(last, seg_last)
-        if lo > hi:
-            continue
-        pieces = _split(lo, hi, per)
-        index = load_index(path) if (len(pieces) > 1 or lo > seg_first) else None
-        for j, (a, b) in enumerate(pieces):
-            start_pos = floor_entry(index, a)[1] if index is not None else 0
-            end_pos = None
-            if j + 1 < len(pieces):
-                nxt_seq, nxt_pos = floor_entry(index, pieces[j + 1][0])
-                if nxt_seq > b:          # every record before it is <= b
-                    end_pos = nxt_pos
-            out.append(ZepsPartition(a, b, path, start_pos, end_pos))
+        out += [ZepsPartition(a, b, reader.stream_dir) for a, b in _split(lo, hi, per)]
     return out
 
 
@@ -326,23 +312,20 @@ class _BatchBuilder:
 def read_partition(plan: _ReadPlan, part: ZepsPartition) -> Iterator:
     """Yield pyarrow.RecordBatch for one partition."""
     b = _BatchBuilder(plan)
-    if part.log_path is not None:
-        from .bulk import SegmentCorruptionError, load_index, read_range
-        index = load_index(part.log_path)
+    if part.stream_dir is not None:
+        from ..journal import CorruptionError, JournalReader
+        from ..journal.columnar import read_columns
         try:
-            for cols in read_range(part.log_path, part.first, part.last,
-                                   start_pos=part.start_pos, end_pos=part.end_pos, index=index,
-                                   verify_crc=plan.o.verify_crc):
-                rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body)
-                if rb is not None:
-                    # smaller batches let the JVM convert one while Python parses the next
-                    for off in range(0, rb.num_rows, ARROW_BATCH_ROWS):
-                        yield rb.slice(off, ARROW_BATCH_ROWS)
-        except FileNotFoundError:
-            # retention deleted the segment after planning: those records are gone
-            log.warning("zeps: segment %s was deleted (retention) before it was read",
-                        part.log_path)
-        except SegmentCorruptionError as e:
+            with JournalReader(part.stream_dir) as reader:
+                # records retention deleted after planning are skipped (with a warning)
+                for cols in read_columns(reader, part.first, part.last,
+                                         verify_crc=plan.o.verify_crc):
+                    rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body)
+                    if rb is not None:
+                        # smaller batches let the JVM convert one while Python parses the next
+                        for off in range(0, rb.num_rows, ARROW_BATCH_ROWS):
+                            yield rb.slice(off, ARROW_BATCH_ROWS)
+        except CorruptionError as e:
             raise ZepsSparkError(f"corrupt journal: {e}") from None
         return
     yield from _read_broker(plan, part, b)
@@ -435,7 +418,7 @@ def _plan(o: ZepsOptions, src: _Source, lo: int, hi: int, rpp_explicit: bool
           ) -> List[ZepsPartition]:
     per = _per_partition(o, rpp_explicit)
     if o.path:
-        return plan_path_partitions(src.stream_dir, lo, hi, per)
+        return plan_path_partitions(src.reader, lo, hi, per)
     return plan_broker_partitions(lo, hi, per)
 
 

@@ -1,0 +1,168 @@
+"""The columnar reader (zeps/journal/columnar.py) on its own: same records as JournalReader for
+every range, block size and index state, while a writer appends and after retention; its
+one-call CRC check; and zeps.journal importing without numpy/pyarrow. Damaged journals are in
+test_journal_damage.py."""
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+import sys
+
+import pytest
+
+from zeps.journal import Journal, JournalConfig, JournalReader
+
+pytest.importorskip("numpy")
+pytest.importorskip("pyarrow")
+from zeps.journal.blockcrc import block_crc_ok, first_bad_crc  # noqa: E402
+from zeps.journal.columnar import read_columns  # noqa: E402
+from zeps.journal.walk import walk  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def rows_of(columns):
+    out = []
+    for c in columns:
+        out += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
+                   c.body.to_pylist())
+    return out
+
+
+def rows_from_reader(r, first=1, last=None):
+    return [(x.sequence, x.timestamp, x.key, x.body) for x in r.read_from(first, end_seq=last)]
+
+
+def random_journal(path, seed=3, batches=40, cfg=None):
+    rnd = random.Random(seed)
+    cfg = cfg or JournalConfig(segment_bytes=1 << 16, index_interval_bytes=512, fsync="never")
+    with Journal.open(path, cfg) as j:
+        for _ in range(batches):
+            j.append_batch([("é" * rnd.randint(0, 15),
+                             bytes(rnd.getrandbits(8) for _ in range(rnd.choice([0, 1, 7, 100, 3000]))))
+                            for _ in range(rnd.randint(1, 150))])
+
+
+def test_same_records_as_journal_reader(tmp_path):
+    """Odd sizes (empty keys and bodies, records bigger than the block), many segments, any
+    range, any block size: exactly the records JournalReader returns."""
+    d = tmp_path / "s"
+    random_journal(d)
+    r = JournalReader(d)
+    n = r.last_seq
+    assert r.info().segments > 5
+    want = rows_from_reader(r)
+    firsts = r.segment_seqs()
+    ranges = [(1, None), (1, n), (7, 123), (firsts[2], firsts[3] - 1), (firsts[2] - 1, firsts[2]),
+              (n, None), (n, n), (n + 1, None), (0, 3)]
+    for block in (32 << 20, 5000, 64):
+        for first, last in ranges:
+            got = rows_of(read_columns(r, first, last, block_bytes=block))
+            assert got == [w for w in want if w[0] >= first and (last is None or w[0] <= last)], \
+                (block, first, last)
+    # verifyCrc=false reads the same records from an intact journal
+    assert rows_of(read_columns(r, 1, verify_crc=False)) == want
+
+
+def test_follows_a_growing_journal(tmp_path):
+    """Beside a live writer (rolling segments), each read returns whole records up to the
+    end as it is, and the next read continues where that one ended."""
+    d = tmp_path / "s"
+    cfg = JournalConfig(segment_bytes=4096, index_interval_bytes=256, fsync="never")
+    with Journal.open(d, cfg) as j:
+        r = JournalReader(d)
+        seen = []
+        for b in range(30):
+            j.append_batch([(f"k{b}", b"x" * (b * 13 % 200))] * (1 + b % 7))
+            seen += rows_of(read_columns(r, len(seen) + 1))
+            assert [s[0] for s in seen] == list(range(1, j.next_seq))
+        assert seen == rows_from_reader(r)
+        assert r.info().segments > 3
+
+
+def test_records_deleted_by_retention_are_skipped(tmp_path, caplog):
+    d = tmp_path / "s"
+    cfg = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never",
+                        retention_bytes=6000)
+    with Journal.open(d, cfg) as j:
+        for b in range(60):
+            j.append_batch([(f"k{b}", b"y" * 40)] * 5)
+        first = j.first_seq
+        assert first > 1
+        r = JournalReader(d)
+        with caplog.at_level("WARNING", logger="zeps.journal"):
+            got = rows_of(read_columns(r, 1, first + 2))
+        assert [g[0] for g in got] == [first, first + 1, first + 2]
+        assert f"records 1..{first - 1} were deleted by retention" in caplog.text
+        assert rows_of(read_columns(r, 1, first - 1)) == []       # all of it deleted
+
+
+def test_block_crc_check_finds_every_flipped_bit(tmp_path):
+    """The one-call block check finds every flipped bit the per-record check finds, and the
+    record-by-record fallback names the bad record."""
+    d = tmp_path / "s"
+    rnd = random.Random(5)
+    with Journal.open(d, JournalConfig(fsync="never")) as j:
+        j.append_batch([(f"k{i}", bytes(rnd.getrandbits(8) for _ in range(i % 300)))
+                        for i in range(400)])
+    (log,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log")]
+    buf = open(log, "rb").read()
+    pos, after = walk(buf, len(buf))
+    assert len(pos) == 400 and after == len(buf)
+    assert block_crc_ok(buf, pos, after) and block_crc_ok(buf, pos[3:7], int(pos[7]))
+    assert first_bad_crc(buf, pos, after) == 400
+    starts = pos.tolist()
+    checked = 0
+    for _ in range(300):
+        i = rnd.randrange(len(buf))
+        k = max(j for j, p in enumerate(starts) if p <= i)
+        if i - starts[k] < 8:
+            continue                          # length and crc: not covered by the CRC itself
+        bad = bytearray(buf)
+        bad[i] ^= 1 << rnd.randrange(8)
+        assert not block_crc_ok(bytes(bad), pos, after)
+        assert first_bad_crc(bytes(bad), pos, after) == k
+        checked += 1
+    assert checked > 200
+
+
+def test_walk_ignores_hints_that_are_not_record_starts(tmp_path):
+    d = tmp_path / "s"
+    with Journal.open(d, JournalConfig(fsync="never")) as j:
+        j.append_batch([(f"k{i}", b"z" * (i % 50)) for i in range(300)])
+    (log,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log")]
+    buf = open(log, "rb").read()
+    pos, after = walk(buf, len(buf))
+    import numpy as np
+    for hints in (pos[10::20] + 1, pos[::-7], np.array([len(buf) - 3]), pos[5::30]):
+        p2, a2 = walk(buf, len(buf), hints.astype(np.int64))
+        assert p2.tolist() == pos.tolist() and a2 == after
+
+
+def test_journal_imports_without_numpy_and_pyarrow(tmp_path):
+    """numpy and pyarrow belong to the spark extra: zeps.journal works without them; only the
+    columnar module needs them."""
+    d = tmp_path / "s"
+    with Journal.open(d, JournalConfig(fsync="never")) as j:
+        j.append_batch([("k", b"v")] * 3)
+    code = f"""
+import sys
+class Block:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in ("numpy", "pyarrow"):
+            raise ImportError("blocked: " + name)
+sys.meta_path.insert(0, Block())
+sys.path.insert(0, {REPO!r})
+import zeps.journal
+from zeps.journal import JournalReader
+print(len(JournalReader({str(d)!r}).read_batch(1)))
+try:
+    import zeps.journal.columnar
+except ImportError as e:
+    print("columnar:", e)
+print(sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "pyarrow")))
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.splitlines() == ["3", "columnar: blocked: numpy", "[]"]

@@ -1,0 +1,259 @@
+"""Both readers of a journal - JournalReader (records) and the columnar reader (Arrow columns,
+what Spark reads) - against the same damaged journals.
+
+Each case damages a copy of one journal, states what the journal's rules say a reader must
+return (the good records, then the end or a CorruptionError naming file and byte offset), and
+checks that each reader returns exactly that. A reader whose torn-tail or corruption rule
+drifted from the other's fails here. The rules (zeps/journal/view.py):
+
+* in the last segment, a short or bad record after the last index entry is the end for now (a
+  torn tail); before it, it is corruption;
+* in a sealed segment, a short or bad record is corruption;
+* an index is only a hint: a missing, short or wrong one changes nothing but speed.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader
+from zeps.journal.record import HEADER_SIZE, encode_batch
+
+pytest.importorskip("numpy")
+pytest.importorskip("pyarrow")
+from zeps.journal.columnar import read_columns  # noqa: E402
+
+CFG = JournalConfig(segment_bytes=1024, index_interval_bytes=100, fsync="never")
+
+
+class Layout:
+    """The undamaged journal: its records and where each one lies."""
+
+    def __init__(self, path):
+        self.path = str(path)
+        clock = iter(range(10**12, 10**13, 1000))
+        with Journal.open(self.path, CFG, clock=lambda: next(clock)) as j:
+            self.recs = []
+            b = 0
+            # about 6 segments, the last one holding at least 8 records
+            while len(self.recs) < 80 or j.next_seq - j.segment_seqs()[-1] < 8:
+                self.recs += j.append_batch([(f"k.{b}.{i}", bytes([b, i]) * (3 + (7 * b + i) % 29))
+                                             for i in range(1 + b % 3)])
+                b += 1
+        self.logs = sorted(os.path.join(self.path, f) for f in os.listdir(self.path)
+                           if f.endswith(".log"))
+        self.firsts = [int(os.path.basename(p)[:-4]) for p in self.logs]
+        self.where = {}                       # seq -> (log path, byte position)
+        for k, log in enumerate(self.logs):
+            pos = 0
+            for r in self.recs[self.firsts[k] - 1:
+                               (self.firsts[k + 1] - 1 if k + 1 < len(self.logs) else None)]:
+                self.where[r.sequence] = (log, pos)
+                pos += r.size
+        with open(self.logs[-1][:-4] + ".index", "rb") as f:
+            data = f.read()
+        self.last_index_pos = [int.from_bytes(data[i + 8:i + 16], "big")
+                               for i in range(0, len(data), 16)]
+
+    def rows(self, upto):
+        """The first ``upto`` records as (sequence, timestamp, key, body)."""
+        return [(r.sequence, r.timestamp, r.key, r.body) for r in self.recs[:upto]]
+
+    def segment_records(self, k):
+        nxt = self.firsts[k + 1] if k + 1 < len(self.firsts) else len(self.recs) + 1
+        return list(range(self.firsts[k], nxt))
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    lay = Layout(tmp_path_factory.mktemp("journal") / "s")
+    assert len(lay.logs) >= 4
+    last = lay.segment_records(len(lay.logs) - 1)
+    assert len(last) >= 6
+    # a middle record of the last segment lies before its last index entry
+    assert lay.where[last[2]][1] < lay.last_index_pos[-1]
+    return lay
+
+
+def outcome_records(d):
+    rows, err = [], None
+    with JournalReader(d) as r:
+        try:
+            for x in r.read_from(1, batch_records=7):
+                rows.append((x.sequence, x.timestamp, x.key, x.body))
+        except CorruptionError as e:
+            err = (e.path, e.offset)
+    return rows, err
+
+
+def outcome_columns(d, block_bytes):
+    rows, err = [], None
+    with JournalReader(d) as r:
+        try:
+            for c in read_columns(r, 1, block_bytes=block_bytes):
+                rows += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
+                            c.body.to_pylist())
+        except CorruptionError as e:
+            err = (e.path, e.offset)
+    return rows, err
+
+
+def check(d, rows, err, note):
+    """Every reader returns ``rows`` then ``err`` ((path, offset) or None); an undamaged
+    tail also gives a matching last_seq."""
+    want = (rows, err)
+    assert outcome_records(d) == want, f"JournalReader, {note}"
+    assert outcome_columns(d, 32 << 20) == want, f"columnar reader, {note}"
+    assert outcome_columns(d, 64) == want, f"columnar reader, 64-byte blocks, {note}"
+    if err is None:
+        with JournalReader(d) as r:
+            assert r.last_seq == (rows[-1][0] if rows else 0), note
+
+
+def copy(base, tmp_path, name):
+    d = str(tmp_path / name)
+    shutil.copytree(base.path, d)
+    return d
+
+
+def flip(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x5A]))
+
+
+def moved(base, d, path):
+    return os.path.join(d, os.path.basename(path))
+
+
+def drop_index(d, log):
+    for suffix in (".index", ".timeindex"):
+        os.unlink(log[:-4] + suffix)
+
+
+def test_undamaged(base, tmp_path):
+    d = copy(base, tmp_path, "ok")
+    check(d, base.rows(len(base.recs)), None, "undamaged")
+
+
+def test_torn_tail_at_every_byte_of_the_last_record(base, tmp_path):
+    last = base.recs[-1]
+    log, pos = base.where[last.sequence]
+    for cut in range(pos, pos + last.size):
+        d = copy(base, tmp_path, f"cut{cut}")
+        os.truncate(moved(base, d, log), cut)
+        check(d, base.rows(len(base.recs) - 1), None, f"cut at byte {cut}")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("index", ["kept", "missing"])
+def test_flipped_byte_in_the_last_record_is_a_torn_tail(base, tmp_path, index):
+    last = base.recs[-1]
+    log, pos = base.where[last.sequence]
+    for off in range(pos, pos + last.size):
+        d = copy(base, tmp_path, f"f{off}")
+        flip(moved(base, d, log), off)
+        if index == "missing":
+            drop_index(d, moved(base, d, log))
+        check(d, base.rows(len(base.recs) - 1), None, f"byte {off} flipped")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("index", ["kept", "missing"])
+def test_flipped_byte_before_the_last_index_entry_of_the_last_segment(base, tmp_path, index):
+    """Corruption - unless the index is missing: then the entries rebuilt from the log stop
+    at the bad record, so it is past the last entry, a torn tail (where the writer's recovery
+    would cut)."""
+    seq = base.segment_records(len(base.logs) - 1)[2]
+    log, pos = base.where[seq]
+    size = base.recs[seq - 1].size
+    for off in range(pos, pos + size):
+        d = copy(base, tmp_path, f"f{off}")
+        flip(moved(base, d, log), off)
+        if index == "kept":
+            check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"byte {off} flipped")
+        else:
+            drop_index(d, moved(base, d, log))
+            check(d, base.rows(seq - 1), None, f"byte {off} flipped, index missing")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("which", ["first", "middle", "last"])
+@pytest.mark.parametrize("index", ["kept", "missing"])
+def test_flipped_byte_in_an_older_segment_is_corruption(base, tmp_path, which, index):
+    k = 1
+    in_seg = base.segment_records(k)
+    seq = {"first": in_seg[0], "middle": in_seg[len(in_seg) // 2], "last": in_seg[-1]}[which]
+    log, pos = base.where[seq]
+    size = base.recs[seq - 1].size
+    for off in range(pos, pos + size):
+        d = copy(base, tmp_path, f"f{off}")
+        flip(moved(base, d, log), off)
+        if index == "missing":
+            drop_index(d, moved(base, d, log))
+        check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"byte {off} flipped")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("segment", ["older", "last"])
+@pytest.mark.parametrize("lie", ["sequence", "timestamp"])
+def test_valid_crc_with_a_wrong_sequence_or_timestamp_is_corruption(base, tmp_path, segment, lie):
+    """A record whose CRC matches but that is not the next record (a writer bug, a duplicated
+    record) or whose timestamp goes back: corruption, in a sealed segment as before the last
+    index entry of the last one."""
+    k = 1 if segment == "older" else len(base.logs) - 1
+    in_seg = base.segment_records(k)
+    seq = in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2]
+    r, prev = base.recs[seq - 1], base.recs[seq - 2]
+    log, pos = base.where[seq]
+    parts, _ = encode_batch([(r.key, r.body)], seq if lie == "timestamp" else seq - 1,
+                            prev.timestamp - 1 if lie == "timestamp" else r.timestamp, 1 << 20)
+    forged = b"".join(parts)
+    assert len(forged) == r.size
+    d = copy(base, tmp_path, "forged")
+    with open(moved(base, d, log), "r+b") as f:
+        f.seek(pos)
+        f.write(forged)
+    check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"{lie} lie")
+
+
+def test_truncated_older_segment_is_corruption(base, tmp_path):
+    k = 1
+    seq = base.segment_records(k)[-1]
+    log, pos = base.where[seq]
+    for cut in (pos + 1, pos + HEADER_SIZE, pos + base.recs[seq - 1].size - 1):
+        d = copy(base, tmp_path, f"cut{cut}")
+        os.truncate(moved(base, d, log), cut)
+        check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"cut at byte {cut}")
+        shutil.rmtree(d)
+
+
+@pytest.mark.parametrize("damage", ["missing", "truncated", "garbage", "stale", "shifted"])
+def test_damaged_index_changes_nothing(base, tmp_path, damage):
+    d = copy(base, tmp_path, damage)
+    for log in base.logs:
+        for suffix in (".index", ".timeindex"):
+            p = moved(base, d, log[:-4] + suffix)
+            data = open(p, "rb").read()
+            if damage == "missing":
+                os.unlink(p)
+            elif damage == "truncated":
+                os.truncate(p, len(data) // 2 + 3)
+            elif damage == "garbage":
+                with open(p, "wb") as f:
+                    f.write(bytes((i * 37 + 11) % 256 for i in range(len(data))))
+            elif damage == "stale":                 # entries past the end of the log
+                with open(p, "ab") as f:
+                    f.write((10**9).to_bytes(8, "big") * 4)
+            elif damage == "shifted" and suffix == ".index":
+                # plausible (first and last entries right), every entry between one byte off
+                entries = [data[i:i + 16] for i in range(0, len(data), 16)]
+                with open(p, "wb") as f:
+                    for i, e in enumerate(entries):
+                        shift = 0 if i in (0, len(entries) - 1) else 1
+                        f.write(e[:8] + (int.from_bytes(e[8:], "big") + shift).to_bytes(8, "big"))
+    check(d, base.rows(len(base.recs)), None, f"index {damage}")

@@ -1,0 +1,283 @@
+"""Reading a stream as Arrow columns (for Spark): the records :class:`JournalReader` returns,
+without a Python object per record.
+
+``read_columns(view, first, last)`` goes through the journal's one read loop
+(:meth:`StreamView._read <zeps.journal.view.StreamView._read>`) with a column sink instead of a
+record sink, so the segments, the index (loaded and checked by :mod:`.recovery`), the torn-tail
+rule and the corruption errors (:class:`CorruptionError` naming file and byte offset) are those
+of the per-record reader. What differs is how a block is parsed:
+
+1. one ``os.pread`` of a block (default 32 MiB, less when the index says where the last wanted
+   record ends) into a ``bytes`` object;
+2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
+   segment's sparse index gives thousands of known record starts per block, so the walk runs
+   *in parallel from every index entry at once* with numpy (each step advances every walker by
+   one record), and each walker must land exactly on the next entry: that chain check proves the
+   positions are the ones a sequential walk from the block start would find (the index is never
+   trusted: a wrong or missing entry falls back to the sequential walk, a plain Python loop with
+   a vectorised fast path for runs of equal-sized records);
+3. every check of :func:`zeps.journal.record.parse_records` is made over all records of the block
+   at once (minimal length, DELIVER signature, key and body lengths adding up, the expected
+   sequences, timestamps that never go back), through overlapping big-endian numpy views of the
+   block. Unless ``verify_crc=False``, the CRC-32Cs of all records are checked with *one*
+   ``google_crc32c`` call over a transformed copy of the block (:mod:`.blockcrc`); only a block
+   that fails is checked record by record, to find the bad one. The first record that
+   fails any check is handed to ``parse_records`` itself, which says what is wrong with it, so
+   both readers stop at the same byte for the same reason;
+4. ``key`` and ``body`` are built with ``pyarrow.Array.from_buffers`` over the block itself,
+   with interleaved offsets (``[key0 start, key0 end, key1 start, ...]``) so the even elements
+   are the keys and the odd ones the bytes in between; ``Array.filter`` with an even mask then
+   copies just the keys into a compact array (C++). Same for bodies. Keys are UTF-8 validated
+   (a key that is not is reported as corruption; the per-record reader decodes keys lazily).
+
+numpy and pyarrow are the ``spark`` extra's dependencies: ``zeps.journal`` does not import this
+module; import it where it is used.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass
+from typing import Iterator, List, Optional, Tuple
+
+import numpy as np
+import pyarrow as pa
+
+from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
+                                SIGNATURE)
+from .blockcrc import first_bad_crc
+from .record import BAD, END, HEADER_SIZE, LIMIT, SHORT, TS_OFFSET, parse_records
+from .segment import ScanResult, Segment
+from .walk import be_view, walk
+
+log = logging.getLogger("zeps.journal")
+
+BLOCK_BYTES = 32 << 20
+_U32 = struct.Struct(">I")
+#: signature and command id of a DELIVER frame as the top 24 bits of its first u32
+_DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
+
+
+@dataclass
+class Columns:
+    """Parallel columns for ``len(self)`` consecutive records."""
+    sequence: np.ndarray        # int64
+    timestamp_ns: np.ndarray    # int64
+    key: pa.Array               # pa.string()
+    body: pa.Array              # pa.binary()
+
+    def __len__(self) -> int:
+        return len(self.sequence)
+
+
+# ----------------------------------------------------------------------------- checks
+
+def _first(mask: np.ndarray) -> int:
+    """Index of the first True in ``mask``, ``len(mask)`` if none."""
+    return int(np.argmax(mask)) if mask.any() else len(mask)
+
+
+class _Block:
+    """The valid leading records of a walked block and their fields (all arrays of length
+    ``n``): what parse_records would accept, checked over all records at once."""
+
+    def __init__(self, buf: bytes, pos: np.ndarray, expect_seq: int, last_ts: Optional[int],
+                 verify_crc: bool):
+        arr = np.frombuffer(buf, dtype=np.uint8)
+        u32 = be_view(buf, 4)
+        u64 = be_view(buf, 8)
+        length = u32[pos].astype(np.int64)
+        n = _first(length < MIN_FRAME)
+        pos, length = pos[:n], length[:n]
+        frame = pos + HEADER_SIZE
+        n = min(n, _first((u32[frame] >> 8) != _DELIVER_HEAD))
+        kstart = frame + KEY_OFFSET
+        kend = kstart + arr[frame + KEYLEN_OFFSET].astype(np.int64)
+        bend = frame + length
+        n = min(n, _first(kend + 4 > bend))
+        n = min(n, _first(kend[:n] + 4 + u32[kend[:n]].astype(np.int64) != bend[:n]))
+        seq = u64[frame[:n] + SEQ_OFFSET].astype(np.int64)
+        n = min(n, _first(seq != expect_seq + np.arange(len(seq), dtype=np.int64)))
+        ts = u64[pos[:n] + TS_OFFSET].astype(np.int64)
+        if len(ts):
+            back = np.empty(len(ts), dtype=bool)
+            back[0] = last_ts is not None and int(ts[0]) < last_ts
+            np.less(ts[1:], ts[:-1], out=back[1:])
+            n = min(n, _first(back))
+        if verify_crc and n:
+            n = min(n, first_bad_crc(buf, pos[:n], int(bend[n - 1])))
+        self.n = n
+        self.pos, self.seq, self.ts = pos[:n], seq[:n], ts[:n]
+        self.kstart, self.kend, self.bend = kstart[:n], kend[:n], bend[:n]
+        self.buf = buf
+
+    def after(self) -> int:
+        """Byte position after the last valid record (0 if none)."""
+        return int(self.bend[-1]) if self.n else 0
+
+    def columns(self, lo: int, hi: int) -> Tuple[Columns, int]:
+        """Columns of records ``lo..hi-1`` and how many of them have a valid UTF-8 key (all of
+        them, or the index of the first that has not)."""
+        data = pa.py_buffer(self.buf)
+        key = _compact(data, self.kstart[lo:hi], self.kend[lo:hi]).view(pa.string())
+        ok = hi - lo
+        try:
+            key.validate(full=True)
+        except pa.ArrowInvalid:
+            ok = _first_bad_utf8(self.buf, self.kstart[lo:hi], self.kend[lo:hi])
+            hi = lo + ok
+            key = key.slice(0, ok)
+        body = _compact(data, self.kend[lo:hi] + 4, self.bend[lo:hi])
+        return Columns(self.seq[lo:hi], self.ts[lo:hi], key, body), ok
+
+
+def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
+    for i, (a, b) in enumerate(zip(starts.tolist(), ends.tolist())):
+        try:
+            buf[a:b].decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return len(starts)
+
+
+_EVEN_MASKS: dict = {}
+
+
+def _even_mask(n: int) -> pa.Array:
+    """Boolean array [T, F, T, F, ..., T] of length 2n-1 (cached by size)."""
+    m = _EVEN_MASKS.get(n)
+    if m is None:
+        a = np.zeros(2 * n - 1, dtype=bool)
+        a[0::2] = True
+        m = pa.array(a)
+        if len(_EVEN_MASKS) > 16:
+            _EVEN_MASKS.clear()
+        _EVEN_MASKS[n] = m
+    return m
+
+
+def _compact(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
+    """A compact binary array of ``data[starts[i]:ends[i]]`` (ranges increasing, disjoint):
+    2n interleaved offsets over the block give 2n-1 elements (range i, then the gap after it);
+    ``filter`` keeps the even ones, copying them into a new contiguous buffer in C++."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], type=pa.binary())
+    offsets = np.empty(2 * n, dtype=np.int32)
+    offsets[0::2] = starts
+    offsets[1::2] = ends
+    wide = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets), data])
+    return wide.filter(_even_mask(n))
+
+
+# ----------------------------------------------------------------------------- the sink
+
+class ColumnSink:
+    """Collects :class:`Columns` for the journal's read loop: the records up to ``last``
+    (inclusive; None for all), one block per read (the caller yields between blocks)."""
+
+    def __init__(self, last: Optional[int], verify_crc: bool, block_bytes: int):
+        self.out: List[Columns] = []
+        self.count = 0
+        self.last = last
+        self.verify_crc = verify_crc
+        self.block_bytes = block_bytes
+
+    def full(self) -> bool:
+        return False
+
+    def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
+              last_ts: Optional[int]) -> ScanResult:
+        """Parse blocks from ``pos`` (record ``seq``) up to ``limit`` until a block yields
+        rows (LIMIT), the records past ``last`` begin (LIMIT), ``limit`` is reached (END) or a
+        record is short (SHORT) or bad (BAD) - the statuses of :meth:`Segment.parse`."""
+        last = self.last
+        need = 0
+        while True:
+            if pos >= limit:
+                return ScanResult(END, pos, seq, last_ts, None)
+            size = min(limit - pos, self.block_bytes)
+            idx = seg.index
+            if last is not None and idx is not None:
+                end_hint = idx.after_seq(last)        # where the records past `last` begin
+                if end_hint is not None and end_hint > pos:
+                    size = min(size, end_hint - pos)
+            size = max(size, min(need, limit - pos))
+            buf = os.pread(seg.fd, size, pos)
+            if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 32 MiB
+                raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
+            at_end = pos + len(buf) >= limit or len(buf) < size
+            hints = None
+            if idx is not None:
+                h = idx.positions_between(pos, pos + len(buf))
+                if len(h):
+                    hints = np.frombuffer(h, dtype=np.uint64).astype(np.int64) - pos
+            positions, _ = walk(buf, len(buf), hints)
+            if not len(positions):
+                need = HEADER_SIZE if len(buf) < HEADER_SIZE else \
+                    HEADER_SIZE + _U32.unpack_from(buf, 0)[0]
+                if not at_end and pos + need <= limit:
+                    continue                          # one record longer than the block
+                return ScanResult(SHORT, pos, seq, last_ts, need)
+            need = 0
+            block = _Block(buf, positions, seq, last_ts, self.verify_crc)
+            n = block.n
+            lo = int(np.searchsorted(block.seq, want_seq)) if want_seq > seq else 0
+            hi = n if last is None else int(np.searchsorted(block.seq, last, side="right"))
+            stop = hi < n                             # the records past `last` begin in here
+            why = "the block's CRC-32C check failed"    # if parse_records finds it fine
+            if lo < hi:
+                cols, ok = block.columns(lo, hi)
+                if ok < hi - lo:
+                    n, hi, stop = lo + ok, lo + ok, False
+                    why = "key is not valid UTF-8"
+                if len(cols):
+                    self.out.append(cols)
+                    self.count += len(cols)
+            k = hi if stop else n
+            npos = pos + (int(block.pos[k]) if k < len(block.pos) else block.after())
+            nseq = seq + k
+            nts = int(block.ts[k - 1]) if k else last_ts
+            if stop:
+                return ScanResult(LIMIT, npos, nseq, nts, None)
+            if n < len(positions):                    # positions[n] is not a valid record
+                return ScanResult(BAD, npos, nseq, nts,
+                                  _reason(buf, int(positions[n]), nseq, nts, why))
+            if lo < hi:
+                return ScanResult(LIMIT, npos, nseq, nts, None)
+            pos, seq, last_ts = npos, nseq, nts       # nothing wanted yet: next block
+
+
+def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str) -> str:
+    """What :func:`parse_records` (the journal's one definition of a valid record) says is
+    wrong with the record at ``p``; ``otherwise`` if it finds nothing (a check only this reader
+    makes: UTF-8 keys, the 2^-32 case of the block CRC check)."""
+    status, _, _, _, info = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
+    return info if status == BAD else otherwise
+
+
+def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bool = True,
+                 block_bytes: int = BLOCK_BYTES) -> Iterator[Columns]:
+    """Yield :class:`Columns` for the records ``first..last`` (inclusive; ``last=None``: to the
+    end) of a :class:`~zeps.journal.JournalReader` (or :class:`~zeps.journal.Journal`), in
+    order, one block at a time. Same records, same end and same errors as
+    ``view.read_from(first, end_seq=last)``; records that retention deleted are skipped with a
+    warning on the ``zeps.journal`` logger. ``verify_crc=False`` skips the CRC check (the other
+    checks stay)."""
+    view._check_open()
+    seq = max(first, 1)
+    cursor = None
+    while last is None or seq <= last:
+        sink, cursor = view._read(seq, lambda: ColumnSink(last, verify_crc, block_bytes), cursor)
+        if not sink.out:
+            if last is not None and seq < view.first_seq:
+                log.warning("journal %s: records %d..%d were deleted by retention",
+                            view.stream_dir, seq, last)
+            return
+        got = int(sink.out[0].sequence[0])
+        if got > seq:
+            log.warning("journal %s: records %d..%d were deleted by retention; continuing at %d",
+                        view.stream_dir, seq, got - 1, got)
+        yield from sink.out
+        seq = int(sink.out[-1].sequence[-1]) + 1

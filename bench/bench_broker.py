@@ -191,7 +191,8 @@ def main(argv=None):
             proc.terminate()
             proc.wait()
     med = statistics.median
-    rows = [("baseline: ZeroMQ XSUB/XPUB proxy (no journal, no sequence)", n / med(base), n * size / med(base)),
+    rows = [("baseline: ZeroMQ XSUB/XPUB proxy (no journal, no sequence)", n / med(base),
+             n * size / med(base)),
             (f"ZEPS live publish->deliver (fsync={args.fsync})", n / med(live), n * size / med(live)),
             ("ZEPS replay from the journal (late joiner, latest=0)", n / med(replay), n * size / med(replay))]
     print(f"{n} messages of {size} B, one publisher process, one subscriber process, tcp 127.0.0.1, "

@@ -54,7 +54,7 @@ def _zeps_publisher(endpoint, stream, rate, n, size, go, confirms, out):
     delays = []
     go.wait()
     acked = 0
-    for i in _pace(rate, n):
+    for _i in _pace(rate, n):
         t = time.monotonic_ns()
         sent.append(t)
         pub.send(encode_publish("lat", _TS.pack(t) + pad))

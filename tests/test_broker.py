@@ -340,7 +340,7 @@ def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_b
     pub.expect(c.ConfirmSelectOk)
     body = b"y" * 1000
     invalid = None
-    for i in range(200):                                  # ~200 KB: well past the 64 KiB limit
+    for _ in range(200):                                  # ~200 KB: well past the 64 KiB limit
         pub.send(c.Publish("k", body))
         pub.send(c.StreamInfo())
         while True:
@@ -430,7 +430,8 @@ def test_deliver_timestamps_live_and_replayed(clients):
     stamped.subscribe("", 0, credit=3 * cost)          # exactly 3 (the timestamp is not charged)
     got = [stamped.recv() for _ in range(3)]           # replayed from the journal
     assert all(isinstance(g, c.DeliverTs) for g in got)
-    assert [(g.sequence, g.key, g.body) for g in got] == [(d.sequence, d.key, d.body) for d in plain.delivers(3)]
+    assert [(g.sequence, g.key, g.body) for g in got] == \
+        [(d.sequence, d.key, d.body) for d in plain.delivers(3)]
     assert stamped.nothing()
     stamped.send(c.Credit(1 << 20))
     publish(pub, 2, start=3)                           # live

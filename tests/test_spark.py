@@ -373,7 +373,7 @@ def test_example_pipeline_end_to_end(spark, tmp_path):
         n, s = want.get(k, (0, 0.0))
         want[k] = (n + 1, s + o["amount"])
     assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in want.items()}
-    for k, (n, s) in want.items():
+    for k, (_n, s) in want.items():
         assert got[k][1] == pytest.approx(s, abs=0.01)
 
 

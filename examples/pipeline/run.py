@@ -50,7 +50,7 @@ class Broker:
             except ZepsError:
                 if time.monotonic() > deadline:
                     self.stop()
-                    raise RuntimeError(f"broker did not answer on {self.endpoint}")
+                    raise RuntimeError(f"broker did not answer on {self.endpoint}") from None
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

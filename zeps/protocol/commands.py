@@ -1,7 +1,8 @@
 """ZEPS/1 commands as small immutable values.
 
 Ids 1..12 are the spec's (``shared/spec/zeps.txt``) and never change. Ids 32 and up are
-this implementation's extensions (13..31 are left unassigned); each one's bytes are written down in ``docs/protocol.md``.
+this implementation's extensions (13..31 are left unassigned); each one's bytes are written
+down in ``docs/protocol.md``.
 
 Text fields (stream, pattern, key, reason) are ``str`` and travel as UTF-8 in a ZEPS
 ``string`` (1-octet length, so at most 255 *bytes* once encoded). Bodies are ``bytes``.

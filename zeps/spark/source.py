@@ -33,7 +33,8 @@ DEFAULT_BROKER_RECORDS_PER_PARTITION = 200_000
 ARROW_BATCH_ROWS = 32768
 
 
-def base_schema(body_type: T.DataType = T.BinaryType()) -> T.StructType:
+def base_schema(body_type: Optional[T.DataType] = None) -> T.StructType:
+    body_type = T.BinaryType() if body_type is None else body_type
     return T.StructType([
         T.StructField("stream", T.StringType(), True),
         T.StructField("sequence", T.LongType(), True),

@@ -51,6 +51,9 @@ _LAYOUT = {
                      ("oldest", "u64"), ("newest", "u64")),
     c.ListStreamsOk: (("streams", "strings"),),
     c.DeliverTs: (("timestamp", "u64"), ("sequence", "u64"), ("key", "string"), ("body", "chunk")),
+    c.LimitsOk: (("max_message", "u64"), ("max_credit", "u64")),
+    c.Producer: (("producer", "string"), ("next", "u64")),
+    c.ProducerOk: (("last", "u64"),),
 }
 
 

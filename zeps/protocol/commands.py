@@ -222,11 +222,46 @@ class DeliverTs(Command):
     body: bytes
 
 
+@_command
+class Limits(Command):
+    """C: what are the broker's limits? Allowed before ATTACH. (An SDK sizes its credit window
+    so that the largest message the broker accepts always fits.)"""
+    ID: ClassVar[int] = 44
+    NAME: ClassVar[str] = "LIMITS"
+
+
+@_command
+class LimitsOk(Command):
+    ID: ClassVar[int] = 45
+    NAME: ClassVar[str] = "LIMITS-OK"
+    max_message: int          # largest body a PUBLISH may carry
+    max_credit: int           # most credit a client may hold; a larger grant is cut to it
+
+
+@_command
+class Producer(Command):
+    """C: from now on this peering's PUBLISHes carry producer sequences ``next``, ``next + 1``,
+    ... for producer ``producer`` (idempotent publishing: docs/protocol.md)."""
+    ID: ClassVar[int] = 46
+    NAME: ClassVar[str] = "PRODUCER"
+    producer: str
+    next: int
+
+
+@_command
+class ProducerOk(Command):
+    """S: the highest producer sequence of ``producer`` the stream holds (0: none)."""
+    ID: ClassVar[int] = 47
+    NAME: ClassVar[str] = "PRODUCER-OK"
+    last: int
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
     SeqAtTime, SeqAtTimeOk, ConfirmSelect, ConfirmSelectOk, Confirm, StreamInfo,
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
+    Limits, LimitsOk, Producer, ProducerOk,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}

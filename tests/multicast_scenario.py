@@ -85,6 +85,45 @@ class Reader:
                 "error": self.error}
 
 
+class AsyncReader:
+    """An AsyncMulticastSubscriber read by an asyncio application in its own thread's loop."""
+
+    def __init__(self, *args, **kwargs):
+        import asyncio
+
+        from zeps.multicast.aio import AsyncMulticastSubscriber
+        self.got = []
+        self.error = None
+        self._stop = False
+        self.stats = self.mode = None
+        self._started = threading.Event()
+
+        async def run():
+            try:
+                async with AsyncMulticastSubscriber(*args, **kwargs) as sub:
+                    self._started.set()
+                    while not self._stop:
+                        m = await sub.poll(0.05)
+                        if m is not None:
+                            self.got.append(m)
+                    self.stats, self.mode = dataclasses.asdict(sub.stats), sub.mode
+            except Exception as e:  # noqa: BLE001  (any error is part of the result)
+                self.error = repr(e)
+                self._started.set()
+
+        self.thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+        self.thread.start()
+        wait_until(self._started.is_set, "the asyncio receiver started")
+
+    wait = Reader.wait
+
+    def result(self):
+        self._stop = True
+        self.thread.join(10)
+        return {"messages": [[m.sequence, m.key, m.body.decode(), m.timestamp] for m in self.got],
+                "stats": self.stats, "mode": self.mode, "error": self.error}
+
+
 class Proc:
     """A child process whose stdout lines are collected by a thread."""
 
@@ -198,6 +237,20 @@ def loss(work):
     bridge, _ = bridge_child(b.endpoint, work, "--drop-seqs", "50,51,120,298,299,300")
     r = Reader(GROUP, b.endpoint, STREAM, live=True)
     for i in range(0, 300, 10):         # in small batches: many datagrams
+        publish(b.endpoint, numbered(i, 10))
+    r.wait(300)
+    out = {"r": r.result(), "journal": journal(b)}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def asyncio_loss(work):
+    """The asyncio receiver: dropped datagrams, also just before idle, repaired from the broker."""
+    b = start_broker(work)
+    bridge, _ = bridge_child(b.endpoint, work, "--drop-seqs", "50,51,120,298,299,300")
+    r = AsyncReader(GROUP, b.endpoint, STREAM, live=True)
+    for i in range(0, 300, 10):
         publish(b.endpoint, numbered(i, 10))
     r.wait(300)
     out = {"r": r.result(), "journal": journal(b)}
@@ -358,7 +411,7 @@ def oversize(work):
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (ordered, loss, reorder_dup, late_join, bridge_restart,
+SCENARIOS = {f.__name__: f for f in (ordered, loss, asyncio_loss, reorder_dup, late_join, bridge_restart,
                                      broker_restart, hostile, fallback, oversize)}
 
 if __name__ == "__main__":

@@ -97,6 +97,14 @@ def test_induced_loss_is_repaired_from_the_broker_also_at_the_tail(tmp_path):
     assert st["multicast"] > 0
 
 
+def test_the_asyncio_receiver_repairs_loss_too(tmp_path):
+    r = scenario("asyncio_loss", tmp_path)
+    check_whole(r["r"], r["journal"])
+    assert len(r["journal"]) == 300
+    st = r["r"]["stats"]
+    assert st["repairs"] >= 1 and st["lost"] >= 3 and st["unicast"] >= 6 and st["multicast"] > 0
+
+
 def test_reordered_and_duplicated_datagrams(tmp_path):
     r = scenario("reorder_dup", tmp_path)
     check_whole(r["r"], r["journal"])

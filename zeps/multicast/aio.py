@@ -1,0 +1,266 @@
+"""The asyncio multicast receiver: :class:`AsyncMulticastSubscriber`.
+
+The same receiver as :class:`~zeps.multicast.subscriber.MulticastSubscriber` — the pure
+:class:`~zeps.multicast.receiver.Receiver` makes every decision (gaps, reordering, duplicates,
+the broker feed, fallback and return) — with asyncio I/O: the group's socket is read through the
+event loop (``loop.add_reader``), and history, repairs and fallback come from an
+:class:`~zeps.clients.AsyncClient` subscription::
+
+    async with AsyncMulticastSubscriber("239.1.2.3:5000", "tcp://127.0.0.1:7470", "orders",
+                                        "eu.") as sub:
+        async for msg in sub:
+            print(msg.sequence, msg.key, msg.body)
+
+Cancelling an ``await sub.next()`` loses nothing: a message leaves the receiver only when it is
+returned.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Optional
+
+from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
+from zeps.clients.client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
+from zeps.clients.errors import ClientClosed
+from zeps.clients.message import Message
+from zeps.matching import PatternError, compile_pattern
+from zeps.units import TimeLike
+
+from .receiver import Receiver, ReceiverConfig, ReceiverStats
+from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
+
+__all__ = ["AsyncMulticastSubscriber"]
+
+log = logging.getLogger("zeps.multicast")
+
+_DRAIN = 512          # datagrams read in one go
+_FEED_RETRY = 1.0     # seconds before a feed that could not be opened is tried again
+
+
+class AsyncMulticastSubscriber:
+    """Messages of ``stream`` matching ``pattern``, live from multicast ``group``, repaired from
+    the broker at ``endpoint``; the arguments and guarantees of
+    :class:`~zeps.multicast.subscriber.MulticastSubscriber`. Use ``async with`` (or
+    ``await sub.start()`` and ``await sub.close()``)."""
+
+    def __init__(self, group, endpoint: str, stream: str, pattern: str = "",
+                 from_seq: Optional[int] = None, *, from_time: Optional[TimeLike] = None,
+                 live: bool = False, interface: Optional[str] = None, timeout: float = 10.0,
+                 heartbeat: float = DEFAULT_HEARTBEAT, credit_window: int = DEFAULT_CREDIT_WINDOW,
+                 rcvbuf: int = DEFAULT_RCVBUF, config: Optional[ReceiverConfig] = None):
+        self.group = parse_group(group)
+        self.interface = check_interface(interface)
+        if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
+            raise ValueError("pattern must be a string of at most 255 bytes")
+        try:
+            compile_pattern(pattern)
+        except PatternError as e:
+            raise ValueError(str(e)) from None
+        if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
+            raise ValueError("give at most one of from_seq, from_time, live")
+        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
+                                     or from_seq < 0):
+            raise ValueError("from_seq must be an integer >= 0")
+        self.endpoint, self.stream, self.pattern = endpoint, stream, pattern
+        self._start = (from_seq, from_time, live)
+        self._client_args = {"timeout": timeout, "heartbeat": heartbeat,
+                             "credit_window": credit_window}
+        self._rcvbuf = rcvbuf
+        self._config = config
+        self._core: Optional[Receiver] = None
+        self._sock = None
+        self._readable = asyncio.Event()
+        self._feed: Optional[AsyncClient] = None
+        self._feed_sub = None
+        self._feed_retry_at = 0.0
+        self._handed = 0
+        self._closed = False
+
+    # ------------------------------------------------------------------ life cycle
+    async def start(self) -> "AsyncMulticastSubscriber":
+        """Find the start position from the broker and join the group."""
+        from_seq, from_time, live = self._start
+        async with AsyncClient(self.endpoint, self.stream, **self._client_args) as c:
+            head = (await c.info()).last
+            if live:
+                start_after = head
+            elif from_time is not None:
+                start_after = max(await c.seq_at(from_time) - 1, 0)
+            else:
+                start_after = max((from_seq or 1) - 1, 0)
+        self._sock = open_receiver(self.group, self.interface, self._rcvbuf)
+        self._core = Receiver(self.stream, self.pattern, start_after=start_after, head=head,
+                              now=time.monotonic(), config=self._config)
+        self._handed = start_after
+        asyncio.get_running_loop().add_reader(self._sock.fileno(), self._readable.set)
+        return self
+
+    async def close(self) -> None:
+        """Leave the group and close the feed. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._sock is not None:
+            asyncio.get_running_loop().remove_reader(self._sock.fileno())
+            self._sock.close()
+        await self._close_feed()
+
+    async def __aenter__(self) -> "AsyncMulticastSubscriber":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ reading
+    @property
+    def stats(self) -> ReceiverStats:
+        return self._core.stats
+
+    @property
+    def mode(self) -> str:
+        return self._core.mode
+
+    @property
+    def position(self) -> int:
+        return self._handed
+
+    async def next(self, timeout: Optional[float] = None) -> Message:
+        """The next message; :class:`ZepsTimeout` if none comes within ``timeout`` seconds."""
+        msg = await self.poll(timeout)
+        if msg is None:
+            raise ZepsTimeout(f"no message on stream {self.stream!r} within {timeout:g}s")
+        return msg
+
+    async def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
+        """The next message, or ``None`` if none comes within ``timeout`` seconds."""
+        if self._closed or self._core is None:
+            raise ClientClosed("the multicast subscriber is closed (or not started)")
+        core = self._core
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if core.ready:
+                msg = core.ready.popleft()
+                self._handed = msg.sequence
+                return msg
+            now = time.monotonic()
+            await self._reconcile(now)
+            if deadline is not None and now >= deadline:
+                return None
+            wait = core.next_deadline() - now
+            if deadline is not None:
+                wait = min(wait, deadline - now)
+            await self._step(max(wait, 0.0))
+
+    def __aiter__(self) -> "AsyncMulticastSubscriber":
+        return self
+
+    async def __anext__(self) -> Message:
+        if self._closed:
+            raise StopAsyncIteration
+        return await self.next(None)
+
+    # ------------------------------------------------------------------ I/O
+    async def _step(self, wait: float) -> None:
+        core = self._core
+        if self._feed_sub is not None:
+            got = await self._read_feed(0.0) + self._read_group()
+            if not got and self._feed_sub is not None:
+                await self._wait_any(min(wait, 0.005))
+        else:
+            if self._feed is None and core.want_feed:
+                wait = min(wait, max(self._feed_retry_at - time.monotonic(), 0.0))
+            await self._wait_any(wait)
+            self._read_group()
+        core.tick(time.monotonic())
+
+    async def _wait_any(self, wait: float) -> None:
+        """Until the group's socket is readable, a feed message is there, or ``wait`` passes."""
+        if self._readable.is_set():
+            return
+        waiters = [asyncio.ensure_future(self._readable.wait())]
+        if self._feed_sub is not None:
+            waiters.append(asyncio.ensure_future(self._feed_ready()))
+        try:
+            await asyncio.wait(waiters, timeout=wait, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+        if len(waiters) > 1 and waiters[1].done() and not waiters[1].cancelled():
+            msg = waiters[1].result()
+            if msg is not None:
+                self._core.on_feed_message(msg, time.monotonic())
+
+    async def _feed_ready(self):
+        try:
+            return await self._feed_sub.poll(None)
+        except ConnectionLost:
+            return None
+
+    def _read_group(self) -> int:
+        core, sock = self._core, self._sock
+        self._readable.clear()
+        now = time.monotonic()
+        n = 0
+        while n < _DRAIN:
+            try:
+                payload = sock.recv(65536)
+            except (BlockingIOError, InterruptedError):
+                break
+            core.on_datagram(payload, now)
+            n += 1
+        if n == _DRAIN:
+            self._readable.set()                  # more may be waiting
+        return n
+
+    async def _read_feed(self, wait: float) -> int:
+        sub, core = self._feed_sub, self._core
+        n = 0
+        try:
+            msg = await sub.poll(wait)
+            while msg is not None:
+                core.on_feed_message(msg, time.monotonic())
+                n += 1
+                if not core.want_feed:
+                    break
+                msg = await sub.poll(0.0)
+        except ConnectionLost as e:
+            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
+            await self._close_feed()
+            self._feed_retry_at = time.monotonic() + _FEED_RETRY
+        return n
+
+    async def _reconcile(self, now: float) -> None:
+        want = self._core.want_feed
+        if want and self._feed is None and now >= self._feed_retry_at:
+            feed = AsyncClient(self.endpoint, self.stream, **self._client_args)
+            try:
+                await feed.connect()
+                self._feed_sub = await feed.subscribe(self.pattern, from_seq=self._core.feed_from)
+            except (ZepsTimeout, ConnectionLost) as e:
+                log.warning("zeps multicast: cannot reach the broker at %s (%s); retrying",
+                            self.endpoint, e)
+                self._feed_retry_at = time.monotonic() + _FEED_RETRY
+                self._feed_sub = None
+                await _close(feed)
+                return
+            except BaseException:
+                self._feed_sub = None
+                await _close(feed)
+                raise
+            self._feed = feed
+        elif not want and self._feed is not None:
+            await self._close_feed()
+
+    async def _close_feed(self) -> None:
+        feed, self._feed, self._feed_sub = self._feed, None, None
+        await _close(feed)
+
+
+async def _close(feed: Optional[AsyncClient]) -> None:
+    if feed is not None:
+        try:
+            await feed.close(timeout=1.0)
+        except ZepsError as e:
+            log.debug("zeps multicast: closing the feed: %s", e)

@@ -17,6 +17,9 @@ from typing import Optional, Union
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
 #: The broker's data directory when none is given.
 DEFAULT_DATA_DIR = "./zeps-data"
+#: Where ``zeps broker --monitor`` (given no address) serves its monitoring pages, and where
+#: ``zeps top`` looks for them.
+DEFAULT_MONITOR = "127.0.0.1:7471"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)

@@ -26,10 +26,10 @@ import os
 import sys
 from typing import List, Optional
 
-from . import broker, keys, publish, replay, stats, subscribe
+from . import broker, keys, publish, replay, stats, subscribe, top
 from .common import Parser, UsageError, message_json, message_line, parse_time  # noqa: F401
 
-COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "keys")
+COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "top", "keys")
 
 
 def build_parser() -> Parser:
@@ -44,7 +44,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.add_parser("broker", help="run the broker (zeps broker --help for its options)",
                    add_help=False)
-    for module in (publish, subscribe, replay, stats, keys):
+    for module in (publish, subscribe, replay, stats, top, keys):
         module.add_parser(sub)
     return parser
 

@@ -24,7 +24,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from zeps.broker.core import BrokerCore, CoreConfig
-from zeps.broker.http import parse_address
+from zeps.broker import metrics as metrics_module
+from zeps.broker.http import MonitorServer, parse_address
 from zeps.broker.metrics import Metrics
 from zeps.broker.monitor import MODES, connz, streamz, varz
 from zeps.cli.top import Sample, render
@@ -264,6 +265,23 @@ def test_metrics_are_the_core_numbers(core):
     assert got[("zeps_fsync_seconds_sum", ())] == pytest.approx(0.302)
 
 
+def test_only_the_subscribers_most_behind_get_a_lag_series(core, monkeypatch):
+    """Per-subscriber series are capped (MAX_LAG_SERIES): the most behind keep theirs, and the
+    stream's max lag still covers everyone."""
+    core.publish(10)
+    core.send(b"far", c.Attach("s"), c.Subscribe("", 0), c.Credit(2 * COST))
+    core.send(b"near", c.Attach("s"), c.Subscribe("", 0), c.Credit(8 * COST))
+    core.send(b"live", c.Attach("s"), c.Credit(1 << 20), c.Subscribe("", LATEST_LIVE))
+    for _ in range(4):
+        core.round()
+    monkeypatch.setattr(metrics_module, "MAX_LAG_SERIES", 2)
+    got = scrape(Metrics(core.core))
+    lags = {dict(labels)["client"]: v for (name, labels), v in got.items()
+            if name == "zeps_subscriber_lag_messages"}
+    assert lags == {b"far".hex(): 8, b"near".hex(): 2}
+    assert got[("zeps_stream_max_lag_messages", (("stream", "s"),))] == 8
+
+
 # ---------------------------------------------------------------------------- zeps top (pure)
 
 
@@ -299,6 +317,58 @@ def test_monitor_address_forms():
     for bad in ("host:", "host:http", ":80", "1.2.3.4:70000"):
         with pytest.raises(ValueError):
             parse_address(bad)
+
+
+class Wsgi:
+    """A MonitorServer's WSGI application called directly (no socket), with a clock the test
+    moves, a timer that says each document took ``cost`` seconds, and sleeps recorded."""
+
+    def __init__(self, core, cost: float = 0.1, **options):
+        self.now = 100.0
+        self.ticks = 0
+        self.cost = cost
+        self.slept: List[float] = []
+        self.server = MonitorServer(core, "127.0.0.1", 0, clock=lambda: self.now,
+                                    timer=self._timer, sleep=self.slept.append, **options)
+
+    def _timer(self) -> float:
+        self.ticks += 1                     # read before and after making each document
+        return self.ticks * self.cost
+
+    def get(self, path: str, method: str = "GET"):
+        target, _, qs = path.partition("?")
+        answer = {}
+
+        def start_response(status, headers):
+            answer["status"], answer["headers"] = int(status.split()[0]), dict(headers)
+
+        body = b"".join(self.server.app({"REQUEST_METHOD": method, "PATH_INFO": target,
+                                         "QUERY_STRING": qs}, start_response))
+        return answer["status"], answer["headers"], body
+
+
+def test_making_documents_has_a_budget_per_second(core):
+    """However many distinct queries arrive, documents are made for at most ``budget`` of each
+    second; beyond it the answer is 503 with Retry-After, and the same query within the
+    refresh period is answered from the last snapshot, free."""
+    w = Wsgi(core.core, cost=0.1, budget=0.25)
+    assert [w.get(f"/connz?offset={i}")[0] for i in range(4)] == [200, 200, 200, 503]
+    status, headers, body = w.get("/connz?offset=9")
+    assert (status, headers["Retry-After"]) == (503, "1")
+    assert "retry in a second" in json.loads(body)["error"]
+    assert w.get("/connz?offset=0")[0] == 200              # cached: costs nothing
+    w.now += 1.0
+    assert w.get("/connz?offset=9")[0] == 200              # a new second, a new budget
+
+
+def test_requests_beyond_the_rate_wait_their_turn(core):
+    """A burst of 20 is served at once; each request after it sleeps one more 1/max_rate."""
+    w = Wsgi(core.core, max_rate=100, burst=20)
+    assert {w.get("/healthz")[0] for _ in range(24)} == {200}
+    assert w.slept == pytest.approx([0.01, 0.02, 0.03, 0.04])
+    w.now += 1.0                                           # the schedule caught up: no wait
+    w.get("/healthz")
+    assert len(w.slept) == 4
 
 
 def monitor_url(broker) -> str:

@@ -12,12 +12,21 @@ broker's process, beside the ZeroMQ loop.
 
 Every request runs in a greenlet of the broker's own process, between two rounds of the broker's
 loop, so a document is a consistent snapshot of the core; it is also work the loop does not do
-meanwhile. What one HTTP client can cost everyone else is bounded: at most :data:`MAX_CONNECTIONS`
-connections are served at once (more wait in the kernel's accept queue), a connection that sends
-or reads nothing for :data:`IDLE_TIMEOUT` seconds is closed, each document is computed at most
-once per :data:`MIN_REFRESH` seconds for a given query (a client polling in a loop gets the same
-snapshot), and only GET and HEAD are served. The port has no authentication: bind it to a
-loopback or private address (docs/operations.md, Monitoring).
+meanwhile (with 10,000 clients: ~10 ms for ``/connz?limit=200``, ~30 ms for ``/metrics``). What
+HTTP clients can cost the broker's ZeroMQ clients is bounded:
+
+* requests are served at most :data:`MAX_RATE` per second (beyond a burst of
+  :data:`BURST`): the others wait their turn, asleep, which costs the loop nothing;
+* a document is made at most once per :data:`MIN_REFRESH` seconds for a given query (clients
+  polling in a loop get the same snapshot);
+* making documents may take at most :data:`BUDGET` of each second (a flood of distinct queries
+  gets ``503`` with ``Retry-After: 1`` beyond that);
+* at most :data:`MAX_CONNECTIONS` connections are served at once (more wait in the kernel's
+  accept queue), and one that sends or reads nothing for :data:`IDLE_TIMEOUT` seconds is closed;
+* only GET and HEAD are served.
+
+The port has no authentication: bind it to a loopback or private address (docs/operations.md,
+Monitoring).
 """
 from __future__ import annotations
 
@@ -35,6 +44,9 @@ from . import monitor
 MAX_CONNECTIONS = 64
 IDLE_TIMEOUT = 10.0
 MIN_REFRESH = 0.25
+BUDGET = 0.25
+MAX_RATE = 100.0
+BURST = 20
 MAX_LIMIT = 100_000
 
 _STATIC = {
@@ -53,6 +65,10 @@ _CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 's
 
 class BadRequest(ValueError):
     """A query the monitor does not understand (answered 400 with the reason)."""
+
+
+class Busy(Exception):
+    """This second's budget for making documents is spent (answered 503, Retry-After: 1)."""
 
 
 def parse_address(text: str) -> Tuple[str, int]:
@@ -102,15 +118,19 @@ class _Handler(WSGIHandler):
 
 
 class MonitorServer:
-    """Serves the monitoring pages of one broker core. ``clock`` is the core's clock (for
-    uptime, idleness and :data:`MIN_REFRESH`), ``wall_ns`` the time of day; ``about`` is shown
-    at the top of ``/varz`` (version, endpoint, data dir...)."""
+    """Serves the monitoring pages of one broker core. ``clock`` is the core's clock (uptime,
+    idleness, the refresh, budget and rate schedules), ``wall_ns`` the time of day, ``timer``
+    measures the work of making a document, ``sleep`` waits for a request's turn; ``about`` is
+    shown at the top of ``/varz`` (version, endpoint, data dir...)."""
 
     def __init__(self, core, host: str, port: int, *, metrics=None,
                  clock: Callable[[], float] = time.monotonic,
                  wall_ns: Callable[[], int] = time.time_ns, about: Optional[dict] = None,
                  log=None, max_connections: int = MAX_CONNECTIONS,
-                 idle_timeout: float = IDLE_TIMEOUT, min_refresh: float = MIN_REFRESH):
+                 idle_timeout: float = IDLE_TIMEOUT, min_refresh: float = MIN_REFRESH,
+                 budget: float = BUDGET, max_rate: float = MAX_RATE, burst: int = BURST,
+                 sleep: Callable[[float], None] = gevent.sleep,
+                 timer: Callable[[], float] = time.perf_counter):
         self.core = core
         self.metrics = metrics
         self.clock = clock
@@ -119,7 +139,15 @@ class MonitorServer:
         self.log = log
         self.started = clock()
         self.min_refresh = min_refresh
-        self._cache: Dict[tuple, Tuple[float, object]] = {}
+        self.budget = budget
+        self._cache: Dict[tuple, Tuple[float, bytes]] = {}
+        self._second = float("-inf")          # start of the current budget second
+        self._spent = 0.0                     # seconds spent making documents in it
+        self.interval = 1.0 / max_rate
+        self.burst = burst
+        self.sleep = sleep
+        self.timer = timer                    # measures the work of making documents
+        self._next_turn = float("-inf")       # when the next request may be served
         self.server = WSGIServer((host, port), self.app, spawn=gevent.pool.Pool(max_connections),
                                  handler_class=_Handler, log=None, error_log=None)
         self.server.idle_timeout = idle_timeout
@@ -137,7 +165,18 @@ class MonitorServer:
         self.server.stop(timeout=1)
 
     # ------------------------------------------------------------------ WSGI
+    def _wait_turn(self) -> None:
+        """Serve at most ``max_rate`` requests per second beyond a burst: each request takes
+        the next turn, one ``interval`` after the previous one, and sleeps until it."""
+        now = self.clock()
+        turn = max(self._next_turn, now - (self.burst - 1) * self.interval)
+        self._next_turn = turn + self.interval
+        if turn - now > 1e-6:               # (not a rounding error's worth)
+            self.sleep(turn - now)
+
     def app(self, environ, start_response):
+        """The WSGI application: one request, one answer (JSON errors with a reason)."""
+        self._wait_turn()
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/")
         if method not in ("GET", "HEAD"):
@@ -148,6 +187,9 @@ class MonitorServer:
             status, body, ctype = self._route(path, environ.get("QUERY_STRING", ""))
         except BadRequest as exc:
             status, body, ctype = "400 Bad Request", self._error(str(exc)), _JSON
+        except Busy as exc:
+            return self._reply(start_response, "503 Service Unavailable", self._error(str(exc)),
+                               _JSON, extra=[("Retry-After", "1")], head=method == "HEAD")
         except Exception as exc:          # a bug here must not stop the broker: say it, go on
             if self.log is not None:
                 self.log.error("monitor_failed", path=path, error=f"{type(exc).__name__}: {exc}")
@@ -185,7 +227,7 @@ class MonitorServer:
             return "200 OK", self._cached(("metrics",), self.metrics.exposition), CONTENT_TYPE
         if path == "/varz":
             _check_args(query, ())
-            return "200 OK", self._json(self._cached(("varz",), lambda: monitor.varz(
+            return "200 OK", self._cached(("varz",), lambda: self._json(monitor.varz(
                 self.core, self.clock(), started=self.started, wall_ns=self.wall_ns(),
                 about=self.about))), _JSON
         if path == "/connz":
@@ -194,38 +236,41 @@ class MonitorServer:
             if sort not in monitor.SORTS:
                 raise BadRequest(f"sort must be one of {', '.join(monitor.SORTS)}, not {sort!r}")
             stream = (query.get("stream") or [None])[-1]
-            doc = self._cached(("connz", sort, stream), lambda: monitor.connz(
-                self.core, self.clock(), sort=sort, limit=None, stream=stream))
-            return "200 OK", self._json(self._page(doc, "connections", query, 1024)), _JSON
+            limit = _int_arg(query, "limit", 1024)
+            offset = _int_arg(query, "offset", 0)
+            return "200 OK", self._cached(("connz", sort, stream, limit, offset), lambda: self._json(
+                monitor.connz(self.core, self.clock(), sort=sort, limit=limit, offset=offset,
+                              stream=stream))), _JSON
         if path == "/streamz":
             _check_args(query, ("limit", "offset"))
-            doc = self._cached(("streamz",), lambda: monitor.streamz(self.core))
-            return "200 OK", self._json(self._page(doc, "streams", query, None)), _JSON
+            limit = _int_arg(query, "limit", None)
+            offset = _int_arg(query, "offset", 0)
+            return "200 OK", self._cached(("streamz", limit, offset), lambda: self._json(
+                monitor.streamz(self.core, limit=limit, offset=offset))), _JSON
         return "404 Not Found", self._error(
             f"no page {path!r}: try /, /varz, /connz, /streamz, /metrics, /healthz"), _JSON
 
     @staticmethod
-    def _page(doc: dict, items: str, query: Dict[str, list], default_limit: Optional[int]):
-        """``doc`` with only ``limit`` of its ``items`` from ``offset`` (the query's)."""
-        limit = _int_arg(query, "limit", default_limit)
-        offset = _int_arg(query, "offset", 0)
-        rows = doc[items][offset:] if limit is None else doc[items][offset:offset + limit]
-        return {**doc, "offset": offset, "limit": limit, items: rows}
-
-    @staticmethod
     def _json(doc) -> bytes:
-        return json.dumps(doc, indent=1, ensure_ascii=False).encode("utf-8")
+        return json.dumps(doc, ensure_ascii=False).encode("utf-8")
 
-    def _cached(self, key: tuple, make: Callable[[], object]):
-        """What ``make()`` returns, made again only if the last one for ``key`` is older than
-        ``min_refresh`` seconds: however fast clients ask, each kind of snapshot of the core is
-        taken at most once per ``min_refresh`` (at most 64 keys are remembered)."""
+    def _cached(self, key: tuple, make: Callable[[], bytes]) -> bytes:
+        """The document for ``key``, made again only if the last one is older than
+        ``min_refresh`` seconds (at most 64 keys are remembered) and if this second's
+        ``budget`` is not spent (:class:`Busy` otherwise)."""
         now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and now - hit[0] < self.min_refresh:
             return hit[1]
-        value = make()
+        if now - self._second >= 1.0:
+            self._second, self._spent = now, 0.0
+        if self._spent >= self.budget:
+            raise Busy(f"the broker spent its {self.budget:g} s per second on monitoring "
+                       f"documents already: retry in a second")
+        t0 = self.timer()
+        body = make()
+        self._spent += self.timer() - t0
         if len(self._cache) >= 64:
             self._cache.clear()
-        self._cache[key] = (now, value)
-        return value
+        self._cache[key] = (now, body)
+        return body

@@ -20,7 +20,8 @@ Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 ``zeps_stream_size_bytes``             gauge    journal size on disk
 ``zeps_stream_confirms_pending``       gauge    publishes appended, not yet confirmed durable
 ``zeps_clients``                       gauge    clients by ``stream`` and ``mode`` (monitor.MODES)
-``zeps_subscriber_lag_messages``       gauge    per subscriber: messages behind the head
+``zeps_stream_max_lag_messages``       gauge    the most any subscriber of the stream is behind
+``zeps_subscriber_lag_messages``       gauge    per subscriber (the MAX_LAG_SERIES most behind)
 ``zeps_confirms_pending``              gauge    every stream
 ``zeps_streams_open``                  gauge    journals open
 ``zeps_invalid_total``                 counter  INVALIDs sent, by ``reason`` (reasons.LABELS)
@@ -29,6 +30,11 @@ Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 =====================================  =======  ====================================================
 
 plus the ``process_*`` metrics of ``prometheus-client`` (CPU, memory, open files).
+
+Per-subscriber series are capped at :data:`MAX_LAG_SERIES`, the subscribers most behind: a
+broker with 10,000 clients would otherwise spend ~0.4 s of its only thread on each scrape
+(``prometheus-client`` writes ~30 µs per series), and Prometheus would keep a series per
+connection; ``zeps_stream_max_lag_messages`` covers every subscriber, ``/connz`` lists them all.
 """
 from __future__ import annotations
 
@@ -45,6 +51,8 @@ from . import monitor
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                  0.5, 1.0, 2.5, 5.0)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+#: Subscribers given their own lag series (the most behind first).
+MAX_LAG_SERIES = 100
 
 
 class _CoreCollector:
@@ -83,13 +91,16 @@ class _CoreCollector:
             "confirms_pending": GaugeMetricFamily("zeps_stream_confirms_pending", "Publishes "
                                                   "appended but not yet confirmed durable",
                                                   labels=["stream"]),
+            "max_lag": GaugeMetricFamily("zeps_stream_max_lag_messages", "Messages between the "
+                                         "stream's head and its furthest-behind subscriber",
+                                         labels=["stream"]),
         }
         clients = GaugeMetricFamily("zeps_clients", "Clients by stream and mode "
                                     "(live, catching_up, historical, congested, not_subscribed, "
                                     "unattached)", labels=["stream", "mode"])
         lag = GaugeMetricFamily("zeps_subscriber_lag_messages", "Messages between a "
-                                "subscriber's position and its stream's head",
-                                labels=["stream", "client"])
+                                f"subscriber's position and its stream's head (the "
+                                f"{MAX_LAG_SERIES} most behind)", labels=["stream", "client"])
         pending = 0
         for st in core.streams.values():
             doc = monitor.stream_doc(core, st)
@@ -99,14 +110,11 @@ class _CoreCollector:
             pending += doc["confirms_pending"]
             for mode, n in doc["modes"].items():
                 clients.add_metric([st.name, mode], n)
-        unattached = 0
-        for s in core.sessions.values():
-            if s.stream is None:
-                unattached += 1
-                continue
-            behind = monitor.lag_of(core, s)
-            if behind is not None:
-                lag.add_metric([s.stream, s.identity.hex()], behind)
+        for row in monitor.connz(core, 0.0, sort="lag", limit=MAX_LAG_SERIES)["connections"]:
+            if row["lag"] is None:                     # the rest do not subscribe
+                break
+            lag.add_metric([row["stream"], row["client"]], row["lag"])
+        unattached = sum(1 for s in core.sessions.values() if s.stream is None)
         clients.add_metric(["", "unattached"], unattached)
         yield from per_stream.values()
         yield clients

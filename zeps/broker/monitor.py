@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from zeps.protocol.reasons import LABELS
 
@@ -44,43 +44,59 @@ SORTS = ("lag", "client", "stream", "idle", "credit")
 _TRAFFIC = dict(zip(COUNTERS, ("in_msgs", "out_msgs", "in_bytes", "out_bytes")))
 
 
-def mode_of(core, s: Session) -> str:
-    """The client's mode (see the module's docstring)."""
+def _mode(s: Session, congested, catching_up) -> str:
     if s.stream is None:
         return "unattached"
-    if s.identity in core.congested:
+    if s.identity in congested:
         return "congested"
-    if not s.subscribed:
+    if not s.next_seq:
         return "not_subscribed"
     if s.live:
         return "live"
-    st = core.streams.get(s.stream)
-    if st is not None and s.identity in st.catching_up:
-        return "catching_up"
-    return "historical"
+    return "catching_up" if s.identity in catching_up else "historical"
+
+
+def mode_of(core, s: Session) -> str:
+    """The client's mode (see the module's docstring)."""
+    st = core.streams.get(s.stream) if s.stream is not None else None
+    return _mode(s, core.congested, st.catching_up if st is not None else ())
+
+
+def _head(st: Optional[Stream]) -> Optional[int]:
+    """The stream's last sequence; None if it is not open or its journal cannot say."""
+    if st is None:
+        return None
+    try:
+        return st.journal.last_seq
+    except Exception:                 # a closed or broken journal: no head to measure from
+        return None
+
+
+def _lag(s: Session, head: Optional[int]) -> Optional[int]:
+    if not s.next_seq or head is None:
+        return None
+    return max(head - s.next_seq + 1, 0)
 
 
 def lag_of(core, s: Session) -> Optional[int]:
     """Messages between the subscriber's position and its stream's head; None if it does not
     subscribe."""
-    if not s.subscribed:
-        return None
-    st = core.streams.get(s.stream)
-    if st is None:
-        return None
-    return max(st.journal.last_seq - s.next_seq + 1, 0)
+    return _lag(s, _head(core.streams.get(s.stream)) if s.stream is not None else None)
 
 
-def client_doc(core, s: Session, now: float) -> Dict[str, Any]:
-    """One client's document (an entry of :func:`connz`)."""
+def client_doc(core, s: Session, now: float, head: Optional[int] = None) -> Dict[str, Any]:
+    """One client's document (an entry of :func:`connz`); ``head`` is its stream's, if known."""
+    st = core.streams.get(s.stream) if s.stream is not None else None
+    if head is None:
+        head = _head(st)
     return {
         "client": s.identity.hex(),
         "user": s.user,
         "stream": s.stream,
-        "mode": mode_of(core, s),
+        "mode": _mode(s, core.congested, st.catching_up if st is not None else ()),
         "credit": s.credit,
-        "next_seq": s.next_seq if s.subscribed else None,
-        "lag": lag_of(core, s),
+        "next_seq": s.next_seq or None,
+        "lag": _lag(s, head),
         "subscriptions": [p.text for p, _start in s.subscriptions],
         "delivered": s.delivered,
         "published": s.published,
@@ -105,11 +121,16 @@ def stream_doc(core, st: Stream) -> Dict[str, Any]:
         doc["error"] = f"{type(exc).__name__}: {exc}"
     for counter, name in _TRAFFIC.items():
         doc[name] = getattr(st, counter)
-    modes = Counter(mode_of(core, s) for s in st.sessions.values())
-    lags = [lag_of(core, s) for s in st.sessions.values() if s.subscribed]
-    doc.update(clients=len(st.sessions),
-               modes={m: modes.get(m, 0) for m in MODES[:-1]},
-               max_lag=max(lags, default=0),
+    head = doc.get("head_seq")
+    modes = dict.fromkeys(MODES[:-1], 0)
+    max_lag = 0
+    congested, catching_up = core.congested, st.catching_up
+    for s in st.sessions.values():
+        modes[_mode(s, congested, catching_up)] += 1
+        lag = _lag(s, head)
+        if lag is not None and lag > max_lag:
+            max_lag = lag
+    doc.update(clients=len(st.sessions), modes=modes, max_lag=max_lag,
                confirms_pending=sum(len(s.unconfirmed) for s in st.confirming.values()),
                publishers_waiting=len(st.confirming))
     return doc
@@ -156,25 +177,34 @@ def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional
 def connz(core, now: float, *, sort: str = "lag", limit: Optional[int] = 1024, offset: int = 0,
           stream: Optional[str] = None) -> Dict[str, Any]:
     """The clients, ordered by ``sort`` (one of :data:`SORTS`), ``limit`` of them from
-    ``offset`` (``limit=None``: all), only those attached to ``stream`` if given."""
+    ``offset`` (``limit=None``: all), only those attached to ``stream`` if given. Ordering
+    looks at every client; documents are made for the page only."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
-    sessions = core.sessions.values()
+    sessions = list(core.sessions.values())
     if stream is not None:
         sessions = [s for s in sessions if s.stream == stream]
-    rows = [client_doc(core, s, now) for s in sessions]
-    key = {
-        "lag": lambda r: (-(r["lag"] if r["lag"] is not None else -1), r["client"]),
-        "client": lambda r: r["client"],
-        "stream": lambda r: (r["stream"] or "", r["client"]),
-        "idle": lambda r: (-r["idle_s"], r["client"]),
-        "credit": lambda r: (-r["credit"], r["client"]),
-    }[sort]
-    rows.sort(key=key)
-    total = len(rows)
-    page: List[Dict[str, Any]] = rows[offset:] if limit is None else rows[offset:offset + limit]
-    return {"total": total, "offset": offset, "limit": limit, "sort": sort,
-            "connections": page}
+    heads = {name: _head(st) for name, st in core.streams.items()}
+    if sort == "lag":                 # most behind first; clients that do not subscribe last
+        def key(s):
+            lag = _lag(s, heads.get(s.stream))
+            return (1 if lag is None else -lag, s.identity)
+    elif sort == "client":
+        def key(s):
+            return s.identity
+    elif sort == "stream":
+        def key(s):
+            return (s.stream or "", s.identity)
+    elif sort == "idle":
+        def key(s):
+            return (s.last_seen, s.identity)
+    else:
+        def key(s):
+            return (-s.credit, s.identity)
+    sessions.sort(key=key)
+    page = sessions[offset:] if limit is None else sessions[offset:offset + limit]
+    return {"total": len(sessions), "offset": offset, "limit": limit, "sort": sort,
+            "connections": [client_doc(core, s, now, heads.get(s.stream)) for s in page]}
 
 
 def streamz(core, *, limit: Optional[int] = None, offset: int = 0) -> Dict[str, Any]:

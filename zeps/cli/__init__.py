@@ -1,4 +1,4 @@
-"""The ``zeps`` command line: ``zeps broker | publish | subscribe | replay | stats``.
+"""The ``zeps`` command line: ``zeps broker | publish | subscribe | replay | stats | top``.
 
 Run ``zeps COMMAND --help`` for each command's options. Common rules:
 

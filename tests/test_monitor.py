@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -21,6 +22,8 @@ import urllib.request
 from typing import Dict, List
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as hs
 from prometheus_client.parser import text_string_to_metric_families
 
 from zeps.broker.core import BrokerCore, CoreConfig
@@ -171,14 +174,113 @@ def test_invalids_are_counted_by_reason_prefix(tmp_path):
         h.send(b"a", c.Subscribe("x", 0), c.Subscribe("y", 0))          # limit
         h.send(b"a", c.Subscribe("~(", 0))                              # bad regex: other
         h.send(b"b", [b"\x00garbage"], [b"\xaa\xa5\x01", b"two frames"])  # other x2
-        h.round()
+        h.send(b"a", c.Publish("k", b"x" * 90))
+        h.send(b"r", c.Attach("s"), c.Subscribe("", 0), c.Credit(20))
+        h.round()                        # "message 1 needs 100 bytes of credit": other
+        h.send(b"g", c.Attach("s"), c.Subscribe("~a", LATEST_LIVE))
+        for _ in range(3):               # as the matcher reports a regex that ran out of time
+            h.core.streams["s"].regex_timed_out("~a", "k")
+        h.send(b"a", c.Publish("k", b"x"))
+        h.round()                        # the regex struck out: removed, with INVALID
         v = varz(h.core, h.now)
         assert v["invalid"] == {"not_attached": 1, "publish_rejected": 1, "limit": 1,
-                                "pattern_removed": 0, "not_allowed": 0, "other": 3}
-        assert sum(v["invalid"].values()) == h.invalids_sent() == 6
+                                "pattern_removed": 1, "not_allowed": 0, "other": 4}
+        assert sum(v["invalid"].values()) == h.invalids_sent() == 8
         assert v["invalid_frames"] == 1
     finally:
         h.datadir.close()
+
+
+CLIENTS = [b"c0", b"c1", b"c2"]
+command_ops = hs.one_of(
+    hs.tuples(hs.just("attach"), hs.sampled_from(CLIENTS), hs.sampled_from(["s", "t"])),
+    hs.tuples(hs.just("publish"), hs.sampled_from(CLIENTS), hs.sampled_from(["a", "b"]),
+              hs.integers(0, 60)),
+    hs.tuples(hs.just("detach"), hs.sampled_from(CLIENTS)),
+    hs.tuples(hs.just("publish"), hs.sampled_from(CLIENTS), hs.sampled_from(["a", "b", "ab"]),
+              hs.integers(0, 130)),
+    hs.tuples(hs.just("subscribe"), hs.sampled_from(CLIENTS), hs.sampled_from(["", "a", "~b$", "~("]),
+              hs.sampled_from([0, 3, LATEST_LIVE])),
+    hs.tuples(hs.just("credit"), hs.sampled_from(CLIENTS), hs.integers(0, 300)),
+    hs.tuples(hs.just("timestamps"), hs.sampled_from(CLIENTS)),
+    hs.tuples(hs.just("garbage"), hs.sampled_from(CLIENTS)),
+    hs.tuples(hs.just("round"), hs.integers(1, 3)),
+)
+
+
+def _frames(op) -> List[bytes]:
+    """The frames a client sends for one of ``command_ops``."""
+    kind, args = op[0], op[2:]
+    if kind == "garbage":
+        return [b"\xaa\xa5\xff"]
+    cmd = {"attach": c.Attach, "detach": c.Detach, "publish": lambda k, n: c.Publish(k, b"x" * n),
+           "subscribe": c.Subscribe, "credit": c.Credit,
+           "timestamps": c.DeliverTimestamps}[kind](*args)
+    return [encode(cmd)]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(hs.lists(command_ops, max_size=80))
+def test_counters_match_every_frame_the_core_sends(ops):
+    """Whatever clients do — good, refused or malformed — the counters equal what went out:
+    INVALIDs by reason (each counted once), DELIVERs (live, replayed, with timestamps) and their
+    credit bytes per stream, and messages and bytes in per stream = what the journal holds."""
+    with tempfile.TemporaryDirectory() as tmp:
+        h = Core(tmp, max_subscriptions=2, max_message=100, replay_batch_records=5)
+        try:
+            invalid: Dict[str, int] = {}
+            out: Dict[str, List[int]] = {}
+            # To start with: "s" and "t" hold 6 messages; c0 reads "s" live, c1 reads it from
+            # the start with a small credit (replayed), c2 reads "t" with timestamps; the ops
+            # may change all of that.
+            for ident, stream in ((b"c0", "s"), (b"c2", "t")):
+                for cmd in [c.Attach(stream)] + [c.Publish(k, b"y" * 7) for k in "abab.a"]:
+                    h.core.receive(ident, [encode(cmd)], h.now)
+            h.core.flush()
+            for ident, cmds in ((b"c0", [c.Credit(2000), c.Subscribe("", LATEST_LIVE)]),
+                                (b"c1", [c.Attach("s"), c.Subscribe("", 0), c.Credit(50)]),
+                                (b"c2", [c.DeliverTimestamps(), c.Credit(500), c.Subscribe("a", 0)])):
+                for cmd in cmds:
+                    h.core.receive(ident, [encode(cmd)], h.now)
+            h.core.take_outbox()
+            for op in ops:
+                # The stream each client is attached to as the frames are made (a DETACH
+                # first delivers what was queued, to the client leaving too).
+                streams = {i: s.stream for i, s in h.core.sessions.items() if s.stream}
+                if op[0] == "round":
+                    for _ in range(op[1]):
+                        h.core.flush()
+                        h.core.pump(h.now)
+                else:
+                    h.core.receive(op[1], _frames(op), h.now)
+                    streams.update({i: s.stream for i, s in h.core.sessions.items() if s.stream})
+                _tally(h, streams, invalid, out)
+            h.core.flush()
+            _tally(h, {i: s.stream for i, s in h.core.sessions.items()}, invalid, out)
+            v = varz(h.core, h.now)
+            assert {k: n for k, n in v["invalid"].items() if n} == invalid
+            for st in streamz(h.core)["streams"]:
+                sent = out.get(st["name"], [])
+                assert (st["out_msgs"], st["out_bytes"]) == (len(sent), sum(sent))
+                held = h.core.streams[st["name"]].journal.read_batch(1, 10_000, 1 << 30)
+                assert st["in_msgs"] == st["head_seq"] == len(held)
+                assert st["in_bytes"] == sum(deliver_cost(len(r.key.encode()), len(r.body))
+                                             for r in held)
+        finally:
+            h.datadir.close()
+
+
+def _tally(h: Core, attached: Dict[bytes, str], invalid: Dict[str, int],
+           out: Dict[str, List[int]]) -> None:
+    """Count the frames in the core's outbox: INVALIDs by reason label, DELIVER costs by the
+    stream their client is attached to."""
+    for ident, frame in h.core.take_outbox():
+        cmd = decode(frame)
+        if isinstance(cmd, c.Invalid):
+            invalid[label(cmd.reason)] = invalid.get(label(cmd.reason), 0) + 1
+        elif isinstance(cmd, (c.Deliver, c.DeliverTs)):
+            out.setdefault(attached[ident], []).append(
+                deliver_cost(len(cmd.key.encode()), len(cmd.body)))
 
 
 def test_reason_labels():

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.broker import metrics as metrics_module
-from zeps.broker.http import MonitorServer, parse_address
+from zeps.broker.http import MonitorServer
 from zeps.broker.metrics import Metrics
 from zeps.broker.monitor import MODES, connz, streamz, varz
 from zeps.cli.top import Sample, render
@@ -37,6 +37,7 @@ from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import LATEST_LIVE, decode, deliver_cost, encode
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import LABELS, label
+from zeps.units import parse_address
 
 from .cdp import Browser, find_chromium, number
 from .conftest import REPO
@@ -558,7 +559,7 @@ def test_a_bad_monitoring_address_is_one_line_and_exit_2(tmp_path):
                        env=dict(os.environ, PYTHONPATH=str(REPO)))
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [
-        "zeps: error: argument --monitor: bad port in monitoring address 'localhost:http' "
+        "zeps: error: argument --monitor: bad port in address 'localhost:http' "
         "(use HOST:PORT, port 0 to 65535)"]
 
 

@@ -71,22 +71,6 @@ class Busy(Exception):
     """This second's budget for making documents is spent (answered 503, Retry-After: 1)."""
 
 
-def parse_address(text: str) -> Tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) or a bare ``PORT`` (on 127.0.0.1) -> (host,
-    port); port 0 picks a free one. ValueError with a one-line reason otherwise."""
-    t = text.strip()
-    host, sep, port = t.rpartition(":")
-    if not sep:
-        host, port = "127.0.0.1", t
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not host:
-        raise ValueError(f"no host in monitoring address {text!r} (use HOST:PORT)")
-    if not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"bad port in monitoring address {text!r} (use HOST:PORT, "
-                         f"port 0 to 65535)")
-    return host, int(port)
-
-
 def _int_arg(query: Dict[str, list], name: str, default: Optional[int]) -> Optional[int]:
     values = query.get(name)
     if not values:

@@ -17,7 +17,6 @@ import zmq
 from zeps import units
 from zeps.broker.acl import AclError, load_acl
 from zeps.broker.core import CoreConfig
-from zeps.broker.http import parse_address as parse_monitor_address
 from zeps.broker.security import CurveServer, SecurityError
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
@@ -102,7 +101,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     sec.add_argument("--acl", metavar="FILE",
                      help="per-stream rights (TOML); reloaded on SIGHUP")
     parser.add_argument("--monitor", metavar="HOST:PORT", nargs="?", const=DEFAULT_MONITOR,
-                        type=_arg(parse_monitor_address), default=None,
+                        type=_arg(units.parse_address), default=None,
                         help="serve the dashboard, /varz /connz /streamz (JSON) and /metrics "
                              f"(Prometheus) over HTTP here (default off; alone: {DEFAULT_MONITOR};"
                              " port 0 picks a free one). No authentication: keep it private")

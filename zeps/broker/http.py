@@ -16,7 +16,7 @@ meanwhile (with 10,000 clients: ~10 ms for ``/connz?limit=200``, ~30 ms for ``/m
 HTTP clients can cost the broker's ZeroMQ clients is bounded:
 
 * requests are served at most :data:`MAX_RATE` per second (beyond a burst of
-  :data:`BURST`): the others wait their turn, asleep, which costs the loop nothing;
+  :data:`BURST`): the others sleep until their turn before anything is done for them;
 * a document is made at most once per :data:`MIN_REFRESH` seconds for a given query (clients
   polling in a loop get the same snapshot);
 * making documents may take at most :data:`BUDGET` of each second (a flood of distinct queries
@@ -146,6 +146,7 @@ class MonitorServer:
         return self
 
     def stop(self) -> None:
+        """Stop serving (requests under way get a second to finish)."""
         self.server.stop(timeout=1)
 
     # ------------------------------------------------------------------ WSGI

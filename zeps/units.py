@@ -1,4 +1,4 @@
-"""Defaults and the parsers of sizes, durations and times, defined once for the whole project.
+"""Defaults and the parsers of sizes, durations, times and addresses, defined once for the project.
 
 The broker's flags, the CLI, the SDK and the Spark options all read sizes (``64K``, ``256M``),
 durations (``500ms``, ``60s``, ``7d``) and points in time from text. These functions are the
@@ -11,12 +11,15 @@ import re
 import time
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal, InvalidOperation
-from typing import Optional, Union
+from typing import Optional, Tuple, Union
 
 #: The endpoint the broker binds and clients connect to when none is given.
 DEFAULT_ENDPOINT = "tcp://127.0.0.1:7470"
 #: The broker's data directory when none is given.
 DEFAULT_DATA_DIR = "./zeps-data"
+#: Where ``zeps broker --monitor`` (given no address) serves its monitoring pages, and where
+#: ``zeps top`` looks for them.
+DEFAULT_MONITOR = "127.0.0.1:7471"
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 _SIZE = re.compile(r"^\s*(\d+)\s*([kmgt]?)i?b?\s*$", re.I)
@@ -34,6 +37,22 @@ TIME_FORMS = ("ISO-8601 (2026-11-22T10:00:00Z; without a zone it is local time, 
               "has it), epoch seconds "
               "(1795300000.5, or with a unit: 1795300000000ms), 'now', or relative to now: "
               "-5m, 5m, now-5m, '5 minutes ago'")
+
+
+def parse_address(text: str) -> Tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:PORT`` for IPv6) or a bare ``PORT`` (on 127.0.0.1) -> (host,
+    port); port 0 picks a free one. ValueError with a one-line reason otherwise."""
+    t = text.strip()
+    host, sep, port = t.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", t
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not host:
+        raise ValueError(f"no host in address {text!r} (use HOST:PORT)")
+    if not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"bad port in address {text!r} (use HOST:PORT, "
+                         f"port 0 to 65535)")
+    return host, int(port)
 
 
 def parse_size(text: str) -> int:

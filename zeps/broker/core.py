@@ -11,6 +11,7 @@ Order of work the shell follows each round (see ``server.py``):
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -18,10 +19,10 @@ from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
-from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PUBLISH_REJECTED
+from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PUBLISH_REJECTED, label
 
 from .session import ATTACHED, ProtocolViolation, Session
-from .stream import Stream
+from .stream import COUNTERS, Stream
 
 Outbox = List[Tuple[bytes, bytes]]
 
@@ -79,6 +80,8 @@ class BrokerCore:
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
         self.bad_frames_other = 0
         self.bad_frames_total = 0                          # since start (stats)
+        self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
+        self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
         self._next_expiry = self._next_retention = self._next_sync = float("-inf")
 
     # ------------------------------------------------------------------ input
@@ -135,6 +138,7 @@ class BrokerCore:
 
     def _invalid(self, identity: bytes, reason: str) -> None:
         self.outbox.append((identity, encode_invalid(reason)))
+        self.invalids[label(reason)] += 1
 
     def _note_bad_frame(self, identity: bytes, reason: str) -> None:
         """Log malformed frames aggregated: the first from a client in each expiry-check
@@ -298,7 +302,8 @@ class BrokerCore:
             st = Stream(name, self.datadir.journal(name), self.outbox,
                         replay_batch_records=self.config.replay_batch_records,
                         replay_batch_bytes=self.config.replay_batch_bytes,
-                        regex_strikes=self.config.regex_strikes, log=self.log)
+                        regex_strikes=self.config.regex_strikes, log=self.log,
+                        invalids=self.invalids)
             self.streams[name] = st
             if len(self.streams) > self.config.max_open_streams:
                 self._release_idle_streams(self.config.max_open_streams, spare=name)
@@ -317,6 +322,8 @@ class BrokerCore:
                 continue
             del self.streams[name]
             excess -= 1
+            for counter in COUNTERS:
+                self.released_counts[counter] += getattr(st, counter)
             try:
                 self.datadir.release(name)
             except Exception as exc:                      # that stream's problem only

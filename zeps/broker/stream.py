@@ -33,13 +33,14 @@ loop) costs one small read per grant, not a 1,000-record batch.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
-from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
+from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
 
 from .session import Session
 
@@ -47,13 +48,17 @@ Outbox = List[Tuple[bytes, bytes]]
 
 #: The least credit any message costs (empty key and body: the sequence and key length).
 MIN_COST = 9
+#: A stream's traffic counters (since it was opened): messages appended, DELIVERs produced,
+#: and their bytes as ZEPS/1 counts credit (sequence, key and body: ``frame_cost``).
+COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_bytes")
 
 
 
 class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
-                 regex_strikes: int = 3, log: Optional[Callable[..., None]] = None):
+                 regex_strikes: int = 3, log: Optional[Callable[..., None]] = None,
+                 invalids: Optional[Counter] = None):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -72,6 +77,9 @@ class Stream:
         self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
         self.published_total = 0
         self.delivered_total = 0
+        self.published_bytes = 0
+        self.delivered_bytes = 0
+        self.invalids = Counter() if invalids is None else invalids   # by reasons.label (shared)
 
     # ------------------------------------------------------------------ membership
     def attach(self, session: Session) -> None:
@@ -154,12 +162,14 @@ class Stream:
             self.regex_strikes.pop(text, None)
             reason = encode_invalid(f"{PATTERN_REMOVED}regular expression {text[1:]!r} timed out "
                                     f"{self.regex_strike_limit} times")
+            kind = label(PATTERN_REMOVED)
             for s in self.sessions.values():
                 for p, _start in s.subscriptions:
                     if p.text == text:
                         self.index.remove(s.identity, p)
                         s.remove_pattern(text)
                         self.outbox.append((s.identity, reason))
+                        self.invalids[kind] += 1
                         break
 
     def resume(self, session: Session) -> None:
@@ -206,16 +216,19 @@ class Stream:
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             # One INVALID per rejected PUBLISH, so a publisher counting confirms stays exact.
             reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
+            kind = label(PUBLISH_REJECTED)
             for s, _k, _b in pending:
                 if s.identity in self.sessions:
                     self.outbox.append((s.identity, reason))
+                    self.invalids[kind] += 1
             self.log("append_failed", stream=self.name, error=str(exc), messages=len(pending))
             return
         self.published_total += len(records)
+        self.published_bytes += sum([len(r.frame) for r in records]) - OVERHEAD * len(records)
         sessions = self.sessions
         outbox = self.outbox
         match = self.index.match
-        delivered = 0
+        delivered = delivered_bytes = 0
         for (pub, _k, _b), rec in zip(pending, records):
             seq = rec.sequence
             pub.published += 1
@@ -245,10 +258,12 @@ class Stream:
                     else:
                         outbox.append((ident, frame))
                     delivered += 1
+                    delivered_bytes += cost
                 else:
                     s.live = False          # drop to historical: remember only the position
                     s.next_seq = seq
         self.delivered_total += delivered
+        self.delivered_bytes += delivered_bytes
         if self.bad_regexes:
             self._drop_bad_regexes()
         self.confirm()
@@ -279,13 +294,14 @@ class Stream:
             except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
                 self.log("replay_failed", stream=self.name, client=s.identity.hex(),
                          sequence=s.next_seq, error=str(exc))
-                self.outbox.append((s.identity, encode_invalid(
-                    f"cannot replay from sequence {s.next_seq}: {exc}")))
+                reason = f"cannot replay from sequence {s.next_seq}: {exc}"
+                self.outbox.append((s.identity, encode_invalid(reason)))
+                self.invalids[label(reason)] += 1
                 del self.catching_up[s.identity]
                 return
             outbox = self.outbox
             ident = s.identity
-            credit = s.credit
+            credit = granted = s.credit
             for rec in records:
                 seq = rec.sequence
                 if seq < s.next_seq:
@@ -296,11 +312,14 @@ class Stream:
                     if credit < cost:             # out of credit: wait for CREDIT
                         s.credit = credit
                         s.next_seq = seq
+                        self.delivered_bytes += granted - credit
                         if cost > s.credit_peak and s.told_too_big != seq:
                             s.told_too_big = seq  # it may never fit: say so, once
-                            outbox.append((ident, encode_invalid(
-                                f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of credit, "
-                                f"more than this client ever held at once ({s.credit_peak})")))
+                            reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of "
+                                      f"credit, more than this client ever held at once "
+                                      f"({s.credit_peak})")
+                            outbox.append((ident, encode_invalid(reason)))
+                            self.invalids[label(reason)] += 1
                         del self.catching_up[ident]
                         return
                     credit -= cost
@@ -311,6 +330,7 @@ class Stream:
                     self.delivered_total += 1
                 s.next_seq = seq + 1
             s.credit = credit
+            self.delivered_bytes += granted - credit
         if s.next_seq >= j.next_seq:                  # at the head: back to live, same step
             s.live = True
             del self.catching_up[s.identity]

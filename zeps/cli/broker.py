@@ -20,7 +20,7 @@ from zeps.broker.core import CoreConfig
 from zeps.broker.security import CurveServer, SecurityError
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
-from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT
+from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT, DEFAULT_MONITOR
 
 from .common import Parser
 
@@ -100,6 +100,11 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                           "--curve-secret, only these keys (and those the ACL names) may connect")
     sec.add_argument("--acl", metavar="FILE",
                      help="per-stream rights (TOML); reloaded on SIGHUP")
+    parser.add_argument("--monitor", metavar="HOST:PORT", nargs="?", const=DEFAULT_MONITOR,
+                        type=_arg(units.parse_address), default=None,
+                        help="serve the dashboard, /varz /connz /streamz (JSON) and /metrics "
+                             f"(Prometheus) over HTTP here (default off; alone: {DEFAULT_MONITOR};"
+                             " port 0 picks a free one). No authentication: keep it private")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -212,13 +217,49 @@ def run_from_args(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         gevent.signal_handler(sig, broker.stop)
     gevent.signal_handler(signal.SIGHUP, lambda: _reload(args, broker, log))
+    monitor = None
+    if args.monitor is not None:
+        try:
+            monitor = _start_monitor(args, broker, log)
+        except OSError as exc:
+            broker.stop()
+            broker.serve_forever()          # stopped: returns at once, closing socket and journals
+            print(f"zeps: error: cannot serve monitoring on {args.monitor[0]}:{args.monitor[1]}: "
+                  f"{exc}", file=sys.stderr)
+            return 1
     print(f"zeps broker listening on {broker.endpoint} (data dir {os.path.abspath(args.data_dir)})",
           flush=True)
+    if monitor is not None:
+        print(f"monitoring on {monitor.url}", flush=True)
     log.info("broker_started", endpoint=broker.endpoint, data_dir=os.path.abspath(args.data_dir),
-             fsync=args.fsync, pid=os.getpid())
-    broker.serve_forever()
+             fsync=args.fsync, pid=os.getpid(), monitor=monitor.url if monitor else None)
+    try:
+        broker.serve_forever()
+    finally:
+        if monitor is not None:
+            monitor.stop()
     log.info("broker_stopped", endpoint=broker.endpoint)
     return 0
+
+
+def _start_monitor(args, broker, log):
+    """The monitoring HTTP server (``--monitor``), started; its fsync histogram is fed by the
+    broker's sync greenlet."""
+    from zeps.broker.http import MonitorServer
+    from zeps.broker.metrics import Metrics
+    from importlib.metadata import PackageNotFoundError, version
+    try:
+        zeps_version = version("zeps")
+    except PackageNotFoundError:
+        zeps_version = None
+    metrics = Metrics(broker.core)
+    broker.on_fsync = metrics.observe_fsync
+    host, port = args.monitor
+    about = {"server": "zeps", "version": zeps_version, "pid": os.getpid(),
+             "endpoint": broker.endpoint, "data_dir": os.path.abspath(args.data_dir),
+             "fsync": args.fsync}
+    return MonitorServer(broker.core, host, port, metrics=metrics, clock=broker.clock,
+                         about=about, log=log).start()
 
 
 def main(argv=None) -> int:

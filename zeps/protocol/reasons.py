@@ -27,3 +27,20 @@ NOT_ALLOWED = "not allowed: "
 WINDOW_TOO_SMALL = "credit window too small: "
 
 ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED, WINDOW_TOO_SMALL)
+
+#: The label of a reason that starts with none of the prefixes.
+OTHER = "other"
+_LABELS = {p: p[:-2].lower().replace(" ", "_") for p in ALL}
+#: Every label :func:`label` returns: ``not_attached``, ``publish_rejected``, ``limit``,
+#: ``pattern_removed``, ``not_allowed``, ``credit_window_too_small`` and ``other``.
+LABELS = (*_LABELS.values(), OTHER)
+
+
+def label(reason: str) -> str:
+    """The short name of the prefix ``reason`` starts with (the first of :data:`ALL` that
+    matches, so ``PUBLISH rejected: not allowed: ...`` is ``publish_rejected``), or
+    :data:`OTHER`: the broker counts INVALIDs by it (metrics, monitoring)."""
+    for prefix in ALL:
+        if reason.startswith(prefix):
+            return _LABELS[prefix]
+    return OTHER

@@ -1,0 +1,218 @@
+"""What the broker is doing, as JSON-able documents (in the manner of NATS's ``/varz``,
+``/connz`` and ``/jsz``). Pure: each function reads a :class:`~zeps.broker.core.BrokerCore`
+and the times it is given, changes nothing and reads no clock.
+
+* :func:`varz` — the broker: uptime, clients by mode, traffic totals, INVALIDs by reason, limits;
+* :func:`connz` — its clients (sessions): stream, mode, credit, position, lag, traffic;
+* :func:`streamz` — its open streams: journal head and size, traffic, clients by mode, confirms.
+
+A subscriber's *mode* (:func:`mode_of`) is one of :data:`MODES`:
+
+``live``
+    fed from the live flow as messages are published;
+``catching_up``
+    historical with credit: the journal is replaying to it (``Stream.catching_up``);
+``historical``
+    behind the head and out of credit: only its position is kept until it grants more;
+``congested``
+    its connection's send pipe was full: nothing is produced for it until the back-off ends;
+``not_subscribed``
+    attached to a stream without a subscription (a publisher, say);
+``unattached``
+    connected (it spoke) but attached to no stream.
+
+A subscriber's *lag* is the number of messages between its position and the journal head
+(``head - next_seq + 1``; 0 when it has everything). Traffic is counted by the streams
+(``zeps.broker.stream.COUNTERS``): messages in are appended records, messages out are DELIVERs
+produced, bytes are what ZEPS/1 counts as credit (sequence, key and body).
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from typing import Any, Dict, Optional
+
+from zeps.protocol.reasons import LABELS
+
+from .session import Session
+from .stream import COUNTERS, Stream
+
+MODES = ("live", "catching_up", "historical", "congested", "not_subscribed", "unattached")
+#: How :func:`connz` can order clients (``lag``: most behind first).
+SORTS = ("lag", "client", "stream", "idle", "credit")
+#: JSON names of the stream counters, in the order of ``COUNTERS``.
+_TRAFFIC = dict(zip(COUNTERS, ("in_msgs", "out_msgs", "in_bytes", "out_bytes")))
+
+
+def _mode(s: Session, congested, catching_up) -> str:
+    if s.stream is None:
+        return "unattached"
+    if s.identity in congested:
+        return "congested"
+    if not s.next_seq:
+        return "not_subscribed"
+    if s.live:
+        return "live"
+    return "catching_up" if s.identity in catching_up else "historical"
+
+
+def mode_of(core, s: Session) -> str:
+    """The client's mode (see the module's docstring)."""
+    st = core.streams.get(s.stream) if s.stream is not None else None
+    return _mode(s, core.congested, st.catching_up if st is not None else ())
+
+
+def _head(st: Optional[Stream]) -> Optional[int]:
+    """The stream's last sequence; None if it is not open or its journal cannot say."""
+    if st is None:
+        return None
+    try:
+        return st.journal.last_seq
+    except Exception:                 # a closed or broken journal: no head to measure from
+        return None
+
+
+def _lag(s: Session, head: Optional[int]) -> Optional[int]:
+    if not s.next_seq or head is None:
+        return None
+    return max(head - s.next_seq + 1, 0)
+
+
+def lag_of(core, s: Session) -> Optional[int]:
+    """Messages between the subscriber's position and its stream's head; None if it does not
+    subscribe."""
+    return _lag(s, _head(core.streams.get(s.stream)) if s.stream is not None else None)
+
+
+def client_doc(core, s: Session, now: float, head: Optional[int] = None) -> Dict[str, Any]:
+    """One client's document (an entry of :func:`connz`); ``head`` is its stream's, if known."""
+    st = core.streams.get(s.stream) if s.stream is not None else None
+    if head is None:
+        head = _head(st)
+    return {
+        "client": s.identity.hex(),
+        "user": s.user,
+        "stream": s.stream,
+        "mode": _mode(s, core.congested, st.catching_up if st is not None else ()),
+        "credit": s.credit,
+        "next_seq": s.next_seq or None,
+        "lag": _lag(s, head),
+        "subscriptions": [p.text for p, _start in s.subscriptions],
+        "delivered": s.delivered,
+        "published": s.published,
+        "confirms_pending": len(s.unconfirmed),
+        "held": len(s.held),
+        "idle_s": round(max(now - s.last_seen, 0.0), 3),
+    }
+
+
+def stream_doc(core, st: Stream) -> Dict[str, Any]:
+    """One open stream's document (an entry of :func:`streamz`)."""
+    j = st.journal
+    doc: Dict[str, Any] = {"name": st.name}
+    try:
+        info = j.info()
+        doc.update(first_seq=info.first_seq, head_seq=info.last_seq,
+                   messages=max(info.last_seq - info.first_seq + 1, 0),
+                   size_bytes=info.size_bytes, segments=info.segments,
+                   oldest_ts=info.oldest_ts or None, newest_ts=info.newest_ts or None,
+                   durable_seq=j.durable_seq)
+    except Exception as exc:          # a broken or closed journal: say so, show the rest
+        doc["error"] = f"{type(exc).__name__}: {exc}"
+    for counter, name in _TRAFFIC.items():
+        doc[name] = getattr(st, counter)
+    head = doc.get("head_seq")
+    modes = dict.fromkeys(MODES[:-1], 0)
+    max_lag = 0
+    congested, catching_up = core.congested, st.catching_up
+    for s in st.sessions.values():
+        modes[_mode(s, congested, catching_up)] += 1
+        lag = _lag(s, head)
+        if lag is not None and lag > max_lag:
+            max_lag = lag
+    doc.update(clients=len(st.sessions), modes=modes, max_lag=max_lag,
+               confirms_pending=sum(len(s.unconfirmed) for s in st.confirming.values()),
+               publishers_waiting=len(st.confirming))
+    return doc
+
+
+def traffic(core) -> Dict[str, int]:
+    """Traffic since the broker started: open streams plus those closed as idle."""
+    totals = dict(core.released_counts)
+    for st in core.streams.values():
+        for counter in COUNTERS:
+            totals[counter] += getattr(st, counter)
+    return {_TRAFFIC[k]: v for k, v in totals.items()}
+
+
+def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional[int] = None,
+         about: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The broker as a whole. ``now`` and ``started`` are the core's clock (monotonic seconds);
+    ``wall_ns`` the time of day to show; ``about`` what the shell knows (version, endpoint...)."""
+    modes = Counter(mode_of(core, s) for s in core.sessions.values())
+    doc: Dict[str, Any] = dict(about or {})
+    if wall_ns is not None:
+        doc["now_ns"] = wall_ns
+    if started is not None:
+        doc["uptime_s"] = round(max(now - started, 0.0), 3)
+    try:
+        on_disk: Optional[int] = len(set(core.datadir.streams()) | set(core.streams))
+    except OSError:
+        on_disk = None
+    doc.update(
+        clients=len(core.sessions),
+        modes={m: modes.get(m, 0) for m in MODES},
+        streams_open=len(core.streams),
+        streams=on_disk,
+        **traffic(core),
+        confirms_pending=sum(len(s.unconfirmed) for st in core.streams.values()
+                             for s in st.confirming.values()),
+        invalid={k: core.invalids.get(k, 0) for k in LABELS},
+        invalid_frames=core.bad_frames_total,
+        config=dataclasses.asdict(core.config),
+    )
+    return doc
+
+
+def connz(core, now: float, *, sort: str = "lag", limit: Optional[int] = 1024, offset: int = 0,
+          stream: Optional[str] = None) -> Dict[str, Any]:
+    """The clients, ordered by ``sort`` (one of :data:`SORTS`), ``limit`` of them from
+    ``offset`` (``limit=None``: all), only those attached to ``stream`` if given. Ordering
+    looks at every client; documents are made for the page only."""
+    if sort not in SORTS:
+        raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
+    sessions = list(core.sessions.values())
+    if stream is not None:
+        sessions = [s for s in sessions if s.stream == stream]
+    heads = {name: _head(st) for name, st in core.streams.items()}
+    if sort == "lag":                 # most behind first; clients that do not subscribe last
+        def key(s):
+            lag = _lag(s, heads.get(s.stream))
+            return (1 if lag is None else -lag, s.identity)
+    elif sort == "client":
+        def key(s):
+            return s.identity
+    elif sort == "stream":
+        def key(s):
+            return (s.stream or "", s.identity)
+    elif sort == "idle":
+        def key(s):
+            return (s.last_seen, s.identity)
+    else:
+        def key(s):
+            return (-s.credit, s.identity)
+    sessions.sort(key=key)
+    page = sessions[offset:] if limit is None else sessions[offset:offset + limit]
+    return {"total": len(sessions), "offset": offset, "limit": limit, "sort": sort,
+            "connections": [client_doc(core, s, now, heads.get(s.stream)) for s in page]}
+
+
+def streamz(core, *, limit: Optional[int] = None, offset: int = 0) -> Dict[str, Any]:
+    """The open streams by name, ``limit`` of them from ``offset`` (``None``: all). Streams
+    on disk that no client used lately are closed (``--max-open-streams``) and not listed;
+    :func:`varz` counts them in ``streams``."""
+    names = sorted(core.streams)
+    total = len(names)
+    names = names[offset:] if limit is None else names[offset:offset + limit]
+    return {"total": total, "offset": offset, "limit": limit,
+            "streams": [stream_doc(core, core.streams[n]) for n in names]}

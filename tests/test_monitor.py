@@ -177,7 +177,7 @@ def test_invalids_are_counted_by_reason_prefix(tmp_path):
         h.send(b"b", [b"\x00garbage"], [b"\xaa\xa5\x01", b"two frames"])  # other x2
         h.send(b"a", c.Publish("k", b"x" * 90))
         h.send(b"r", c.Attach("s"), c.Subscribe("", 0), c.Credit(20))
-        h.round()                        # "message 1 needs 100 bytes of credit": other
+        h.round()                        # "message 1 needs 100 bytes of credit": window too small
         h.send(b"g", c.Attach("s"), c.Subscribe("~a", LATEST_LIVE))
         for _ in range(3):               # as the matcher reports a regex that ran out of time
             h.core.streams["s"].regex_timed_out("~a", "k")
@@ -185,7 +185,8 @@ def test_invalids_are_counted_by_reason_prefix(tmp_path):
         h.round()                        # the regex struck out: removed, with INVALID
         v = varz(h.core, h.now)
         assert v["invalid"] == {"not_attached": 1, "publish_rejected": 1, "limit": 1,
-                                "pattern_removed": 1, "not_allowed": 0, "other": 4}
+                                "pattern_removed": 1, "not_allowed": 0,
+                                "credit_window_too_small": 1, "other": 3}
         assert sum(v["invalid"].values()) == h.invalids_sent() == 8
         assert v["invalid_frames"] == 1
     finally:
@@ -286,7 +287,7 @@ def _tally(h: Core, attached: Dict[bytes, str], invalid: Dict[str, int],
 
 def test_reason_labels():
     assert LABELS == ("not_attached", "publish_rejected", "limit", "pattern_removed",
-                      "not_allowed", "other")
+                      "not_allowed", "credit_window_too_small", "other")
     assert label("PUBLISH rejected: not allowed: key ... may not publish") == "publish_rejected"
     assert label("limit: at most 1 subscriptions per client") == "limit"
     assert label("expected ATTACH") == "other"

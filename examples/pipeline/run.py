@@ -63,9 +63,9 @@ class Broker:
 
 
 def subscribe_json(endpoint: str, stream: str, timeout: float = 2.0) -> str:
-    """``zeps subscribe STREAM --json``: every message so far, stopping after ``timeout``
+    """``zeps subscribe STREAM --json --all``: every message so far, stopping after ``timeout``
     seconds without one."""
-    r = subprocess.run([sys.executable, "-m", "zeps", "subscribe", stream, "--json",
+    r = subprocess.run([sys.executable, "-m", "zeps", "subscribe", stream, "--json", "--all",
                         "--endpoint", endpoint, "--timeout", str(timeout)],
                        capture_output=True, text=True, timeout=120)
     if r.returncode != 0:

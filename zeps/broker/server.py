@@ -95,6 +95,8 @@ class Broker:
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
         self._ident_fd: Dict[bytes, int] = {}        # routing id -> its connection's descriptor
         self._fd_idents: Dict[int, Set[bytes]] = {}
+        self._closed_fds: Set[int] = set()           # DISCONNECTED seen, ids not yet forgotten
+        self._dead: Set[bytes] = set()               # ids of closed connections, to forget
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._syncing: Optional[gevent.Greenlet] = None
@@ -148,7 +150,8 @@ class Broker:
                 frames.append(_recv_raw(sock, _NB))
             receive(ident, frames, now)
             n += 1
-        if drained and _getsockopt(self._monitor, _EVENTS) & _POLLIN:
+        if drained and (self._dead or self._closed_fds
+                        or _getsockopt(self._monitor, _EVENTS) & _POLLIN):
             self._disconnects()
         core.flush()
         self._send(now)
@@ -206,18 +209,33 @@ class Broker:
 
     # ------------------------------------------------------------------ connections
     def _learn(self, ident: bytes, fd: int) -> None:
+        """A new routing id speaks on connection ``fd``. Descriptors are reused: if the
+        connection that had ``fd`` before closed (its DISCONNECTED is queued ahead of this new
+        connection's first message), the ids it carried are dead, whenever their last messages
+        are read."""
+        self._read_monitor()
+        if fd in self._closed_fds:
+            self._closed_fds.discard(fd)
+            self._dead |= self._fd_idents.pop(fd, set())
         self._ident_fd[ident] = fd
         self._fd_idents.setdefault(fd, set()).add(ident)
 
-    def _disconnects(self) -> None:
-        """Forget the sessions of connections that closed (all they sent was read before)."""
+    def _read_monitor(self) -> None:
         while _getsockopt(self._monitor, _EVENTS) & _POLLIN:
             event = recv_monitor_message(self._monitor)
-            if event["event"] != zmq.EVENT_DISCONNECTED:
-                continue
-            for ident in self._fd_idents.pop(event["value"], ()):
-                self._ident_fd.pop(ident, None)
-                self.core.gone(ident)
+            if event["event"] == zmq.EVENT_DISCONNECTED:
+                self._closed_fds.add(event["value"])
+
+    def _disconnects(self) -> None:
+        """Forget the sessions of connections that closed (all they sent was read before)."""
+        self._read_monitor()
+        for fd in self._closed_fds:
+            self._dead |= self._fd_idents.pop(fd, set())
+        self._closed_fds.clear()
+        dead, self._dead = self._dead, set()
+        for ident in dead:
+            self._ident_fd.pop(ident, None)
+            self.core.gone(ident)
 
     # ------------------------------------------------------------------ group fsync
     def _start_sync(self, streams: List[Stream]) -> None:

@@ -45,6 +45,7 @@ def free_endpoint():
 
 def test_publish_in_one_process_subscribe_in_another(broker):
     ep = broker.endpoint
+    assert zeps("stream", "create", "orders", "--endpoint", ep).returncode == 0   # readers don't
     sub = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "orders", "--json",
                             "--all", "--count", "3", "--endpoint", ep], stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV)

@@ -185,7 +185,7 @@ def test_invalids_are_counted_by_reason_prefix(tmp_path):
         h.round()                        # the regex struck out: removed, with INVALID
         v = varz(h.core, h.now)
         assert v["invalid"] == {"not_attached": 1, "publish_rejected": 1, "limit": 1,
-                                "pattern_removed": 1, "not_allowed": 0,
+                                "pattern_removed": 1, "not_allowed": 0, "no_stream": 0,
                                 "credit_window_too_small": 1, "other": 3}
         assert sum(v["invalid"].values()) == h.invalids_sent() == 8
         assert v["invalid_frames"] == 1
@@ -287,7 +287,7 @@ def _tally(h: Core, attached: Dict[bytes, str], invalid: Dict[str, int],
 
 def test_reason_labels():
     assert LABELS == ("not_attached", "publish_rejected", "limit", "pattern_removed",
-                      "not_allowed", "credit_window_too_small", "other")
+                      "not_allowed", "credit_window_too_small", "no_stream", "other")
     assert label("PUBLISH rejected: not allowed: key ... may not publish") == "publish_rejected"
     assert label("limit: at most 1 subscriptions per client") == "limit"
     assert label("expected ATTACH") == "other"

@@ -14,6 +14,7 @@ The broker identifies a client by the CurveZMQ public key it authenticated with 
     clients   = ["orders-service"]           # names from [clients], or "*" for every client
     publish   = ["orders", "audit.*"]        # exact names; "prefix*" for every name starting so
     subscribe = ["orders"]
+    admin     = ["audit.*"]                  # create, purge and delete those streams
 
     [[allow]]
     clients   = ["*"]
@@ -72,6 +73,7 @@ class _Rule:
     clients: FrozenSet[str]          # keys (Z85), or {"*"}
     publish: _Names
     subscribe: _Names
+    admin: _Names
 
 
 class Acl:
@@ -92,6 +94,10 @@ class Acl:
 
     def may_subscribe(self, key: Optional[str], stream: str) -> bool:
         return any(r.subscribe.covers(stream) for r in self._rules_for(key))
+
+    def may_admin(self, key: Optional[str], stream: str) -> bool:
+        """Create, purge and delete the stream (``admin = [...]`` in an ``[[allow]]``)."""
+        return any(r.admin.covers(stream) for r in self._rules_for(key))
 
     def may_attach(self, key: Optional[str], stream: str) -> bool:
         return self.may_publish(key, stream) or self.may_subscribe(key, stream)
@@ -140,7 +146,7 @@ def parse_acl(text: str, base_dir: str = ".", source: str = "<acl>") -> Acl:
         where = f"{source}: [[allow]] #{i}"
         if not isinstance(entry, dict):
             raise AclError(f"{where}: must be a table")
-        extra = set(entry) - {"clients", "publish", "subscribe"}
+        extra = set(entry) - {"clients", "publish", "subscribe", "admin"}
         if extra:
             raise AclError(f"{where}: unknown key(s) {', '.join(sorted(extra))}")
         who = entry.get("clients")
@@ -158,7 +164,8 @@ def parse_acl(text: str, base_dir: str = ".", source: str = "<acl>") -> Acl:
                 raise AclError(f"{where}: unknown client {name!r} (not in [clients])")
         rules.append(_Rule(frozenset(members),
                            _Names.parse(entry.get("publish", []), where),
-                           _Names.parse(entry.get("subscribe", []), where)))
+                           _Names.parse(entry.get("subscribe", []), where),
+                           _Names.parse(entry.get("admin", []), where)))
     return Acl(rules, {k: n for n, k in keys.items()}, source)
 
 

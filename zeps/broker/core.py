@@ -15,11 +15,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+from zeps.journal.settings import StreamSettings
 from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
-from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PUBLISH_REJECTED, label
+from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
 
 from .session import ATTACHED, ProtocolViolation, Session
 from .stream import COUNTERS, Stream
@@ -58,7 +59,8 @@ class CoreConfig:
     max_regex_per_stream: int = 128       # distinct regexes matched per published key on a stream
     max_credit: int = 64 << 20            # credit a client may hold (bytes); more is ignored
     regex_strikes: int = 3                # timeouts before a regex subscription is removed
-    max_message: int = 1 << 20            # largest body accepted in a PUBLISH
+    max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)
+    auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
     replay_batch_bytes: int = 1 << 20
@@ -176,6 +178,11 @@ class BrokerCore:
             self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} has no right on stream "
                                       f"{cmd.stream!r}")
             return
+        if (not self.config.auto_create and cmd.stream not in self.streams
+                and not self.datadir.has_stream(cmd.stream)):
+            self._invalid(s.identity, f"{NO_STREAM}{cmd.stream!r} (the broker creates streams only "
+                                      f"with STREAM-CREATE: 'zeps stream create')")
+            return
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._release_idle_streams(self.config.max_streams - 1)
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
@@ -196,6 +203,88 @@ class BrokerCore:
         acl = self.acl
         s.may_publish = acl is None or acl.may_publish(s.user, s.stream)
         s.may_subscribe = acl is None or acl.may_subscribe(s.user, s.stream)
+
+    # ------------------------------------------------------------------ stream administration
+    def _admin_refused(self, s: Session, name: str, what: str) -> bool:
+        if not name or "\x00" in name:
+            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
+            return True
+        acl = self.acl
+        if acl is not None and not acl.may_admin(s.user, name):
+            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may not {what} stream "
+                                      f"{name!r}")
+            return True
+        return False
+
+    def _exists(self, name: str) -> bool:
+        return name in self.streams or self.datadir.has_stream(name)
+
+    def _no_stream(self, s: Session, name: str) -> bool:
+        if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
+            return False
+        self._invalid(s.identity, f"{NO_STREAM}{name!r}")
+        return True
+
+    def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "create"):
+            return
+        if not self._exists(cmd.stream) and len(self.streams) >= self.config.max_streams:
+            self._release_idle_streams(self.config.max_streams - 1)
+            if len(self.streams) >= self.config.max_streams:
+                self._invalid(s.identity, f"{LIMIT}the broker holds at most "
+                                          f"{self.config.max_streams} streams")
+                return
+        try:
+            settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
+                                      cmd.segment_bytes)
+            created = self.datadir.create(cmd.stream, settings)
+        except Exception as exc:                 # JournalError, OSError: say why
+            self._invalid(s.identity, f"cannot create stream {cmd.stream!r}: {exc}")
+            return
+        if created:
+            self.log("stream_created", stream=cmd.stream)
+        self.outbox.append((s.identity, encode(c.StreamCreateOk())))
+
+    def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe, _was) -> None:
+        if self._no_stream(s, cmd.stream):
+            return
+        st = self.stream(cmd.stream)
+        info, own = st.info(), st.settings
+        self.outbox.append((s.identity, encode(c.StreamDescribeOk(
+            info.first, info.last, info.size, info.oldest, info.newest, own.retention_bytes,
+            own.retention_ms, own.max_message, own.segment_bytes))))
+
+    def _on_stream_purge(self, s: Session, cmd: c.StreamPurge, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
+            return
+        st = self.stream(cmd.stream)
+        st.flush()
+        try:
+            first = self.datadir.purge(cmd.stream, cmd.upto)
+        except Exception as exc:
+            self._invalid(s.identity, f"cannot purge stream {cmd.stream!r}: {exc}")
+            return
+        st.purged(self.datadir.settings(cmd.stream))
+        self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
+        self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
+
+    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
+            return
+        st = self.streams.pop(cmd.stream, None)
+        if st is not None:
+            st.flush()
+            for other in list(st.sessions.values()):    # its clients are told it is gone
+                st.detach(other)
+                self._end_peering(other)
+                self.outbox.append((other.identity, _DETACH))
+        try:
+            self.datadir.delete(cmd.stream)
+        except Exception as exc:
+            self._invalid(s.identity, f"cannot delete stream {cmd.stream!r}: {exc}")
+            return
+        self.log("stream_deleted", stream=cmd.stream)
+        self.outbox.append((s.identity, encode(c.StreamDeleteOk())))
 
     # ------------------------------------------------------------------ security
     def identify(self, identity: bytes, user: Optional[str]) -> None:
@@ -268,9 +357,11 @@ class BrokerCore:
             self._invalid(s.identity, f"{PUBLISH_REJECTED}{NOT_ALLOWED}{self.acl.who(s.user)} may "
                                       f"not publish to stream {s.stream!r}")
             return
-        if len(cmd.body) > self.config.max_message:
+        own = self.streams[s.stream].max_message
+        limit = own or self.config.max_message
+        if len(cmd.body) > limit:
             self._invalid(s.identity, f"{PUBLISH_REJECTED}body of {len(cmd.body)} bytes is over "
-                                      f"the broker's limit of {self.config.max_message}")
+                                      f"the {'stream' if own else 'broker'}'s limit of {limit}")
             return
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
@@ -303,7 +394,7 @@ class BrokerCore:
                         replay_batch_records=self.config.replay_batch_records,
                         replay_batch_bytes=self.config.replay_batch_bytes,
                         regex_strikes=self.config.regex_strikes, log=self.log,
-                        invalids=self.invalids)
+                        invalids=self.invalids, settings=self.datadir.settings(name))
             self.streams[name] = st
             if len(self.streams) > self.config.max_open_streams:
                 self._release_idle_streams(self.config.max_open_streams, spare=name)
@@ -544,4 +635,8 @@ _HANDLERS = {
     c.StreamInfo: BrokerCore._on_stream_info,
     c.ConfirmSelect: BrokerCore._on_confirm_select,
     c.DeliverTimestamps: BrokerCore._on_deliver_timestamps,
+    c.StreamCreate: BrokerCore._on_stream_create,
+    c.StreamDescribe: BrokerCore._on_stream_describe,
+    c.StreamPurge: BrokerCore._on_stream_purge,
+    c.StreamDelete: BrokerCore._on_stream_delete,
 }

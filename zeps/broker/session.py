@@ -30,7 +30,8 @@ NEW = "NEW"
 ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
-_ANY_STATE = (c.Ping, c.ListStreams)
+_ANY_STATE = (c.Ping, c.ListStreams, c.StreamCreate, c.StreamDelete, c.StreamPurge,
+              c.StreamDescribe)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps)

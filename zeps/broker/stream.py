@@ -42,6 +42,8 @@ from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
 
+from zeps.journal.settings import StreamSettings
+
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -58,7 +60,7 @@ class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
                  regex_strikes: int = 3, log: Optional[Callable[..., None]] = None,
-                 invalids: Optional[Counter] = None):
+                 invalids: Optional[Counter] = None, settings=None):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -67,6 +69,8 @@ class Stream:
         self.replay_batch_records = replay_batch_records
         self.replay_batch_bytes = replay_batch_bytes
         self.log = log or (lambda *a, **k: None)
+        self.settings = settings or StreamSettings()
+        self.purged_to = self.settings.purged_to
         self.regex_strike_limit = regex_strikes
         self.regex_strikes: Dict[str, int] = {}     # regex text -> timeouts so far
         self.bad_regexes: List[str] = []            # struck out: removed after the current step
@@ -117,7 +121,25 @@ class Stream:
         j = self.journal
         if latest == c.LATEST_LIVE:
             return j.next_seq
-        return max(latest + 1, j.first_seq)
+        return max(latest + 1, self.first_seq)
+
+    @property
+    def max_message(self) -> int:
+        """The stream's own largest message, or 0 for the broker's."""
+        return self.settings.max_message
+
+    def purged(self, settings) -> None:
+        """After a purge: nobody is served at or below ``purged_to`` again."""
+        self.settings = settings
+        self.purged_to = settings.purged_to
+        for s in self.sessions.values():
+            if s.subscribed and s.next_seq <= self.purged_to:
+                s.next_seq = self.purged_to + 1
+
+    @property
+    def first_seq(self) -> int:
+        """The first sequence served: the journal's first kept, and above any purge."""
+        return max(self.journal.first_seq, self.purged_to + 1)
 
     def subscribe(self, session: Session, pattern, latest: int) -> None:
         """Add a subscription and answer SUBSCRIBE-OK (before any DELIVER it causes)."""
@@ -281,9 +303,10 @@ class Stream:
 
     def _replay(self, s: Session) -> None:
         j = self.journal
-        if s.next_seq < j.first_seq:                 # retention removed what it wanted
-            self.log("replay_gap", stream=self.name, wanted=s.next_seq, first_kept=j.first_seq)
-            s.next_seq = j.first_seq
+        first = self.first_seq
+        if s.next_seq < first:                       # retention or a purge removed it
+            self.log("replay_gap", stream=self.name, wanted=s.next_seq, first_kept=first)
+            s.next_seq = first
         if s.next_seq < j.next_seq:
             # Read no more than the credit can take: at most credit // MIN_COST records, and frame
             # bytes (cost + OVERHEAD each) within the credit plus their overheads.
@@ -357,8 +380,16 @@ class Stream:
         if self.pending:
             self.flush()
         st = self.journal.info()
-        return c.StreamInfoOk(first=st.first_seq, last=st.last_seq, size=st.size_bytes,
-                              oldest=st.oldest_ts or 0, newest=st.newest_ts or 0)
+        first = max(st.first_seq, self.purged_to + 1)
+        oldest = st.oldest_ts or 0
+        if first != st.first_seq and first <= st.last_seq:
+            recs = self.journal.read_batch(first, max_records=1)
+            oldest = recs[0].timestamp if recs else 0
+        elif first > st.last_seq:
+            oldest = 0
+        return c.StreamInfoOk(first=first, last=st.last_seq, size=st.size_bytes,
+                              oldest=oldest, newest=st.newest_ts or 0 if first <= st.last_seq
+                              else 0)
 
     def seq_at(self, timestamp: int) -> int:
         if self.pending:

@@ -73,6 +73,9 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="largest message body accepted (default 1M)")
     parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
                         help="time limit of one regex match (default 5)")
+    parser.add_argument("--auto-create", choices=("yes", "no"), default="yes",
+                        help="yes (default): ATTACH creates a missing stream (publishers create "
+                             "streams on first use); no: only 'zeps stream create' does")
     limits = parser.add_argument_group("limits (each refusal is an INVALID naming the limit)")
     limits.add_argument("--max-clients", type=_positive(int), default=10_000,
                         help="clients served at once (default 10000)")
@@ -187,7 +190,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_subscriptions=args.max_subscriptions,
                              max_regex_subscriptions=args.max_regex_subscriptions,
                              max_regex_per_stream=args.max_regex_per_stream,
-                             max_credit=args.max_credit)
+                             max_credit=args.max_credit, auto_create=args.auto_create == "yes")
     _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None

@@ -152,6 +152,9 @@ def _replay_journal(args, match) -> int:
 def _replay_broker(args, match) -> int:
     from zeps.clients import Client, ZepsTimeout
 
+    from .subscribe import _must_exist
+    _must_exist(args)
+
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
         info = client.info()
         end = info.last

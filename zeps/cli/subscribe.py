@@ -5,6 +5,7 @@ import json
 import sys
 
 from .common import (  # noqa: F401
+    UsageError,
     _add_common,
     _add_endpoint,
     _endpoint,
@@ -60,7 +61,9 @@ def cmd_subscribe(args) -> int:
     from zeps.clients import Client
 
     if args.multicast is not None:
+        _must_exist(args)
         return _multicast(args)
+    _must_exist(args)
     out = sys.stdout
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
         from_seq, live = args.from_seq, False
@@ -107,3 +110,16 @@ def _multicast(args) -> int:
     elif args.from_seq is None and args.from_time is None:
         args.live = True
     return run_subscribe_multicast(args)
+
+
+def _must_exist(args) -> None:
+    """A reader never creates a stream: say so when there is none (a broker older than the
+    STREAM-DESCRIBE extension answers INVALID to it: then attach as before)."""
+    from zeps.clients import InvalidError, admin
+    try:
+        admin.describe_stream(args.endpoint, args.stream, timeout=args.connect_timeout)
+    except admin.NoStream:
+        raise UsageError(f"no stream {args.stream!r} at {args.endpoint} (see 'zeps stream "
+                         f"list'; publishing to a stream creates it)") from None
+    except InvalidError:
+        pass

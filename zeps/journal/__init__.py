@@ -62,8 +62,10 @@ from .names import InvalidStreamNameError, list_streams, stream_dir_name, stream
 from .iterator import RecordIterator
 from .reader import JournalReader
 from .record import Record, StreamStats
+from .settings import StreamSettings
 
 __all__ = [
+    "StreamSettings",
     "DataDir", "Journal", "JournalReader", "JournalConfig", "Record", "StreamStats",
     "RecordIterator",
     "JournalError", "JournalLockedError", "JournalFullError", "RecordTooLargeError",

@@ -3,7 +3,9 @@ broker uses it at a time (a second one fails at start with :class:`JournalLocked
 the directory and the holder's pid, instead of two writers corrupting each other's streams)."""
 from __future__ import annotations
 
+import dataclasses
 import os
+import shutil
 import threading
 import time
 from typing import Callable, Dict, List, Optional
@@ -13,7 +15,9 @@ from .errors import JournalClosedError, JournalError
 from .journal import Journal
 from .lock import release_lock, take_lock
 from .names import NAME_FILE, is_hashed, list_streams, stream_dir_name
+from . import settings as stream_settings
 from .reader import JournalReader
+from .settings import StreamSettings
 
 
 class DataDir:
@@ -52,7 +56,9 @@ class DataDir:
             j = self._journals.get(name)
             if j is None:
                 path = self.stream_path(name)
-                j = Journal.open(path, self.config, self._clock)
+                own = stream_settings.read(path) if os.path.isdir(path) else None
+                config = own.journal_config(self.config) if own is not None else self.config
+                j = Journal.open(path, config, self._clock)
                 if is_hashed(os.path.basename(path)):
                     self._write_name(path, name)
                 self._journals[name] = j
@@ -70,6 +76,44 @@ class DataDir:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
+
+    # ------------------------------------------------------------------ stream life cycle
+    def settings(self, name: str) -> StreamSettings:
+        """A stream's own settings (all 0: the broker's defaults)."""
+        return stream_settings.read(self.stream_path(name)) or StreamSettings()
+
+    def create(self, name: str, settings: StreamSettings) -> bool:
+        """Create a stream with its own settings; True if it was created, False if it existed
+        with the same settings; :class:`JournalError` if it exists with others."""
+        path = self.stream_path(name)
+        if self.has_stream(name):
+            current = self.settings(name)
+            if not current.same_limits(settings):
+                raise JournalError(f"stream {name!r} exists with other settings")
+            return False
+        os.makedirs(path, exist_ok=True)
+        stream_settings.write(path, settings)
+        self.journal(name)
+        return True
+
+    def purge(self, name: str, upto: int) -> int:
+        """Drop the messages up to ``upto``: no reader through the broker gets them again, and
+        the whole segments below are deleted. Returns the stream's first sequence now."""
+        j = self.journal(name)
+        upto = min(upto, j.last_seq)
+        current = self.settings(name)
+        if upto > current.purged_to:
+            stream_settings.write(self.stream_path(name),
+                                  dataclasses.replace(current, purged_to=upto))
+        j.drop_before(upto + 1)
+        return max(j.first_seq, self.settings(name).purged_to + 1)
+
+    def delete(self, name: str) -> None:
+        """Close and remove a stream with every message of it."""
+        self.release(name)
+        path = self.stream_path(name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
 
     def release(self, name: str) -> None:
         """Sync and close a stream's Journal and drop it from the cache (its descriptors are

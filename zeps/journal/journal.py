@@ -402,7 +402,21 @@ class Journal(StreamView):
                 self._prepare(seg)
                 yield seg.limit(), seg.last_ts
         reasons = segments_to_delete(sizes_and_ages(), total, rb, rm, now)
-        for oldest, why in zip(sealed, reasons):
+        self._delete_oldest(reasons)
+        return len(reasons)
+
+    def drop_before(self, seq: int) -> int:
+        """Delete the whole sealed segments all of whose records are below ``seq`` (a purge;
+        never the active segment). Returns how many were deleted."""
+        self._check_open()
+        n = 0
+        while n < len(self._segs) - 1 and self._firsts[n + 1] <= seq:
+            n += 1
+        self._delete_oldest(["purge"] * n)
+        return n
+
+    def _delete_oldest(self, reasons: List[str]) -> None:
+        for oldest, why in zip(self._segs[:len(reasons)], reasons):
             size = oldest.limit()
             with self._sync_lock:
                 self._segs.pop(0)
@@ -411,9 +425,8 @@ class Journal(StreamView):
                     self._unsynced.remove(oldest)
             self._forget(oldest)
             oldest.delete_files()
-            log.info("journal %s: retention deleted %s (%d bytes, %s)", self._dir,
-                     oldest.log_path, size, why)
-        return len(reasons)
+            log.info("journal %s: %s deleted %s (%d bytes)", self._dir,
+                     "purge" if why == "purge" else f"retention ({why})", oldest.log_path, size)
 
     # ------------------------------------------------------------------ closing
 

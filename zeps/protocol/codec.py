@@ -54,6 +54,15 @@ _LAYOUT = {
     c.LimitsOk: (("max_message", "u64"), ("max_credit", "u64")),
     c.Producer: (("producer", "string"), ("next", "u64")),
     c.ProducerOk: (("last", "u64"),),
+    c.StreamCreate: (("stream", "string"), ("retention_bytes", "u64"), ("retention_ms", "u64"),
+                     ("max_message", "u64"), ("segment_bytes", "u64")),
+    c.StreamDelete: (("stream", "string"),),
+    c.StreamPurge: (("stream", "string"), ("upto", "u64")),
+    c.StreamPurgeOk: (("first", "u64"),),
+    c.StreamDescribe: (("stream", "string"),),
+    c.StreamDescribeOk: (("first", "u64"), ("last", "u64"), ("size", "u64"), ("oldest", "u64"),
+                         ("newest", "u64"), ("retention_bytes", "u64"), ("retention_ms", "u64"),
+                         ("max_message", "u64"), ("segment_bytes", "u64")),
 }
 
 

@@ -256,12 +256,86 @@ class ProducerOk(Command):
     last: int
 
 
+@_command
+class StreamCreate(Command):
+    """C: create a stream with its own settings (0 = the broker's default). Allowed before
+    ATTACH; creating an existing stream with the same settings is fine, with others INVALID."""
+    ID: ClassVar[int] = 48
+    NAME: ClassVar[str] = "STREAM-CREATE"
+    stream: str
+    retention_bytes: int = 0
+    retention_ms: int = 0
+    max_message: int = 0
+    segment_bytes: int = 0
+
+
+@_command
+class StreamCreateOk(Command):
+    ID: ClassVar[int] = 49
+    NAME: ClassVar[str] = "STREAM-CREATE-OK"
+
+
+@_command
+class StreamDelete(Command):
+    """C: delete a stream and every message of it; its attached clients get DETACH."""
+    ID: ClassVar[int] = 50
+    NAME: ClassVar[str] = "STREAM-DELETE"
+    stream: str
+
+
+@_command
+class StreamDeleteOk(Command):
+    ID: ClassVar[int] = 51
+    NAME: ClassVar[str] = "STREAM-DELETE-OK"
+
+
+@_command
+class StreamPurge(Command):
+    """C: drop a stream's messages up to and including sequence ``upto``."""
+    ID: ClassVar[int] = 52
+    NAME: ClassVar[str] = "STREAM-PURGE"
+    stream: str
+    upto: int
+
+
+@_command
+class StreamPurgeOk(Command):
+    ID: ClassVar[int] = 53
+    NAME: ClassVar[str] = "STREAM-PURGE-OK"
+    first: int                # the stream's first sequence now
+
+
+@_command
+class StreamDescribe(Command):
+    """C: a stream's state and settings, without attaching (or creating it). Allowed before
+    ATTACH; INVALID "no stream: ..." when there is none."""
+    ID: ClassVar[int] = 54
+    NAME: ClassVar[str] = "STREAM-DESCRIBE"
+    stream: str
+
+
+@_command
+class StreamDescribeOk(Command):
+    ID: ClassVar[int] = 55
+    NAME: ClassVar[str] = "STREAM-DESCRIBE-OK"
+    first: int
+    last: int
+    size: int
+    oldest: int
+    newest: int
+    retention_bytes: int      # the stream's own settings; 0 = the broker's default
+    retention_ms: int
+    max_message: int
+    segment_bytes: int
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
     SeqAtTime, SeqAtTimeOk, ConfirmSelect, ConfirmSelectOk, Confirm, StreamInfo,
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
-    Limits, LimitsOk, Producer, ProducerOk,
+    Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,
+    StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}

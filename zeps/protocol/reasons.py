@@ -26,13 +26,17 @@ NOT_ALLOWED = "not allowed: "
 #: without a larger grant it will never be delivered (an SDK grows its window to fit).
 WINDOW_TOO_SMALL = "credit window too small: "
 
-ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED, WINDOW_TOO_SMALL)
+#: The stream named does not exist (a reader never creates one; ATTACH with --auto-create no).
+NO_STREAM = "no stream: "
+
+ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED, WINDOW_TOO_SMALL,
+       NO_STREAM)
 
 #: The label of a reason that starts with none of the prefixes.
 OTHER = "other"
 _LABELS = {p: p[:-2].lower().replace(" ", "_") for p in ALL}
 #: Every label :func:`label` returns: ``not_attached``, ``publish_rejected``, ``limit``,
-#: ``pattern_removed``, ``not_allowed``, ``credit_window_too_small`` and ``other``.
+#: ``pattern_removed``, ``not_allowed``, ``credit_window_too_small``, ``no_stream``, ``other``.
 LABELS = (*_LABELS.values(), OTHER)
 
 

@@ -1,0 +1,110 @@
+"""``zeps stream create | info | list | purge | delete``: stream administration through a broker."""
+from __future__ import annotations
+
+import json
+
+from zeps import units
+
+from .common import UsageError, _add_common, _add_endpoint, _iso, _seq, _stream_name
+
+
+def _size(text: str) -> int:
+    import argparse
+    try:
+        return units.parse_size(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _duration(text: str) -> float:
+    import argparse
+    try:
+        return units.parse_duration(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_parser(sub) -> None:
+    from .common import Parser
+    p = sub.add_parser("stream", help="create, describe, list, purge and delete streams",
+                       description="Stream administration. A stream made by 'create' keeps its "
+                       "own settings (0 or absent: the broker's defaults); readers never create "
+                       "streams ('zeps subscribe typo' says there is no such stream); publishers "
+                       "create them on first use unless the broker runs with --auto-create no.")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser,
+                               required=True)
+    c = actions.add_parser("create", help="create a stream with its own settings")
+    c.add_argument("stream", metavar="STREAM", type=_stream_name)
+    c.add_argument("--retention-bytes", type=_size, default=0, metavar="SIZE",
+                   help="keep at most this many bytes (whole old segments are deleted)")
+    c.add_argument("--retention-age", type=_duration, default=0, metavar="DURATION",
+                   help="delete segments whose newest message is older (e.g. 7d)")
+    c.add_argument("--max-message", type=_size, default=0, metavar="SIZE",
+                   help="largest message body (at most the broker's --max-message)")
+    c.add_argument("--segment-bytes", type=_size, default=0, metavar="SIZE",
+                   help="segment size (the unit retention deletes)")
+    i = actions.add_parser("info", help="a stream's state and settings")
+    i.add_argument("stream", metavar="STREAM", type=_stream_name)
+    i.add_argument("--json", action="store_true", help="one JSON object")
+    ls = actions.add_parser("list", help="the streams and their state")
+    ls.add_argument("--json", action="store_true", help="one JSON object per stream and line")
+    pg = actions.add_parser("purge", help="drop a stream's messages up to a sequence")
+    pg.add_argument("stream", metavar="STREAM", type=_stream_name)
+    pg.add_argument("--upto", type=_seq, required=True, metavar="N",
+                    help="drop messages 1..N (never served again; whole segments deleted)")
+    d = actions.add_parser("delete", help="delete a stream and all its messages")
+    d.add_argument("stream", metavar="STREAM", type=_stream_name)
+    d.add_argument("--yes", action="store_true", help="really (required)")
+    for q in (c, i, ls, pg, d):
+        _add_endpoint(q)
+        _add_common(q)
+        q.set_defaults(func=cmd_stream)
+
+
+def _describe_json(d) -> dict:
+    return {"stream": d.stream, "first": d.first, "last": d.last, "messages": d.count,
+            "size": d.size, "oldest_time": _iso(d.oldest), "newest_time": _iso(d.newest),
+            "settings": {"retention_bytes": d.retention_bytes or None,
+                         "retention_age_s": d.retention_ms / 1000 if d.retention_ms else None,
+                         "max_message": d.max_message or None,
+                         "segment_bytes": d.segment_bytes or None}}
+
+
+def cmd_stream(args) -> int:
+    from zeps.clients import admin, list_streams
+
+    ep, t = args.endpoint, args.connect_timeout
+    if args.action == "create":
+        admin.create_stream(ep, args.stream, retention_bytes=args.retention_bytes,
+                            retention_age=args.retention_age, max_message=args.max_message,
+                            segment_bytes=args.segment_bytes, timeout=t)
+        return 0
+    if args.action == "info":
+        d = admin.describe_stream(ep, args.stream, timeout=t)
+        obj = _describe_json(d)
+        if args.json:
+            print(json.dumps(obj))
+        else:
+            for k, v in obj.items():
+                if k == "settings":
+                    for sk, sv in v.items():
+                        print(f"{sk:16} {sv if sv is not None else '(broker default)'}")
+                else:
+                    print(f"{k:16} {v if v is not None else '-'}")
+        return 0
+    if args.action == "list":
+        for name in list_streams(ep, timeout=t):
+            d = admin.describe_stream(ep, name, timeout=t)
+            if args.json:
+                print(json.dumps(_describe_json(d)))
+            else:
+                print(f"{name}  {d.count} messages  {d.first}..{d.last}")
+        return 0
+    if args.action == "purge":
+        first = admin.purge_stream(ep, args.stream, args.upto, timeout=t)
+        print(first)
+        return 0
+    if not args.yes:
+        raise UsageError(f"deleting stream {args.stream!r} removes all its messages: add --yes")
+    admin.delete_stream(ep, args.stream, timeout=t)
+    return 0

@@ -79,4 +79,5 @@ def test_publish_of_one_refused_message_says_why_and_exits_1(start_broker):
                        cwd=str(REPO), env=ENV, text=True)
     assert r.returncode == 1 and r.stdout == ""
     err = [x for x in r.stderr.splitlines() if "rejected" in x]
-    assert len(err) == 1 and err[0].startswith("zeps: PUBLISH rejected: body of 11 bytes")
+    assert err == ["zeps: error: broker rejected PUBLISH: body of 11 bytes is over the broker's "
+                   "limit of 10"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections import deque
-from typing import Deque, Iterable, List, Tuple
+from typing import Deque, Iterable, Tuple
 
 from .common import (  # noqa: F401
     UsageError,
@@ -125,24 +125,23 @@ def cmd_publish(args) -> int:
         n, failed, last = _publish_all(client, items)
         if args.confirm:
             print(last if n > len(failed) else 0)
-    for line, reason in failed:
-        print(f"zeps: line {line}: {reason}" if n > 1 or line > 1 else f"zeps: {reason}",
+    for line, err in failed:
+        print(f"zeps: line {line}: {getattr(err, 'reason', err)}" if n > 1 else f"zeps: error: {err}",
               file=sys.stderr)
     _say(args, f"published {n - len(failed)} message(s) to stream {args.stream!r} at "
                f"{args.endpoint}" + (f"; {len(failed)} refused" if failed else ""))
     return 1 if failed else 0
 
 
-def _publish_all(client, items: Iterable[Tuple[str, bytes]]) -> Tuple[int, List[Tuple[int, str]],
-                                                                      int]:
+def _publish_all(client, items: Iterable[Tuple[str, bytes]]) -> Tuple[int, list, int]:
     """Publish ``items`` (numbered from 1, the stdin lines) and wait for every confirm. Returns
-    how many were published, ``(line, reason)`` of each the broker refused, and the last
+    how many were published, ``(line, InvalidError)`` of each the broker refused, and the last
     confirmed sequence. A refusal raised by a later publish (the client's way of saying it) is
     read from the receipts, and that later message is published again."""
     from zeps.clients import InvalidError
 
     pending: Deque = deque()           # (line, receipt), oldest first
-    failed: List[Tuple[int, str]] = []
+    failed: list = []
     n = 0
     for n, (key, body) in enumerate(items, 1):
         while True:
@@ -161,11 +160,11 @@ def _publish_all(client, items: Iterable[Tuple[str, bytes]]) -> Tuple[int, List[
         except InvalidError:
             continue
     _settle(pending, failed, everything=True)
-    failed.sort()
+    failed.sort(key=lambda f: f[0])
     return n, failed, last
 
 
-def _settle(pending: Deque, failed: List[Tuple[int, str]], everything: bool = False) -> None:
+def _settle(pending: Deque, failed: list, everything: bool = False) -> None:
     """Move the refusals among settled receipts to ``failed``: the oldest settled ones (all of
     them with ``everything``), letting go of the receipts."""
     keep: Deque = deque()
@@ -179,7 +178,7 @@ def _settle(pending: Deque, failed: List[Tuple[int, str]], everything: bool = Fa
             continue
         err = receipt.exception()
         if err is not None:
-            failed.append((line, getattr(err, "reason", str(err))))
+            failed.append((line, err))
     keep.extend(pending)
     pending.clear()
     pending.extend(keep)

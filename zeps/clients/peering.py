@@ -27,6 +27,14 @@ publish. An INVALID saying ``not attached: ...`` and a DETACH from the broker me
 forgot this client: the peering is re-established (a new socket, ATTACH, CONFIRM-SELECT,
 DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to the application,
 the credit window re-granted, unconfirmed publishes re-sent).
+
+After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
+(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing). With
+confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
+(:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
+too small: ...`` grows the window, ``pattern removed: ...`` drops a pattern and is raised once
+as :class:`~zeps.clients.errors.PatternRemoved`. Losing and regaining the peering are queued as
+:class:`ConnectionEvent` in :attr:`Peering.events` for the shell to hand on.
 """
 from __future__ import annotations
 

@@ -339,6 +339,8 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             connecting = asyncio.ensure_future(client.connect())
             ident, _ = await expect(c.Attach)
             await answer(ident, c.AttachOk())
+            await expect(c.Limits)
+            await answer(ident, c.Invalid("unknown command 44"))   # a broker without LIMITS
             await connecting
             subscribing = asyncio.ensure_future(client.subscribe(""))
             _, cmd = await expect(c.Subscribe)
@@ -354,6 +356,8 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             again, _ = await expect(c.Attach)
             assert again != ident                             # a new connection
             await answer(again, c.AttachOk())
+            await expect(c.Limits)
+            await answer(again, c.LimitsOk(100, 1 << 20))           # a broker with LIMITS
             _, cmd = await expect(c.Subscribe)
             assert (cmd.pattern, cmd.latest) == ("", 2)       # resumes after the last handed
             await answer(again, c.SubscribeOk())

@@ -18,9 +18,16 @@ from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 WINDOW = 1000
 
 
-def peering(confirms=False, timestamps=False, window=WINDOW, heartbeat=5.0, timeout=2.0, now=0.0):
+#: What a broker without LIMITS answers to it: the window stays as asked.
+OLD_BROKER_LIMITS = c.Invalid("unknown command 44")
+
+
+def peering(confirms=False, timestamps=False, window=WINDOW, heartbeat=5.0, timeout=2.0, now=0.0,
+            idempotent=False, producer_id=None):
+    """A peering; exactly-once publishing off unless asked (tests/test_client_producer.py)."""
     return Peering("s", credit_window=window, confirms=confirms, timestamps=timestamps,
-                   timeout=timeout, heartbeat=heartbeat, now=now)
+                   timeout=timeout, heartbeat=heartbeat, now=now, idempotent=idempotent,
+                   producer_id=producer_id)
 
 
 def sent(p):
@@ -48,6 +55,7 @@ def attached(**kw):
     p = peering(**kw)
     sent(p)
     feed(p, c.AttachOk())
+    feed(p, OLD_BROKER_LIMITS)                       # the window stays (test_client_window.py)
     if p.confirms:
         feed(p, c.ConfirmSelectOk(0))
     sent(p)                                    # the session setup went out
@@ -68,7 +76,8 @@ def test_attach_then_session_setup():
     assert p.state is CONNECTING and sent(p) == [c.Attach("s")]
     feed(p, c.AttachOk())
     assert p.attached and not p.ready                  # confirms not selected yet
-    assert sent(p) == [c.ConfirmSelect(), c.StreamInfo(), c.DeliverTimestamps()]
+    assert sent(p) == [c.Limits(), c.ConfirmSelect(), c.StreamInfo(), c.DeliverTimestamps()]
+    feed(p, OLD_BROKER_LIMITS)
     feed(p, c.ConfirmSelectOk(0))
     assert p.ready
 
@@ -368,10 +377,11 @@ def test_a_broker_that_forgets_us_gets_a_reattach_and_resume(forgotten):
     assert p.state is CONNECTING and not p.buffer and p.reconnects == 1
     assert sent(p) == [c.Attach("s")]
     feed(p, c.AttachOk(), now=1.1)
-    assert sent(p) == [c.ConfirmSelect(), c.StreamInfo(),
+    assert sent(p) == [c.Limits(), c.ConfirmSelect(), c.StreamInfo(),
                        c.Subscribe("eu.", 2),                   # from the last message handed
                        c.Credit(WINDOW),                        # a fresh window
                        c.Publish("k", b"m")]                    # the unconfirmed publish again
+    feed(p, OLD_BROKER_LIMITS)
     feed(p, c.ConfirmSelectOk(0))
     feed(p, c.StreamInfoOk(1, 3, 0, 0, 0))
     feed(p, c.SubscribeOk())
@@ -395,7 +405,7 @@ def test_without_confirms_publishes_the_socket_never_took_survive_a_reconnect():
     assert p.unsent_publishes() == 1
     sent(p)
     feed(p, c.AttachOk())
-    assert sent(p) == [c.Publish("k", b"held")]
+    assert sent(p) == [c.Limits(), c.Publish("k", b"held")]
 
 
 def test_detach_while_closing_does_not_reconnect():

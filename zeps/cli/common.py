@@ -188,6 +188,21 @@ def _say(args, text: str) -> None:
         print(f"zeps: {text}", file=sys.stderr)
 
 
+def connection_reporter(args) -> Optional[Callable]:
+    """With ``-v``, the ``on_connection`` callback of a command's client: one line on stderr
+    when the client loses the broker and when it is back. None without ``-v``."""
+    if not getattr(args, "verbose", False):
+        return None
+    from zeps.clients.peering import LOST
+
+    def report(event) -> None:
+        if event.kind == LOST:
+            _say(args, f"lost the broker at {args.endpoint} ({event.reason}); reconnecting")
+        else:
+            _say(args, f"reconnected to {args.endpoint} ({event.reason})")
+    return report
+
+
 
 
 def _stream_dir(data_dir: str, stream: str) -> Path:

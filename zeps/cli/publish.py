@@ -1,9 +1,15 @@
-"""``zeps publish``: one message, or one per stdin line."""
+"""``zeps publish``: one message, or one per stdin line.
+
+Every message is published with confirms (its receipt says whether the broker stored it): a
+line the broker refuses (over its ``--max-message``, not allowed, ...) is reported as
+``zeps: line N: reason`` on stderr and the command exits 1; the other lines are published.
+"""
 from __future__ import annotations
 
 import json
 import sys
-from typing import Iterable, Tuple
+from collections import deque
+from typing import Deque, Iterable, Tuple
 
 from .common import (  # noqa: F401
     UsageError,
@@ -14,7 +20,11 @@ from .common import (  # noqa: F401
     _matcher,
     _say,
     _stream_name,
+    connection_reporter,
 )
+
+#: Receipts kept before the oldest settled ones are looked at (and let go of).
+_KEEP = 10000
 
 
 def add_parser(sub) -> None:
@@ -22,7 +32,8 @@ def add_parser(sub) -> None:
                        description="Publish BODY (UTF-8) with routing KEY to STREAM. With BODY "
                        "'-', or no BODY and stdin not a terminal, every stdin line is a message "
                        "(without its newline). Prints nothing on success, except the last "
-                       "sequence with --confirm.")
+                       "sequence with --confirm. A line the broker refuses is reported as "
+                       "'line N: reason' on stderr (exit status 1); the others are published.")
     p.add_argument("stream", metavar="STREAM", type=_stream_name)
     p.add_argument("key", metavar="KEY", nargs="?",
                    help="the routing key (not with --key-separator / --key-field)")
@@ -109,11 +120,65 @@ def cmd_publish(args) -> int:
                 items = [(key, args.body.encode("utf-8", "surrogateescape"))]
     if keyed and sys.stdin.isatty():
         raise UsageError("--key-separator / --key-field read stdin, which is a terminal")
-    with Client(args.endpoint, args.stream, confirms=args.confirm,
-                timeout=args.connect_timeout) as client:
-        n = client.publish_batch(items)
+    with Client(args.endpoint, args.stream, confirms=True, timeout=args.connect_timeout,
+                on_connection=connection_reporter(args)) as client:
+        n, failed, last = _publish_all(client, items)
         if args.confirm:
+            print(last if n > len(failed) else 0)
+    for line, err in failed:
+        print(f"zeps: line {line}: {getattr(err, 'reason', err)}" if n > 1 else f"zeps: error: {err}",
+              file=sys.stderr)
+    _say(args, f"published {n - len(failed)} message(s) to stream {args.stream!r} at "
+               f"{args.endpoint}" + (f"; {len(failed)} refused" if failed else ""))
+    return 1 if failed else 0
+
+
+def _publish_all(client, items: Iterable[Tuple[str, bytes]]) -> Tuple[int, list, int]:
+    """Publish ``items`` (numbered from 1, the stdin lines) and wait for every confirm. Returns
+    how many were published, ``(line, InvalidError)`` of each the broker refused, and the last
+    confirmed sequence. A refusal raised by a later publish (the client's way of saying it) is
+    read from the receipts, and that later message is published again."""
+    from zeps.clients import InvalidError
+
+    pending: Deque = deque()           # (line, receipt), oldest first
+    failed: list = []
+    n = 0
+    for n, (key, body) in enumerate(items, 1):
+        while True:
+            try:
+                receipt = client.publish(key, body)
+                break
+            except InvalidError:
+                _settle(pending, failed, everything=True)
+        pending.append((n, receipt))
+        if len(pending) > _KEEP:
+            _settle(pending, failed)
+    while True:
+        try:
             last = client.wait_for_confirms()
-            print(last if n else 0)
-    _say(args, f"published {n} message(s) to stream {args.stream!r} at {args.endpoint}")
-    return 0
+            break
+        except InvalidError:
+            continue
+    _settle(pending, failed, everything=True)
+    failed.sort(key=lambda f: f[0])
+    return n, failed, last
+
+
+def _settle(pending: Deque, failed: list, everything: bool = False) -> None:
+    """Move the refusals among settled receipts to ``failed``: the oldest settled ones (all of
+    them with ``everything``), letting go of the receipts."""
+    keep: Deque = deque()
+    while pending:
+        line, receipt = pending.popleft()
+        if not receipt.done():
+            if not everything:
+                pending.appendleft((line, receipt))
+                break
+            keep.append((line, receipt))
+            continue
+        err = receipt.exception()
+        if err is not None:
+            failed.append((line, err))
+    keep.extend(pending)
+    pending.clear()
+    pending.extend(keep)

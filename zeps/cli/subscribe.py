@@ -17,6 +17,7 @@ from .common import (  # noqa: F401
     _seconds,
     _seq,
     _stream_name,
+    connection_reporter,
     message_json,
     message_line,
     parse_time,
@@ -65,7 +66,8 @@ def cmd_subscribe(args) -> int:
         return _multicast(args)
     _must_exist(args)
     out = sys.stdout
-    with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+    with Client(args.endpoint, args.stream, timeout=args.connect_timeout,
+                on_connection=connection_reporter(args)) as client:
         from_seq, live = args.from_seq, False
         if args.all:
             from_seq = 0

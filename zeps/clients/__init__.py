@@ -56,19 +56,29 @@ How it works (what you can rely on, with either client)
   the :class:`~zeps.clients.Receipt` that ``publish`` returns resolves to its message's sequence
   when the CONFIRM covering it arrives (``receipt.result(timeout)``; see
   :mod:`zeps.clients.receipt`).
-  Messages not yet confirmed when the peering is lost are **re-sent** after the reconnect:
-  delivery is *at-least-once* (a message that became durable just before a crash, but whose
-  CONFIRM was lost, is stored twice, under two sequences). Without confirms, a publish is
-  *at-most-once* across a broker crash: messages in flight when the broker dies may be lost.
+  Messages not yet confirmed when the peering is lost are **re-sent** after the reconnect, and
+  the client is an idempotent producer (``PRODUCER``; ``producer_id=``, random by default):
+  the broker drops a re-sent message it already holds, so every confirmed message is in the
+  stream **exactly once**, across broker crashes, reconnects and a new client taking over the
+  producer id (:mod:`zeps.clients.producer` says precisely what is and is not covered; with
+  ``idempotent=False`` or a broker without ``PRODUCER``, at-least-once). Without confirms, a
+  publish is *at-most-once* across a broker crash: messages in flight when the broker dies may
+  be lost.
 * **Subscriptions and credit.** The client grants the broker ``credit_window`` bytes of
   deliveries and tops the credit up as *your application* consumes messages (when half of the
   window was consumed). A slow application therefore makes the broker switch this client to
   journal replay instead of queueing; you never see the switch: sequences strictly increase,
   without gaps (except for messages your patterns do not match) and without duplicates (the
   client drops any sequence not above the last one it handed to you, defensively).
-  ``credit_window`` must be at least as large as the largest message's cost
-  (``8 + len(key) + 1 + len(body)``), otherwise that message is never delivered; the default
-  (8 MiB) is well above the broker's default ``--max-message`` (1 MiB).
+  A message is delivered only when its cost (``8 + len(key) + 1 + len(body)``) fits in the
+  window, so after each ATTACH the client asks the broker's ``LIMITS`` and grows the window
+  for the largest message the broker accepts (or, with a broker without ``LIMITS``, when it
+  advises ``credit window too small``): see :mod:`zeps.clients.window`. A ``~regex`` pattern
+  the broker removes (its matches kept timing out) raises :class:`PatternRemoved` once, from
+  the next call; the other patterns go on.
+* **Connection events.** ``on_connection=callback`` is called with a
+  :class:`~zeps.clients.peering.ConnectionEvent` when the peering is lost and when it is back
+  (``zeps subscribe -v`` prints them).
 * **Reconnect.** A lost peering is detected by (1) a ZeroMQ socket-monitor ``DISCONNECTED``
   event (a broker that dies closes the TCP connection: detection is immediate), (2) an
   ``INVALID`` whose reason says the broker does not know this client (it starts with
@@ -91,21 +101,22 @@ each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.cli
 Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
 :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
-:class:`InvalidError`, :class:`ZepsTimeout`, :class:`ConnectionLost`, :class:`ClientClosed`,
-:class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
+:class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
+:class:`ClientClosed`, :class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
 """
 from . import errors
 from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
-from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError, ZepsError,
-                     ZepsTimeout)
+from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
+                     PatternRemoved, ZepsError, ZepsTimeout)
 from .message import Message, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "AsyncClient", "Subscription", "AsyncSubscription", "Receipt",
            "AsyncReceipt", "Message", "StreamInfo", "list_streams", "errors", "ZepsError",
-           "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed", "ConcurrentUseError",
+           "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+           "ConcurrentUseError",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401  (last: it imports Client)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Iterable, Optional, Tuple, Union
+from typing import Callable, Iterable, Optional, Tuple, Union
 
 import zmq
 
@@ -36,7 +36,7 @@ from .client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .operations import publish_frame
-from .peering import CLOSED, list_streams_answer
+from .peering import CLOSED, ConnectionEvent, list_streams_answer
 from .receipt import AsyncReceipt, done_receipt
 from .subscription import AsyncSubscription, Subscribing, subscribe_args
 from .transport import Connection, check_endpoint, zmq_for
@@ -62,10 +62,13 @@ class AsyncClient(ops.FrontEnd):
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
                  confirms: bool = False, timeout: float = 10.0,
-                 heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None):
-        self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps)
+                 heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
+                 producer_id: Optional[str] = None, idempotent: bool = True,
+                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None):
+        self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
+                    producer_id, idempotent)
         module, ctx = zmq_for(context, asyncio=True)
-        self._conn = Connection(self._p, self.endpoint, module, ctx)
+        self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._task: Optional[asyncio.Task] = None
         self._changed: Optional[asyncio.Future] = None     # set when the I/O task made progress

@@ -26,7 +26,7 @@ import functools
 import logging
 import threading
 import time
-from typing import Iterable, Optional, Tuple, Union
+from typing import Callable, Iterable, Optional, Tuple, Union
 
 import zmq
 
@@ -37,7 +37,7 @@ from . import operations as ops
 from .errors import ConcurrentUseError, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .operations import publish_frame
-from .peering import CLOSED, list_streams_answer
+from .peering import CLOSED, ConnectionEvent, list_streams_answer
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
 from .transport import Connection, check_endpoint, zmq_for
@@ -88,10 +88,30 @@ class Client(ops.FrontEnd):
             A malformed endpoint raises :class:`ValueError` naming it.
         stream: the stream to attach (1..255 bytes of UTF-8).
         credit_window: bytes of deliveries the broker may send ahead of the application
-            (default 8 MiB). Must be at least the cost of the largest message.
+            (default 8 MiB). After each ATTACH the client asks the broker's ``LIMITS`` and
+            grows the window to the cost of the largest message the broker accepts (at most
+            the broker's ``--max-credit``); a broker without ``LIMITS`` that advises "credit
+            window too small" gets the window grown to fit (:mod:`zeps.clients.window`).
         confirms: turn publisher confirms on (``CONFIRM-SELECT``): enables
             :meth:`wait_for_confirms`, receipts that resolve to sequences, and re-sending of
-            unconfirmed publishes after a reconnect (at-least-once).
+            unconfirmed publishes after a reconnect -- exactly-once among confirmed messages
+            (see ``producer_id``).
+        producer_id: with confirms, the client is an idempotent producer (``PRODUCER``): every
+            publish gets a producer sequence (1, 2, ... across reconnects) and the broker stores
+            a re-sent one only if it does not hold it yet. Every message confirmed is then in
+            the stream exactly once, across broker crashes, reconnects, and a new client that
+            takes over the same ``producer_id`` and re-publishes the same messages in the same
+            order (a retried Spark task). Not covered: two clients using one producer id at the
+            same time; a retry after the broker forgot the producer (it keeps its
+            ``max_producers`` most recent ones per stream). Default: a random id per client.
+            Details: :mod:`zeps.clients.producer`.
+        idempotent: False turns exactly-once off (confirms then give at-least-once: a message
+            durable just before a crash whose CONFIRM was lost is stored twice). A broker that
+            refuses ``PRODUCER`` gives at-least-once too (logged as a warning).
+        on_connection: called with a :class:`~zeps.clients.peering.ConnectionEvent` when the
+            peering is lost (``kind == "lost"``, ``reason``) and when it is re-established
+            (``"reconnected"``), from inside the client's calls (from its I/O task for the
+            :class:`~zeps.clients.AsyncClient`). What it raises is logged and ignored.
         timeout: seconds to wait for the broker in blocking operations (attach, requests, a
             publish blocked by the high-water mark, ``wait_for_confirms`` without its own
             timeout). Raises :class:`ZepsTimeout` when exceeded.
@@ -111,15 +131,18 @@ class Client(ops.FrontEnd):
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
                  confirms: bool = False, timeout: float = 10.0,
-                 heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None):
-        self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps)
+                 heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
+                 producer_id: Optional[str] = None, idempotent: bool = True,
+                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None):
+        self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
+                    producer_id, idempotent)
         p = self._p
         module, ctx = zmq_for(context)
         self.green = module is not zmq
         self._guard = threading.Lock()
         self._owner: Optional[int] = None           # thread ident of the last caller
         self._next_look = 0.0
-        self._conn = conn = Connection(p, self.endpoint, module, ctx)
+        self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection)
         conn.open()
         try:
             conn.flush()

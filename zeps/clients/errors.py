@@ -6,6 +6,9 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
 * :class:`InvalidError` -- the broker answered ``INVALID``; ``err.reason`` is the broker's text
   (for example ``bad regular expression: ...`` for a subscription pattern that does not
   compile, or the journal's reason for a rejected PUBLISH).
+* :class:`PatternRemoved` -- an :class:`InvalidError` the broker sends on its own: it removed
+  one of the subscription's regular expressions because matching it kept timing out
+  (``err.pattern``; the other patterns go on; raised once by the next call on the client).
 * :class:`ZepsTimeout` -- an operation did not complete within its timeout. It is also a
   :class:`TimeoutError`, so generic code that catches ``TimeoutError`` works.
 * :class:`ConnectionLost` -- the peering was lost and could not be restored (for example the
@@ -19,7 +22,7 @@ that is not bytes or str) raise the usual :class:`ValueError` / :class:`TypeErro
 """
 from __future__ import annotations
 
-__all__ = ["ZepsError", "InvalidError", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+__all__ = ["ZepsError", "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
            "ConcurrentUseError"]
 
 
@@ -45,6 +48,16 @@ class InvalidError(ZepsError):
             super().__init__(f"broker rejected {command}: {text}")
         else:
             super().__init__(f"broker said INVALID: {reason}")
+
+
+class PatternRemoved(InvalidError):
+    """The broker removed the subscription pattern ``pattern`` (a ``~regex`` whose matches kept
+    timing out; None if the reason does not name it in full). The subscription goes on with
+    its other patterns; the client no longer re-subscribes this one after a reconnect."""
+
+    def __init__(self, reason: str, pattern: str | None):
+        super().__init__(reason)
+        self.pattern = pattern
 
 
 class ZepsTimeout(ZepsError, TimeoutError):

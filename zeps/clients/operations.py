@@ -32,13 +32,13 @@ class FrontEnd:
     """What both clients share: their options, their peering, their state."""
 
     def _setup(self, endpoint, stream, credit_window, confirms, timeout, heartbeat,
-               timestamps) -> None:
+               timestamps, producer_id=None, idempotent=True) -> None:
         self.endpoint = check_endpoint(endpoint)
         self._p = p = Peering(stream, credit_window=credit_window, confirms=confirms,
                               timestamps=timestamps, timeout=timeout, heartbeat=heartbeat,
-                              now=_monotonic(), endpoint=self.endpoint)
+                              now=_monotonic(), endpoint=self.endpoint, producer_id=producer_id,
+                              idempotent=idempotent)
         self.stream = stream
-        self.credit_window = credit_window
         self.confirms = p.confirms
         self.timestamps = p.timestamps
         self.timeout = float(timeout)
@@ -63,6 +63,18 @@ class FrontEnd:
     def last_confirmed(self) -> int:
         """Sequence of the last message confirmed durable (0 if none yet)."""
         return self._p.last_confirmed
+
+    @property
+    def credit_window(self) -> int:
+        """The credit window now (bytes): as asked, or grown to fit the broker's largest
+        message (:mod:`zeps.clients.window`)."""
+        return self._p.credit_window
+
+    @property
+    def producer_id(self):
+        """The producer id of exactly-once publishing (None when off: without confirms, with
+        ``idempotent=False``, or the broker refused ``PRODUCER``)."""
+        return self._p.producer
 
     @property
     def unconfirmed(self) -> int:

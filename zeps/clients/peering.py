@@ -27,28 +27,42 @@ publish. An INVALID saying ``not attached: ...`` and a DETACH from the broker me
 forgot this client: the peering is re-established (a new socket, ATTACH, CONFIRM-SELECT,
 DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to the application,
 the credit window re-granted, unconfirmed publishes re-sent).
+
+After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
+(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing). With
+confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
+(:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
+too small: ...`` grows the window, ``pattern removed: ...`` drops a pattern and is raised once
+as :class:`~zeps.clients.errors.PatternRemoved`. Losing and regaining the peering are queued as
+:class:`ConnectionEvent` in :attr:`Peering.events` for the shell to hand on.
 """
 from __future__ import annotations
 
+import ast
 import logging
+import re
 import struct
 from collections import deque
-from typing import Deque, Dict, List, Optional, Tuple
+from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE, TS_SHIFT,
                                 deliver_cost, key_body_of)
-from ..protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
-from .errors import ClientClosed, ConnectionLost, InvalidError
+from ..protocol.reasons import NOT_ATTACHED, PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
+from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
 from .message import Message, build_message
+from .producer import check_producer_id, new_producer_id, runs
+from .window import advised_cost, largest_cost, topup_for, window_for
 
-__all__ = ["Peering", "Request", "CONNECTING", "ATTACHED", "FAILED", "CLOSED", "validate_options",
-           "list_streams_answer"]
+__all__ = ["Peering", "Request", "ConnectionEvent", "CONNECTING", "ATTACHED", "FAILED", "CLOSED",
+           "LOST", "RECONNECTED", "validate_options", "list_streams_answer"]
 
 log = logging.getLogger("zeps.client")
 
 CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "closed"
+#: Kinds of :class:`ConnectionEvent`.
+LOST, RECONNECTED = "lost", "reconnected"
 #: Seconds between two reconnects.
 RECONNECT_SPACING = 0.1
 #: Most messages :meth:`Peering.take` hands out at once.
@@ -62,6 +76,10 @@ _PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
 _PING = encode(c.Ping())
 _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
+_LIMITS = c.Limits()
+#: The pattern a PATTERN_REMOVED reason names (the broker writes the regex, without its ``~``,
+#: as a Python string literal).
+_REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 # Reply command -> the request kinds it may answer.
 _REPLY_KINDS = {
@@ -73,7 +91,18 @@ _REPLY_KINDS = {
     c.DetachOk: ("detach",),
     c.PingOk: ("barrier", "ping"),
     c.ListStreamsOk: ("list",),
+    c.LimitsOk: ("limits",),
+    c.ProducerOk: ("producer",),
 }
+
+
+class ConnectionEvent(NamedTuple):
+    """The peering was lost (``kind`` :data:`LOST`, ``reason`` says why) or re-established
+    (:data:`RECONNECTED`, ``reason`` says what was re-sent); ``reconnects`` counts the
+    reconnects so far. A shell hands these to the application's ``on_connection`` callback."""
+    kind: str
+    reason: str
+    reconnects: int
 
 
 def validate_options(stream, credit_window, timeout, heartbeat) -> None:
@@ -117,8 +146,10 @@ class Peering:
     """
 
     def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
-                 timeout: float, heartbeat: float, now: float, endpoint: str = ""):
+                 timeout: float, heartbeat: float, now: float, endpoint: str = "",
+                 producer_id: Optional[str] = None, idempotent: bool = True):
         validate_options(stream, credit_window, timeout, heartbeat)
+        check_producer_id(producer_id, confirms)
         self.stream = stream
         self.endpoint = endpoint        # for log lines only
         self.credit_window = credit_window
@@ -150,6 +181,19 @@ class Peering:
         self.last_confirmed = 0
         self.anchor: Optional[int] = None             # sequence of our peer_confirmed-th publish
         self.confirm_ready = not self.confirms
+        # exactly-once publishing (zeps.clients.producer): None when off
+        self.producer: Optional[str] = None
+        if self.confirms and (idempotent or producer_id is not None):
+            self.producer = producer_id if producer_id is not None else new_producer_id()
+        self.next_pseq = 1                            # producer sequence of the next publish
+        self.producer_last = 0                        # the broker's last PRODUCER-OK: up to it,
+        #                                               a publish is a duplicate the broker had
+        #: Lost / reconnected, for the shell to hand on (the oldest dropped if nobody reads).
+        self.events: Deque[ConnectionEvent] = deque(maxlen=64)
+        # the broker's limits (LIMITS-OK), when it said them, and the largest message cost the
+        # window is sized for (window.py)
+        self.max_credit: Optional[int] = None
+        self.largest = 0
         # subscription
         self.patterns: Dict[str, int] = {}            # pattern -> the `latest` to resubscribe
         self.subscribed = False
@@ -229,6 +273,8 @@ class Peering:
             self.state = FAILED
             return
         self.need_reconnect = why
+        if self.state is ATTACHED:      # said once per loss, not for each failed re-ATTACH
+            self.events.append(ConnectionEvent(LOST, why, self.reconnects))
 
     def reconnect(self, now: float) -> None:
         """Start over on a new connection: the shell replaces its socket right after this and
@@ -313,6 +359,8 @@ class Peering:
         self.pubs_since_request += 1
         self.last_send = now
         if self.confirms:
+            receipt.pseq = self.next_pseq
+            self.next_pseq += 1
             self.pending.append(receipt)
         return True
 
@@ -470,6 +518,12 @@ class Peering:
             self.confirm_ready = True
         elif kind == "anchor":
             self.anchor = cmd.last
+        elif kind == "limits":
+            self.max_credit = cmd.max_credit
+            self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
+        elif kind == "producer":
+            if cmd.last > self.producer_last:
+                self.producer_last = cmd.last
         elif kind == "subscribe":
             pattern, latest, info = r.arg
             if info is not None:       # live: what comes after the stream's last is "from now"
@@ -482,6 +536,7 @@ class Peering:
         self.connecting_since = 0.0
         held = list(self.held)
         self.held.clear()
+        self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
         if self.confirms:
             self.peer_confirmed = 0
             self.anchor = None
@@ -494,7 +549,15 @@ class Peering:
             self.request(c.Subscribe(pattern, max(latest, self.last_handed)), "resubscribe", now)
         if self.subscribed:
             self._send(encode(c.Credit(self.credit_window)))
-        if self.confirms:
+        if self.producer is not None:
+            # Each run of consecutive producer sequences goes after its own PRODUCER; with
+            # nothing to re-send, PRODUCER says where the next publish's sequence starts.
+            for first, receipts in runs(self.pending) or [(self.next_pseq, ())]:
+                self.request(c.Producer(self.producer, first), "producer", now)
+                for r in receipts:
+                    self._send(r.frame)
+                self.pubs_since_request += len(receipts)
+        elif self.confirms:
             for r in self.pending:
                 self._send(r.frame)
             self.pubs_since_request += len(self.pending)
@@ -503,9 +566,10 @@ class Peering:
                 self._send(frame)
                 self.pubs_since_request += frame.startswith(_PUBLISH_HEAD)
         if self.reconnects:
-            log.info("zeps: re-attached to %s (stream %r)%s", self.endpoint, self.stream,
-                     f", re-sending {len(self.pending)} unconfirmed publish(es)"
-                     if self.pending else "")
+            what = (f"re-sending {len(self.pending)} unconfirmed publish(es)" if self.pending
+                    else "nothing to re-send")
+            log.info("zeps: re-attached to %s (stream %r), %s", self.endpoint, self.stream, what)
+            self.events.append(ConnectionEvent(RECONNECTED, what, self.reconnects))
 
     def _on_confirm(self, cmd: c.Confirm) -> None:
         n = cmd.count - self.peer_confirmed
@@ -513,27 +577,52 @@ class Peering:
             pending = self.pending
             k = min(n, len(pending))
             s = cmd.sequence
-            # Consecutive sequences are proven when the stream advanced by exactly n. (Receipts
-            # are resolved in place, without a call each: this runs for every message.)
-            seq = s - k + 1 if self.anchor is not None and s - self.anchor == n else None
-            for _ in range(k - 1):
-                r = pending.popleft()
-                r._outcome = seq
-                r.frame = None
-                if seq is not None:
-                    seq += 1
-            if k:
-                r = pending.popleft()
-                r._outcome = s if k == n else None
-                r.frame = None
+            if k and pending[0].pseq <= self.producer_last:
+                self._confirm_with_duplicates(k, n, s)
+            else:
+                # Consecutive sequences are proven when the stream advanced by exactly n.
+                # (Receipts are resolved in place, without a call each: this runs for every
+                # message.)
+                seq = s - k + 1 if self.anchor is not None and s - self.anchor == n else None
+                for _ in range(k - 1):
+                    r = pending.popleft()
+                    r._outcome = seq
+                    r.frame = None
+                    if seq is not None:
+                        seq += 1
+                if k:
+                    r = pending.popleft()
+                    r._outcome = s if k == n else None
+                    r.frame = None
+                self.anchor = s
             self.peer_confirmed = cmd.count
-            self.anchor = s
         if cmd.sequence > self.last_confirmed:
             self.last_confirmed = cmd.sequence
+
+    def _confirm_with_duplicates(self, k: int, n: int, s: int) -> None:
+        """A CONFIRM covering publishes the broker already held (producer sequence up to its
+        PRODUCER-OK): they are durable, stored earlier, under sequences not on the wire
+        (None). A stored one gets ``s`` if it is the last covered; the stream position of
+        this client's publishes is no longer known (no anchor) if the last was a duplicate."""
+        pending = self.pending
+        last_dup = self.producer_last
+        for i in range(k):
+            r = pending.popleft()
+            r._outcome = s if (i == k - 1 and k == n and r.pseq > last_dup) else None
+            r.frame = None
+            if i == k - 1:
+                self.anchor = s if r.pseq > last_dup else None
 
     def _on_invalid(self, reason: str) -> None:
         if reason.startswith(NOT_ATTACHED) and self.state is ATTACHED:
             self.connection_lost(f"the broker does not know this client ({reason})")
+            return
+        # Advice the broker sends on its own, answering no request:
+        if reason.startswith(WINDOW_TOO_SMALL):
+            self._window_too_small(reason)
+            return
+        if reason.startswith(PATTERN_REMOVED):
+            self._pattern_removed(reason)
             return
         rejected = reason.startswith(PUBLISH_REJECTED)
         head = self.outstanding[0] if self.outstanding else None
@@ -553,6 +642,11 @@ class Peering:
                 self._fail(head.error)
             elif head.kind == "resubscribe":
                 self.error = self.error or head.error
+            elif head.kind == "producer":
+                log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream "
+                            "%r is at-least-once, not exactly-once", self.endpoint, reason,
+                            self.stream)
+                self.producer = None
             return
         # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
         err = InvalidError(reason, "PUBLISH" if rejected else None)
@@ -577,6 +671,44 @@ class Peering:
         self.last_send = self.last_recv = now
         self.outstanding.append(Request("attach", "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
+
+    def _fit(self, largest: int, advice: Optional[str] = None) -> None:
+        """Size the credit window for messages costing up to ``largest`` (window.py), granting
+        what it grows by -- and the credit held back so far -- at once while subscribed. With a
+        broker's ``advice`` that cannot be followed, the application hears it."""
+        largest = max(largest, self.largest)
+        window = window_for(self.credit_window, largest, self.max_credit)
+        if window is None:              # can never be delivered to this client: say so
+            self.error = self.error or InvalidError(advice or f"a message of {largest} bytes "
+                                                              f"of credit cannot be delivered")
+            return
+        self.largest = largest
+        self.topup = topup_for(window, largest)
+        more = window - self.credit_window
+        if more <= 0:
+            return
+        log.info("zeps: credit window for stream %r grows from %d to %d bytes", self.stream,
+                 self.credit_window, window)
+        self.credit_window = window
+        if self.subscribed:
+            self.consumed += more
+            self._grant()
+
+    def _window_too_small(self, reason: str) -> None:
+        self._fit(advised_cost(reason, self.credit_window), reason)
+
+    def _pattern_removed(self, reason: str) -> None:
+        m = _REMOVED_REGEX.search(reason)
+        pattern = None
+        if m:
+            try:
+                pattern = "~" + ast.literal_eval(m.group(1))
+            except (ValueError, SyntaxError):
+                pattern = None
+        if pattern is not None and self.patterns.pop(pattern, None) is None:
+            pattern = None
+        log.warning("zeps: stream %r: %s", self.stream, reason)
+        self.error = self.error or PatternRemoved(reason, pattern)
 
     def _send(self, frame: bytes) -> None:
         (self.outbox if self.state is ATTACHED else self.held).append(frame)

@@ -13,7 +13,9 @@ CONFIRM covers gets its exact sequence when the numbers prove that nobody else p
 between (the stream advanced by exactly as many sequences as this client published, which the
 client knows from the stream's last sequence at attach time and from the previous CONFIRM);
 otherwise its sequence is ``None`` -- the message is durable, its place in the stream is not
-on the wire. One publisher per stream therefore always gets exact sequences.
+on the wire. One publisher per stream therefore always gets exact sequences. A message the
+broker already held (re-sent after a reconnect, or by a client that took over the producer id:
+:mod:`zeps.clients.producer`) is confirmed without being stored again: its sequence is ``None``.
 
 A rejection is reported once: by the receipt if the application looks at it (``result()``,
 ``exception()``) before its next call on the client, else by that call, as without receipts.
@@ -38,12 +40,14 @@ class _BaseReceipt:
     """State shared by both receipts. The peering sets ``_outcome`` (and drops ``frame``) when
     the CONFIRM arrives -- in place, it runs once per message -- or calls :meth:`_fail`."""
 
-    __slots__ = ("frame", "_owner", "_outcome")
+    __slots__ = ("frame", "_owner", "_outcome", "pseq")
 
     def __init__(self, frame: Optional[bytes], owner):
         self.frame = frame              # the PUBLISH frame, re-sent after a reconnect
         self._owner = owner
         self._outcome = PENDING         # then the sequence (int or None), or the exception
+        #: The message's producer sequence (exactly-once publishing, :mod:`zeps.clients.producer`).
+        self.pseq = 0
 
     def _fail(self, error: BaseException) -> None:
         self._outcome = error

@@ -9,6 +9,7 @@ what the peering queued. How to *wait* is the front end's business: the blocking
 """
 from __future__ import annotations
 
+import logging
 import re
 import struct
 import sys
@@ -19,6 +20,8 @@ import zmq
 from .peering import Peering
 
 __all__ = ["Connection", "check_endpoint", "zmq_for"]
+
+log = logging.getLogger("zeps.client")
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _backend_send = zmq.backend.Socket.send
@@ -94,8 +97,10 @@ class Connection:
     gevent sockets, whose own send also wakes other greenlets waiting on the socket.
     """
 
-    def __init__(self, peering: Peering, endpoint: str, module, context):
+    def __init__(self, peering: Peering, endpoint: str, module, context, on_event=None):
         self.peering = peering
+        #: Called with each :class:`~zeps.clients.peering.ConnectionEvent` (lost, reconnected).
+        self.on_event = on_event
         self.endpoint = endpoint
         self.module = module
         self.context = context
@@ -180,6 +185,20 @@ class Connection:
             p.tick(now)
         if p.outbox:
             self.flush()
+        if p.events:
+            self._emit()
+
+    def _emit(self) -> None:
+        """Hand the peering's connection events to ``on_event`` (an application callback: what
+        it raises is logged, never breaks the client)."""
+        events = self.peering.events
+        while events:
+            event = events.popleft()
+            if self.on_event is not None:
+                try:
+                    self.on_event(event)
+                except Exception:
+                    log.exception("zeps: the on_connection callback failed on %s", event)
 
     def _drain(self) -> None:
         recv = self.sock.recv

@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import sys
+import uuid
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Sequence, Tuple
 
@@ -640,15 +641,39 @@ def check_sink_schema(schema: T.StructType) -> None:
                              "(string) and 'body' (binary or string); select those")
 
 
-def publish_batches(o: ZepsOptions, batches) -> ZepsCommitMessage:
+#: Local properties Spark sets on the tasks of a streaming query's micro-batch.
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
+
+
+def task_producer_id(write_id: str, task) -> str:
+    """The producer id of one write task (exactly-once publishing, docs/spark.md): the same for
+    every attempt of the task, different for every other task. ``task`` is the task's
+    ``pyspark.TaskContext``. Made of the query id (a streaming query's, which its checkpoint
+    keeps across restarts; else ``write_id``, made once per write on the driver), the epoch (the
+    micro-batch id; 0 for a batch write) and the partition id -- not the attempt number."""
+    query = task.getLocalProperty(_QUERY_ID) or write_id
+    epoch = task.getLocalProperty(_BATCH_ID) or "0"
+    return f"spark:{query}:{epoch}:{task.partitionId()}"
+
+
+def _this_task_producer_id(write_id: str) -> Optional[str]:
+    from pyspark import TaskContext
+    task = TaskContext.get()
+    return None if task is None else task_producer_id(write_id, task)
+
+
+def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) -> ZepsCommitMessage:
     """Publish every row of ``batches`` (pyarrow RecordBatches with ``key``/``body``) with
-    confirms, and wait until all are durable. Raises if anything was refused or not confirmed
-    in time, so the task fails rather than committing a partial write."""
+    confirms, as producer ``producer_id`` (None: a random one), and wait until all are durable.
+    Raises if anything was refused or not confirmed in time, so the task fails rather than
+    committing a partial write."""
     from ..clients import Client, ZepsError
     count = 0
     last = 0
     try:
-        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout) as c:
+        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout,
+                    producer_id=producer_id) as c:
             for rb in batches:
                 if rb.num_rows == 0:
                     continue
@@ -678,13 +703,15 @@ def _report_abort(o: ZepsOptions, messages, batch_id=None) -> None:
     what = f"micro-batch {batch_id}" if batch_id is not None else "write job"
     log.error("zeps: %s to stream %r aborted: %d task(s) had committed %d row(s), which stay "
               "published (a journal cannot take them back); failed tasks may have published "
-              "part of their rows too. Delivery is at-least-once.", what, o.stream,
+              "part of their rows too (a retry of the same job or micro-batch re-sends them "
+              "under the same producer ids: docs/spark.md).", what, o.stream,
               len(done), n)
 
 
 class ZepsWriter(DataSourceArrowWriter):
-    """``df.write.format("zeps")``: each task publishes its rows with confirms and commits only
-    once all of them are durable."""
+    """``df.write.format("zeps")``: each task publishes its rows with confirms, as the producer
+    :func:`task_producer_id` names (so that a retried attempt's rows land once), and commits
+    only once all of them are durable."""
 
     def __init__(self, options, schema: T.StructType, overwrite: bool):
         self.o = parse_options(options, "write")
@@ -692,9 +719,10 @@ class ZepsWriter(DataSourceArrowWriter):
             raise ZepsSparkError("mode 'overwrite' is not possible: a ZEPS stream is "
                                  "append-only; use mode('append')")
         check_sink_schema(schema)
+        self.write_id = uuid.uuid4().hex        # made on the driver: every task attempt sees it
 
     def write(self, iterator) -> ZepsCommitMessage:
-        return publish_batches(self.o, iterator)
+        return publish_batches(self.o, iterator, _this_task_producer_id(self.write_id))
 
     def commit(self, messages) -> None:
         n = sum(m.count for m in messages if isinstance(m, ZepsCommitMessage))
@@ -710,9 +738,10 @@ class ZepsStreamWriter(DataSourceStreamArrowWriter):
     def __init__(self, options, schema: T.StructType, overwrite: bool):
         self.o = parse_options(options, "write")
         check_sink_schema(schema)
+        self.write_id = uuid.uuid4().hex        # used only if Spark names no query id
 
     def write(self, iterator) -> ZepsCommitMessage:
-        return publish_batches(self.o, iterator)
+        return publish_batches(self.o, iterator, _this_task_producer_id(self.write_id))
 
     def commit(self, messages, batchId: int) -> None:
         pass

@@ -283,6 +283,20 @@ class BrokerCore:
         stream.flush()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
 
+    def _on_limits(self, s: Session, cmd, _was) -> None:
+        self.outbox.append((s.identity, encode(c.LimitsOk(self.config.max_message,
+                                                          self.config.max_credit))))
+
+    def _on_producer(self, s: Session, cmd: c.Producer, _was) -> None:
+        if not cmd.producer or cmd.next < 1:
+            self._invalid(s.identity, "PRODUCER needs a producer id and a sequence from 1")
+            return
+        stream = self.streams[s.stream]
+        stream.flush()                   # what this producer queued is in the state first
+        s.producer = cmd.producer
+        s.pseq_next = cmd.next
+        self.outbox.append((s.identity, encode(c.ProducerOk(stream.producer_last(cmd.producer)))))
+
     def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
         s.timestamps = True
         self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
@@ -537,4 +551,6 @@ _HANDLERS = {
     c.StreamInfo: BrokerCore._on_stream_info,
     c.ConfirmSelect: BrokerCore._on_confirm_select,
     c.DeliverTimestamps: BrokerCore._on_deliver_timestamps,
+    c.Limits: BrokerCore._on_limits,
+    c.Producer: BrokerCore._on_producer,
 }

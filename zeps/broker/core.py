@@ -354,16 +354,23 @@ class BrokerCore:
 
     def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
         if not s.may_publish:
-            self._invalid(s.identity, f"{PUBLISH_REJECTED}{NOT_ALLOWED}{self.acl.who(s.user)} may "
-                                      f"not publish to stream {s.stream!r}")
+            self._reject(s, f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream "
+                            f"{s.stream!r}")
             return
         own = self.streams[s.stream].max_message
         limit = own or self.config.max_message
         if len(cmd.body) > limit:
-            self._invalid(s.identity, f"{PUBLISH_REJECTED}body of {len(cmd.body)} bytes is over "
-                                      f"the {'stream' if own else 'broker'}'s limit of {limit}")
+            self._reject(s, f"body of {len(cmd.body)} bytes is over the "
+                            f"{'stream' if own else 'broker'}'s limit of {limit}")
             return
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
+
+    def _reject(self, s: Session, why: str) -> None:
+        """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
+        PUBLISH after PRODUCER does (the client numbers them all)."""
+        if s.producer is not None:
+            s.pseq_next += 1
+        self._invalid(s.identity, f"{PUBLISH_REJECTED}{why}")
 
     def _on_seq_at_time(self, s: Session, cmd: c.SeqAtTime, _was) -> None:
         seq = self.streams[s.stream].seq_at(cmd.timestamp)
@@ -377,6 +384,20 @@ class BrokerCore:
         stream = self.streams[s.stream]
         stream.flush()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
+
+    def _on_limits(self, s: Session, cmd, _was) -> None:
+        self.outbox.append((s.identity, encode(c.LimitsOk(self.config.max_message,
+                                                          self.config.max_credit))))
+
+    def _on_producer(self, s: Session, cmd: c.Producer, _was) -> None:
+        if not cmd.producer or cmd.next < 1:
+            self._invalid(s.identity, "PRODUCER needs a producer id and a sequence from 1")
+            return
+        stream = self.streams[s.stream]
+        stream.flush()                   # what this producer queued is in the state first
+        s.producer = cmd.producer
+        s.pseq_next = cmd.next
+        self.outbox.append((s.identity, encode(c.ProducerOk(stream.producer_last(cmd.producer)))))
 
     def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
         s.timestamps = True
@@ -639,4 +660,6 @@ _HANDLERS = {
     c.StreamDescribe: BrokerCore._on_stream_describe,
     c.StreamPurge: BrokerCore._on_stream_purge,
     c.StreamDelete: BrokerCore._on_stream_delete,
+    c.Limits: BrokerCore._on_limits,
+    c.Producer: BrokerCore._on_producer,
 }

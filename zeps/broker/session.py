@@ -30,11 +30,11 @@ NEW = "NEW"
 ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
-_ANY_STATE = (c.Ping, c.ListStreams, c.StreamCreate, c.StreamDelete, c.StreamPurge,
+_ANY_STATE = (c.Ping, c.ListStreams, c.Limits, c.StreamCreate, c.StreamDelete, c.StreamPurge,
               c.StreamDescribe)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
-                  c.ConfirmSelect, c.DeliverTimestamps)
+                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer)
 
 
 
@@ -47,7 +47,7 @@ class Session:
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
-                 "may_subscribe")
+                 "may_subscribe", "producer", "pseq_next")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -78,6 +78,8 @@ class Session:
         self.told_too_big = 0           # last sequence reported as larger than that window
         self.may_publish = True         # rights on the attached stream (the ACL, at ATTACH)
         self.may_subscribe = True
+        self.producer: Optional[str] = None   # idempotent producer id (PRODUCER), or None
+        self.pseq_next = 0              # producer sequence of this peering's next PUBLISH
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:

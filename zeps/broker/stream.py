@@ -79,6 +79,8 @@ class Stream:
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
+        self.pending_pseq: Dict[int, Tuple[str, int]] = {}    # pending index -> producer, pseq
+        self.duplicates_total = 0                              # producer retries not stored again
         self.published_total = 0
         self.delivered_total = 0
         self.published_bytes = 0
@@ -225,16 +227,57 @@ class Stream:
 
     # ------------------------------------------------------------------ publish and live routing
     def publish(self, session: Session, key: str, body: bytes) -> None:
-        """Queue a publish; :meth:`flush` appends the queued batch with one journal write."""
+        """Queue a publish; :meth:`flush` appends the queued batch with one journal write.
+        A PUBLISH of an idempotent producer (PRODUCER) takes the peering's next producer
+        sequence."""
+        if session.producer is not None:
+            self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
+            session.pseq_next += 1
         self.pending.append((session, key, body))
+
+    def producer_last(self, producer: str) -> int:
+        """The highest producer sequence the stream holds for ``producer`` (0: none)."""
+        return self.journal.producers().get(producer, (0, 0))[0]
+
+    def _drop_duplicates(self, pending):
+        """Split the queued publishes: the ones an idempotent producer already stored are
+        counted and confirmed (at the sequence of that producer's last stored message, once it
+        is durable) but not stored again; the rest are returned, with their producer entries."""
+        marks, self.pending_pseq = self.pending_pseq, {}
+        state = dict(self.journal.producers())
+        keep, producers = [], []
+        for i, entry in enumerate(pending):
+            mark = marks.get(i)
+            if mark is not None:
+                pid, pseq = mark
+                last_pseq, last_seq = state.get(pid, (0, 0))
+                if pseq <= last_pseq:                  # a retry of what the stream holds
+                    pub = entry[0]
+                    pub.published += 1
+                    if pub.confirms:
+                        pub.unconfirmed.append((pub.published, last_seq))
+                        self.confirming[pub.identity] = pub
+                    self.duplicates_total += 1
+                    continue
+                state[pid] = (pseq, 0)
+            keep.append(entry)
+            producers.append(mark)
+        return keep, producers
 
     def flush(self) -> None:
         """Append the queued publishes to the journal, then route them live."""
         if not self.pending:
             return
         pending, self.pending = self.pending, []
+        producers = None
+        if self.pending_pseq:
+            pending, producers = self._drop_duplicates(pending)
+            if not pending:
+                self.confirm()
+                return
         try:
-            records = self.journal.append_batch([(key, body) for _s, key, body in pending])
+            records = self.journal.append_batch([(key, body) for _s, key, body in pending],
+                                                producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             # One INVALID per rejected PUBLISH, so a publisher counting confirms stays exact.
             reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")

@@ -81,10 +81,16 @@ def test_runs_of_equal_length_fields_with_different_producer_ids(tmp_path):
     sizes differ): the walker's vectorised run check must not take them for equal-sized."""
     d = tmp_path / "s"
     cfg = JournalConfig(fsync="never", index_interval_bytes=1 << 20)   # no hints: walk alone
+    recs = []
     with Journal.open(d, cfg) as j:
         for pid in ("aa", "aaa", None, "a" * 200, "b"):
-            j.append_batch([("k", b"v" * 10)] * 300,
-                           None if pid is None else [(pid, i + 1) for i in range(300)])
+            recs += j.append_batch([("k", b"v" * 10)] * 300,
+                                   None if pid is None else [(pid, i + 1) for i in range(300)])
+    (log,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log")]
+    buf = open(log, "rb").read()
+    pos, after = walk(buf, len(buf))
+    starts = [sum(r.size for r in recs[:i]) for i in range(len(recs))]
+    assert pos.tolist() == starts and after == len(buf)
     r = JournalReader(d)
     want = rows_from_reader(r)
     assert len(want) == 1500 and len({w[4] for w in want}) == 5

@@ -78,20 +78,20 @@ class Record:
     """One journal record. ``frame`` is the DELIVER frame exactly as stored (and sent);
     ``key`` and ``body`` are decoded from it on first access (replay only needs ``frame``).
     ``producer``/``pseq``: the publisher id and its sequence the record was appended with
-    (both None for a record without them)."""
+    (both None for a record without them; a record with them is a :class:`ProducerRecord`, so
+    that building a plain record costs what it did before the extension existed)."""
 
-    __slots__ = ("sequence", "timestamp", "frame", "_key", "_body", "producer", "pseq")
+    __slots__ = ("sequence", "timestamp", "frame", "_key", "_body")
+    producer: Optional[str] = None
+    pseq: Optional[int] = None
 
     def __init__(self, sequence: int, timestamp: int, frame: bytes,
-                 key: Optional[str] = None, body: Optional[bytes] = None,
-                 producer: Optional[str] = None, pseq: Optional[int] = None):
+                 key: Optional[str] = None, body: Optional[bytes] = None):
         self.sequence = sequence
         self.timestamp = timestamp
         self.frame = frame
         self._key = key
         self._body = body
-        self.producer = producer
-        self.pseq = pseq
 
     @property
     def key(self) -> str:
@@ -132,6 +132,18 @@ class Record:
         prod = "" if self.producer is None else f", producer={self.producer!r}, pseq={self.pseq}"
         return (f"Record(sequence={self.sequence}, timestamp={self.timestamp}, "
                 f"key={self.key!r}, body={shown!r}{prod})")
+
+
+class ProducerRecord(Record):
+    """A :class:`Record` appended with a producer id and sequence (its producer extension)."""
+
+    __slots__ = ("producer", "pseq")
+
+    def __init__(self, sequence: int, timestamp: int, frame: bytes, key: Optional[str],
+                 body: Optional[bytes], producer: str, pseq: int):
+        Record.__init__(self, sequence, timestamp, frame, key, body)
+        self.producer = producer
+        self.pseq = pseq
 
 
 @dataclass(frozen=True)
@@ -233,7 +245,8 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
                               _crc_extend(_crc_extend(ts_crc, ext), frame), timestamp))
             parts.append(ext)
             parts.append(frame)
-            records.append(Record(seq, timestamp, frame, key, body, pb.decode("utf-8"), pseq))
+            records.append(ProducerRecord(seq, timestamp, frame, key, body, pb.decode("utf-8"),
+                                          pseq))
         seq += 1
     return parts, records
 
@@ -329,7 +342,7 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             if n and nbytes + length > max_bytes:
                 return LIMIT, pos, expect_seq, last_ts, None
             append(Record(seq, ts, frame) if producer is None else
-                   Record(seq, ts, frame, None, None, producer, pseq))
+                   ProducerRecord(seq, ts, frame, None, None, producer, pseq))
             n += 1
             nbytes += length
             last_ts = ts

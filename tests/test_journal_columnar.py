@@ -26,29 +26,38 @@ def rows_of(columns):
     out = []
     for c in columns:
         out += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
-                   c.body.to_pylist())
+                   c.body.to_pylist(), c.producer.to_pylist(), c.pseq.to_pylist())
     return out
 
 
 def rows_from_reader(r, first=1, last=None):
-    return [(x.sequence, x.timestamp, x.key, x.body) for x in r.read_from(first, end_seq=last)]
+    return [(x.sequence, x.timestamp, x.key, x.body, x.producer, x.pseq)
+            for x in r.read_from(first, end_seq=last)]
 
 
-def random_journal(path, seed=3, batches=40, cfg=None):
+def random_journal(path, seed=3, batches=40, cfg=None, producers=False):
+    """Random records; with ``producers``, batches of plain records, of records with producer
+    extensions (ids of 1 to 255 bytes, pseqs up to 2^64-1) and of both."""
     rnd = random.Random(seed)
     cfg = cfg or JournalConfig(segment_bytes=1 << 16, index_interval_bytes=512, fsync="never")
     with Journal.open(path, cfg) as j:
         for _ in range(batches):
-            j.append_batch([("é" * rnd.randint(0, 15),
-                             bytes(rnd.getrandbits(8) for _ in range(rnd.choice([0, 1, 7, 100, 3000]))))
-                            for _ in range(rnd.randint(1, 150))])
+            items = [("é" * rnd.randint(0, 15),
+                      bytes(rnd.getrandbits(8) for _ in range(rnd.choice([0, 1, 7, 100, 3000]))))
+                     for _ in range(rnd.randint(1, 150))]
+            share = rnd.choice([0, 0.5, 1]) if producers else 0
+            prods = [(rnd.choice(["p", "ü" * 20, "x" * 255]), rnd.choice([1, 77, (1 << 64) - 1]))
+                     if rnd.random() < share else None for _ in items]
+            j.append_batch(items, prods if producers else None)
 
 
-def test_same_records_as_journal_reader(tmp_path):
+@pytest.mark.parametrize("producers", [False, True])
+def test_same_records_as_journal_reader(tmp_path, producers):
     """Odd sizes (empty keys and bodies, records bigger than the block), many segments, any
-    range, any block size: exactly the records JournalReader returns."""
+    range, any block size, records with and without producer extensions: exactly the records
+    JournalReader returns."""
     d = tmp_path / "s"
-    random_journal(d)
+    random_journal(d, producers=producers)
     r = JournalReader(d)
     n = r.last_seq
     assert r.info().segments > 5
@@ -63,6 +72,30 @@ def test_same_records_as_journal_reader(tmp_path):
                 (block, first, last)
     # verifyCrc=false reads the same records from an intact journal
     assert rows_of(read_columns(r, 1, verify_crc=False)) == want
+    assert any(w[4] is not None for w in want) == producers
+    assert all(w[4] is not None for w in want) is False
+
+
+def test_runs_of_equal_length_fields_with_different_producer_ids(tmp_path):
+    """Records whose length fields are equal but whose producer ids differ in length (so their
+    sizes differ): the walker's vectorised run check must not take them for equal-sized."""
+    d = tmp_path / "s"
+    cfg = JournalConfig(fsync="never", index_interval_bytes=1 << 20)   # no hints: walk alone
+    recs = []
+    with Journal.open(d, cfg) as j:
+        for pid in ("aa", "aaa", None, "a" * 200, "b"):
+            recs += j.append_batch([("k", b"v" * 10)] * 300,
+                                   None if pid is None else [(pid, i + 1) for i in range(300)])
+    (log,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log")]
+    buf = open(log, "rb").read()
+    pos, after = walk(buf, len(buf))
+    starts = [sum(r.size for r in recs[:i]) for i in range(len(recs))]
+    assert pos.tolist() == starts and after == len(buf)
+    r = JournalReader(d)
+    want = rows_from_reader(r)
+    assert len(want) == 1500 and len({w[4] for w in want}) == 5
+    for block in (32 << 20, 4096, 100):
+        assert rows_of(read_columns(r, 1, block_bytes=block)) == want
 
 
 def test_follows_a_growing_journal(tmp_path):
@@ -105,7 +138,8 @@ def test_block_crc_check_finds_every_flipped_bit(tmp_path):
     rnd = random.Random(5)
     with Journal.open(d, JournalConfig(fsync="never")) as j:
         j.append_batch([(f"k{i}", bytes(rnd.getrandbits(8) for _ in range(i % 300)))
-                        for i in range(400)])
+                        for i in range(400)],
+                       [None if i % 3 else (f"producer-{i}", i + 1) for i in range(400)])
     (log,) = [os.path.join(d, f) for f in os.listdir(d) if f.endswith(".log")]
     buf = open(log, "rb").read()
     pos, after = walk(buf, len(buf))

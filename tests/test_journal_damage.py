@@ -10,16 +10,21 @@ drifted from the other's fails here. The rules (zeps/journal/view.py):
   torn tail); before it, it is corruption;
 * in a sealed segment, a short or bad record is corruption;
 * an index is only a hint: a missing, short or wrong one changes nothing but speed.
+
+Every case runs on two journals: one of plain records, and one where most records carry a
+producer extension (pid, pseq between the timestamp and the frame, flagged in the length's top
+bit) mixed with plain ones; in the second, the damaged record is one with an extension.
 """
 from __future__ import annotations
 
 import os
 import shutil
 
+import google_crc32c
 import pytest
 
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader
-from zeps.journal.record import HEADER_SIZE, encode_batch
+from zeps.journal.record import CRC_OFFSET, HEADER_SIZE, PID_LEN_OFFSET, TS_OFFSET, encode_batch
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")
@@ -28,20 +33,36 @@ from zeps.journal.columnar import read_columns  # noqa: E402
 CFG = JournalConfig(segment_bytes=1024, index_interval_bytes=100, fsync="never")
 
 
-class Layout:
-    """The undamaged journal: its records and where each one lies."""
+def producer_of(seq):
+    """Mixed journal: every record but each fifth has a producer (ids of varying lengths)."""
+    return None if seq % 5 == 0 else ("p" * (1 + seq % 7) + "é", seq * 3)
 
-    def __init__(self, path):
+
+class Layout:
+    """The undamaged journal: its records and where each one lies. ``producers``: most records
+    carry a producer extension, and the last one does."""
+
+    def __init__(self, path, producers=False):
         self.path = str(path)
+        self.producers = producers
         clock = iter(range(10**12, 10**13, 1000))
         with Journal.open(self.path, CFG, clock=lambda: next(clock)) as j:
             self.recs = []
             b = 0
+
+            def add(items):
+                prods = [producer_of(j.next_seq + i) for i in range(len(items))]
+                self.recs.extend(j.append_batch(items, prods if producers else None))
             # about 6 segments, the last one holding at least 8 records
             while len(self.recs) < 80 or j.next_seq - j.segment_seqs()[-1] < 8:
-                self.recs += j.append_batch([(f"k.{b}.{i}", bytes([b, i]) * (3 + (7 * b + i) % 29))
-                                             for i in range(1 + b % 3)])
+                add([(f"k.{b}.{i}", bytes([b, i]) * (3 + (7 * b + i) % 29))
+                     for i in range(1 + b % 3)])
                 b += 1
+            if producers and self.recs[-1].producer is None:
+                add([("last", b"with a producer")])
+        if producers:
+            assert self.recs[-1].producer is not None
+            assert sum(r.producer is None for r in self.recs) >= 10
         self.logs = sorted(os.path.join(self.path, f) for f in os.listdir(self.path)
                            if f.endswith(".log"))
         self.firsts = [int(os.path.basename(p)[:-4]) for p in self.logs]
@@ -58,17 +79,25 @@ class Layout:
                                for i in range(0, len(data), 16)]
 
     def rows(self, upto):
-        """The first ``upto`` records as (sequence, timestamp, key, body)."""
-        return [(r.sequence, r.timestamp, r.key, r.body) for r in self.recs[:upto]]
+        """The first ``upto`` records as (sequence, timestamp, key, body, producer, pseq)."""
+        return [(r.sequence, r.timestamp, r.key, r.body, r.producer, r.pseq)
+                for r in self.recs[:upto]]
+
+    def damaged(self, seq, step=1):
+        """The record to damage near ``seq``: in the mixed journal, the nearest one with a
+        producer extension (moving by ``step``)."""
+        while self.producers and self.recs[seq - 1].producer is None:
+            seq += step
+        return seq
 
     def segment_records(self, k):
         nxt = self.firsts[k + 1] if k + 1 < len(self.firsts) else len(self.recs) + 1
         return list(range(self.firsts[k], nxt))
 
 
-@pytest.fixture(scope="module")
-def base(tmp_path_factory):
-    lay = Layout(tmp_path_factory.mktemp("journal") / "s")
+@pytest.fixture(scope="module", params=["plain", "producers"])
+def base(tmp_path_factory, request):
+    lay = Layout(tmp_path_factory.mktemp("journal") / "s", request.param == "producers")
     assert len(lay.logs) >= 4
     last = lay.segment_records(len(lay.logs) - 1)
     assert len(last) >= 6
@@ -82,7 +111,7 @@ def outcome_records(d):
     with JournalReader(d) as r:
         try:
             for x in r.read_from(1, batch_records=7):
-                rows.append((x.sequence, x.timestamp, x.key, x.body))
+                rows.append((x.sequence, x.timestamp, x.key, x.body, x.producer, x.pseq))
         except CorruptionError as e:
             err = (e.path, e.offset)
     return rows, err
@@ -94,7 +123,7 @@ def outcome_columns(d, block_bytes):
         try:
             for c in read_columns(r, 1, block_bytes=block_bytes):
                 rows += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
-                            c.body.to_pylist())
+                            c.body.to_pylist(), c.producer.to_pylist(), c.pseq.to_pylist())
         except CorruptionError as e:
             err = (e.path, e.offset)
     return rows, err
@@ -168,7 +197,8 @@ def test_flipped_byte_before_the_last_index_entry_of_the_last_segment(base, tmp_
     """Corruption - unless the index is missing: then the entries rebuilt from the log stop
     at the bad record, so it is past the last entry, a torn tail (where the writer's recovery
     would cut)."""
-    seq = base.segment_records(len(base.logs) - 1)[2]
+    seq = base.damaged(base.segment_records(len(base.logs) - 1)[2])
+    assert base.where[seq][1] < base.last_index_pos[-1]
     log, pos = base.where[seq]
     size = base.recs[seq - 1].size
     for off in range(pos, pos + size):
@@ -188,6 +218,7 @@ def test_flipped_byte_in_an_older_segment_is_corruption(base, tmp_path, which, i
     k = 1
     in_seg = base.segment_records(k)
     seq = {"first": in_seg[0], "middle": in_seg[len(in_seg) // 2], "last": in_seg[-1]}[which]
+    seq = base.damaged(seq, -1 if which == "last" else 1)
     log, pos = base.where[seq]
     size = base.recs[seq - 1].size
     for off in range(pos, pos + size):
@@ -207,11 +238,12 @@ def test_valid_crc_with_a_wrong_sequence_or_timestamp_is_corruption(base, tmp_pa
     index entry of the last one."""
     k = 1 if segment == "older" else len(base.logs) - 1
     in_seg = base.segment_records(k)
-    seq = in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2]
+    seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
     r, prev = base.recs[seq - 1], base.recs[seq - 2]
     log, pos = base.where[seq]
     parts, _ = encode_batch([(r.key, r.body)], seq if lie == "timestamp" else seq - 1,
-                            prev.timestamp - 1 if lie == "timestamp" else r.timestamp, 1 << 20)
+                            prev.timestamp - 1 if lie == "timestamp" else r.timestamp, 1 << 20,
+                            None if r.producer is None else [(r.producer, r.pseq)])
     forged = b"".join(parts)
     assert len(forged) == r.size
     d = copy(base, tmp_path, "forged")
@@ -225,7 +257,8 @@ def test_truncated_older_segment_is_corruption(base, tmp_path):
     k = 1
     seq = base.segment_records(k)[-1]
     log, pos = base.where[seq]
-    for cut in (pos + 1, pos + HEADER_SIZE, pos + base.recs[seq - 1].size - 1):
+    for cut in (pos + 1, pos + HEADER_SIZE, pos + HEADER_SIZE + 1, pos + HEADER_SIZE + 9,
+                pos + base.recs[seq - 1].size - 1):
         d = copy(base, tmp_path, f"cut{cut}")
         os.truncate(moved(base, d, log), cut)
         check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"cut at byte {cut}")
@@ -257,3 +290,41 @@ def test_damaged_index_changes_nothing(base, tmp_path, damage):
                         shift = 0 if i in (0, len(entries) - 1) else 1
                         f.write(e[:8] + (int.from_bytes(e[8:], "big") + shift).to_bytes(8, "big"))
     check(d, base.rows(len(base.recs)), None, f"index {damage}")
+
+
+def _recrc(rec: bytearray) -> None:
+    """Make the CRC of a forged record match it."""
+    rec[CRC_OFFSET:TS_OFFSET] = google_crc32c.value(bytes(rec[TS_OFFSET:])).to_bytes(4, "big")
+
+
+@pytest.mark.parametrize("segment", ["older", "last"])
+@pytest.mark.parametrize("lie", ["pseq 0", "pid not UTF-8", "empty pid"])
+def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, segment, lie):
+    """An extension the writer never writes (pseq 0, a producer id that is not UTF-8 or empty)
+    under a matching CRC: corruption, like a wrong sequence."""
+    if not base.producers:
+        pytest.skip("the plain journal has no extension")
+    k = 1 if segment == "older" else len(base.logs) - 1
+    in_seg = base.segment_records(k)
+    seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
+    r = base.recs[seq - 1]
+    log, pos = base.where[seq]
+    d = copy(base, tmp_path, "forged")
+    path = moved(base, d, log)
+    with open(path, "rb") as f:
+        f.seek(pos)
+        rec = bytearray(f.read(r.size))
+    plen = rec[PID_LEN_OFFSET]
+    pid_at = PID_LEN_OFFSET + 1
+    if lie == "pseq 0":
+        rec[pid_at + plen:pid_at + plen + 8] = bytes(8)
+    elif lie == "pid not UTF-8":
+        rec[pid_at:pid_at + plen] = b"\xff" * plen
+    else:       # the record shrinks: what follows it is misaligned, the reader stops before
+        del rec[pid_at:pid_at + plen]
+        rec[PID_LEN_OFFSET] = 0
+    _recrc(rec)
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(rec)
+    check(d, base.rows(seq - 1), (path, pos), lie)

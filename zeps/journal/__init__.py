@@ -11,6 +11,7 @@ bad record means (:mod:`.view`). Module map:
 * :mod:`.names`         - stream name <-> directory name
 * :mod:`.record`        - record format, :class:`Record`, encoding and parsing (what is valid)
 * :mod:`.index`         - sparse offset index and time index files, the entry rule
+* :mod:`.producers`     - the producer state (last pseq per producer id) and its snapshots
 * :mod:`.segment`       - one segment: file naming, block reads, lookups
 * :mod:`.recovery`      - checking/rebuilding a segment's index, recovering its tail
 * :mod:`.open_segments` - the LRU of open sealed segments
@@ -48,6 +49,14 @@ Decisions and known limits (details in each module's docstring):
 * No clock of its own: record timestamps come from the ``clock`` given to
   :meth:`Journal.open` / :class:`DataDir` (``time.time_ns`` by default), and ``read_from``'s
   follow mode takes ``clock``/``sleep``; the broker decides when to call :meth:`Journal.sync`.
+* Producer sequences (idempotent publishers): ``append_batch(items, producers=)`` stores a
+  ``(producer id, pseq)`` in a record's CRC-covered producer extension (flagged in the length's
+  top bit; records without one are byte-identical to the original format) and
+  :meth:`Journal.producers` is the last pseq of each id over the records held - rebuilt on open
+  from the newest valid ``.producers`` snapshot (written at each roll and at close) plus the
+  records after it, so it is exactly what the recovered log holds, survives retention, and
+  costs at most one segment's scan after a crash. At most ``max_producers`` ids are kept (LRU):
+  a retry after that many other producers published is not deduplicated.
 * Every valid stream name (1 to 255 bytes of UTF-8) has a directory: one whose escaped form
   would exceed 255 bytes is stored under a hashed directory name with the real name in its
   ``NAME`` file (``names.py``); the data directory's own ``LOCK`` is never a stream's name.

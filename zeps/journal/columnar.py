@@ -17,18 +17,20 @@ of the per-record reader. What differs is how a block is parsed:
    trusted: a wrong or missing entry falls back to the sequential walk, a plain Python loop with
    a vectorised fast path for runs of equal-sized records);
 3. every check of :func:`zeps.journal.record.parse_records` is made over all records of the block
-   at once (minimal length, DELIVER signature, key and body lengths adding up, the expected
-   sequences, timestamps that never go back), through overlapping big-endian numpy views of the
-   block. Unless ``verify_crc=False``, the CRC-32Cs of all records are checked with *one*
-   ``google_crc32c`` call over a transformed copy of the block (:mod:`.blockcrc`); only a block
-   that fails is checked record by record, to find the bad one. The first record that
-   fails any check is handed to ``parse_records`` itself, which says what is wrong with it, so
-   both readers stop at the same byte for the same reason;
+   at once (minimal length, DELIVER signature, key and body lengths adding up, a valid producer
+   extension where one is flagged, the expected sequences, timestamps that never go back),
+   through overlapping big-endian numpy views of the block. Unless ``verify_crc=False``, the
+   CRC-32Cs of all records are checked with *one* ``google_crc32c`` call over a transformed copy
+   of the block (:mod:`.blockcrc`); only a block that fails is checked record by record, to find
+   the bad one. The first record that fails any check is handed to ``parse_records`` itself,
+   which says what is wrong with it, so both readers stop at the same byte for the same reason;
 4. ``key`` and ``body`` are built with ``pyarrow.Array.from_buffers`` over the block itself,
    with interleaved offsets (``[key0 start, key0 end, key1 start, ...]``) so the even elements
    are the keys and the odd ones the bytes in between; ``Array.filter`` with an even mask then
    copies just the keys into a compact array (C++). Same for bodies. Keys are UTF-8 validated
    (a key that is not is reported as corruption; the per-record reader decodes keys lazily).
+   Producer ids and sequences (records with a producer extension) become the nullable
+   ``producer`` / ``pseq`` columns; a block without one gets all-null columns, built in O(1).
 
 numpy and pyarrow are the ``spark`` extra's dependencies: ``zeps.journal`` does not import this
 module; import it where it is used.
@@ -37,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -47,14 +48,14 @@ import pyarrow as pa
 from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
                                 SIGNATURE)
 from .blockcrc import first_bad_crc
-from .record import BAD, END, HEADER_SIZE, LIMIT, SHORT, TS_OFFSET, parse_records
+from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, LENGTH_MASK, LIMIT, PID_LEN_OFFSET,
+                     SHORT, TS_OFFSET, parse_records, record_span)
 from .segment import ScanResult, Segment
 from .walk import be_view, walk
 
 log = logging.getLogger("zeps.journal")
 
 BLOCK_BYTES = 32 << 20
-_U32 = struct.Struct(">I")
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
 
@@ -66,6 +67,8 @@ class Columns:
     timestamp_ns: np.ndarray    # int64
     key: pa.Array               # pa.string()
     body: pa.Array              # pa.binary()
+    producer: pa.Array          # pa.string(), null for a record without a producer extension
+    pseq: pa.Array              # pa.uint64(), null likewise
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -87,11 +90,21 @@ class _Block:
         arr = np.frombuffer(buf, dtype=np.uint8)
         u32 = be_view(buf, 4)
         u64 = be_view(buf, 8)
-        length = u32[pos].astype(np.int64)
+        word = u32[pos].astype(np.int64)
+        length = word & LENGTH_MASK
         n = _first(length < MIN_FRAME)
-        pos, length = pos[:n], length[:n]
-        frame = pos + HEADER_SIZE
-        n = min(n, _first((u32[frame] >> 8) != _DELIVER_HEAD))
+        pos, length, flagged = pos[:n], length[:n], word[:n] > LENGTH_MASK
+        ext = np.zeros(n, dtype=np.int64)
+        pstart = pseq = None
+        if flagged.any():           # walked records are whole: their pid_len is in the block
+            plen = np.where(flagged, arr[pos + PID_LEN_OFFSET].astype(np.int64), 0)
+            n = min(n, _first(flagged & (plen == 0)))
+            ext = np.where(flagged, EXT_FIXED + plen, 0)
+            pstart = pos + PID_LEN_OFFSET + 1
+            pseq = u64[(pstart + plen)[:n]].astype(np.uint64)
+            n = min(n, _first(flagged[:n] & (pseq == 0)))
+        frame = pos + HEADER_SIZE + ext
+        n = min(n, _first((u32[frame[:n]] >> 8) != _DELIVER_HEAD))
         kstart = frame + KEY_OFFSET
         kend = kstart + arr[frame + KEYLEN_OFFSET].astype(np.int64)
         bend = frame + length
@@ -107,6 +120,12 @@ class _Block:
             n = min(n, _first(back))
         if verify_crc and n:
             n = min(n, first_bad_crc(buf, pos[:n], int(bend[n - 1])))
+        self.flagged = flagged[:n] if pseq is not None and flagged[:n].any() else None
+        if self.flagged is not None:
+            f = self.flagged
+            n = min(n, _first_bad_utf8_mask(buf, pstart[:n], pstart[:n] + ext[:n] - EXT_FIXED, f))
+            self.flagged = f[:n]
+            self.pstart, self.pend, self.pseq = pstart[:n], (pstart + ext - EXT_FIXED)[:n], pseq[:n]
         self.n = n
         self.pos, self.seq, self.ts = pos[:n], seq[:n], ts[:n]
         self.kstart, self.kend, self.bend = kstart[:n], kend[:n], bend[:n]
@@ -129,7 +148,39 @@ class _Block:
             hi = lo + ok
             key = key.slice(0, ok)
         body = _compact(data, self.kend[lo:hi] + 4, self.bend[lo:hi])
-        return Columns(self.seq[lo:hi], self.ts[lo:hi], key, body), ok
+        producer, pseq = self._producers(data, lo, hi)
+        return Columns(self.seq[lo:hi], self.ts[lo:hi], key, body, producer, pseq), ok
+
+    def _producers(self, data: pa.Buffer, lo: int, hi: int) -> Tuple[pa.Array, pa.Array]:
+        """The nullable producer id and pseq columns of records ``lo..hi-1``."""
+        f = None if self.flagged is None else self.flagged[lo:hi]
+        if f is None or not f.any():
+            return pa.nulls(hi - lo, pa.string()), pa.nulls(hi - lo, pa.uint64())
+        ids = _compact(data, self.pstart[lo:hi][f], self.pend[lo:hi][f])
+        offs = np.frombuffer(ids.buffers()[1], dtype=np.int32)[ids.offset:]
+        lens = np.where(f, self.pend[lo:hi] - self.pstart[lo:hi], 0)
+        full = np.empty(hi - lo + 1, dtype=np.int32)
+        full[0] = offs[0]
+        np.cumsum(lens, out=full[1:])
+        full[1:] += offs[0]
+        valid = pa.array(f).buffers()[1]
+        producer = pa.Array.from_buffers(pa.string(), hi - lo,
+                                         [valid, pa.py_buffer(full), ids.buffers()[2]])
+        pseq = pa.array(self.pseq[lo:hi], type=pa.uint64(), mask=~f)
+        return producer, pseq
+
+
+def _first_bad_utf8_mask(buf: bytes, starts: np.ndarray, ends: np.ndarray,
+                         mask: np.ndarray) -> int:
+    """Index of the first record with ``mask`` set whose ``buf[starts:ends]`` is not valid UTF-8
+    (``len(mask)`` if none): one pyarrow validation, record by record only if it fails."""
+    sel = np.nonzero(mask)[0]
+    ids = _compact(pa.py_buffer(buf), starts[sel], ends[sel]).view(pa.string())
+    try:
+        ids.validate(full=True)
+        return len(mask)
+    except pa.ArrowInvalid:
+        return int(sel[_first_bad_utf8(buf, starts[sel], ends[sel])])
 
 
 def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
@@ -215,8 +266,7 @@ class ColumnSink:
                     hints = np.frombuffer(h, dtype=np.uint64).astype(np.int64) - pos
             positions, _ = walk(buf, len(buf), hints)
             if not len(positions):
-                need = HEADER_SIZE if len(buf) < HEADER_SIZE else \
-                    HEADER_SIZE + _U32.unpack_from(buf, 0)[0]
+                need = record_span(buf, 0, len(buf))
                 if not at_end and pos + need <= limit:
                     continue                          # one record longer than the block
                 return ScanResult(SHORT, pos, seq, last_ts, need)

@@ -13,11 +13,18 @@ Decisions:
   journal has no timer and does not read ``fsync_interval_ms``: it is the broker's setting,
   kept here beside the policy it belongs to.
 * retention is off unless ``retention_bytes`` / ``retention_ms`` are set.
+* ``max_producers`` (10,000): producer ids whose last sequence the journal keeps (least
+  recently used dropped beyond it, :mod:`.producers`); a producer that retries after that many
+  others published since its last record is not deduplicated.
+* ``max_record_bytes`` is at most 2^31-1: the record's length field has 31 bits for the frame
+  (its top bit flags a producer extension).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Optional
+
+from .record import MAX_FRAME
 
 FSYNC_POLICIES = ("always", "interval", "never")
 
@@ -31,18 +38,21 @@ class JournalConfig:
     max_record_bytes: int = 16 << 20
     retention_bytes: Optional[int] = None
     retention_ms: Optional[int] = None
+    max_producers: int = 10_000
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {self.fsync!r}")
-        for name in ("segment_bytes", "index_interval_bytes", "max_record_bytes"):
+        for name in ("segment_bytes", "index_interval_bytes", "max_record_bytes",
+                     "max_producers"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if not isinstance(self.fsync_interval_ms, (int, float)) or self.fsync_interval_ms < 0:
             raise ValueError(f"fsync_interval_ms must be >= 0, not {self.fsync_interval_ms!r}")
-        if self.max_record_bytes > 0xFFFFFFFF:
-            raise ValueError("max_record_bytes must fit the u32 record length")
+        if self.max_record_bytes > MAX_FRAME:
+            raise ValueError(f"max_record_bytes must be at most {MAX_FRAME} (the record "
+                             f"length's 31 frame-length bits)")
         for name in ("retention_bytes", "retention_ms"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):

@@ -30,6 +30,12 @@ Decisions and why:
   (of a segment's newest record; rule in :mod:`.retention`), on each roll and whenever the
   caller calls :meth:`Journal.apply_retention`.
 * **Locking.** One writer per stream directory (:mod:`.lock`).
+* **Producer state.** Records appended with ``producers=`` carry ``(pid, pseq)`` in the log;
+  :meth:`Journal.producers` is the last of each id over the records the journal holds. It is
+  rebuilt on open from the newest valid ``.producers`` snapshot plus the records after it, and
+  a snapshot is written at each roll (after the sealed segment is synced, before the new
+  segment exists; if it cannot be written the roll, and so the batch, fails with
+  :class:`JournalFullError` and nothing changes). Details in :mod:`.producers`.
 """
 from __future__ import annotations
 
@@ -38,12 +44,13 @@ import logging
 import os
 import threading
 import time
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from .config import JournalConfig
-from .errors import JournalError, JournalFullError, JournalNotFoundError
+from .errors import InvalidRecordError, JournalError, JournalFullError, JournalNotFoundError
 from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
+from .producers import ProducerState, rebuild, write_snapshot
 from .record import Record, encode_batch
 from .recovery import load_sealed, recover
 from .retention import segments_to_delete
@@ -76,6 +83,7 @@ class Journal(StreamView):
         self._unsynced: List[Segment] = []   # rolled segments not yet synced ("never")
         self._last_entry_pos = 0
         self._pending_truncate: Optional[int] = None
+        self._producers = ProducerState(config.max_producers)
 
     # ------------------------------------------------------------------ opening
 
@@ -114,6 +122,7 @@ class Journal(StreamView):
             self._active = seg
             self._next_seq = 1
             self._last_entry_pos = 0
+            self._load_producers()
             return
         self._segs = [Segment(self._dir, q) for q in seqs]
         self._firsts = list(seqs)
@@ -132,6 +141,11 @@ class Journal(StreamView):
             # what a crashed process left in the page cache is only durable once synced
             os.fdatasync(last.fd)
         self._written_seq = self._durable_seq = self._next_seq - 1
+        self._load_producers()
+
+    def _load_producers(self) -> None:
+        self._producers = rebuild(self, self._dir, self._firsts, self._next_seq,
+                                  self.config.max_producers)
 
     def _create_segment(self, first_seq: int) -> Segment:
         """Create the files of a new segment (index files first: a reader that sees the log
@@ -199,26 +213,41 @@ class Journal(StreamView):
     def __repr__(self):
         return f"Journal({self._dir!r}, next_seq={self._next_seq})"
 
+    def producers(self) -> Dict[str, Tuple[int, int]]:
+        """``{producer id: (last pseq, stream sequence of that record)}`` over the records the
+        journal holds (a copy, least recently used id first; at most
+        ``config.max_producers`` ids). Survives restarts and retention."""
+        self._check_open()
+        return self._producers.as_dict()
+
     # ------------------------------------------------------------------ appending
 
     def append(self, key: str, body: bytes) -> Record:
         """Append one record (a batch of one)."""
         return self.append_batch(((key, body),))[0]
 
-    def append_batch(self, items: Sequence[Tuple[str, bytes]]) -> List[Record]:
+    def append_batch(self, items: Sequence[Tuple[str, bytes]],
+                     producers: Optional[Sequence[Optional[Tuple[str, int]]]] = None
+                     ) -> List[Record]:
         """Append ``(key, body)`` pairs as consecutive records with one ``write()``; return
-        their :class:`Record` (``.frame`` is the DELIVER frame to route). All or nothing:
-        :class:`RecordTooLargeError` / :class:`KeyTooLongError` / :class:`InvalidRecordError`
-        before writing anything, :class:`JournalFullError` if the write failed (rolled back)."""
+        their :class:`Record` (``.frame`` is the DELIVER frame to route). ``producers``: None,
+        or a list parallel to ``items`` of None or ``(producer id, pseq)`` (1 to 255 bytes of
+        UTF-8, 1 to 2^64-1), stored in the record (inside its CRC) and reflected in
+        :meth:`producers`. All or nothing: :class:`RecordTooLargeError` /
+        :class:`KeyTooLongError` / :class:`InvalidRecordError` before writing anything,
+        :class:`JournalFullError` if the write failed (rolled back)."""
         self._check_open()
         if not items:
+            if producers:
+                raise InvalidRecordError("producers given for an empty batch")
             return []
         if self._pending_truncate is not None:
             self._retry_truncate()
         ts = self._clock()
         if ts < self._last_ts:
             ts = self._last_ts
-        parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes)
+        parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes,
+                                      producers)
         buf = b"".join(parts)
         seg = self._active
         if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
@@ -255,6 +284,8 @@ class Journal(StreamView):
             self._written_seq = last
             if policy != "interval":
                 self._durable_seq = last
+        if producers is not None:
+            self._producers.observe_records(records)
         return records
 
     def _write_all(self, seg: Segment, buf: bytes, pre: int, n: int) -> None:
@@ -310,12 +341,18 @@ class Journal(StreamView):
 
     def _roll(self) -> None:
         old = self._active
-        if self.config.fsync != "never":
+        sync = self.config.fsync != "never"
+        if sync:
             try:
                 os.fdatasync(old.fd)
             except OSError as e:
                 raise JournalFullError(f"fdatasync of {old.log_path} failed while rolling: "
                                        f"{e.strerror}", e) from None
+        try:
+            write_snapshot(self._dir, self._producers, self._next_seq, sync)
+        except OSError as e:
+            raise JournalFullError(f"cannot write the producer snapshot of {self._dir} while "
+                                   f"rolling: {e.strerror}", e) from None
         new = self._create_segment(self._next_seq)
         for attr in ("ifd_w", "tfd_w"):
             fd = getattr(old, attr)
@@ -435,17 +472,31 @@ class Journal(StreamView):
         if self._closed:
             return
         try:
+            synced = True
             if self.config.fsync != "never" and self._active is not None:
                 try:
                     self.sync()
                 except JournalError as e:
+                    synced = False
                     log.error("journal %s: final sync failed: %s", self._dir, e)
+            if synced and self._active is not None:
+                self._snapshot_on_close()
         finally:
             with self._sync_lock:
                 self._closed = True
             for seg in self._segs:
                 seg.close()
             self._release()
+
+    def _snapshot_on_close(self) -> None:
+        """A snapshot of the state at the end of the log, so that the next open reads no
+        record (it is deleted by that open; after a crash the segment snapshots are used)."""
+        try:
+            write_snapshot(self._dir, self._producers, self._next_seq,
+                           self.config.fsync != "never")
+        except OSError as e:
+            log.warning("journal %s: cannot write the producer snapshot on close (%s); the "
+                        "next open scans the last segment", self._dir, e)
 
     def _release(self) -> None:
         fd, self._lock_fd = self._lock_fd, -1

@@ -2,9 +2,12 @@
 
 A record in a ``.log`` file (see docs/architecture.md, "Journal contract")::
 
-    length    u32 BE   length of the DELIVER frame that follows
-    crc       u32 BE   CRC-32C (Castagnoli, google_crc32c) of timestamp || frame
+    length    u32 BE   bit 31: a producer extension follows the timestamp;
+                       bits 0-30: length of the DELIVER frame
+    crc       u32 BE   CRC-32C (Castagnoli, google_crc32c) of timestamp || extension || frame
     timestamp u64 BE   ns since the epoch, taken at append; never decreases within a stream
+    extension          only if bit 31 of length is set (a record published with a producer id):
+                       pid_len u8 (1..255) | pid (UTF-8) | pseq u64 BE (1..2^64-1)
     frame     bytes    the complete ZEPS DELIVER frame:
                        AA A5 07 | seq u64 | keylen u8 | key | bodylen u32 | body
                        (layout defined once in :mod:`zeps.protocol.deliver`)
@@ -19,6 +22,16 @@ Why timestamp || frame are contiguous in the CRC: they are adjacent on disk, so 
 checks one contiguous slice; the length is not covered but a wrong length makes the CRC (or the
 frame's own lengths) fail.
 
+Why the producer extension is flagged in the length's top bit and sits before the frame: a
+record without one is byte-for-byte the record of a journal written before the extension
+existed (old journals stay readable, a replay still sends the stored frame verbatim, and such a
+record costs nothing more to write or read: the reader's first check, ``length`` against the
+bytes available, already sends a flagged length down the slow path). With the extension inside
+the CRC-covered ``timestamp || extension || frame`` slice, the producer id and sequence are
+exactly as durable and as verified as the record: rebuilding the producer state from the log
+(:mod:`.producers`) can trust them. A DELIVER frame is at most 2^31-1 bytes
+(``JournalConfig.max_record_bytes``).
+
 Parsing never trusts a record it has not CRC-checked: :func:`parse_records` yields only whole,
 verified records, and reports where and why it stopped. It is the one definition of a valid
 record: the columnar reader (:mod:`.columnar`) asks it why the first record it rejects is bad.
@@ -27,6 +40,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from itertools import repeat
 from typing import List, Optional, Sequence, Tuple
 
 import google_crc32c
@@ -39,6 +53,13 @@ HEADER = struct.Struct(">IIQ")        # length, crc, timestamp
 HEADER_SIZE = HEADER.size             # 16
 CRC_OFFSET = 4                        # offset of the crc in a record
 TS_OFFSET = 8                         # offset of the timestamp: the CRC covers record[TS_OFFSET:]
+PRODUCER_FLAG = 0x80000000            # length bit: a producer extension follows the timestamp
+LENGTH_MASK = 0x7FFFFFFF              # length bits: the frame length
+MAX_FRAME = LENGTH_MASK               # the largest frame a record can hold
+PID_LEN_OFFSET = HEADER_SIZE          # the extension's pid_len, when the flag is set
+EXT_FIXED = 9                         # extension bytes besides the pid: pid_len u8, pseq u64
+MAX_PRODUCER_ID = 255
+MAX_PSEQ = (1 << 64) - 1
 _U32 = struct.Struct(">I")
 _U64 = struct.Struct(">Q")
 MAX_KEY = 255
@@ -55,9 +76,14 @@ BAD = 3      # the bytes at ``pos`` are not a valid record (``reason`` says why)
 
 class Record:
     """One journal record. ``frame`` is the DELIVER frame exactly as stored (and sent);
-    ``key`` and ``body`` are decoded from it on first access (replay only needs ``frame``)."""
+    ``key`` and ``body`` are decoded from it on first access (replay only needs ``frame``).
+    ``producer``/``pseq``: the publisher id and its sequence the record was appended with
+    (both None for a record without them; a record with them is a :class:`ProducerRecord`, so
+    that building a plain record costs what it did before the extension existed)."""
 
     __slots__ = ("sequence", "timestamp", "frame", "_key", "_body")
+    producer: Optional[str] = None
+    pseq: Optional[int] = None
 
     def __init__(self, sequence: int, timestamp: int, frame: bytes,
                  key: Optional[str] = None, body: Optional[bytes] = None):
@@ -85,14 +111,17 @@ class Record:
 
     @property
     def size(self) -> int:
-        """Bytes this record takes in the log (header + frame)."""
-        return HEADER_SIZE + len(self.frame)
+        """Bytes this record takes in the log (header, producer extension, frame)."""
+        if self.producer is None:
+            return HEADER_SIZE + len(self.frame)
+        return HEADER_SIZE + EXT_FIXED + len(self.producer.encode("utf-8")) + len(self.frame)
 
     def __eq__(self, other):
         if not isinstance(other, Record):
             return NotImplemented
         return (self.sequence == other.sequence and self.timestamp == other.timestamp
-                and self.frame == other.frame)
+                and self.frame == other.frame and self.producer == other.producer
+                and self.pseq == other.pseq)
 
     def __hash__(self):
         return hash((self.sequence, self.timestamp, self.frame))
@@ -100,8 +129,21 @@ class Record:
     def __repr__(self):
         body = self.body
         shown = body[:32] + (b"..." if len(body) > 32 else b"")
+        prod = "" if self.producer is None else f", producer={self.producer!r}, pseq={self.pseq}"
         return (f"Record(sequence={self.sequence}, timestamp={self.timestamp}, "
-                f"key={self.key!r}, body={shown!r})")
+                f"key={self.key!r}, body={shown!r}{prod})")
+
+
+class ProducerRecord(Record):
+    """A :class:`Record` appended with a producer id and sequence (its producer extension)."""
+
+    __slots__ = ("producer", "pseq")
+
+    def __init__(self, sequence: int, timestamp: int, frame: bytes, key: Optional[str],
+                 body: Optional[bytes], producer: str, pseq: int):
+        Record.__init__(self, sequence, timestamp, frame, key, body)
+        self.producer = producer
+        self.pseq = pseq
 
 
 @dataclass(frozen=True)
@@ -116,20 +158,60 @@ class StreamStats:
     segments: int
 
 
+def check_producers(producers, n: int) -> List[Optional[Tuple[bytes, int]]]:
+    """Validate ``append_batch``'s ``producers`` (a list parallel to the ``n`` items, each None
+    or ``(producer id, pseq)``); return each as ``(UTF-8 id, pseq)`` or None. Raises
+    :class:`InvalidRecordError` saying which entry is wrong and why."""
+    if not isinstance(producers, (list, tuple)) or len(producers) != n:
+        raise InvalidRecordError(
+            f"producers must be a list of {n} entries (one per item, None or (producer id, "
+            f"pseq)), not {producers!r:.60}; nothing of the batch was appended")
+    out: List[Optional[Tuple[bytes, int]]] = []
+    for i, p in enumerate(producers):
+        if p is None:
+            out.append(None)
+            continue
+        try:
+            pid, pseq = p
+        except (TypeError, ValueError):
+            raise InvalidRecordError(f"producers[{i}] must be None or a (producer id, pseq) "
+                                     f"pair, not {p!r:.60}") from None
+        if not isinstance(pid, str):
+            raise InvalidRecordError(f"producers[{i}]: producer id must be str, not "
+                                     f"{type(pid).__name__}")
+        try:
+            pb = pid.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRecordError(f"producers[{i}]: producer id {pid!r:.60} is not valid "
+                                     f"Unicode text") from None
+        if not 1 <= len(pb) <= MAX_PRODUCER_ID:
+            raise InvalidRecordError(f"producers[{i}]: producer id is {len(pb)} bytes in UTF-8; "
+                                     f"it must be 1 to {MAX_PRODUCER_ID}")
+        if not isinstance(pseq, int) or isinstance(pseq, bool) or not 1 <= pseq <= MAX_PSEQ:
+            raise InvalidRecordError(f"producers[{i}]: pseq must be an integer from 1 to 2^64-1, "
+                                     f"not {pseq!r:.40}")
+        out.append((pb, pseq))
+    return out
+
+
 def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: int,
-                 max_record_bytes: int) -> Tuple[List[bytes], List[Record]]:
+                 max_record_bytes: int, producers=None) -> Tuple[List[bytes], List[Record]]:
     """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
-    header, frame..., Records). Raises before anything is written if any item is invalid (all or
-    nothing). Frames are built by :func:`zeps.protocol.deliver.encode_deliver`."""
+    header, frame..., Records). ``producers``: None or a list parallel to ``items`` of None or
+    ``(producer id, pseq)`` (checked by :func:`check_producers`); a record with one gets the
+    producer extension (header, extension, frame). Raises before anything is written if any
+    item is invalid (all or nothing). Frames are built by
+    :func:`zeps.protocol.deliver.encode_deliver`."""
     ts_bytes = _U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
     if first_seq + len(items) > 1 << 64:
         raise InvalidRecordError("sequence would exceed 2^64-1")
+    prods = repeat(None) if producers is None else check_producers(producers, len(items))
     parts: List[bytes] = []
     records: List[Record] = []
     seq = first_seq
-    for item in items:
+    for item, prod in zip(items, prods):
         try:
             key, body = item
         except (TypeError, ValueError):
@@ -152,11 +234,34 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
                 f"record {seq - first_seq} of the batch has a {flen}-byte frame, over "
                 f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
         frame = encode_deliver(seq, kb, body)
-        parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
-        parts.append(frame)
-        records.append(Record(seq, timestamp, frame, key, body))
+        if prod is None:
+            parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
+            parts.append(frame)
+            records.append(Record(seq, timestamp, frame, key, body))
+        else:
+            pb, pseq = prod
+            ext = bytes((len(pb),)) + pb + _U64.pack(pseq)
+            parts.append(pack(flen | PRODUCER_FLAG,
+                              _crc_extend(_crc_extend(ts_crc, ext), frame), timestamp))
+            parts.append(ext)
+            parts.append(frame)
+            records.append(ProducerRecord(seq, timestamp, frame, key, body, pb.decode("utf-8"),
+                                          pseq))
         seq += 1
     return parts, records
+
+
+def record_span(buf, pos: int, end: int) -> int:
+    """Bytes the record at ``pos`` takes (header, extension, frame) as its length field says,
+    or, if ``buf[pos:end]`` is too short to tell, the bytes needed to tell."""
+    if end - pos < HEADER_SIZE:
+        return HEADER_SIZE
+    length = _U32.unpack_from(buf, pos)[0]
+    if length <= LENGTH_MASK:
+        return HEADER_SIZE + length
+    if end - pos <= PID_LEN_OFFSET:
+        return PID_LEN_OFFSET + 1
+    return HEADER_SIZE + EXT_FIXED + buf[pos + PID_LEN_OFFSET] + (length & LENGTH_MASK)
 
 
 def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional[list],
@@ -176,7 +281,9 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
 
     A record is valid when it is whole, its length is at least a minimal DELIVER frame, its
     CRC-32C matches, its frame is a DELIVER whose key and body lengths add up to the length, its
-    sequence is the expected one and its timestamp is not below the previous record's.
+    sequence is the expected one and its timestamp is not below the previous record's; a
+    producer extension, if flagged, must hold a 1..255-byte UTF-8 producer id and a non-zero
+    pseq.
 
     Returns ``(status, pos, expect_seq, last_ts, info)``: ``pos``/``expect_seq`` are those of
     the first record not consumed, ``last_ts`` the timestamp of the last consumed record (the
@@ -198,9 +305,16 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         length, crc, ts = unpack_hdr(buf, pos)
         if length < MIN_FRAME:
             return BAD, pos, expect_seq, last_ts, f"record length {length} is below the minimum"
-        if HEADER_SIZE + length > avail:
+        if length <= avail - HEADER_SIZE and length <= LENGTH_MASK:
+            fstart = pos + HEADER_SIZE
+            producer = None
+        elif length <= LENGTH_MASK:
             return SHORT, pos, expect_seq, last_ts, HEADER_SIZE + length
-        fstart = pos + HEADER_SIZE
+        else:
+            ext = _extension(buf, pos, end, length)
+            if len(ext) == 2:
+                return ext[0], pos, expect_seq, last_ts, ext[1]
+            fstart, length, producer, pseq = ext
         fend = fstart + length
         frame = buf[fstart:fend]
         if crc_extend(crc_value(buf[pos + TS_OFFSET:fstart]), frame) != crc:
@@ -211,6 +325,13 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         if (MIN_FRAME + klen > length
                 or MIN_FRAME + klen + unpack_u32(frame, KEY_OFFSET + klen)[0] != length):
             return BAD, pos, expect_seq, last_ts, "frame lengths do not add up"
+        if producer is not None:
+            if pseq == 0:
+                return BAD, pos, expect_seq, last_ts, "producer sequence 0"
+            try:
+                producer = producer.decode("utf-8")
+            except UnicodeDecodeError:
+                return BAD, pos, expect_seq, last_ts, "producer id is not valid UTF-8"
         if seq != expect_seq:
             return BAD, pos, expect_seq, last_ts, f"sequence {seq} where {expect_seq} was expected"
         if last_ts is not None and ts < last_ts:
@@ -220,7 +341,8 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         if seq >= want_seq and append is not None:
             if n and nbytes + length > max_bytes:
                 return LIMIT, pos, expect_seq, last_ts, None
-            append(Record(seq, ts, frame))
+            append(Record(seq, ts, frame) if producer is None else
+                   ProducerRecord(seq, ts, frame, None, None, producer, pseq))
             n += 1
             nbytes += length
             last_ts = ts
@@ -232,3 +354,23 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             last_ts = ts
             pos = fend
             expect_seq = seq + 1
+
+
+def _extension(buf, pos: int, end: int, length: int):
+    """The producer extension of the record at ``pos`` whose length field ``length`` has the
+    flag: ``(frame start, frame length, producer id bytes, pseq)`` if the record is whole in
+    ``buf[pos:end]``, else ``(SHORT, bytes needed)`` or ``(BAD, reason)``."""
+    flen = length & LENGTH_MASK
+    if flen < MIN_FRAME:
+        return BAD, f"record length {flen} is below the minimum"
+    if end - pos <= PID_LEN_OFFSET:
+        return SHORT, PID_LEN_OFFSET + 1
+    plen = buf[pos + PID_LEN_OFFSET]
+    if plen == 0:
+        return BAD, "empty producer id"
+    fstart = pos + PID_LEN_OFFSET + 1 + plen + 8
+    if fstart + flen > end:
+        return SHORT, fstart + flen - pos
+    return fstart, flen, buf[pos + PID_LEN_OFFSET + 1:fstart - 8], _U64.unpack_from(buf,
+                                                                                  fstart - 8)[0]
+

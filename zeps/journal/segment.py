@@ -1,5 +1,6 @@
-"""One segment: a ``.log`` file named by its first sequence, its two index files, and block
-reads of it. Naming is defined here once (:func:`segment_base`, the suffixes,
+"""One segment: a ``.log`` file named by its first sequence, its two index files, the producer
+state snapshot taken before its first record (``.producers``, :mod:`.producers`; not every
+segment has one), and block reads of it. Naming is defined here once (:func:`segment_base`, the suffixes,
 :func:`list_segment_seqs`); checking and rebuilding a segment's index and recovering its tail
 are in :mod:`.recovery`.
 
@@ -27,6 +28,7 @@ SEQ_DIGITS = 20
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIME_SUFFIX = ".timeindex"
+PRODUCERS_SUFFIX = ".producers"
 _LOG_RE = re.compile(r"^(\d{%d})\.log$" % SEQ_DIGITS)
 BLOCK = 256 << 10          # default read block for scans
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
@@ -95,6 +97,7 @@ class Segment:
         self.log_path = base + LOG_SUFFIX
         self.index_path = base + INDEX_SUFFIX
         self.time_path = base + TIME_SUFFIX
+        self.producers_path = base + PRODUCERS_SUFFIX
         self.fd = -1
         self.index = None          # MemIndex | FileIndex
         self.size: Optional[int] = None   # known byte size (writer / sealed); None: fstat
@@ -156,9 +159,9 @@ class Segment:
         self.loaded = False
 
     def delete_files(self) -> None:
-        """Unlink the segment's files (log first: it is what readers list). Open fds stay
-        readable until closed."""
-        for path in (self.log_path, self.index_path, self.time_path):
+        """Unlink the segment's files (log first: it is what readers list; the producer
+        snapshot last). Open fds stay readable until closed."""
+        for path in (self.log_path, self.index_path, self.time_path, self.producers_path):
             try:
                 os.unlink(path)
             except FileNotFoundError:

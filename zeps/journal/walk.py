@@ -1,7 +1,8 @@
 """Finding the records of a block of a segment: their start positions, by walking the
-``length`` fields - sequentially, or in parallel (numpy) from every index entry in the block at
-once, each walker having to land exactly on the next entry, so the index is checked, never
-trusted. Part of the columnar reader (:mod:`.columnar`); needs numpy."""
+``length`` fields (and ``pid_len`` of records with a producer extension) - sequentially, or in
+parallel (numpy) from every index entry in the block at once, each walker having to land exactly
+on the next entry, so the index is checked, never trusted. Part of the columnar reader
+(:mod:`.columnar`); needs numpy."""
 from __future__ import annotations
 
 import struct
@@ -9,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .record import HEADER_SIZE
+from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, PID_LEN_OFFSET, record_span
 
 _U32 = struct.Struct(">I")
 _PARALLEL_MIN = 32     # below this many live walkers, finish them one by one in Python
@@ -23,20 +24,34 @@ def be_view(buf: bytes, width: int) -> np.ndarray:
                       strides=(1,))
 
 
+def spans(u32: np.ndarray, u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
+    """Bytes each record at ``pos`` takes (:func:`~.record.record_span`, vectorised); ``u32`` is
+    :func:`be_view` ``(buf, 4)``, ``u8`` the block's bytes, and each record's header must be in
+    the block."""
+    word = u32[pos].astype(np.int64)
+    span = HEADER_SIZE + (word & LENGTH_MASK)
+    flagged = word > LENGTH_MASK
+    if flagged.any():
+        at = np.minimum(pos + PID_LEN_OFFSET, len(u8) - 1)
+        span += np.where(flagged, EXT_FIXED + u8[at].astype(np.int64), 0)
+    return span
+
+
 def _walk_sequential(buf: bytes, start: int, limit: int) -> Tuple[List[np.ndarray], int]:
     """Positions of the complete records in ``buf[start:limit]`` walked one by one, and the
     position after the last one. Runs of equal-sized records are confirmed vectorised (every
     predicted start checked to hold the same length); sizes that vary go through the loop."""
     unpack = _U32.unpack_from
     u32 = be_view(buf, 4)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
     out: List[np.ndarray] = []
     pending: List[int] = []
     append = pending.append
     p = start
     slow_budget = 0
     while p + HEADER_SIZE <= limit:
-        length = unpack(buf, p)[0]
-        stride = HEADER_SIZE + length
+        word = unpack(buf, p)[0]
+        stride = HEADER_SIZE + word if word <= LENGTH_MASK else record_span(buf, p, limit)
         if p + stride > limit:
             break
         if slow_budget > 0:
@@ -52,7 +67,10 @@ def _walk_sequential(buf: bytes, start: int, limit: int) -> Tuple[List[np.ndarra
             if k <= 0:
                 break
             cand = p + stride * np.arange(k, dtype=np.int64)
-            mism = np.nonzero(u32[cand] != length)[0]
+            differ = u32[cand] != word
+            if word > LENGTH_MASK:      # the same pid_len too, so the same size
+                differ |= u8[cand + PID_LEN_OFFSET] != buf[p + PID_LEN_OFFSET]
+            mism = np.nonzero(differ)[0]
             good = int(mism[0]) if len(mism) else k
             if good:
                 if pending:
@@ -64,8 +82,8 @@ def _walk_sequential(buf: bytes, start: int, limit: int) -> Tuple[List[np.ndarra
                 p += stride * good
             if good < k or p + HEADER_SIZE > limit:
                 break
-            length = unpack(buf, p)[0]
-            if HEADER_SIZE + length != stride:
+            word = unpack(buf, p)[0]
+            if record_span(buf, p, limit) != stride:
                 break
         if run < 16:
             slow_budget = 256   # sizes vary here: walk the next records one by one
@@ -79,6 +97,7 @@ def _walk_parallel(buf: bytes, starts: np.ndarray, limit: int) -> Optional[Tuple
     others, increasing, come from the index). Walker k must land exactly on ``starts[k+1]``; if
     one overshoots, the hints are wrong and None is returned (the caller walks sequentially)."""
     u32 = be_view(buf, 4)
+    u8 = np.frombuffer(buf, dtype=np.uint8)
     steps: List[np.ndarray] = []
     tails: List[np.ndarray] = []
     if len(starts) > 1:
@@ -92,14 +111,13 @@ def _walk_parallel(buf: bytes, starts: np.ndarray, limit: int) -> Optional[Tuple
             if (cur[live] + HEADER_SIZE > targets[live]).any():
                 return None
             c = np.where(live, cur, 0)
-            nxt = np.where(live, c + HEADER_SIZE + u32[c].astype(np.int64), cur)
+            nxt = np.where(live, c + spans(u32, u8, c), cur)
             if (nxt > targets).any():
                 return None
             steps.append(np.where(live, cur, -1))
             cur = nxt
             live = cur < targets
             n_live = int(live.sum())
-        unpack = _U32.unpack_from
         for k in np.nonzero(live)[0].tolist():
             p, t = int(cur[k]), int(targets[k])
             tail = []
@@ -107,7 +125,7 @@ def _walk_parallel(buf: bytes, starts: np.ndarray, limit: int) -> Optional[Tuple
                 if p + HEADER_SIZE > t:
                     return None
                 tail.append(p)
-                p += HEADER_SIZE + unpack(buf, p)[0]
+                p += record_span(buf, p, t)
             if p != t:
                 return None
             tails.append(np.array(tail, dtype=np.int64))

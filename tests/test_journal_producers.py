@@ -1,0 +1,309 @@
+"""Producer sequences in the journal (issue 9, the journal's part): ``append_batch(items,
+producers=)`` stores ``(producer id, pseq)`` in the record, ``Journal.producers()`` is the last
+pseq (and its record's sequence) of each id over the records the journal holds - maintained by
+appends, rebuilt on open from a snapshot plus the records after it, after a crash exactly what
+the recovered log holds, across retention, and bounded by ``max_producers``. Damaged records
+with producer extensions are in test_journal_damage.py."""
+from __future__ import annotations
+
+import os
+import shutil
+from collections import OrderedDict
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zeps.journal import InvalidRecordError, Journal, JournalConfig, JournalReader
+from zeps.journal.producers import list_snapshots, snapshot_path
+from zeps.journal.record import HEADER, encode_batch
+from zeps.protocol.deliver import encode_deliver
+
+import google_crc32c
+
+SMALL = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never")
+
+
+def model(records, max_producers=10_000):
+    """What producers() must be: the last (pseq, seq) of each id, least recently used dropped."""
+    d = OrderedDict()
+    for r in records:
+        if r.producer is not None:
+            d[r.producer] = (r.pseq, r.sequence)
+            d.move_to_end(r.producer)
+            if len(d) > max_producers:
+                d.popitem(last=False)
+    return dict(d)
+
+
+def all_records(path):
+    with JournalReader(path) as r:
+        return list(r.read_from(1))
+
+
+def fill(j, batches, start=0):
+    """Batches mixing plain records and records of producers p0..p6."""
+    out = []
+    for b in range(start, start + batches):
+        items = [(f"k{b}.{i}", bytes([b % 256]) * (20 + 7 * i)) for i in range(3)]
+        prods = [None if (b + i) % 4 == 0 else (f"p{(b * 3 + i) % 7}", b * 10 + i + 1)
+                 for i in range(3)]
+        out += j.append_batch(items, prods)
+    return out
+
+
+def crash_copy(src, dst):
+    """The files as a crash would leave them (the writer still open, nothing closed)."""
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("LOCK"))
+    return dst
+
+
+def test_appended_producers_are_kept_with_their_records(tmp_path):
+    with Journal.open(tmp_path / "s", SMALL) as j:
+        recs = j.append_batch([("a", b"1"), ("b", b"2"), ("c", b"3"), ("d", b"4")],
+                              [("alice", 5), None, ("bob", 1), ("alice", 6)])
+        assert [(r.producer, r.pseq) for r in recs] == [("alice", 5), (None, None),
+                                                        ("bob", 1), ("alice", 6)]
+        assert j.producers() == {"bob": (1, 3), "alice": (6, 4)}
+        j.append_batch([("e", b"5")])                      # a plain record changes nothing
+        assert j.producers() == {"bob": (1, 3), "alice": (6, 4)}
+        back = j.read_batch(1)
+        assert [(r.producer, r.pseq) for r in back] == [(r.producer, r.pseq) for r in recs] + \
+            [(None, None)]
+        assert back[:4] == recs
+        # the frame routed live and replayed is the plain DELIVER frame
+        assert back[0].frame == encode_deliver(1, b"a", b"1")
+
+
+def test_records_without_a_producer_are_byte_identical_to_the_old_format(tmp_path):
+    """A record without a producer is length | crc(ts || frame) | ts | frame, whether
+    ``producers`` is None or a list of None: existing journals and their replay are unchanged."""
+    clock = iter(range(10**15, 10**16, 10))
+    with Journal.open(tmp_path / "s", SMALL, clock=lambda: next(clock)) as j:
+        r1 = j.append_batch([("k", b"body")])[0]
+        r2 = j.append_batch([("k2", b"")], [None])[0]
+    data = open(tmp_path / "s" / "00000000000000000001.log", "rb").read()
+    expect = b""
+    for r, key, body in ((r1, b"k", b"body"), (r2, b"k2", b"")):
+        frame = encode_deliver(r.sequence, key, body)
+        ts = r.timestamp.to_bytes(8, "big")
+        expect += HEADER.pack(len(frame), google_crc32c.value(ts + frame), r.timestamp) + frame
+    assert data == expect
+
+
+@pytest.mark.parametrize("producers, why", [
+    ([("a", 1)], "must be a list of 2"),
+    ([("", 1), None], "1 to 255"),
+    ([("x" * 256, 1), None], "1 to 255"),
+    ([("é" * 128, 1), None], "256 bytes"),
+    ([("a", 0), None], "pseq"),
+    ([("a", 1 << 64), None], "pseq"),
+    ([("a", True), None], "pseq"),
+    ([("a", "1"), None], "pseq"),
+    ([(b"a", 1), None], "must be str"),
+    ([("a",), None], "pair"),
+    ("ab", "must be a list"),
+])
+def test_bad_producers_are_refused_and_nothing_is_appended(tmp_path, producers, why):
+    with Journal.open(tmp_path / "s", SMALL) as j:
+        j.append_batch([("k", b"v")], [("a", 1)])
+        with pytest.raises(InvalidRecordError, match=why):
+            j.append_batch([("k", b"v"), ("k", b"w")], producers)
+        assert j.next_seq == 2 and j.producers() == {"a": (1, 1)}
+        assert len(j.read_batch(1)) == 1
+
+
+def test_clean_restart_reads_no_record(tmp_path, caplog):
+    """close() leaves a snapshot of the whole state; the next open uses it (and deletes it):
+    here the old segments are corrupted, and nothing notices."""
+    d = tmp_path / "s"
+    with Journal.open(d, SMALL) as j:
+        recs = fill(j, 60)
+        want = j.producers()
+    assert want == model(recs) and len(want) == 7
+    assert len(list_snapshots(d)) > 3
+    for name in sorted(n for n in os.listdir(d) if n.endswith(".log"))[:-1]:
+        with open(d / name, "r+b") as f:
+            f.write(b"\xff" * 64)
+    with caplog.at_level("WARNING", logger="zeps.journal"):
+        with Journal.open(d, SMALL) as j:
+            assert j.producers() == want
+            assert j.next_seq - 1 not in list_snapshots(d)   # the close snapshot is used up
+    assert "producer" not in caplog.text
+
+
+def test_after_a_crash_the_state_is_what_the_recovered_log_holds(tmp_path, caplog):
+    """Crash copies (no close): the last segment snapshot plus the records after it - and only
+    those: old segments are corrupted in the copy, and no error is logged. A torn last record
+    is not counted."""
+    d = tmp_path / "s"
+    j = Journal.open(d, SMALL)
+    fill(j, 50)
+    c1 = crash_copy(d, tmp_path / "c1")
+    last = j.append_batch([("z", b"torn")], [("p3", 10**6)])[0]
+    assert j.producers()["p3"] == (10**6, last.sequence)
+    c2 = crash_copy(d, tmp_path / "c2")
+    j.close()
+    logs = sorted(n for n in os.listdir(c2) if n.endswith(".log"))
+    assert len(logs) > 3
+    for c in (c1, c2):
+        for name in logs[:-2]:
+            with open(os.path.join(c, name), "r+b") as f:
+                f.seek(40)
+                f.write(b"\x00" * 32)
+    # c2: tear the last record (the p3 one) at a byte inside its extension
+    with open(os.path.join(c2, logs[-1]), "r+b") as f:
+        size = f.seek(0, 2)
+        f.truncate(size - last.size + 20)
+    orig = all_records(d)
+    for c in (c1, c2):
+        with caplog.at_level("WARNING", logger="zeps.journal"):
+            with Journal.open(c, SMALL) as j:
+                got = j.producers()
+                n = j.last_seq
+        assert n == last.sequence - 1
+        assert got == model(orig[:n])
+        assert got["p3"] != (10**6, last.sequence)
+    assert "unreadable" not in caplog.text
+
+
+def test_state_survives_retention(tmp_path):
+    """A producer that published only in segments retention deleted is still known, live, after
+    a clean restart and after a crash."""
+    cfg = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never",
+                        retention_bytes=5000)
+    d = tmp_path / "s"
+    j = Journal.open(d, cfg)
+    early = j.append_batch([("k", b"early")], [("early-bird", 42)])[0]
+    fill(j, 80)
+    assert j.first_seq > early.sequence             # its record was deleted
+    want = j.producers()
+    assert want["early-bird"] == (42, early.sequence)
+    c = crash_copy(d, tmp_path / "crash")
+    j.close()
+    for path in (d, c):
+        with Journal.open(path, cfg) as j:
+            assert j.producers() == want
+    # a retention-deleted segment's snapshot goes with it: only kept segments have one
+    # (and the close snapshot, at no segment start, is deleted by the open that uses it)
+    with Journal.open(d, cfg) as j:
+        assert set(list_snapshots(d)) <= set(j.segment_seqs())
+
+
+@pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage", "empty", "wrong name"])
+def test_a_bad_snapshot_is_ignored(tmp_path, damage, caplog):
+    """The newest snapshot damaged: the previous one is used (and the records after it); all
+    damaged: the whole log is scanned. Same state either way."""
+    d = tmp_path / "s"
+    j = Journal.open(d, SMALL)
+    fill(j, 60)
+    want = j.producers()
+    c = crash_copy(d, tmp_path / "c")
+    j.close()
+    snaps = list_snapshots(c)
+    assert len(snaps) > 3
+
+    def spoil(upto):
+        p = snapshot_path(str(c), upto)
+        data = open(p, "rb").read()
+        if damage == "truncated":
+            data = data[:len(data) // 2]
+        elif damage == "flipped":
+            data = data[:20] + bytes([data[20] ^ 1]) + data[21:]
+        elif damage == "garbage":
+            data = bytes(range(256)) * 3
+        elif damage == "empty":
+            data = b""
+        else:                              # a valid snapshot under another segment's name
+            data = open(snapshot_path(str(c), snaps[-1]), "rb").read()
+        with open(p, "wb") as f:
+            f.write(data)
+    spoil(snaps[0])
+    with caplog.at_level("WARNING", logger="zeps.journal"):
+        with Journal.open(c, SMALL) as j:
+            assert j.producers() == want
+    assert "ignoring producer snapshot" in caplog.text
+    assert snaps[0] not in list_snapshots(c)          # deleted
+    for upto in list_snapshots(c):
+        spoil(upto)
+    with Journal.open(c, SMALL) as j:
+        assert j.producers() == want
+
+
+def test_a_snapshot_past_the_recovered_log_is_not_used(tmp_path):
+    """fsync="never" and a machine crash: a snapshot can survive records it describes. Its
+    state must not be used (it would claim pseqs the log no longer holds)."""
+    d = tmp_path / "s"
+    with Journal.open(d, SMALL) as j:
+        recs = fill(j, 40)
+    upto = list_snapshots(d)[0]
+    # lose the tail: cut the log back to the middle of the last segment
+    logs = sorted(n for n in os.listdir(d) if n.endswith(".log"))
+    os.truncate(d / logs[-1], 0)
+    with Journal.open(d, SMALL) as j:
+        n = j.last_seq
+        assert n < upto - 1
+        assert j.producers() == model(recs[:n])
+    assert upto not in list_snapshots(d)
+
+
+def test_producers_beyond_the_limit_are_dropped_least_recently_used_first(tmp_path):
+    cfg = JournalConfig(segment_bytes=1024, index_interval_bytes=256, fsync="never",
+                        max_producers=3)
+    d = tmp_path / "s"
+    with Journal.open(d, cfg) as j:
+        recs = []
+        for i, pid in enumerate(["a", "b", "c", "a", "d", "e", "a", "f"] * 5):
+            recs += j.append_batch([("k", b"x" * 60)], [(pid, i + 1)])
+        want = j.producers()
+        assert want == model(recs, 3) and list(want) == ["e", "a", "f"]
+        c = crash_copy(d, tmp_path / "c")
+    for path in (d, c):
+        with Journal.open(path, cfg) as j:
+            assert j.producers() == want
+            assert list(j.producers()) == list(want)    # the same recency order
+
+
+@settings(max_examples=25, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(st.one_of(
+    st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(["a", "b", "ccc", "é"]),
+                                            st.integers(1, (1 << 64) - 1))),
+             min_size=1, max_size=6),
+    st.sampled_from(["reopen", "crash"])), max_size=25),
+    limit=st.integers(1, 5))
+def test_state_always_matches_the_log(tmp_path_factory, ops, limit):
+    """Any mix of batches, clean reopens and crashes (with rolls, snapshots, retention):
+    producers() is always the model of the records written."""
+    cfg = JournalConfig(segment_bytes=600, index_interval_bytes=128, fsync="never",
+                        max_producers=limit, retention_bytes=2000)
+    base = tmp_path_factory.mktemp("prop")
+    d = base / "s"
+    written = []
+    j = Journal.open(d, cfg)
+    k = 0
+    for op in ops:
+        if op == "reopen":
+            j.close()
+            j = Journal.open(d, cfg)
+        elif op == "crash":
+            k += 1
+            c = crash_copy(d, base / f"c{k}")
+            j.close()
+            d = c
+            j = Journal.open(d, cfg)
+        else:
+            written += j.append_batch([("k", b"b" * 50)] * len(op), op)
+        assert j.producers() == model(written, limit)
+    j.close()
+
+
+def test_encode_batch_puts_the_extension_inside_the_crc():
+    parts, recs = encode_batch([("k", b"v")], 9, 1234, 1 << 20, [("pid", 7)])
+    data = b"".join(parts)
+    length, crc, ts = HEADER.unpack_from(data)
+    frame = encode_deliver(9, b"k", b"v")
+    assert length == 0x80000000 | len(frame)
+    ext = bytes([3]) + b"pid" + (7).to_bytes(8, "big")
+    assert data[16:] == ext + frame and crc == google_crc32c.value(data[8:])
+    assert recs[0].size == len(data) and (recs[0].producer, recs[0].pseq) == ("pid", 7)

@@ -1,0 +1,247 @@
+"""Producer state: for each producer id, the last producer sequence (``pseq``) the journal holds
+and the stream sequence of that record - what the broker deduplicates idempotent publishers
+against (issue 9) - and its snapshot files.
+
+The truth is the log: a record appended with a producer carries ``pid`` and ``pseq`` in its
+CRC-covered producer extension (:mod:`.record`), so the state is a function of the records
+(:meth:`ProducerState.observe` applied in sequence order) and is crash-consistent with them by
+construction. Rebuilding it must not read the whole stream, and retention deletes old records,
+so the writer keeps snapshots:
+
+* ``<first seq of segment>.producers`` (beside the segment's ``.log``) is the state *before*
+  that segment's first record, written when the segment is created by a roll (after the sealed
+  segment was synced, so it never describes a record that is not durable). Opening a stream
+  loads the newest valid snapshot ``N`` with ``first_seq <= N <= next_seq`` and applies only
+  the records from ``N`` on (at most the last segment, normally). Retention deletes a segment's
+  snapshot with it; the snapshot of the oldest kept segment carries everything retention
+  deleted, so a producer that published long ago is still known.
+* :meth:`Journal.close <zeps.journal.Journal.close>` also writes the state at the end of the
+  log (after the final sync), so a clean restart applies no record; that snapshot is not at a
+  segment start and the open that reads it deletes it (after a crash, the segment snapshots
+  serve).
+* A torn or invalid snapshot (bad magic, CRC, count, or a sequence that does not match its
+  name), or one that names a sequence past the recovered log (records it describes were lost
+  in a crash under ``fsync="never"``), is ignored and deleted: the next older one is used, or
+  the records that are left are scanned.
+
+File format (big-endian)::
+
+    magic   8 bytes  "ZEPSPRD1"
+    upto    u64      the sequence the state is taken before (= the number in the file name)
+    count   u32
+    entry   count x  pid_len u8 | pid (UTF-8) | pseq u64 | seq u64   least recently used first
+    crc     u32      CRC-32C of everything before it
+
+Bounded memory: at most ``max_producers`` ids are kept; appending a record of an id makes it the
+most recently used one, and beyond the limit the least recently used id is dropped. A producer
+that retries after ``max_producers`` other producers have published since its last record is
+then not known and its retry is not deduplicated. Only appends (and the rebuild, which applies
+the same records in the same order) change the order, so the rebuilt state equals the writer's.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import re
+import struct
+from collections import OrderedDict
+from typing import Dict, Iterable, List, Optional, Tuple
+
+import google_crc32c
+
+from .errors import CorruptionError
+from .segment import PRODUCERS_SUFFIX, SEQ_DIGITS, fsync_dir, segment_base
+
+log = logging.getLogger("zeps.journal")
+
+MAGIC = b"ZEPSPRD1"
+_HEAD = struct.Struct(">8sQI")
+_TAIL = struct.Struct(">QQ")
+_CRC = struct.Struct(">I")
+_NAME_RE = re.compile(r"^(\d{%d})%s$" % (SEQ_DIGITS, re.escape(PRODUCERS_SUFFIX)))
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+
+
+class ProducerState:
+    """``pid -> (last pseq, seq)`` for at most ``max_producers`` ids, least recently used
+    first. Pure: no files, no clock."""
+
+    __slots__ = ("_d", "max_producers")
+
+    def __init__(self, max_producers: int):
+        self._d: "OrderedDict[str, Tuple[int, int]]" = OrderedDict()
+        self.max_producers = max_producers
+
+    def __len__(self) -> int:
+        return len(self._d)
+
+    def observe(self, pid: str, pseq: int, seq: int) -> None:
+        """The record ``seq`` was appended by ``pid`` with ``pseq``: it becomes the id's last
+        record and the id the most recently used one."""
+        d = self._d
+        d[pid] = (pseq, seq)
+        d.move_to_end(pid)
+        if len(d) > self.max_producers:
+            d.popitem(last=False)
+
+    def observe_records(self, records: Iterable) -> None:
+        """:meth:`observe` each :class:`~.record.Record` that has a producer, in order."""
+        for r in records:
+            if r.producer is not None:
+                self.observe(r.producer, r.pseq, r.sequence)
+
+    def as_dict(self) -> Dict[str, Tuple[int, int]]:
+        """A copy: ``{pid: (last pseq, seq)}``, least recently used first."""
+        return dict(self._d)
+
+    def encode(self, upto: int) -> bytes:
+        """The snapshot file's bytes for the state before sequence ``upto``."""
+        parts: List[bytes] = [_HEAD.pack(MAGIC, upto, len(self._d))]
+        pack = _TAIL.pack
+        for pid, (pseq, seq) in self._d.items():
+            pb = pid.encode("utf-8")
+            parts.append(bytes((len(pb),)) + pb + pack(pseq, seq))
+        body = b"".join(parts)
+        return body + _CRC.pack(google_crc32c.value(body))
+
+    @classmethod
+    def decode(cls, data: bytes, upto: int, max_producers: int) -> "ProducerState":
+        """The state in a snapshot's bytes; ValueError saying why they are not a valid
+        snapshot of the state before ``upto``."""
+        if len(data) < _HEAD.size + _CRC.size:
+            raise ValueError(f"{len(data)} bytes is too short")
+        if _CRC.unpack_from(data, len(data) - 4)[0] != google_crc32c.value(data[:-4]):
+            raise ValueError("CRC-32C mismatch")
+        magic, got, count = _HEAD.unpack_from(data, 0)
+        if magic != MAGIC:
+            raise ValueError("not a producer snapshot")
+        if got != upto:
+            raise ValueError(f"it holds the state before sequence {got}, not {upto}")
+        state = cls(max_producers)
+        p, end = _HEAD.size, len(data) - 4
+        for _ in range(count):
+            if p >= end or p + 1 + data[p] + _TAIL.size > end:
+                raise ValueError("entries run past the end")
+            n = data[p]
+            try:
+                pid = data[p + 1:p + 1 + n].decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError("a producer id is not UTF-8") from None
+            pseq, seq = _TAIL.unpack_from(data, p + 1 + n)
+            if not n or not pseq or not 1 <= seq < upto:
+                raise ValueError("an entry is out of range")
+            state.observe(pid, pseq, seq)
+            p += 1 + n + _TAIL.size
+        if p != end:
+            raise ValueError("bytes after the last entry")
+        return state
+
+
+# ----------------------------------------------------------------------------- files
+
+def snapshot_path(stream_dir: str, upto: int) -> str:
+    return os.path.join(stream_dir, segment_base(upto) + PRODUCERS_SUFFIX)
+
+
+def list_snapshots(stream_dir: str) -> List[int]:
+    """The sequences of the snapshot files in a stream directory, newest first."""
+    found = []
+    for name in os.listdir(stream_dir):
+        m = _NAME_RE.match(name)
+        if m:
+            found.append(int(m.group(1)))
+    found.sort(reverse=True)
+    return found
+
+
+def write_snapshot(stream_dir: str, state: ProducerState, upto: int, sync: bool) -> None:
+    """Write the snapshot of the state before ``upto`` atomically (temporary file, rename); with
+    ``sync`` its data and the directory entry are made durable. Raises OSError."""
+    path = snapshot_path(stream_dir, upto)
+    tmp = path + ".tmp"
+    data = state.encode(upto)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(stream_dir)
+
+
+def _discard(path: str, why: str) -> None:
+    log.warning("journal: ignoring producer snapshot %s: %s", path, why)
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
+                  max_producers: int) -> Tuple[Optional[ProducerState], int]:
+    """``(state, upto)`` from the newest valid snapshot with ``firsts[0] <= upto <= next_seq``
+    (the records from ``upto`` on are those to apply); ``(None, firsts[0])`` if there is none.
+    ``firsts``: the segments' first sequences. Deletes the snapshots that cannot be used
+    (invalid, past ``next_seq``, or before ``firsts[0]``) and those not at a segment start
+    (written by a close, used once). Writer only."""
+    first = firsts[0]
+    starts = set(firsts)
+    chosen: Tuple[Optional[ProducerState], int] = (None, first)
+    for upto in list_snapshots(stream_dir):
+        path = snapshot_path(stream_dir, upto)
+        if upto < first:          # its segment was deleted (retention, or a crash in it)
+            _discard(path, f"its segment is gone (the stream starts at {first})")
+            continue
+        if upto > next_seq:
+            _discard(path, f"it describes records up to {upto - 1}, the log ends at "
+                           f"{next_seq - 1}")
+            continue
+        if chosen[0] is None:
+            try:
+                with open(path, "rb") as f:
+                    data = f.read()
+                chosen = (ProducerState.decode(data, upto, max_producers), upto)
+            except (OSError, ValueError) as e:
+                _discard(path, str(e))
+                continue
+        if upto not in starts:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+    return chosen
+
+
+def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
+            max_producers: int) -> ProducerState:
+    """The producer state of the records a (just recovered) writer's ``view`` holds: the newest
+    usable snapshot, then the records after it. A corrupt sealed segment is skipped with an
+    error logged (the records it hides cannot count)."""
+    state, seq = load_snapshot(stream_dir, firsts, next_seq, max_producers)
+    if state is None:
+        state = ProducerState(max_producers)
+        if firsts[0] > 1:
+            log.warning("journal %s: no usable producer snapshot; producer state rebuilt from "
+                        "records %d on only", stream_dir, firsts[0])
+    cursor = None
+    while seq < next_seq:
+        try:
+            recs, cursor = view._read_records(seq, 8192, 8 << 20, cursor)
+        except CorruptionError as e:
+            later = [q for q in firsts if q > seq]
+            log.error("journal %s: producer state misses the unreadable records of a segment: "
+                      "%s", stream_dir, e)
+            if not later:
+                break
+            seq, cursor = later[0], None
+            continue
+        if not recs:
+            break
+        state.observe_records(recs)
+        seq = recs[-1].sequence + 1
+    return state

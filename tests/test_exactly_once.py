@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 
 from zeps.clients import Client
 from zeps.journal import DataDir
@@ -26,7 +25,6 @@ def journal_bodies(data_dir, stream):
         dd.close()
 
 
-@pytest.mark.xfail(strict=False, reason="needs the broker's PRODUCER support")
 def test_confirmed_messages_land_exactly_once_across_20_broker_sigkills(start_broker, tmp_path):
     data = tmp_path / "data"
     b = start_broker(data)

@@ -188,3 +188,35 @@ def test_broker_refuses_acl_without_curve_and_warns_when_open(tmp_path, start_br
     while "broker_open" not in b.log():
         assert time.monotonic() < deadline, b.log()
         time.sleep(0.05)
+
+
+def test_sdk_cli_and_admin_talk_curve(secure_broker):
+    import asyncio
+
+    from zeps.clients import AsyncClient, Client, CurveKeys, admin
+    keydir, ep = secure_broker.keydir, secure_broker.endpoint
+    alice = CurveKeys.from_files(str(keydir / "broker.key"), str(keydir / "alice.key_secret"))
+    with Client(ep, "orders", confirms=True, curve=alice, timeout=5) as c:
+        c.publish("k", b"from the SDK")
+        assert c.wait_for_confirms() == 1
+    assert admin.describe_stream(ep, "orders", curve=alice).last == 1
+
+    async def read():
+        async with AsyncClient(ep, "orders", curve=alice, timeout=5) as c:
+            sub = await c.subscribe("", from_seq=1)
+            return (await sub.next(timeout=5)).body
+    assert asyncio.run(read()) == b"from the SDK"
+    keys = ["--server-key", keydir / "broker.key", "--client-key", keydir / "alice.key_secret"]
+    r = zeps("publish", "orders", "k", "from the CLI", "--endpoint", ep, *map(str, keys))
+    assert r.returncode == 0, r.stderr
+    env = dict(os.environ, ZEPS_SERVER_KEY=str(keydir / "broker.key"),
+               ZEPS_CLIENT_KEY=str(keydir / "alice.key_secret"), PYTHONPATH=str(REPO))
+    r = subprocess.run([sys.executable, "-m", "zeps", "subscribe", "orders", "--all", "--count",
+                        "2", "--endpoint", ep], capture_output=True, text=True, env=env,
+                       cwd=str(REPO), timeout=60)
+    assert r.stdout.splitlines() == ["1 k from the SDK", "2 k from the CLI"], r.stderr
+    r = zeps("publish", "orders", "k", "v", "--endpoint", ep, "--server-key",
+             str(keydir / "broker.key"))
+    assert r.returncode == 2 and "needs both" in r.stderr
+    with pytest.raises(ValueError, match="holds no secret key"):
+        CurveKeys.from_files(str(keydir / "broker.key"), str(keydir / "alice.key"))

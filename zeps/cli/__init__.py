@@ -93,7 +93,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     if getattr(args, "func", None) is None:
         parser.error("a command is required: " + ", ".join(COMMANDS) + " (see zeps --help)")
     from zeps.clients import ZepsError
+    from zeps.clients.curve import curve_from_env
     from zeps.journal import JournalError
+    if hasattr(args, "server_key"):
+        try:
+            args.curve = curve_from_env(args.server_key, args.client_key)
+        except ValueError as e:
+            parser.error(str(e))
     try:
         return args.func(args)
     except UsageError as e:

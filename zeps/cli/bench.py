@@ -36,10 +36,10 @@ def add_parser(sub) -> None:
     p.set_defaults(func=cmd_bench)
 
 
-def _publisher(endpoint, stream, n, size, rate, confirm, timeout, go, out):
+def _publisher(endpoint, stream, n, size, rate, confirm, timeout, curve, go, out):
     from zeps.clients import Client
     pad = b"x" * (size - 8)
-    with Client(endpoint, stream, confirms=confirm, timeout=timeout) as c:
+    with Client(endpoint, stream, confirms=confirm, timeout=timeout, curve=curve) as c:
         go.wait()
         t0 = time.monotonic_ns()
         step = 1e9 / rate if rate else 0
@@ -56,10 +56,10 @@ def _publisher(endpoint, stream, n, size, rate, confirm, timeout, go, out):
         out.put(("pub", n, (time.monotonic_ns() - t0) / 1e9))
 
 
-def _subscriber(endpoint, stream, n, timeout, ready, out):
+def _subscriber(endpoint, stream, n, timeout, curve, ready, out):
     from zeps.clients import Client
     delays = []
-    with Client(endpoint, stream, timeout=timeout) as c:
+    with Client(endpoint, stream, timeout=timeout, curve=curve) as c:
         sub = c.subscribe("", live=True)
         ready.put(1)
         t0 = None
@@ -86,12 +86,13 @@ def cmd_bench(args) -> int:
     ctx = multiprocessing.get_context("spawn")
     go, ready, out = ctx.Event(), ctx.Queue(), ctx.Queue()
     procs = [ctx.Process(target=_subscriber, daemon=True,
-                         args=(args.endpoint, args.stream, total, args.connect_timeout, ready, out))
+                         args=(args.endpoint, args.stream, total, args.connect_timeout,
+                               args.curve, ready, out))
              for _ in range(args.sub)]
     procs += [ctx.Process(target=_publisher, daemon=True,
                           args=(args.endpoint, args.stream, per_pub, args.size,
                                 args.rate / args.pub if args.rate else 0, args.confirm,
-                                args.connect_timeout, go, out))
+                                args.connect_timeout, args.curve, go, out))
               for _ in range(args.pub)]
     for p in procs:
         p.start()

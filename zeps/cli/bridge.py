@@ -16,4 +16,8 @@ def add_parser(sub) -> None:
                          "HEAD announcements so that receivers detect any loss; history and "
                          "repairs come from the broker (docs/protocol.md, Multicast).")
     add_bridge_arguments(m)
+    m.add_argument("--server-key", metavar="FILE",
+                   help="CurveZMQ: the broker's public key (default $ZEPS_SERVER_KEY)")
+    m.add_argument("--client-key", metavar="FILE",
+                   help="CurveZMQ: the bridge's key pair (default $ZEPS_CLIENT_KEY)")
     m.set_defaults(func=run_bridge)

@@ -118,6 +118,11 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", type=_seconds, default=_env_timeout(), metavar="S",
                    help="seconds to wait for the broker (default $ZEPS_TIMEOUT or 10)")
     p.add_argument("-v", "--verbose", action="store_true", help="say what was done, on stderr")
+    p.add_argument("--server-key", metavar="FILE",
+                   help="CurveZMQ: the broker's public key (default $ZEPS_SERVER_KEY)")
+    p.add_argument("--client-key", metavar="FILE",
+                   help="CurveZMQ: this client's key pair, a .key_secret file "
+                        "(default $ZEPS_CLIENT_KEY)")
 
 
 

@@ -121,6 +121,7 @@ def cmd_publish(args) -> int:
     if keyed and sys.stdin.isatty():
         raise UsageError("--key-separator / --key-field read stdin, which is a terminal")
     with Client(args.endpoint, args.stream, confirms=True, timeout=args.connect_timeout,
+                curve=args.curve,
                 on_connection=connection_reporter(args)) as client:
         n, failed, last = _publish_all(client, items)
         if args.confirm:

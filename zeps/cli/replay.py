@@ -155,7 +155,8 @@ def _replay_broker(args, match) -> int:
     from .subscribe import _must_exist
     _must_exist(args)
 
-    with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+    with Client(args.endpoint, args.stream, timeout=args.connect_timeout,
+                curve=args.curve) as client:
         info = client.info()
         end = info.last
         if args.to_seq is not None:

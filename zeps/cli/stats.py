@@ -62,7 +62,7 @@ def cmd_stats(args) -> int:
     else:
         from zeps.clients import Client, list_streams
         endpoint = args.endpoint or _endpoint(os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT))
-        known = list_streams(endpoint, timeout=args.connect_timeout)
+        known = list_streams(endpoint, timeout=args.connect_timeout, curve=args.curve)
         if args.streams:
             unknown = [s for s in args.streams if s not in known]
             if unknown:
@@ -70,7 +70,7 @@ def cmd_stats(args) -> int:
                 raise UsageError(f"no stream {unknown[0]!r} at {endpoint} "
                                  f"(streams: {', '.join(known) or 'none'})")
         for name in args.streams or known:
-            with Client(endpoint, name, timeout=args.connect_timeout) as c:
+            with Client(endpoint, name, timeout=args.connect_timeout, curve=args.curve) as c:
                 rows.append(c.info())
     if args.json:
         for r in rows:

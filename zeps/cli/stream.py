@@ -77,10 +77,10 @@ def cmd_stream(args) -> int:
     if args.action == "create":
         admin.create_stream(ep, args.stream, retention_bytes=args.retention_bytes,
                             retention_age=args.retention_age, max_message=args.max_message,
-                            segment_bytes=args.segment_bytes, timeout=t)
+                            segment_bytes=args.segment_bytes, timeout=t, curve=args.curve)
         return 0
     if args.action == "info":
-        d = admin.describe_stream(ep, args.stream, timeout=t)
+        d = admin.describe_stream(ep, args.stream, timeout=t, curve=args.curve)
         obj = _describe_json(d)
         if args.json:
             print(json.dumps(obj))
@@ -93,18 +93,18 @@ def cmd_stream(args) -> int:
                     print(f"{k:16} {v if v is not None else '-'}")
         return 0
     if args.action == "list":
-        for name in list_streams(ep, timeout=t):
-            d = admin.describe_stream(ep, name, timeout=t)
+        for name in list_streams(ep, timeout=t, curve=args.curve):
+            d = admin.describe_stream(ep, name, timeout=t, curve=args.curve)
             if args.json:
                 print(json.dumps(_describe_json(d)))
             else:
                 print(f"{name}  {d.count} messages  {d.first}..{d.last}")
         return 0
     if args.action == "purge":
-        first = admin.purge_stream(ep, args.stream, args.upto, timeout=t)
+        first = admin.purge_stream(ep, args.stream, args.upto, timeout=t, curve=args.curve)
         print(first)
         return 0
     if not args.yes:
         raise UsageError(f"deleting stream {args.stream!r} removes all its messages: add --yes")
-    admin.delete_stream(ep, args.stream, timeout=t)
+    admin.delete_stream(ep, args.stream, timeout=t, curve=args.curve)
     return 0

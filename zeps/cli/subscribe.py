@@ -67,6 +67,7 @@ def cmd_subscribe(args) -> int:
     _must_exist(args)
     out = sys.stdout
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout,
+                curve=args.curve,
                 on_connection=connection_reporter(args)) as client:
         from_seq, live = args.from_seq, False
         if args.all:
@@ -107,7 +108,8 @@ def _multicast(args) -> int:
         args.from_seq = 0
     elif args.last is not None:
         from zeps.clients import Client
-        with Client(args.endpoint, args.stream, timeout=args.connect_timeout) as client:
+        with Client(args.endpoint, args.stream, timeout=args.connect_timeout,
+                    curve=args.curve) as client:
             args.from_seq = max(client.info().last - args.last + 1, 0)
     elif args.from_seq is None and args.from_time is None:
         args.live = True
@@ -119,7 +121,8 @@ def _must_exist(args) -> None:
     STREAM-DESCRIBE extension answers INVALID to it: then attach as before)."""
     from zeps.clients import InvalidError, admin
     try:
-        admin.describe_stream(args.endpoint, args.stream, timeout=args.connect_timeout)
+        admin.describe_stream(args.endpoint, args.stream, timeout=args.connect_timeout,
+                              curve=args.curve)
     except admin.NoStream:
         raise UsageError(f"no stream {args.stream!r} at {args.endpoint} (see 'zeps stream "
                          f"list'; publishing to a stream creates it)") from None

@@ -110,13 +110,16 @@ from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endp
                      list_streams, to_timestamp_ns)
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
                      PatternRemoved, ZepsError, ZepsTimeout)
+from .curve import CurveKeys
 from .message import Message, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
 
-__all__ = ["Client", "AsyncClient", "Subscription", "AsyncSubscription", "Receipt",
-           "AsyncReceipt", "Message", "StreamInfo", "list_streams", "errors", "ZepsError",
+__all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Subscription",
+           "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "StreamInfo", "list_streams",
+           "errors", "ZepsError",
            "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
            "ConcurrentUseError",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
-from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401  (last: it imports Client)
+from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401,E402  (last: it imports Client)
+from zeps.multicast.aio import AsyncMulticastSubscriber  # noqa: F401,E402

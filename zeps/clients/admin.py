@@ -61,8 +61,7 @@ def _request(endpoint: str, cmd: c.Command, answer, timeout: float, context=None
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if curve is not None:
-        for option, value in curve.items():
-            sock.setsockopt(option, value)
+        curve.apply(sock)
     try:
         sock.connect(endpoint)
         sock.send(encode(cmd))

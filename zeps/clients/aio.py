@@ -64,11 +64,12 @@ class AsyncClient(ops.FrontEnd):
                  confirms: bool = False, timeout: float = 10.0,
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
-                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None):
+                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
+                 curve=None):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
                     producer_id, idempotent)
         module, ctx = zmq_for(context, asyncio=True)
-        self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection)
+        self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection, curve)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._task: Optional[asyncio.Task] = None
         self._changed: Optional[asyncio.Future] = None     # set when the I/O task made progress

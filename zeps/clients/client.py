@@ -133,7 +133,8 @@ class Client(ops.FrontEnd):
                  confirms: bool = False, timeout: float = 10.0,
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
-                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None):
+                 on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
+                 curve=None):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
                     producer_id, idempotent)
         p = self._p
@@ -142,7 +143,7 @@ class Client(ops.FrontEnd):
         self._guard = threading.Lock()
         self._owner: Optional[int] = None           # thread ident of the last caller
         self._next_look = 0.0
-        self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection)
+        self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection, curve)
         conn.open()
         try:
             conn.flush()
@@ -393,7 +394,7 @@ class Client(ops.FrontEnd):
 
 
 def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0,
-                 context=None) -> Tuple[str, ...]:
+                 context=None, curve=None) -> Tuple[str, ...]:
     """Names of the streams a broker holds (``LIST-STREAMS``, which needs no ATTACH).
 
     Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
@@ -403,6 +404,8 @@ def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0,
     z, ctx = zmq_for(context)
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve.apply(sock)
     try:
         try:
             sock.connect(endpoint)

@@ -97,8 +97,10 @@ class Connection:
     gevent sockets, whose own send also wakes other greenlets waiting on the socket.
     """
 
-    def __init__(self, peering: Peering, endpoint: str, module, context, on_event=None):
+    def __init__(self, peering: Peering, endpoint: str, module, context, on_event=None,
+                 curve=None):
         self.peering = peering
+        self.curve = curve                # CurveKeys, or None for plaintext
         #: Called with each :class:`~zeps.clients.peering.ConnectionEvent` (lost, reconnected).
         self.on_event = on_event
         self.endpoint = endpoint
@@ -116,6 +118,8 @@ class Connection:
         """Create and connect a fresh socket (raises ValueError for an endpoint ZeroMQ refuses)."""
         p = self.peering
         raw = self.context.socket(zmq.DEALER)
+        if self.curve is not None:
+            self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
         raw.setsockopt(zmq.RECONNECT_IVL, 100)

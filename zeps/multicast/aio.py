@@ -49,7 +49,8 @@ class AsyncMulticastSubscriber:
                  from_seq: Optional[int] = None, *, from_time: Optional[TimeLike] = None,
                  live: bool = False, interface: Optional[str] = None, timeout: float = 10.0,
                  heartbeat: float = DEFAULT_HEARTBEAT, credit_window: int = DEFAULT_CREDIT_WINDOW,
-                 rcvbuf: int = DEFAULT_RCVBUF, config: Optional[ReceiverConfig] = None):
+                 rcvbuf: int = DEFAULT_RCVBUF, config: Optional[ReceiverConfig] = None,
+                 curve=None):
         self.group = parse_group(group)
         self.interface = check_interface(interface)
         if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
@@ -65,7 +66,7 @@ class AsyncMulticastSubscriber:
             raise ValueError("from_seq must be an integer >= 0")
         self.endpoint, self.stream, self.pattern = endpoint, stream, pattern
         self._start = (from_seq, from_time, live)
-        self._client_args = {"timeout": timeout, "heartbeat": heartbeat,
+        self._client_args = {"timeout": timeout, "heartbeat": heartbeat, "curve": curve,
                              "credit_window": credit_window}
         self._rcvbuf = rcvbuf
         self._config = config

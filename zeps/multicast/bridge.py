@@ -67,7 +67,7 @@ class Bridge:
                  max_datagram: int = DEFAULT_DATAGRAM,
                  head_interval: float = DEFAULT_HEAD_INTERVAL, state_file: str | None = None,
                  timeout: float = 10.0, heartbeat: float = DEFAULT_HEARTBEAT,
-                 outgoing: Callable[[bytes], Iterable[bytes]] | None = None):
+                 outgoing: Callable[[bytes], Iterable[bytes]] | None = None, curve=None):
         self.endpoint = endpoint
         self.stream = stream
         self.pattern = pattern
@@ -83,6 +83,7 @@ class Bridge:
         self.state_file = state_file
         self.timeout = timeout
         self.heartbeat = heartbeat
+        self.curve = curve                 # CurveKeys for the broker connection, or None
         self._outgoing = outgoing
         self._stop = False
         self._sock = None
@@ -148,7 +149,7 @@ class Bridge:
         client = None
         try:
             client = Client(self.endpoint, self.stream, timeout=self.timeout,
-                            heartbeat=self.heartbeat)
+                            heartbeat=self.heartbeat, curve=self.curve)
             last = client.info().last
             if start_after is None:
                 start_after = last

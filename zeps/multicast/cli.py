@@ -104,7 +104,8 @@ def run_bridge(args) -> int:
         bridge = Bridge(args.endpoint, args.stream, args.group, args.pattern,
                         interface=args.interface, ttl=args.ttl, from_seq=args.from_seq,
                         max_datagram=args.max_datagram, head_interval=args.head_interval,
-                        state_file=args.state_file, timeout=args.connect_timeout)
+                        state_file=args.state_file, timeout=args.connect_timeout,
+                        curve=getattr(args, "curve", None))
     except ValueError as e:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 2
@@ -166,7 +167,8 @@ def run_subscribe_multicast(args) -> int:
             args.multicast, args.endpoint, args.stream, args.patterns[0] if args.patterns else "",
             args.from_seq, from_time=args.from_time, live=args.live,
             interface=args.multicast_interface, timeout=args.connect_timeout,
-            config=ReceiverConfig(reorder_wait=args.reorder_wait))
+            config=ReceiverConfig(reorder_wait=args.reorder_wait),
+            curve=getattr(args, "curve", None))
     except ValueError as e:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 2

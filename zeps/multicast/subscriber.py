@@ -70,7 +70,8 @@ class MulticastSubscriber:
                  from_seq: int | None = None, *, from_time: TimeLike | None = None,
                  live: bool = False, interface: str | None = None, timeout: float = 10.0,
                  heartbeat: float = DEFAULT_HEARTBEAT, credit_window: int = DEFAULT_CREDIT_WINDOW,
-                 rcvbuf: int = DEFAULT_RCVBUF, config: ReceiverConfig | None = None):
+                 rcvbuf: int = DEFAULT_RCVBUF, config: ReceiverConfig | None = None,
+                 curve=None):
         self.group = parse_group(group)
         self.interface = check_interface(interface)
         if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
@@ -87,7 +88,7 @@ class MulticastSubscriber:
         self.endpoint = endpoint
         self.stream = stream
         self.pattern = pattern
-        self._client_args = {"timeout": timeout, "heartbeat": heartbeat,
+        self._client_args = {"timeout": timeout, "heartbeat": heartbeat, "curve": curve,
                              "credit_window": credit_window}
         with Client(endpoint, stream, **self._client_args) as c:
             head = c.info().last

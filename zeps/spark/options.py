@@ -27,7 +27,7 @@ OPTION_NAMES = (
     "path", "endpoint", "stream", "pattern",
     "startingSequence", "endingSequence", "startingTime", "endingTime",
     "maxRecordsPerTrigger", "bodyFormat", "bodySchema",
-    "verifyCrc", "maxRecordsPerPartition", "timeout",
+    "verifyCrc", "maxRecordsPerPartition", "timeout", "serverKey", "clientKey",
 )
 _CANON = {n.lower(): n for n in OPTION_NAMES}
 # Spark itself may pass these to a streaming sink / source; they are not ours to refuse
@@ -53,6 +53,7 @@ class ZepsOptions:
     verify_crc: bool = True
     records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     timeout: float = 10.0
+    curve: object = None          # zeps.clients.CurveKeys from serverKey + clientKey, or None
 
 
 def _name(key: str) -> str:
@@ -126,7 +127,7 @@ def parse_options(options: Mapping[str, str], mode: str) -> ZepsOptions:
                      if n.lower() in opts]
         if read_only:
             raise ZepsSparkError(f"option '{read_only[0]}' only applies to reading; the zeps "
-                                 "sink takes endpoint, stream and timeout")
+                                 "sink takes endpoint, stream, timeout, serverKey and clientKey")
     else:
         if o.path and o.endpoint:
             raise ZepsSparkError("options 'path' and 'endpoint' exclude each other: read a "
@@ -195,6 +196,16 @@ def parse_options(options: Mapping[str, str], mode: str) -> ZepsOptions:
         except ValueError:
             raise ZepsSparkError(f"option 'timeout' must be a positive number of seconds, "
                                  f"not {raw!r}") from None
+    server_key, client_key = opts.get("serverkey"), opts.get("clientkey")
+    if server_key or client_key:
+        from zeps.clients.curve import CurveKeys
+        if not (server_key and client_key):
+            raise ZepsSparkError("options 'serverKey' (the broker's public key file) and "
+                                 "'clientKey' (this client's .key_secret file) go together")
+        try:
+            o.curve = CurveKeys.from_files(str(server_key), str(client_key))
+        except ValueError as exc:
+            raise ZepsSparkError(f"option 'serverKey'/'clientKey': {exc}") from None
     return o
 
 

@@ -139,7 +139,8 @@ class _BrokerSource(_Source):
     def client(self):
         if self._client is None:
             from ..clients import Client
-            self._client = Client(self.o.endpoint, self.o.stream, timeout=self.o.timeout)
+            self._client = Client(self.o.endpoint, self.o.stream, timeout=self.o.timeout,
+                                  curve=self.o.curve)
         return self._client
 
     def first_last(self) -> Tuple[int, int]:
@@ -341,7 +342,7 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
     from ..clients import Client
     o = plan.o
     chunk = 8192
-    with Client(o.endpoint, o.stream, timeout=o.timeout) as c:
+    with Client(o.endpoint, o.stream, timeout=o.timeout, curve=o.curve) as c:
         sub = c.subscribe("", from_seq=part.first)
         seqs: List[int] = []
         stamps: List[Optional[int]] = []
@@ -672,7 +673,7 @@ def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) 
     count = 0
     last = 0
     try:
-        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout,
+        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout, curve=o.curve,
                     producer_id=producer_id) as c:
             for rb in batches:
                 if rb.num_rows == 0:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -365,3 +366,19 @@ def test_bench_against_a_running_broker(broker):
     assert report["deliver_msgs_per_s"] > 0 and report["latency_ms"]["p50"] is not None
     r = zeps("stats", "b", "--json", "--endpoint", broker.endpoint)
     assert json_lines(r.stdout)[0]["last"] == 2000          # every message went through the broker
+
+
+@pytest.mark.skipif(not shutil.which("setpriv"), reason="needs setpriv to drop root's file rights")
+@pytest.mark.parametrize("cmd", [["stats"], ["replay", "s"]])
+def test_an_unreadable_data_dir_is_one_line_and_exit_1(tmp_path, cmd):
+    d = tmp_path / "d"
+    (d / "s").mkdir(parents=True)
+    d.chmod(0)
+    try:        # root reads anything: drop the capabilities that let it (as the journal tests do)
+        r = subprocess.run(["setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--",
+                            sys.executable, "-m", "zeps", *cmd, "--data-dir", str(d)],
+                           capture_output=True, text=True, timeout=30, cwd=str(REPO), env=ENV)
+    finally:
+        d.chmod(0o755)
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "Permission denied" in r.stderr and "Traceback" not in r.stderr

@@ -15,25 +15,16 @@ does not answer within ``timeout`` seconds, :class:`ZepsTimeout`.
 """
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
-import zmq
-
 from zeps.protocol import commands as c
-from zeps.protocol import decode, encode
-from zeps.protocol.reasons import NO_STREAM
 from zeps.units import DEFAULT_ENDPOINT
 
-from .errors import InvalidError, ZepsTimeout
-from .transport import check_endpoint, zmq_for
+from .errors import NoStream  # noqa: F401  (part of this module's API)
+from .transport import request_once
 
 __all__ = ["StreamDescription", "NoStream", "create_stream", "describe_stream", "purge_stream",
            "delete_stream"]
-
-
-class NoStream(InvalidError):
-    """The broker has no such stream (or the client may not know of it)."""
 
 
 @dataclass(frozen=True)
@@ -56,32 +47,7 @@ class StreamDescription:
 
 
 def _request(endpoint: str, cmd: c.Command, answer, timeout: float, context=None, curve=None):
-    check_endpoint(endpoint)
-    z, ctx = zmq_for(context)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        curve.apply(sock)
-    try:
-        sock.connect(endpoint)
-        sock.send(encode(cmd))
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0 or not sock.poll(int(left * 1000) + 1):
-                if time.monotonic() >= deadline:
-                    raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
-                                      f"{timeout:g}s (is it running?)")
-                continue
-            reply = decode(sock.recv())
-            if isinstance(reply, c.Invalid):
-                if reply.reason.startswith(NO_STREAM):
-                    raise NoStream(reply.reason, cmd.NAME)
-                raise InvalidError(reply.reason, cmd.NAME)
-            if isinstance(reply, answer):
-                return reply
-    finally:
-        sock.close(0)
+    return request_once(endpoint, cmd, answer, timeout=timeout, context=context, curve=curve)
 
 
 def create_stream(endpoint: str, stream: str, *, retention_bytes: int = 0,

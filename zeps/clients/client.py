@@ -31,16 +31,15 @@ from typing import Callable, Iterable, Optional, Tuple, Union
 import zmq
 
 from ..protocol import commands as c
-from ..protocol.codec import ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike, to_timestamp_ns
 from . import operations as ops
-from .errors import ConcurrentUseError, ZepsError, ZepsTimeout
+from .errors import ConcurrentUseError
 from .message import StreamInfo
 from .operations import publish_frame
-from .peering import CLOSED, ConnectionEvent, list_streams_answer
+from .peering import CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
-from .transport import Connection, check_endpoint, zmq_for
+from .transport import Connection, check_endpoint, request_once, zmq_for  # noqa: F401 (check_endpoint: API)
 
 __all__ = ["Client", "list_streams", "check_endpoint", "to_timestamp_ns", "DEFAULT_ENDPOINT",
            "DEFAULT_CREDIT_WINDOW", "DEFAULT_HEARTBEAT"]
@@ -400,35 +399,5 @@ def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0,
     Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
     answers within ``timeout`` seconds, :class:`InvalidError` if the broker refuses.
     """
-    check_endpoint(endpoint)
-    z, ctx = zmq_for(context)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        curve.apply(sock)
-    try:
-        try:
-            sock.connect(endpoint)
-        except zmq.ZMQError as e:
-            raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
-        sock.send(encode(c.ListStreams()))
-        poller = z.Poller()
-        poller.register(sock, zmq.POLLIN)
-        deadline = _monotonic() + timeout
-        while True:
-            left = deadline - _monotonic()
-            if left <= 0:
-                raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
-                                  f"{timeout:g}s (is it running?)")
-            if not poller.poll(int(left * 1000) + 1):
-                continue
-            try:
-                names = list_streams_answer(sock.recv(zmq.NOBLOCK))
-            except zmq.Again:
-                continue
-            except ProtocolError as e:
-                raise ZepsError(f"bad answer from {endpoint}: {e}") from None
-            if names is not None:
-                return names
-    finally:
-        sock.close(0)
+    return tuple(request_once(endpoint, c.ListStreams(), c.ListStreamsOk, timeout=timeout,
+                              context=context, curve=curve).streams)

@@ -22,7 +22,8 @@ that is not bytes or str) raise the usual :class:`ValueError` / :class:`TypeErro
 """
 from __future__ import annotations
 
-__all__ = ["ZepsError", "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+__all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
+           "ConnectionLost", "ClientClosed",
            "ConcurrentUseError"]
 
 
@@ -58,6 +59,10 @@ class PatternRemoved(InvalidError):
     def __init__(self, reason: str, pattern: str | None):
         super().__init__(reason)
         self.pattern = pattern
+
+
+class NoStream(InvalidError):
+    """The broker has no such stream (or the client may not know of it): ``no stream: ...``."""
 
 
 class ZepsTimeout(ZepsError, TimeoutError):

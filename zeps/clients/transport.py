@@ -242,3 +242,51 @@ class Connection:
         raw = self._owned[0]
         self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.outbox else 0))
         return self.poller
+
+
+def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, curve=None):
+    """Send one command that needs no ATTACH on a socket of its own and return the broker's
+    answer of type ``answer``: LIST-STREAMS, LIMITS and the stream administration commands.
+
+    Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
+    answers within ``timeout`` seconds, :class:`NoStream` / :class:`InvalidError` when it refuses,
+    :class:`ZepsError` for an answer that does not decode."""
+    from zeps.protocol import ProtocolError, decode, encode
+    from zeps.protocol import commands as c
+    from zeps.protocol.reasons import NO_STREAM
+
+    from .errors import InvalidError, NoStream, ZepsError, ZepsTimeout
+
+    check_endpoint(endpoint)
+    _z, ctx = zmq_for(context)
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        curve.apply(sock)
+    try:
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as e:
+            raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
+        sock.send(encode(cmd))
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
+                                  f"{timeout:g}s (is it running?)")
+            if not sock.poll(int(left * 1000) + 1):
+                continue
+            try:
+                reply = decode(sock.recv(zmq.NOBLOCK))
+            except zmq.Again:
+                continue
+            except ProtocolError as e:
+                raise ZepsError(f"bad answer from {endpoint}: {e}") from None
+            if isinstance(reply, c.Invalid):
+                error = NoStream if reply.reason.startswith(NO_STREAM) else InvalidError
+                raise error(reply.reason, cmd.NAME)
+            if isinstance(reply, answer):
+                return reply
+    finally:
+        sock.close(0)

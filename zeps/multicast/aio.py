@@ -25,10 +25,10 @@ from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients.errors import ClientClosed
 from zeps.clients.message import Message
-from zeps.matching import PatternError, compile_pattern
 from zeps.units import TimeLike
 
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
+from .subscriber import check_start
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
@@ -53,17 +53,7 @@ class AsyncMulticastSubscriber:
                  curve=None):
         self.group = parse_group(group)
         self.interface = check_interface(interface)
-        if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
-            raise ValueError("pattern must be a string of at most 255 bytes")
-        try:
-            compile_pattern(pattern)
-        except PatternError as e:
-            raise ValueError(str(e)) from None
-        if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
-            raise ValueError("give at most one of from_seq, from_time, live")
-        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
-                                     or from_seq < 0):
-            raise ValueError("from_seq must be an integer >= 0")
+        check_start(pattern, from_seq, from_time, live)
         self.endpoint, self.stream, self.pattern = endpoint, stream, pattern
         self._start = (from_seq, from_time, live)
         self._client_args = {"timeout": timeout, "heartbeat": heartbeat, "curve": curve,

@@ -36,6 +36,22 @@ _FEED_SLICE = 0.005
 _FEED_RETRY = 1.0
 
 
+def check_start(pattern, from_seq, from_time, live) -> None:
+    """The receiver's pattern and start, as both receivers (blocking and asyncio) take them;
+    :class:`ValueError` saying what is wrong."""
+    if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
+        raise ValueError("pattern must be a string of at most 255 bytes")
+    try:
+        compile_pattern(pattern)
+    except PatternError as e:
+        raise ValueError(str(e)) from None
+    if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
+        raise ValueError("give at most one of from_seq, from_time, live")
+    if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
+                                 or from_seq < 0):
+        raise ValueError("from_seq must be an integer >= 0")
+
+
 class MulticastSubscriber:
     """Messages of ``stream`` matching ``pattern``, live from multicast ``group``, repaired from
     the broker at ``endpoint``.
@@ -74,17 +90,7 @@ class MulticastSubscriber:
                  curve=None):
         self.group = parse_group(group)
         self.interface = check_interface(interface)
-        if not isinstance(pattern, str) or len(pattern.encode("utf-8")) > 255:
-            raise ValueError("pattern must be a string of at most 255 bytes")
-        try:
-            compile_pattern(pattern)
-        except PatternError as e:
-            raise ValueError(str(e)) from None
-        if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
-            raise ValueError("give at most one of from_seq, from_time, live")
-        if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
-                                     or from_seq < 0):
-            raise ValueError("from_seq must be an integer >= 0")
+        check_start(pattern, from_seq, from_time, live)
         self.endpoint = endpoint
         self.stream = stream
         self.pattern = pattern

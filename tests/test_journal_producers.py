@@ -128,8 +128,35 @@ def test_clean_restart_reads_no_record(tmp_path, caplog):
     with caplog.at_level("WARNING", logger="zeps.journal"):
         with Journal.open(d, SMALL) as j:
             assert j.producers() == want
-            assert j.next_seq - 1 not in list_snapshots(d)   # the close snapshot is used up
+            assert j.next_seq in list_snapshots(d)           # the close snapshot
     assert "producer" not in caplog.text
+
+
+def test_a_crash_reads_at_most_snapshot_interval_bytes(tmp_path, caplog):
+    """Inside one big segment, a snapshot every ``snapshot_interval_bytes``: after a crash only
+    the records after the newest one are read (the segment's start is corrupted in the copy,
+    unnoticed), and each such snapshot replaces the previous one."""
+    cfg = JournalConfig(segment_bytes=1 << 20, index_interval_bytes=256, fsync="never",
+                        snapshot_interval_bytes=3000)
+    d = tmp_path / "s"
+    j = Journal.open(d, cfg)
+    fill(j, 60)
+    assert len(j.segment_seqs()) == 1
+    snaps = list_snapshots(d)
+    assert len(snaps) == 1 and j.next_seq - snaps[0] < 3000 // 40
+    c = crash_copy(d, tmp_path / "c")
+    last = fill(j, 1, 60)[-1]
+    want = model(all_records(d))
+    with open(c / "00000000000000000001.log", "r+b") as f:
+        f.write(b"\xff" * 100)
+    j.close()
+    with caplog.at_level("WARNING", logger="zeps.journal"):
+        with Journal.open(c, cfg) as j:
+            assert j.next_seq == last.sequence - 2
+            assert j.producers() == model(all_records(d)[:j.next_seq - 1])
+    assert "unreadable" not in caplog.text
+    with Journal.open(d, cfg) as j:
+        assert j.producers() == want
 
 
 def test_after_a_crash_the_state_is_what_the_recovered_log_holds(tmp_path, caplog):
@@ -184,10 +211,12 @@ def test_state_survives_retention(tmp_path):
     for path in (d, c):
         with Journal.open(path, cfg) as j:
             assert j.producers() == want
-    # a retention-deleted segment's snapshot goes with it: only kept segments have one
-    # (and the close snapshot, at no segment start, is deleted by the open that uses it)
+    # a retention-deleted segment's snapshot goes with it: kept segments have one, and the
+    # one at no segment start (close, or every snapshot_interval_bytes) is in the last segment
     with Journal.open(d, cfg) as j:
-        assert set(list_snapshots(d)) <= set(j.segment_seqs())
+        firsts = j.segment_seqs()
+        snaps = list_snapshots(d)
+        assert set(snaps[1:]) <= set(firsts) and snaps[0] >= firsts[-1]
 
 
 @pytest.mark.parametrize("damage", ["truncated", "flipped", "garbage", "empty", "wrong name"])

@@ -53,10 +53,11 @@ Decisions and known limits (details in each module's docstring):
   ``(producer id, pseq)`` in a record's CRC-covered producer extension (flagged in the length's
   top bit; records without one are byte-identical to the original format) and
   :meth:`Journal.producers` is the last pseq of each id over the records held - rebuilt on open
-  from the newest valid ``.producers`` snapshot (written at each roll and at close) plus the
-  records after it, so it is exactly what the recovered log holds, survives retention, and
-  costs at most one segment's scan after a crash. At most ``max_producers`` ids are kept (LRU):
-  a retry after that many other producers published is not deduplicated.
+  from the newest valid ``.producers`` snapshot (written at each roll, every
+  ``snapshot_interval_bytes`` of log and at close) plus the records after it, so it is exactly
+  what the recovered log holds, survives retention, and costs at most
+  ``snapshot_interval_bytes`` of records to rebuild after a crash. At most ``max_producers``
+  ids are kept (LRU): a retry after that many other producers published is not deduplicated.
 * Every valid stream name (1 to 255 bytes of UTF-8) has a directory: one whose escaped form
   would exceed 255 bytes is stored under a hashed directory name with the real name in its
   ``NAME`` file (``names.py``); the data directory's own ``LOCK`` is never a stream's name.

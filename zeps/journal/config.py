@@ -16,6 +16,9 @@ Decisions:
 * ``max_producers`` (10,000): producer ids whose last sequence the journal keeps (least
   recently used dropped beyond it, :mod:`.producers`); a producer that retries after that many
   others published since its last record is not deduplicated.
+* ``snapshot_interval_bytes`` (8 MiB): the producer state is snapshotted every that many bytes
+  of log (and at each roll and close), so opening after a crash applies at most that many
+  bytes of records to rebuild it.
 * ``max_record_bytes`` is at most 2^31-1: the record's length field has 31 bits for the frame
   (its top bit flags a producer extension).
 """
@@ -39,12 +42,13 @@ class JournalConfig:
     retention_bytes: Optional[int] = None
     retention_ms: Optional[int] = None
     max_producers: int = 10_000
+    snapshot_interval_bytes: int = 8 << 20
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {self.fsync!r}")
         for name in ("segment_bytes", "index_interval_bytes", "max_record_bytes",
-                     "max_producers"):
+                     "max_producers", "snapshot_interval_bytes"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")

@@ -35,7 +35,8 @@ Decisions and why:
   rebuilt on open from the newest valid ``.producers`` snapshot plus the records after it, and
   a snapshot is written at each roll (after the sealed segment is synced, before the new
   segment exists; if it cannot be written the roll, and so the batch, fails with
-  :class:`JournalFullError` and nothing changes). Details in :mod:`.producers`.
+  :class:`JournalFullError` and nothing changes), and, unsynced, every
+  ``snapshot_interval_bytes`` of log and at close. Details in :mod:`.producers`.
 """
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ from .config import JournalConfig
 from .errors import InvalidRecordError, JournalError, JournalFullError, JournalNotFoundError
 from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
-from .producers import ProducerState, rebuild, write_snapshot
+from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
 from .record import Record, encode_batch
 from .recovery import load_sealed, recover
 from .retention import segments_to_delete
@@ -84,6 +85,8 @@ class Journal(StreamView):
         self._last_entry_pos = 0
         self._pending_truncate: Optional[int] = None
         self._producers = ProducerState(config.max_producers)
+        self._loose_snapshot: Optional[int] = None   # the snapshot not at a segment start
+        self._snapshot_pos = 0        # position in the active segment of the last snapshot
 
     # ------------------------------------------------------------------ opening
 
@@ -144,8 +147,12 @@ class Journal(StreamView):
         self._load_producers()
 
     def _load_producers(self) -> None:
-        self._producers = rebuild(self, self._dir, self._firsts, self._next_seq,
-                                  self.config.max_producers)
+        self._producers, upto = rebuild(self, self._dir, self._firsts, self._next_seq,
+                                        self.config.max_producers)
+        if upto not in self._firsts:
+            self._loose_snapshot = upto
+        if upto == self._next_seq:
+            self._snapshot_pos = self._active.size
 
     def _create_segment(self, first_seq: int) -> Segment:
         """Create the files of a new segment (index files first: a reader that sees the log
@@ -286,7 +293,25 @@ class Journal(StreamView):
                 self._durable_seq = last
         if producers is not None:
             self._producers.observe_records(records)
+        if seg.size - self._snapshot_pos >= self.config.snapshot_interval_bytes:
+            self._write_loose_snapshot()
         return records
+
+    def _write_loose_snapshot(self) -> bool:
+        """Snapshot the producer state at the end of the log (not synced: it only shortens the
+        next open's scan) in place of the previous such snapshot. False if it failed."""
+        upto = self._next_seq
+        self._snapshot_pos = self._active.size
+        try:
+            write_snapshot(self._dir, self._producers, upto, False)
+        except OSError as e:
+            log.warning("journal %s: cannot write a producer snapshot (%s); the next open "
+                        "scans more records", self._dir, e)
+            return False
+        if self._loose_snapshot is not None and self._loose_snapshot != upto:
+            remove_snapshot(self._dir, self._loose_snapshot)
+        self._loose_snapshot = upto
+        return True
 
     def _write_all(self, seg: Segment, buf: bytes, pre: int, n: int) -> None:
         view = memoryview(buf)
@@ -353,6 +378,10 @@ class Journal(StreamView):
         except OSError as e:
             raise JournalFullError(f"cannot write the producer snapshot of {self._dir} while "
                                    f"rolling: {e.strerror}", e) from None
+        if self._loose_snapshot is not None and self._loose_snapshot != self._next_seq:
+            remove_snapshot(self._dir, self._loose_snapshot)
+        self._loose_snapshot = None
+        self._snapshot_pos = 0
         new = self._create_segment(self._next_seq)
         for attr in ("ifd_w", "tfd_w"):
             fd = getattr(old, attr)
@@ -479,24 +508,17 @@ class Journal(StreamView):
                 except JournalError as e:
                     synced = False
                     log.error("journal %s: final sync failed: %s", self._dir, e)
-            if synced and self._active is not None:
-                self._snapshot_on_close()
+            # the state at the end of the log, unless a snapshot of it exists (a loose one, or
+            # the empty active segment's own, which must not be replaced by an unsynced copy)
+            if synced and self._active is not None and self._loose_snapshot != self._next_seq \
+                    and self._next_seq != self._active.first_seq:
+                self._write_loose_snapshot()
         finally:
             with self._sync_lock:
                 self._closed = True
             for seg in self._segs:
                 seg.close()
             self._release()
-
-    def _snapshot_on_close(self) -> None:
-        """A snapshot of the state at the end of the log, so that the next open reads no
-        record (it is deleted by that open; after a crash the segment snapshots are used)."""
-        try:
-            write_snapshot(self._dir, self._producers, self._next_seq,
-                           self.config.fsync != "never")
-        except OSError as e:
-            log.warning("journal %s: cannot write the producer snapshot on close (%s); the "
-                        "next open scans the last segment", self._dir, e)
 
     def _release(self) -> None:
         fd, self._lock_fd = self._lock_fd, -1

@@ -15,10 +15,12 @@ so the writer keeps snapshots:
   the records from ``N`` on (at most the last segment, normally). Retention deletes a segment's
   snapshot with it; the snapshot of the oldest kept segment carries everything retention
   deleted, so a producer that published long ago is still known.
-* :meth:`Journal.close <zeps.journal.Journal.close>` also writes the state at the end of the
-  log (after the final sync), so a clean restart applies no record; that snapshot is not at a
-  segment start and the open that reads it deletes it (after a crash, the segment snapshots
-  serve).
+* Between rolls, the writer also writes the state every ``snapshot_interval_bytes`` of log
+  (8 MiB by default) and at :meth:`Journal.close <zeps.journal.Journal.close>`, so a restart
+  applies at most that many bytes of records after a crash, and none after a clean close. Such
+  a snapshot is not at a segment start; each one replaces the previous one, and a roll replaces
+  it by the new segment's. It is not synced (the log is the truth: one that did not survive, or
+  that describes records the log lost, is not used).
 * A torn or invalid snapshot (bad magic, CRC, count, or a sequence that does not match its
   name), or one that names a sequence past the recovered log (records it describes were lost
   in a crash under ``fsync="never"``), is ignored and deleted: the next older one is used, or
@@ -187,8 +189,8 @@ def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
     """``(state, upto)`` from the newest valid snapshot with ``firsts[0] <= upto <= next_seq``
     (the records from ``upto`` on are those to apply); ``(None, firsts[0])`` if there is none.
     ``firsts``: the segments' first sequences. Deletes the snapshots that cannot be used
-    (invalid, past ``next_seq``, or before ``firsts[0]``) and those not at a segment start
-    (written by a close, used once). Writer only."""
+    (invalid, past ``next_seq``, or before ``firsts[0]``) and the older ones not at a segment
+    start (superseded). Writer only."""
     first = firsts[0]
     starts = set(firsts)
     chosen: Tuple[Optional[ProducerState], int] = (None, first)
@@ -209,7 +211,7 @@ def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
             except (OSError, ValueError) as e:
                 _discard(path, str(e))
                 continue
-        if upto not in starts:
+        elif upto not in starts:
             try:
                 os.unlink(path)
             except OSError:
@@ -218,11 +220,13 @@ def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
 
 
 def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
-            max_producers: int) -> ProducerState:
+            max_producers: int) -> Tuple[ProducerState, int]:
     """The producer state of the records a (just recovered) writer's ``view`` holds: the newest
-    usable snapshot, then the records after it. A corrupt sealed segment is skipped with an
-    error logged (the records it hides cannot count)."""
+    usable snapshot, then the records after it; and the sequence of that snapshot (``firsts[0]``
+    if none). A corrupt sealed segment is skipped with an error logged (the records it hides
+    cannot count)."""
     state, seq = load_snapshot(stream_dir, firsts, next_seq, max_producers)
+    upto = seq
     if state is None:
         state = ProducerState(max_producers)
         if firsts[0] > 1:
@@ -244,4 +248,12 @@ def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
             break
         state.observe_records(recs)
         seq = recs[-1].sequence + 1
-    return state
+    return state, upto
+
+
+def remove_snapshot(stream_dir: str, upto: int) -> None:
+    """Delete a snapshot that a newer one superseded (missing is fine)."""
+    try:
+        os.unlink(snapshot_path(stream_dir, upto))
+    except OSError:
+        pass

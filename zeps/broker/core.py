@@ -5,9 +5,14 @@ between them. No sockets: the I/O shell (``server.py``) hands it ``(identity, fr
 Order of work the shell follows each round (see ``server.py``):
 
 1. ``receive()`` every message it can read without blocking (publishes are only queued);
-2. ``flush()``: one journal append per stream for the queued publishes, then live routing;
-3. ``pump()``: one journal batch for each subscriber catching up;
-4. send the outbox; timers call ``expire()`` and, after a group fsync, ``confirm()``.
+2. ``flush()``: one journal append per stream for the queued publishes, then live routing; send;
+3. ``pump(now)``: congestion that is over ends, one journal batch for each subscriber catching
+   up; ``confirm()`` after a group fsync; send;
+4. ``tick(now)``: the timers; the shell fsyncs the journals it names.
+
+Three concepts live beside it as mixins, each in the file named after it: stream administration
+(``admin.py``), congestion — frames the shell could not send (``congestion.py``) — and the
+timers (``timers.py``).
 """
 from __future__ import annotations
 
@@ -15,14 +20,15 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
-from zeps.journal.settings import StreamSettings
 from zeps.matching import PatternError, compile_pattern
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
-from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
 
+from .admin import StreamAdministration
+from .congestion import Congestion
 from .session import ATTACHED, ProtocolViolation, Session
+from .timers import Timers
 from .stream import COUNTERS, Stream
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -32,12 +38,6 @@ _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _DETACH = encode(c.Detach())
-
-
-class _Stale(bytes):
-    """A DELIVER of a peering that ended while it waited in the outbox: still sent (it is the
-    client's, in order), but if it cannot be, it is not the new peering's to replay."""
-    __slots__ = ()
 
 
 @dataclass
@@ -66,7 +66,7 @@ class CoreConfig:
     replay_batch_bytes: int = 1 << 20
 
 
-class BrokerCore:
+class BrokerCore(StreamAdministration, Congestion, Timers):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -203,88 +203,6 @@ class BrokerCore:
         acl = self.acl
         s.may_publish = acl is None or acl.may_publish(s.user, s.stream)
         s.may_subscribe = acl is None or acl.may_subscribe(s.user, s.stream)
-
-    # ------------------------------------------------------------------ stream administration
-    def _admin_refused(self, s: Session, name: str, what: str) -> bool:
-        if not name or "\x00" in name:
-            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
-            return True
-        acl = self.acl
-        if acl is not None and not acl.may_admin(s.user, name):
-            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may not {what} stream "
-                                      f"{name!r}")
-            return True
-        return False
-
-    def _exists(self, name: str) -> bool:
-        return name in self.streams or self.datadir.has_stream(name)
-
-    def _no_stream(self, s: Session, name: str) -> bool:
-        if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
-            return False
-        self._invalid(s.identity, f"{NO_STREAM}{name!r}")
-        return True
-
-    def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
-        if self._admin_refused(s, cmd.stream, "create"):
-            return
-        if not self._exists(cmd.stream) and len(self.streams) >= self.config.max_streams:
-            self._release_idle_streams(self.config.max_streams - 1)
-            if len(self.streams) >= self.config.max_streams:
-                self._invalid(s.identity, f"{LIMIT}the broker holds at most "
-                                          f"{self.config.max_streams} streams")
-                return
-        try:
-            settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
-                                      cmd.segment_bytes)
-            created = self.datadir.create(cmd.stream, settings)
-        except Exception as exc:                 # JournalError, OSError: say why
-            self._invalid(s.identity, f"cannot create stream {cmd.stream!r}: {exc}")
-            return
-        if created:
-            self.log("stream_created", stream=cmd.stream)
-        self.outbox.append((s.identity, encode(c.StreamCreateOk())))
-
-    def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe, _was) -> None:
-        if self._no_stream(s, cmd.stream):
-            return
-        st = self.stream(cmd.stream)
-        info, own = st.info(), st.settings
-        self.outbox.append((s.identity, encode(c.StreamDescribeOk(
-            info.first, info.last, info.size, info.oldest, info.newest, own.retention_bytes,
-            own.retention_ms, own.max_message, own.segment_bytes))))
-
-    def _on_stream_purge(self, s: Session, cmd: c.StreamPurge, _was) -> None:
-        if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
-            return
-        st = self.stream(cmd.stream)
-        st.flush()
-        try:
-            first = self.datadir.purge(cmd.stream, cmd.upto)
-        except Exception as exc:
-            self._invalid(s.identity, f"cannot purge stream {cmd.stream!r}: {exc}")
-            return
-        st.purged(self.datadir.settings(cmd.stream))
-        self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
-        self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
-
-    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete, _was) -> None:
-        if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
-            return
-        st = self.streams.pop(cmd.stream, None)
-        if st is not None:
-            st.flush()
-            for other in list(st.sessions.values()):    # its clients are told it is gone
-                st.detach(other)
-                self._end_peering(other)
-                self.outbox.append((other.identity, _DETACH))
-        try:
-            self.datadir.delete(cmd.stream)
-        except Exception as exc:
-            self._invalid(s.identity, f"cannot delete stream {cmd.stream!r}: {exc}")
-            return
-        self.log("stream_deleted", stream=cmd.stream)
-        self.outbox.append((s.identity, encode(c.StreamDeleteOk())))
 
     # ------------------------------------------------------------------ security
     def identify(self, identity: bytes, user: Optional[str]) -> None:
@@ -483,153 +401,11 @@ class BrokerCore:
                     and self.sessions.get(s.identity) is s:
                 del self.sessions[s.identity]
 
-    # ------------------------------------------------------------------ what the shell reports
-    def unsent(self, identity: bytes, frame: bytes, now: float) -> None:
-        """The shell could not send ``frame``: the client's pipe is full (its send high-water
-        mark). Called for that frame and every later frame for the same client in the batch.
-
-        The client is congested until a backoff ends: no DELIVER is produced for it meanwhile
-        (it is historical), and every reply to it waits behind the ones already held. A DELIVER
-        goes back to the journal (the stream rewinds the client and returns the credit) unless
-        its peering has ended; any other frame is held, in order, and sent when the congestion
-        ends; a client holding more than ``max_held`` frames reads nothing and is forgotten."""
-        if type(frame) is _Stale:
-            return
-        s = self.sessions.get(identity)
-        if s is None:
-            return
-        st = self.streams.get(s.stream) if s.stream is not None else None
-        if s.congested_until <= now:           # first failure of this batch: back off
-            s.backoff = min(self.config.congestion_backoff_max,
-                            s.backoff * 2 if s.backoff else self.config.congestion_backoff)
-            s.congested_until = now + s.backoff
-            self.congested[identity] = s
-            if st is not None:
-                st.pause(s)
-        cid = frame[2]
-        if cid == DELIVER_ID or cid == DELIVER_TS_ID:
-            s.delivered -= 1                   # not a sign of life: it did not go out
-            if st is not None:
-                st.unsent(s, frame)
-            return
-        s.held.append(frame)
-        if len(s.held) > self.config.max_held:
-            self.log("client_unresponsive_forgotten", client=identity.hex(), held=len(s.held))
-            self.forget(identity)
-
-    def _hold_replies(self, s: Session, mark: int) -> None:
-        """Replies produced for a congested client since outbox position ``mark`` wait behind
-        the ones it already holds (the same bound applies)."""
-        out = self.outbox
-        ident = s.identity
-        kept = []
-        for entry in out[mark:]:
-            if entry[0] == ident:
-                s.held.append(entry[1])
-            else:
-                kept.append(entry)
-        out[mark:] = kept
-        if len(s.held) > self.config.max_held:
-            self.log("client_unresponsive_forgotten", client=ident.hex(), held=len(s.held))
-            self.forget(ident)
-
-    def _end_peering(self, s: Session) -> None:
-        """Its DELIVERs still in the outbox belong to a peering that is over (see _Stale)."""
-        out = self.outbox
-        ident = s.identity
-        for i, (who, frame) in enumerate(out):
-            if who == ident and (frame[2] == DELIVER_ID or frame[2] == DELIVER_TS_ID):
-                out[i] = (who, _Stale(frame))
-
+    # ------------------------------------------------------------------ connections
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
         self.users.pop(identity, None)
         self.forget(identity)
-
-    def _uncongest(self, now: float) -> None:
-        for ident in [i for i, s in self.congested.items() if s.congested_until <= now]:
-            s = self.congested.pop(ident)
-            s.congested_until = 0.0
-            if s.held:
-                self.outbox.extend((ident, f) for f in s.held)
-                s.held.clear()
-            st = self.streams.get(s.stream) if s.stream is not None else None
-            if st is not None:
-                st.resume(s)
-            elif s.state != ATTACHED:
-                self._to_free.append(s)          # only held a DETACH-OK: free it once sent
-
-    # ------------------------------------------------------------------ timers
-    def next_deadline(self) -> float:
-        """When :meth:`tick` next has work (monotonic seconds)."""
-        nxt = min(self._next_expiry, self._next_retention)
-        if self.config.fsync == "interval":
-            nxt = min(nxt, self._next_sync)
-        if self.congested:
-            nxt = min(nxt, min(s.congested_until for s in self.congested.values()))
-        return nxt
-
-    def tick(self, now: float) -> List[Stream]:
-        """Run the timers that are due at ``now`` — expiry of silent clients, retention — and
-        return the streams whose journals the shell should fsync now (``fsync=interval``: every
-        ``fsync_interval`` seconds, the streams with unsynced records). After syncing them the
-        shell calls :meth:`confirm`."""
-        if now >= self._next_expiry:
-            self._next_expiry = now + self.config.expiry_check
-            self.expire(now)
-            self._log_bad_frames()
-        if now >= self._next_retention:
-            self._next_retention = now + self.config.retention_check
-            self._retention()
-        if self.config.fsync != "interval" or now < self._next_sync:
-            return []
-        self._next_sync = now + self.config.fsync_interval
-        return [st for st in self.streams.values() if st.journal.durable_seq < st.journal.last_seq]
-
-    def _log_bad_frames(self) -> None:
-        for ident, n in self.bad_frames.items():
-            if n:
-                self.log("invalid_frames", client=ident.hex(), more=n)
-        if self.bad_frames_other:
-            self.log("invalid_frames", clients="others", more=self.bad_frames_other)
-        self.bad_frames.clear()
-        self.bad_frames_other = 0
-
-    def sync_failed(self, stream: Stream, exc: Exception) -> None:
-        """A stream's fsync failed: its publishers wait (no CONFIRM); other streams go on."""
-        self.log("fsync_failed", stream=stream.name, error=str(exc))
-
-    def _retention(self) -> None:
-        for st in list(self.streams.values()):
-            try:
-                dropped = st.journal.apply_retention()
-            except Exception as exc:       # one stream's failure is that stream's
-                self.log("retention_failed", stream=st.name, error=str(exc))
-                continue
-            if dropped:
-                self.log("retention", stream=st.name, segments_deleted=dropped,
-                         first_seq=st.journal.first_seq)
-
-    def expire(self, now: float) -> List[bytes]:
-        """Forget clients silent for longer than the expiry, telling each with DETACH; return
-        their identities. Deliveries the client took since the last check count as a sign of
-        life (its pipe was not full, so it reads)."""
-        limit = now - self.config.expiry
-        gone = []
-        for ident, s in self.sessions.items():
-            if s.delivered != s.delivered_seen:
-                s.delivered_seen = s.delivered
-                if not s.congested_until:
-                    s.last_seen = max(s.last_seen, now - self.config.expiry_check)
-            if s.last_seen < limit:
-                gone.append(ident)
-        for ident in gone:
-            congested = self.sessions[ident].congested_until
-            self.forget(ident)
-            if not congested:                  # a full pipe would not take it anyway
-                self.outbox.append((ident, _DETACH))
-            self.log("client_expired", client=ident.hex())
-        return gone
 
     def forget(self, identity: bytes) -> None:
         """Drop a client entirely (expired, unresponsive, or its connection is gone)."""

@@ -1,0 +1,106 @@
+"""Stream administration in the broker core: STREAM-CREATE, -DESCRIBE, -PURGE and -DELETE.
+
+A mixin of :class:`~zeps.broker.core.BrokerCore` (pure, like the rest of the core): the handlers
+check the name and the ACL's ``admin`` right, then act on the data directory and the open
+:class:`~zeps.broker.stream.Stream`, and answer in the outbox.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zeps.journal.settings import StreamSettings
+from zeps.protocol import commands as c, encode
+from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM
+
+from .session import Session
+
+if TYPE_CHECKING:
+    pass
+
+_DETACH = encode(c.Detach())
+
+
+class StreamAdministration:
+    """The handlers of the stream administration commands (see docs/protocol.md)."""
+
+    def _admin_refused(self, s: Session, name: str, what: str) -> bool:
+        if not name or "\x00" in name:
+            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
+            return True
+        acl = self.acl
+        if acl is not None and not acl.may_admin(s.user, name):
+            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may not {what} stream "
+                                      f"{name!r}")
+            return True
+        return False
+
+    def _exists(self, name: str) -> bool:
+        return name in self.streams or self.datadir.has_stream(name)
+
+    def _no_stream(self, s: Session, name: str) -> bool:
+        if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
+            return False
+        self._invalid(s.identity, f"{NO_STREAM}{name!r}")
+        return True
+
+    def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "create"):
+            return
+        if not self._exists(cmd.stream) and len(self.streams) >= self.config.max_streams:
+            self._release_idle_streams(self.config.max_streams - 1)
+            if len(self.streams) >= self.config.max_streams:
+                self._invalid(s.identity, f"{LIMIT}the broker holds at most "
+                                          f"{self.config.max_streams} streams")
+                return
+        try:
+            settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
+                                      cmd.segment_bytes)
+            created = self.datadir.create(cmd.stream, settings)
+        except Exception as exc:                 # JournalError, OSError: say why
+            self._invalid(s.identity, f"cannot create stream {cmd.stream!r}: {exc}")
+            return
+        if created:
+            self.log("stream_created", stream=cmd.stream)
+        self.outbox.append((s.identity, encode(c.StreamCreateOk())))
+
+    def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe, _was) -> None:
+        if self._no_stream(s, cmd.stream):
+            return
+        st = self.stream(cmd.stream)
+        info, own = st.info(), st.settings
+        self.outbox.append((s.identity, encode(c.StreamDescribeOk(
+            info.first, info.last, info.size, info.oldest, info.newest, own.retention_bytes,
+            own.retention_ms, own.max_message, own.segment_bytes))))
+
+    def _on_stream_purge(self, s: Session, cmd: c.StreamPurge, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
+            return
+        st = self.stream(cmd.stream)
+        st.flush()
+        try:
+            first = self.datadir.purge(cmd.stream, cmd.upto)
+        except Exception as exc:
+            self._invalid(s.identity, f"cannot purge stream {cmd.stream!r}: {exc}")
+            return
+        st.purged(self.datadir.settings(cmd.stream))
+        self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
+        self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
+
+    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete, _was) -> None:
+        if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
+            return
+        st = self.streams.pop(cmd.stream, None)
+        if st is not None:
+            st.flush()
+            for other in list(st.sessions.values()):    # its clients are told it is gone
+                st.detach(other)
+                self._end_peering(other)
+                self.outbox.append((other.identity, _DETACH))
+        try:
+            self.datadir.delete(cmd.stream)
+        except Exception as exc:
+            self._invalid(s.identity, f"cannot delete stream {cmd.stream!r}: {exc}")
+            return
+        self.log("stream_deleted", stream=cmd.stream)
+        self.outbox.append((s.identity, encode(c.StreamDeleteOk())))
+

@@ -1,0 +1,103 @@
+"""Congestion in the broker core: what happens to frames a client's full pipe did not take.
+
+A mixin of :class:`~zeps.broker.core.BrokerCore`. The shell hands back every frame it could not
+send (:meth:`Congestion.unsent`) and says when a batch is done (:meth:`Congestion.sent`). A
+congested client gets no DELIVER until its backoff ends (it is historical: the journal replays
+it), its replies wait in order in ``held``, and a client that holds more than ``max_held`` reads
+nothing and is forgotten. DELIVERs of a peering that ended while they waited are :class:`_Stale`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from zeps.protocol import commands as c, encode
+from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
+
+from .session import ATTACHED, Session
+
+if TYPE_CHECKING:
+    pass
+
+_DETACH = encode(c.Detach())
+
+
+class _Stale(bytes):
+    """A DELIVER of a peering that ended while it waited in the outbox: still sent (it is the
+    client's, in order), but if it cannot be, it is not the new peering's to replay."""
+    __slots__ = ()
+
+
+
+class Congestion:
+    """Frames that did not go out, and the end of congestion (see the module docstring)."""
+
+    def unsent(self, identity: bytes, frame: bytes, now: float) -> None:
+        """The shell could not send ``frame``: the client's pipe is full (its send high-water
+        mark). Called for that frame and every later frame for the same client in the batch.
+
+        The client is congested until a backoff ends: no DELIVER is produced for it meanwhile
+        (it is historical), and every reply to it waits behind the ones already held. A DELIVER
+        goes back to the journal (the stream rewinds the client and returns the credit) unless
+        its peering has ended; any other frame is held, in order, and sent when the congestion
+        ends; a client holding more than ``max_held`` frames reads nothing and is forgotten."""
+        if type(frame) is _Stale:
+            return
+        s = self.sessions.get(identity)
+        if s is None:
+            return
+        st = self.streams.get(s.stream) if s.stream is not None else None
+        if s.congested_until <= now:           # first failure of this batch: back off
+            s.backoff = min(self.config.congestion_backoff_max,
+                            s.backoff * 2 if s.backoff else self.config.congestion_backoff)
+            s.congested_until = now + s.backoff
+            self.congested[identity] = s
+            if st is not None:
+                st.pause(s)
+        cid = frame[2]
+        if cid == DELIVER_ID or cid == DELIVER_TS_ID:
+            s.delivered -= 1                   # not a sign of life: it did not go out
+            if st is not None:
+                st.unsent(s, frame)
+            return
+        s.held.append(frame)
+        if len(s.held) > self.config.max_held:
+            self.log("client_unresponsive_forgotten", client=identity.hex(), held=len(s.held))
+            self.forget(identity)
+
+    def _hold_replies(self, s: Session, mark: int) -> None:
+        """Replies produced for a congested client since outbox position ``mark`` wait behind
+        the ones it already holds (the same bound applies)."""
+        out = self.outbox
+        ident = s.identity
+        kept = []
+        for entry in out[mark:]:
+            if entry[0] == ident:
+                s.held.append(entry[1])
+            else:
+                kept.append(entry)
+        out[mark:] = kept
+        if len(s.held) > self.config.max_held:
+            self.log("client_unresponsive_forgotten", client=ident.hex(), held=len(s.held))
+            self.forget(ident)
+
+    def _end_peering(self, s: Session) -> None:
+        """Its DELIVERs still in the outbox belong to a peering that is over (see _Stale)."""
+        out = self.outbox
+        ident = s.identity
+        for i, (who, frame) in enumerate(out):
+            if who == ident and (frame[2] == DELIVER_ID or frame[2] == DELIVER_TS_ID):
+                out[i] = (who, _Stale(frame))
+
+    def _uncongest(self, now: float) -> None:
+        for ident in [i for i, s in self.congested.items() if s.congested_until <= now]:
+            s = self.congested.pop(ident)
+            s.congested_until = 0.0
+            if s.held:
+                self.outbox.extend((ident, f) for f in s.held)
+                s.held.clear()
+            st = self.streams.get(s.stream) if s.stream is not None else None
+            if st is not None:
+                st.resume(s)
+            elif s.state != ATTACHED:
+                self._to_free.append(s)          # only held a DETACH-OK: free it once sent
+

@@ -1,0 +1,92 @@
+"""The broker core's timers: expiry of silent clients, retention, the group-fsync schedule.
+
+A mixin of :class:`~zeps.broker.core.BrokerCore`. No clock of its own: the shell calls
+:meth:`Timers.tick` with the time and waits until :meth:`Timers.next_deadline`.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, List
+
+from zeps.protocol import commands as c, encode
+
+
+if TYPE_CHECKING:
+    from .stream import Stream
+
+_DETACH = encode(c.Detach())
+
+
+class Timers:
+    """``tick(now)`` runs what is due and names the streams to fsync (see the module docstring)."""
+
+    def next_deadline(self) -> float:
+        """When :meth:`tick` next has work (monotonic seconds)."""
+        nxt = min(self._next_expiry, self._next_retention)
+        if self.config.fsync == "interval":
+            nxt = min(nxt, self._next_sync)
+        if self.congested:
+            nxt = min(nxt, min(s.congested_until for s in self.congested.values()))
+        return nxt
+
+    def tick(self, now: float) -> List[Stream]:
+        """Run the timers that are due at ``now`` — expiry of silent clients, retention — and
+        return the streams whose journals the shell should fsync now (``fsync=interval``: every
+        ``fsync_interval`` seconds, the streams with unsynced records). After syncing them the
+        shell calls :meth:`confirm`."""
+        if now >= self._next_expiry:
+            self._next_expiry = now + self.config.expiry_check
+            self.expire(now)
+            self._log_bad_frames()
+        if now >= self._next_retention:
+            self._next_retention = now + self.config.retention_check
+            self._retention()
+        if self.config.fsync != "interval" or now < self._next_sync:
+            return []
+        self._next_sync = now + self.config.fsync_interval
+        return [st for st in self.streams.values() if st.journal.durable_seq < st.journal.last_seq]
+
+    def _log_bad_frames(self) -> None:
+        for ident, n in self.bad_frames.items():
+            if n:
+                self.log("invalid_frames", client=ident.hex(), more=n)
+        if self.bad_frames_other:
+            self.log("invalid_frames", clients="others", more=self.bad_frames_other)
+        self.bad_frames.clear()
+        self.bad_frames_other = 0
+
+    def sync_failed(self, stream: Stream, exc: Exception) -> None:
+        """A stream's fsync failed: its publishers wait (no CONFIRM); other streams go on."""
+        self.log("fsync_failed", stream=stream.name, error=str(exc))
+
+    def _retention(self) -> None:
+        for st in list(self.streams.values()):
+            try:
+                dropped = st.journal.apply_retention()
+            except Exception as exc:       # one stream's failure is that stream's
+                self.log("retention_failed", stream=st.name, error=str(exc))
+                continue
+            if dropped:
+                self.log("retention", stream=st.name, segments_deleted=dropped,
+                         first_seq=st.journal.first_seq)
+
+    def expire(self, now: float) -> List[bytes]:
+        """Forget clients silent for longer than the expiry, telling each with DETACH; return
+        their identities. Deliveries the client took since the last check count as a sign of
+        life (its pipe was not full, so it reads)."""
+        limit = now - self.config.expiry
+        gone = []
+        for ident, s in self.sessions.items():
+            if s.delivered != s.delivered_seen:
+                s.delivered_seen = s.delivered
+                if not s.congested_until:
+                    s.last_seen = max(s.last_seen, now - self.config.expiry_check)
+            if s.last_seen < limit:
+                gone.append(ident)
+        for ident in gone:
+            congested = self.sessions[ident].congested_until
+            self.forget(ident)
+            if not congested:                  # a full pipe would not take it anyway
+                self.outbox.append((ident, _DETACH))
+            self.log("client_expired", client=ident.hex())
+        return gone
+

@@ -41,12 +41,15 @@ chromium:
 	  echo "Chromium could not be installed: the dashboard's browser test will be skipped"; \
 	fi
 
+MONITOR ?= 127.0.0.1:7471
+
 run: $(RUN_STAMP)
-	@echo "ZEPS broker on $(ENDPOINT), data in $(DATA_DIR). In another shell:"
-	@echo "  $(VENV)/bin/zeps subscribe --endpoint $(ENDPOINT) orders          # live + history, Ctrl-C to stop"
-	@echo "  $(VENV)/bin/zeps publish   --endpoint $(ENDPOINT) orders eu.fr 'hello'"
+	@echo "ZEPS broker on $(ENDPOINT), data in $(DATA_DIR), dashboard on http://$(MONITOR)/. In another shell:"
+	@echo "  $(VENV)/bin/zeps publish   --endpoint $(ENDPOINT) orders eu.fr 'hello'   # creates the stream"
+	@echo "  $(VENV)/bin/zeps subscribe --endpoint $(ENDPOINT) orders --all           # history, then live; Ctrl-C to stop"
 	@echo "  $(VENV)/bin/zeps stats     --endpoint $(ENDPOINT)"
-	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR)
+	@echo "  $(VENV)/bin/zeps top       --monitor http://$(MONITOR)"
+	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR) --monitor $(MONITOR)
 
 test: $(TEST_STAMP) java chromium
 	$(VENV)/bin/ruff check zeps tests bench examples

@@ -124,8 +124,10 @@ def cmd_publish(args) -> int:
                 curve=args.curve,
                 on_connection=connection_reporter(args)) as client:
         n, failed, last = _publish_all(client, items)
-        if args.confirm:
-            print(last if n > len(failed) else 0)
+        if args.confirm and n > len(failed):
+            print(last)                    # the last confirmed sequence
+        elif args.confirm and n == 0:
+            print(0)                       # nothing to publish: nothing is stored
     for line, err in failed:
         print(f"zeps: line {line}: {getattr(err, 'reason', err)}" if n > 1 else f"zeps: error: {err}",
               file=sys.stderr)

@@ -17,10 +17,11 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 
-from zeps.clients import Client
+from zeps.clients import Client, InvalidError
 from zeps.journal import JournalReader, stream_dir_name
 from zeps.protocol import commands as c
 
@@ -252,3 +253,119 @@ def test_crash_loop_loses_nothing_confirmed_and_never_reuses_a_sequence(start_br
             journal_records=len(journal), duplicated_bodies=len(bodies) - len(first_seen),
             publisher_reconnects=pub_client[0].reconnects,
             subscriber_reconnects=[r.client.reconnects for r in readers])
+
+
+# ------------------------------------------------------------------ disk full
+
+def _publish_and_learn(cl: RawClient, body: bytes) -> Optional[str]:
+    """PUBLISH, then STREAM-INFO (the broker journals pending publishes before answering it):
+    the INVALID reason if that PUBLISH was not stored, else None."""
+    cl.send(c.Publish("k", body))
+    cl.send(c.StreamInfo())
+    reason = None
+    while True:
+        got = cl.recv(10)
+        if isinstance(got, c.StreamInfoOk):
+            return reason
+        if isinstance(got, c.Invalid):
+            assert reason is None, f"two INVALID for one PUBLISH: {reason!r}, {got.reason!r}"
+            reason = got.reason
+        else:
+            assert isinstance(got, c.Confirm), got
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A 2 MiB tmpfs (skipped, saying why, where it cannot be mounted)."""
+    try:
+        with tmpfs(tmp_path / "disk", "2m") as path:
+            yield path
+    except TmpfsUnavailable as exc:
+        pytest.skip(f"cannot mount a small tmpfs for the disk-full test: {exc}")
+
+
+def test_disk_full_publishers_learn_what_was_not_stored_and_publishing_resumes(
+        start_broker, small_disk):
+    """The data directory is a 2 MiB tmpfs, mostly taken by a file: publishers get one
+    INVALID "PUBLISH rejected: ..." for each message that was not stored, the broker stays up
+    and serves everyone, and once the file is deleted publishing resumes, sequences continuing
+    with no gap; the journal holds exactly the messages that were accepted, in order."""
+    filler = small_disk / "filler"
+    filler.write_bytes(b"\0" * (1536 << 10))              # leave the broker about 512 KiB
+    b = start_broker(small_disk / "data")
+    pub = RawClient(b.endpoint).attach("full")
+    sub = RawClient(b.endpoint).attach("full").subscribe("", 0, credit=1 << 30)
+    other = RawClient(b.endpoint).attach("other")
+    pub.send(c.ConfirmSelect())
+    pub.expect(c.ConfirmSelectOk)
+    stored, rejected, reasons = [], [], set()
+    n = 0
+    while len(rejected) < 5:                             # until the disk refused 5 in a row
+        assert n < 2000, "the 2 MiB disk never filled up"
+        body = b"%06d" % n + b"x" * 4090
+        reason = _publish_and_learn(pub, body)
+        if reason is None:
+            assert not rejected, "stored after a rejection with no space freed"
+            stored.append(body)
+        else:
+            rejected.append(body)
+            reasons.add(reason)
+        n += 1
+    assert all(r.startswith("PUBLISH rejected: journal append failed") for r in reasons), reasons
+    assert any("No space left on device" in r or "ENOSPC" in r for r in reasons), reasons
+    assert b.running
+    other.send(c.Ping())                                 # the broker serves everyone else
+    other.expect(c.PingOk)
+    got = sub.delivers(len(stored))
+    assert [d.sequence for d in got] == list(range(1, len(stored) + 1))
+    assert [d.body for d in got] == stored and sub.nothing()   # nothing of a rejected one
+
+    filler.unlink()                                      # space comes back
+    resumed = []
+    for i in range(20):
+        body = b"after-%d" % i + b"y" * 4000
+        assert _publish_and_learn(pub, body) is None
+        resumed.append(body)
+    confirmed = 0
+    while confirmed < len(stored) + len(resumed):
+        confirmed = pub.expect(c.Confirm).count
+    got = sub.delivers(len(resumed))
+    assert [d.sequence for d in got] == list(range(len(stored) + 1, len(stored) + 21))
+    assert [d.body for d in got] == resumed
+    for cl in (pub, sub, other):
+        cl.close()
+    assert b.stop() == 0
+    journal = JournalReader(b.data_dir / stream_dir_name("full"))
+    assert [r.body for r in journal.read_from(1)] == stored + resumed
+    _report("disk full", disk="2 MiB tmpfs, 1.5 MiB filler", stored_before_full=len(stored),
+            rejected=len(rejected), resumed=len(resumed), reasons=sorted(reasons))
+
+
+@pytest.mark.xfail(strict=True, reason="broker bug: PING-OK is queued when PING is read, a "
+                   "publish's journal-append INVALID only at the end of the round, so PING is no "
+                   "barrier and Client.flush() returns although the publish before it was refused")
+def test_disk_full_flush_raises_for_the_publish_that_was_not_stored(start_broker, small_disk):
+    """``Client.flush()`` promises that every publish before it was journalled, or raises
+    InvalidError: on a full disk, each publish followed by flush() must raise."""
+    (small_disk / "filler").write_bytes(b"\0" * (1900 << 10))
+    b = start_broker(small_disk / "data")
+    silent = 0
+    with Client(b.endpoint, "full", timeout=10) as cl:
+        for i in range(400):                               # fill what is left
+            try:
+                cl.publish("k", b"x" * 4000)
+                cl.flush()
+            except InvalidError:
+                break
+        assert i < 399, "the disk never filled up"
+        for _ in range(40):
+            try:
+                cl.publish("k", b"x" * 4000)
+            except InvalidError:       # the refusal of the previous one, which flush() missed
+                continue
+            try:
+                cl.flush()
+                silent += 1                                # flush() said all was journalled
+            except InvalidError as exc:
+                assert exc.reason.startswith("PUBLISH rejected: ")
+    assert silent == 0, f"{silent} refused publishes passed flush() without an error"

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Optional
 
 import pytest
+import zmq
 
 from zeps.clients import Client, InvalidError
 from zeps.journal import JournalReader, stream_dir_name
 from zeps.protocol import commands as c
+from zeps.protocol import decode, encode
 
 from .hostile import STORM_STREAMS
 from .measure import percentile, realtime, rss_mb, wait_for
@@ -217,7 +219,7 @@ def test_crash_loop_loses_nothing_confirmed_and_never_reuses_a_sequence(start_br
     pub.start()
     for _cycle in range(CRASH_CYCLES):
         target = confirmed[0] + rng.randint(1, 300)
-        reached = wait_for(lambda: confirmed[0], lambda n: n >= target or errors, timeout=60,
+        reached = wait_for(lambda: confirmed[0], lambda n, t=target: n >= t or errors, timeout=60,
                            interval=0.001)
         assert not errors, errors
         assert reached >= target, f"confirms stalled at {reached} (target {target})"
@@ -351,13 +353,14 @@ def test_disk_full_flush_raises_for_the_publish_that_was_not_stored(start_broker
     b = start_broker(small_disk / "data")
     silent = 0
     with Client(b.endpoint, "full", timeout=10) as cl:
-        for i in range(400):                               # fill what is left
+        for _ in range(400):                               # fill what is left
             try:
                 cl.publish("k", b"x" * 4000)
                 cl.flush()
             except InvalidError:
                 break
-        assert i < 399, "the disk never filled up"
+        else:
+            raise AssertionError("the disk never filled up")
         for _ in range(40):
             try:
                 cl.publish("k", b"x" * 4000)
@@ -369,3 +372,160 @@ def test_disk_full_flush_raises_for_the_publish_that_was_not_stored(start_broker
             except InvalidError as exc:
                 assert exc.reason.startswith("PUBLISH rejected: ")
     assert silent == 0, f"{silent} refused publishes passed flush() without an error"
+
+
+# ------------------------------------------------------------------ load
+
+LOAD_QUEUE = 100                     # --client-queue: messages a connection's pipe may hold
+SMALL_STREAMS, SMALL_MESSAGES, SMALL_BODY = 10, 200, 512
+BULK_MESSAGES, BULK_BODY = 2000, 8 << 10
+
+
+class _Conn:
+    """One raw DEALER connection of the load test and what it is for."""
+
+    __slots__ = ("sock", "role", "stream", "window", "consumed", "got", "confirmed", "sent",
+                 "total", "body")
+
+    def __init__(self, ctx, endpoint: str, role: str, stream: str):
+        self.sock = ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.connect(endpoint)
+        self.role, self.stream = role, stream
+        self.window = self.consumed = self.confirmed = self.sent = 0
+        self.got: list = []
+        bulk = stream == "bulk"
+        self.total = BULK_MESSAGES if bulk else SMALL_MESSAGES
+        self.body = BULK_BODY if bulk else SMALL_BODY
+
+    def send(self, cmd) -> None:
+        self.sock.send(encode(cmd))
+
+
+def _body(stream: str, i: int, size: int) -> bytes:
+    head = b"%s/%d/" % (stream.encode(), i)
+    return head + b"." * (size - len(head))
+
+
+@pytest.mark.timeout(300)
+def test_a_thousand_clients_some_hostile_keep_rss_bounded_and_lose_nothing(start_broker):
+    """1,000 clients on one broker (--client-queue 100): 11 confirmed publishers, 879
+    consumers, 100 subscribers that never grant credit and 10 that grant 2^64-1 and never read
+    (on the bulk stream: 16 MiB each, far more than their pipes hold). Every consumer gets every
+    message of its stream in order, every publish is confirmed, a no-credit subscriber that
+    finally grants credit gets its whole stream, and the broker's RSS stays under
+
+        baseline + 1000 connections x 64 KiB + 10 never-reading x 100 (client queue) x 8 KiB
+        + 32 MiB (replay batches, allocator slack)
+
+    (measured: a connection costs the broker ~30 KiB; without the congestion switch each
+    never-reading client would hold the whole 16 MiB bulk stream)."""
+    b = start_broker(None, "--client-queue", str(LOAD_QUEUE))
+    pid = b.proc.pid
+    baseline = rss_mb(pid)
+    ctx = zmq.Context()
+    conns: list = []
+    small = [f"load-{i}" for i in range(SMALL_STREAMS)]
+    for name in small + ["bulk"]:
+        conns.append(_Conn(ctx, b.endpoint, "publisher", name))
+    for i in range(869):
+        conns.append(_Conn(ctx, b.endpoint, "consumer", small[i % SMALL_STREAMS]))
+    for _ in range(10):
+        conns.append(_Conn(ctx, b.endpoint, "consumer", "bulk"))
+        conns.append(_Conn(ctx, b.endpoint, "hog", "bulk"))
+    for i in range(100):
+        conns.append(_Conn(ctx, b.endpoint, "no-credit", (small + ["bulk"])[i % 11]))
+    assert len(conns) == 1000
+    by_sock = {cn.sock: cn for cn in conns}
+    poller = zmq.Poller()
+    for cn in conns:
+        poller.register(cn.sock, zmq.POLLIN)
+
+    # Set up: ATTACH, CONFIRM-SELECT or SUBSCRIBE, all pipelined, then wait for every answer.
+    for cn in conns:
+        cn.send(c.Attach(cn.stream))
+        cn.send(c.ConfirmSelect() if cn.role == "publisher" else c.Subscribe("", 0))
+    waiting = {cn.sock: 2 for cn in conns}
+    deadline = time.monotonic() + 60
+    while waiting:
+        assert time.monotonic() < deadline, f"{len(waiting)} clients not set up"
+        for sock, _ in poller.poll(1000):
+            while sock in waiting:
+                try:
+                    got = decode(sock.recv(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                assert isinstance(got, (c.AttachOk, c.ConfirmSelectOk, c.SubscribeOk)), got
+                waiting[sock] -= 1
+                if not waiting[sock]:
+                    del waiting[sock]
+    for cn in conns:
+        if cn.role == "consumer":
+            cn.window = 64 << 10 if cn.stream != "bulk" else 256 << 10
+            cn.send(c.Credit(cn.window))
+        elif cn.role == "hog":
+            cn.send(c.Credit(2**64 - 1))
+            poller.unregister(cn.sock)                    # never read
+    publishers = [cn for cn in conns if cn.role == "publisher"]
+    consumers = [cn for cn in conns if cn.role == "consumer"]
+
+    # Run: publishers publish in slices while everyone reads; RSS is sampled all along.
+    peak = baseline
+    next_sample = 0.0
+    deadline = time.monotonic() + 180
+    while (any(p.confirmed < p.total for p in publishers)
+           or any(len(cn.got) < cn.total for cn in consumers)):
+        assert time.monotonic() < deadline, "the load did not complete in 180 s"
+        for p in publishers:
+            for _ in range(min(20, p.total - p.sent)):
+                try:
+                    p.sock.send(encode(c.Publish("k", _body(p.stream, p.sent, p.body))),
+                                zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                p.sent += 1
+        for sock, _ in poller.poll(10):
+            cn = by_sock[sock]
+            while True:
+                try:
+                    frame = sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                got = decode(frame)
+                if isinstance(got, c.Confirm):
+                    cn.confirmed = got.count
+                    continue
+                assert isinstance(got, c.Deliver) and cn.role == "consumer", (cn.role, got)
+                cn.got.append((got.sequence, got.body))
+                cn.consumed += len(frame) - 7
+                if cn.consumed >= cn.window // 2:
+                    cn.send(c.Credit(cn.consumed))
+                    cn.consumed = 0
+        if time.monotonic() >= next_sample:
+            peak = max(peak, rss_mb(pid))
+            next_sample = time.monotonic() + 0.25
+    peak = max(peak, rss_mb(pid))
+
+    for cn in consumers:
+        assert cn.got == [(i + 1, _body(cn.stream, i, cn.body)) for i in range(cn.total)]
+    # A subscriber that never granted credit was only a position: its whole stream is there.
+    for cn in [x for x in conns if x.role == "no-credit"][:11]:
+        cn.send(c.Credit(1 << 26))
+        want = cn.total
+        while len(cn.got) < want:
+            assert cn.sock.poll(10_000), f"{cn.stream}: {len(cn.got)} of {want}"
+            got = decode(cn.sock.recv())
+            assert isinstance(got, c.Deliver), got
+            cn.got.append((got.sequence, got.body))
+        assert cn.got == [(i + 1, _body(cn.stream, i, cn.body)) for i in range(want)]
+    bound = baseline + 1000 * 64 / 1024 + 10 * LOAD_QUEUE * BULK_BODY / (1 << 20) + 32
+    _report("load", clients=len(conns), deliveries=sum(len(cn.got) for cn in consumers),
+            rss_baseline_mb=round(baseline, 1), rss_peak_mb=round(peak, 1),
+            rss_bound_mb=round(bound, 1),
+            without_congestion_switch_mb=round(baseline + 10 * BULK_MESSAGES * BULK_BODY / (1 << 20)))
+    assert peak <= bound, f"broker RSS peaked at {peak:.1f} MiB, bound {bound:.1f} MiB"
+    for cn in conns:
+        cn.sock.close(0)
+    ctx.term()
+    assert b.running
+    assert b.stop() == 0

@@ -26,6 +26,7 @@ from zeps.clients import Client, InvalidError
 from zeps.journal import JournalReader, stream_dir_name
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
+from zeps.protocol.deliver import frame_cost
 
 from .hostile import STORM_STREAMS
 from .measure import percentile, realtime, rss_mb, wait_for
@@ -424,6 +425,7 @@ def test_a_thousand_clients_some_hostile_keep_rss_bounded_and_lose_nothing(start
     pid = b.proc.pid
     baseline = rss_mb(pid)
     ctx = zmq.Context()
+    ctx.set(zmq.MAX_SOCKETS, 4096)          # 1,000 and more (the default is 1,023)
     conns: list = []
     small = [f"load-{i}" for i in range(SMALL_STREAMS)]
     for name in small + ["bulk"]:
@@ -497,7 +499,7 @@ def test_a_thousand_clients_some_hostile_keep_rss_bounded_and_lose_nothing(start
                     continue
                 assert isinstance(got, c.Deliver) and cn.role == "consumer", (cn.role, got)
                 cn.got.append((got.sequence, got.body))
-                cn.consumed += len(frame) - 7
+                cn.consumed += frame_cost(frame)
                 if cn.consumed >= cn.window // 2:
                     cn.send(c.Credit(cn.consumed))
                     cn.consumed = 0

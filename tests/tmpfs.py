@@ -1,8 +1,8 @@
 """A private tmpfs for the fault tests (the tests run as root; elsewhere they say why not).
 
-Two uses: a *small* tmpfs is a real disk that fills up (ENOSPC) and frees space again when a
-file is deleted or it is remounted bigger; a *large* one keeps the shared machine's disk
-(other jobs' writeback, fsync stalls) out of latency measurements that are about the broker.
+Two uses: a *small* tmpfs is a real disk that fills up (ENOSPC) and has room again once a file
+on it is deleted; a *large* one keeps the shared machine's disk (other jobs' writeback, fsync
+stalls) out of latency measurements that are about the broker.
 """
 from __future__ import annotations
 
@@ -37,7 +37,3 @@ def tmpfs(path: Path, size: str) -> Iterator[Path]:
     finally:
         subprocess.run(["umount", "-l", str(path)], capture_output=True)
 
-
-def resize(path: Path, size: str) -> None:
-    """Remount the tmpfs on ``path`` with a new size (its files stay)."""
-    _run("mount", "-o", f"remount,size={size}", str(path))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import time
 from typing import Callable, Iterator, Sequence, TypeVar
 
@@ -83,3 +84,29 @@ def realtime(*pids: int) -> Iterator[bool]:
     finally:
         if ok:
             apply(os.SCHED_OTHER, 0)
+
+
+class PeakRss:
+    """``with PeakRss(pid) as p:`` samples a process's RSS every ``interval`` seconds in a
+    thread; ``p.peak`` is the highest value seen (MiB), ``p.baseline`` the first."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        self.pid = pid
+        self.interval = interval
+        self.baseline = self.peak = rss_mb(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            self._done.wait(self.interval)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb(self.pid))

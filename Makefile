@@ -8,7 +8,7 @@ ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test java chromium bench clean
+.PHONY: run test soak java chromium bench clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP) java chromium
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+
+# `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
+# 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.
+soak: $(TEST_STAMP)
+	ZEPS_SOAK=1 $(PY) -m pytest -m soak -s
 
 bench: $(TEST_STAMP) java
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all

@@ -1,0 +1,112 @@
+"""What the fault tests measure of a broker process, and how they wait for it.
+
+Linux only: RSS and open descriptors come from ``/proc/PID``. Waiting is always on a condition
+with a deadline (:func:`wait_for`), never a sleep "long enough". Latency is measured with the
+broker and the test under a real-time policy (:func:`realtime`).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from typing import Callable, Iterator, Sequence, TypeVar
+
+T = TypeVar("T")
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process in MiB (``VmRSS`` of ``/proc/PID/status``)."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for pid {pid}")
+
+
+def open_fds(pid: int) -> int:
+    """Descriptors a process has open (entries of ``/proc/PID/fd``)."""
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def wait_for(probe: Callable[[], T], ok: Callable[[T], bool], timeout: float,
+             interval: float = 0.05) -> T:
+    """Call ``probe`` until ``ok(value)`` or ``timeout`` seconds passed; return the last value
+    (the caller asserts on it, so a failure shows what was measured)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if ok(value) or time.monotonic() >= deadline:
+            return value
+        time.sleep(interval)
+
+
+def percentile(values: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("no values")
+    rank = max(1, -(-len(ordered) * p // 100))
+    return ordered[int(rank) - 1]
+
+
+@contextlib.contextmanager
+def realtime(*pids: int) -> Iterator[bool]:
+    """Run every thread of the processes ``pids`` under ``SCHED_FIFO`` for the ``with`` block,
+    then back under the normal policy; yields False (and changes nothing) where that is not
+    permitted.
+
+    For latency measurements on a shared machine: a broker's isolation is what they are about,
+    not the other jobs that preempt the broker or the test for tens or hundreds of ms. (Threads
+    the processes start inside the block inherit the policy; a busy real-time thread cannot
+    lock the machine up: Linux keeps 5% of each CPU for the others.)"""
+    def apply(policy: int, priority: int) -> bool:
+        ok = True
+        for pid in pids:
+            try:
+                tids = os.listdir(f"/proc/{pid}/task")
+            except FileNotFoundError:
+                continue
+            for tid in tids:
+                try:
+                    os.sched_setscheduler(int(tid), policy, os.sched_param(priority))
+                except ProcessLookupError:
+                    pass
+                except PermissionError:
+                    ok = False
+        return ok
+
+    ok = apply(os.SCHED_FIFO, 10)
+    if not ok:
+        apply(os.SCHED_OTHER, 0)
+    try:
+        yield ok
+    finally:
+        if ok:
+            apply(os.SCHED_OTHER, 0)
+
+
+class PeakRss:
+    """``with PeakRss(pid) as p:`` samples a process's RSS every ``interval`` seconds in a
+    thread; ``p.peak`` is the highest value seen (MiB), ``p.baseline`` the first."""
+
+    def __init__(self, pid: int, interval: float = 0.05):
+        self.pid = pid
+        self.interval = interval
+        self.baseline = self.peak = rss_mb(pid)
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._done.is_set():
+            self.peak = max(self.peak, rss_mb(self.pid))
+            self._done.wait(self.interval)
+
+    def __enter__(self) -> "PeakRss":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._done.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_mb(self.pid))

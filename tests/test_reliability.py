@@ -178,11 +178,6 @@ def test_hostile_storm_leaves_a_well_behaved_pair_unharmed(start_broker, ram_dir
     assert b.stop() == 0
 
 
-@pytest.mark.xfail(strict=True, reason="broker memory: after a storm the broker keeps its peak "
-                   "RSS (+10-25 MiB for 3-5x10^5 frames, +20 MiB for 10^6). Not a leak (tracemalloc: "
-                   "the Python heap grows 0.8 MiB): glibc keeps the freed memory of libzmq's queues "
-                   "and of the main heap; malloc_trim(0) would give it back")
-@pytest.mark.timeout(300)
 def test_broker_memory_returns_to_baseline_after_a_hostile_storm(start_broker, ram_dir):
     """5x10^5 hostile frames from 24 connections, as fast as they come: once the storm is over
     and its sessions expired, the broker's RSS comes back to within 20% of its baseline."""
@@ -398,10 +393,6 @@ def test_disk_full_publishers_learn_what_was_not_stored_and_publishing_resumes(
             rejected=len(rejected), resumed=len(resumed), reasons=sorted(reasons))
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: PING-OK is queued when PING is read, a "
-                   "publish's journal-append INVALID only when the round's publishes are "
-                   "journalled, so PING-OK overtakes it: PING is no barrier, and Client.flush() "
-                   "returns although the publish before it was refused")
 def test_disk_full_ping_is_answered_after_the_refusal_of_the_publish_before_it(
         start_broker, small_disk):
     """On a full disk, 20 x (PUBLISH, PING) sent at once must be answered 20 x (INVALID

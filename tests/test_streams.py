@@ -66,9 +66,9 @@ def test_purge_and_delete(broker):
     ep = broker.endpoint
     admin.create_stream(ep, "p", segment_bytes=1024)
     with Client(ep, "p", confirms=True) as cl:
-        for i in range(100):
+        for i in range(100):             # one batch each: the broker never splits a batch
             cl.publish("k", b"%03d" % i + b"." * 40)
-        assert cl.wait_for_confirms() == 100
+            cl.wait_for_confirms()
     segments_before = len(list((broker.data_dir / "p").glob("*.log")))
     r = zeps("stream", "purge", "p", "--upto", "60", "--endpoint", ep)
     assert r.returncode == 0 and r.stdout.strip() == "61", r.stderr

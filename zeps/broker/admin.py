@@ -38,6 +38,9 @@ class StreamAdministration:
         return name in self.streams or self.datadir.has_stream(name)
 
     def _no_stream(self, s: Session, name: str) -> bool:
+        if not name or "\x00" in name:
+            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
+            return True
         if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
             return False
         self._invalid(s.identity, f"{NO_STREAM}{name!r}")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.matching import PatternError, compile_pattern
+from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
 
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
@@ -57,7 +58,7 @@ class CoreConfig:
     max_subscriptions: int = 1024         # patterns per client
     max_regex_subscriptions: int = 16     # regex patterns per client
     max_regex_per_stream: int = 128       # distinct regexes matched per published key on a stream
-    max_credit: int = 64 << 20            # credit a client may hold (bytes); more is ignored
+    max_credit: int = 64 << 20            # the credit window the broker advises (LIMITS-OK)
     regex_strikes: int = 3                # timeouts before a regex subscription is removed
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
@@ -158,6 +159,11 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 
     # ------------------------------------------------------------------ handlers
     def _on_ping(self, s: Session, cmd, _was) -> None:
+        # A barrier: every PUBLISH before it has its answer (CONFIRM count or INVALID) first.
+        if s.stream is not None:
+            st = self.streams.get(s.stream)
+            if st is not None and st.pending:
+                st.flush()
         self.outbox.append((s.identity, _PING_OK))
 
     def _on_list_streams(self, s: Session, cmd, _was) -> None:
@@ -242,33 +248,32 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             return
         cfg = self.config
         stream = self.streams[s.stream]
-        try:
-            pattern = compile_pattern(cmd.pattern, timeout=cfg.regex_timeout,
-                                      on_timeout=stream.regex_timed_out, check_backtracking=True)
-        except PatternError as exc:
-            self._invalid(s.identity, str(exc))
-            return
-        if not s.has_pattern(pattern.text):
+        text = cmd.pattern
+        if not s.has_pattern(text):        # the limits first: a refusal costs no compile
             why = None
             if len(s.subscriptions) >= cfg.max_subscriptions:
                 why = f"at most {cfg.max_subscriptions} subscriptions per client"
-            elif pattern.kind == "regex":
+            elif text.startswith(REGEX_MARKER):
                 if s.regex_count() >= cfg.max_regex_subscriptions:
                     why = f"at most {cfg.max_regex_subscriptions} regex subscriptions per client"
-                elif (not stream.index.has_regex(pattern.text)
+                elif (not stream.index.has_regex(text)
                       and stream.index.regex_count() >= cfg.max_regex_per_stream):
                     why = f"at most {cfg.max_regex_per_stream} distinct regex subscriptions per stream"
             if why:
                 self._invalid(s.identity, f"{LIMIT}{why}")
                 return
+        try:
+            pattern = compile_pattern(text, timeout=cfg.regex_timeout,
+                                      on_timeout=stream.regex_timed_out, check_backtracking=True)
+        except PatternError as exc:
+            self._invalid(s.identity, str(exc))
+            return
         stream.subscribe(s, pattern, cmd.latest)
 
     def _on_credit(self, s: Session, cmd: c.Credit, _was) -> None:
-        # Credit is the client's promise to read; the broker holds at most max_credit of it (a
-        # larger grant is not refused: the client simply gets no more than that ahead of it,
-        # and its pipe's high-water mark bounds what is queued anyway; docs/protocol.md).
-        amount = min(cmd.credit, max(self.config.max_credit - s.credit, 0))
-        self.streams[s.stream].credit(s, amount)
+        # Credit is additive and only a number here: what the broker queues for a client is
+        # bounded by its connection's high-water mark (--client-queue), whatever it granted.
+        self.streams[s.stream].credit(s, cmd.credit)
 
     def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
         if not s.may_publish:

@@ -61,6 +61,17 @@ _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SRCFD = zmq.SRCFD
+
+
+def _libc_malloc_trim():
+    try:
+        import ctypes
+        return ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):          # not glibc: nothing to trim
+        return None
+
+
+_malloc_trim = _libc_malloc_trim()
 _EAGAIN = zmq.EAGAIN
 _EHOSTUNREACH = zmq.EHOSTUNREACH
 
@@ -98,6 +109,7 @@ class Broker:
         self._closed_fds: Set[int] = set()           # DISCONNECTED seen, ids not yet forgotten
         self._dead: Set[bytes] = set()               # ids of closed connections, to forget
         self._wake_r, self._wake_w = os.pipe()
+        self._trimmed = 0.0
         os.set_blocking(self._wake_r, False)
         self._syncing: Optional[gevent.Greenlet] = None
         self.on_fsync: Optional[Callable[[float], None]] = None   # seconds one sync took
@@ -113,6 +125,7 @@ class Broker:
             while not self._stopping:
                 busy = self._round()
                 if not busy:
+                    self._trim_memory()
                     self._wait(self.core.next_deadline() - self.clock())
                 else:
                     gevent.sleep(0)      # let the sync greenlet and signal handlers in
@@ -206,6 +219,17 @@ class Broker:
         self.core.sent()
         if self.core.outbox:                           # e.g. a forgotten client's DETACH
             self._send(now)
+
+    # ------------------------------------------------------------------ memory
+    def _trim_memory(self) -> None:
+        """When idle, at most once a second, hand freed heap back to the OS (glibc keeps what
+        libzmq's per-connection buffers freed in its arenas: after a storm of clients the RSS
+        would otherwise stay at its peak; docs/operations.md, Reliability)."""
+        now = self.clock()
+        if _malloc_trim is None or now - self._trimmed < 1.0:
+            return
+        self._trimmed = now
+        _malloc_trim(0)
 
     # ------------------------------------------------------------------ connections
     def _learn(self, ident: bytes, fd: int) -> None:

@@ -327,6 +327,13 @@ class Stream:
                 else:
                     s.live = False          # drop to historical: remember only the position
                     s.next_seq = seq
+                    if 0 < s.credit_peak < cost and s.told_too_big != seq:
+                        s.told_too_big = seq      # it may never fit: say so, once
+                        reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of "
+                                  f"credit, more than this client ever held at once "
+                                  f"({s.credit_peak})")
+                        outbox.append((ident, encode_invalid(reason)))
+                        self.invalids[label(reason)] += 1
         self.delivered_total += delivered
         self.delivered_bytes += delivered_bytes
         if self.bad_regexes:
@@ -379,7 +386,7 @@ class Stream:
                         s.credit = credit
                         s.next_seq = seq
                         self.delivered_bytes += granted - credit
-                        if cost > s.credit_peak and s.told_too_big != seq:
+                        if 0 < s.credit_peak < cost and s.told_too_big != seq:
                             s.told_too_big = seq  # it may never fit: say so, once
                             reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of "
                                       f"credit, more than this client ever held at once "

@@ -90,7 +90,8 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-regex-per-stream", type=_positive(int), default=128,
                         help="distinct regexes per stream (default 128)")
     limits.add_argument("--max-credit", type=_positive(parse_size), default=64 << 20,
-                        help="credit a client may hold; more is ignored (default 64M)")
+                        help="the largest credit window the broker advises clients (LIMITS); "
+                             "memory per client is bounded by --client-queue (default 64M)")
     limits.add_argument("--client-queue", type=_positive(int), default=1000,
                         help="messages queued per client connection before it is switched to "
                              "replay from the journal (ZeroMQ SNDHWM; default 1000)")

@@ -235,7 +235,7 @@ class LimitsOk(Command):
     ID: ClassVar[int] = 45
     NAME: ClassVar[str] = "LIMITS-OK"
     max_message: int          # largest body a PUBLISH may carry
-    max_credit: int           # most credit a client may hold; a larger grant is cut to it
+    max_credit: int           # the largest credit window the broker advises
 
 
 @_command

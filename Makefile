@@ -8,7 +8,7 @@ ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test java bench clean
+.PHONY: run test java bench bench-peers clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -43,7 +43,22 @@ test: $(TEST_STAMP) java
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
-bench: $(TEST_STAMP) java
+# The peers `make bench` measures ZEPS beside: Debian's redis-server, redis-tools (redis-benchmark)
+# and nats-server, PyPI's redis + hiredis and nats-py (the `bench` extra). Installed only if absent;
+# one that cannot be installed is reported as such by the suite, it does not stop it.
+BENCH_PEERS := redis-server:redis-server redis-benchmark:redis-tools nats-server:nats-server
+bench-peers: $(TEST_STAMP)
+	@missing=""; for p in $(BENCH_PEERS); do \
+	  command -v $${p%%:*} >/dev/null 2>&1 || missing="$$missing $${p##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing from the system's packages"; \
+	  ( $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $$missing ) \
+	    || echo "could not install$$missing: the suite reports those peers as not installed"; \
+	fi
+	@$(PY) -c 'import redis, hiredis, nats' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]' \
+	  || echo "could not install the bench extra (redis, hiredis, nats-py): reported as not installed"
+
+bench: $(TEST_STAMP) java bench-peers
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
 
 clean:

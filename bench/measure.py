@@ -1,0 +1,143 @@
+"""Measuring: repetitions summarised as median with min-max, and worker processes started together.
+
+A :class:`Figure` holds the values of one measurement's repetitions; the report prints it as
+``median (min-max)`` and divides medians for the ratio to its baseline.
+
+:func:`run_workers` runs functions in forked processes that wait on a shared start signal; it
+returns each worker's result and the wall time from the start signal to the last worker's end
+(``time.monotonic`` is one clock for every process of the machine, so workers report when they
+finished).
+"""
+from __future__ import annotations
+
+import multiprocessing
+import queue
+import statistics
+import time
+import traceback
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional, Sequence, Tuple
+
+_FORK = multiprocessing.get_context("fork")
+
+
+@dataclass
+class Figure:
+    """One measured quantity over its repetitions (e.g. msg/s), higher or lower being better."""
+
+    unit: str
+    values: List[float] = field(default_factory=list)
+    higher_is_better: bool = True
+
+    def add(self, value: float) -> None:
+        self.values.append(float(value))
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    def text(self) -> str:
+        """``median (min-max)`` in the figure's unit, numbers sized for reading."""
+        if not self.values:
+            return "—"
+        med = fmt(self.median)
+        if len(self.values) == 1:
+            return f"{med} {self.unit}"
+        return f"{med} ({fmt(min(self.values))}–{fmt(max(self.values))}) {self.unit}"
+
+
+def fmt(x: float) -> str:
+    """A figure with sensible digits: 1,234,567 / 12.3 / 0.123."""
+    if abs(x) >= 1000:
+        return f"{x:,.0f}"
+    if abs(x) >= 10:
+        return f"{x:.1f}"
+    if abs(x) >= 1:
+        return f"{x:.2f}"
+    return f"{x:.3f}"
+
+
+def ratio(fig: Figure, base: Optional[Figure]) -> str:
+    """How many times better ``fig`` is than ``base`` (medians), e.g. ``2.31×``; ``—`` if none."""
+    if base is None or not base.values or not fig.values or base.median == 0 or fig.median == 0:
+        return "—"
+    r = fig.median / base.median if fig.higher_is_better else base.median / fig.median
+    return f"{r:.2f}×"
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """The p-th percentile (nearest rank) of already sorted values."""
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+def _worker(fn, args, ready, go, out, index) -> None:
+    try:
+        prepared = fn(*args, ready=ready, go=go)
+        out.put((index, "ok", prepared, time.monotonic()))
+    except BaseException:                       # the parent reports it and stops the run
+        out.put((index, "error", traceback.format_exc(), time.monotonic()))
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed; the message carries its traceback."""
+
+
+def run_workers(jobs: Sequence[Tuple[Callable, tuple]], timeout: float,
+                before_go: Optional[Callable[[], None]] = None) -> Tuple[list, float]:
+    """Run ``fn(*args, ready=..., go=...)`` for every ``(fn, args)`` in its own forked process.
+
+    Each worker prepares (connects, subscribes), calls ``ready()`` and then ``go()``, which blocks
+    until every worker is ready (and ``before_go`` has run in the parent); its return value is
+    collected. Returns (results in job order, seconds from the start signal to the last worker's
+    end). Raises :class:`WorkerError` if a worker fails or the whole takes longer than ``timeout``.
+    """
+    n = len(jobs)
+    ready_q, out = _FORK.Queue(), _FORK.Queue()
+    go_event = _FORK.Event()
+    procs = []
+    for i, (fn, args) in enumerate(jobs):
+        p = _FORK.Process(target=_worker, daemon=True,
+                          args=(fn, args, lambda i=i: ready_q.put(i), go_event.wait, out, i))
+        procs.append(p)
+    deadline = time.monotonic() + timeout
+    results: list = [None] * n
+    try:
+        for p in procs:
+            p.start()
+        for _ in range(n):
+            _get(ready_q, out, deadline)
+        if before_go is not None:
+            before_go()
+        t0 = time.monotonic()
+        go_event.set()
+        end = t0
+        for _ in range(n):
+            index, status, value, finished = _get(out, None, deadline)
+            if status != "ok":
+                raise WorkerError(f"worker {index} failed:\n{value}")
+            results[index] = value
+            end = max(end, finished)
+        return results, end - t0
+    finally:
+        for p in procs:
+            p.join(timeout=max(0.1, min(10.0, deadline - time.monotonic())))
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+
+def _get(q, errors, deadline: float):
+    """The next item of ``q``; a worker error seen on ``errors`` meanwhile is raised."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise WorkerError("workers did not finish in time")
+        try:
+            return q.get(timeout=min(left, 0.5))
+        except queue.Empty:
+            if errors is not None:
+                try:
+                    index, status, value, _ = errors.get_nowait()
+                except queue.Empty:
+                    continue
+                raise WorkerError(f"worker {index} failed before it was ready:\n{value}")

@@ -1,0 +1,77 @@
+"""Redis Streams through redis-py with hiredis: XADD pipelined by 100, XREAD by 1000.
+
+A message is one stream entry with one field: its name is the routing key (the end marker's is
+:data:`~bench.systems.END_KEY`), its value the body. Redis answers every XADD, so publishing
+"with confirms" is the same as without (durable per the server's ``appendfsync``). Paced
+publishers (latency) send one XADD per message, unpipelined. Consumers read with XREAD from
+``0-0`` (the suite gives each run a fresh stream, so that is every message published after the
+consumer was ready) and block at most 1 s per call.
+"""
+from __future__ import annotations
+
+import redis
+
+from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+
+PIPELINE = 100
+READ_COUNT = 1000
+_KEY, _END = KEY.encode(), END_KEY.encode()
+
+
+def connect(port: int) -> redis.Redis:
+    return redis.Redis(host="127.0.0.1", port=port)
+
+
+def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+    r = connect(port)
+    r.ping()
+    pad = body(size)
+    ready()
+    go()
+    if rate:
+        n = 0
+        for n in pace(rate, seconds):
+            r.xadd(stream, {KEY: stamped(pad)})
+        n += 1
+    else:
+        fields = {KEY: pad}
+        pipe = r.pipeline(transaction=False)
+
+        def burst():
+            for i in range(BURST):
+                pipe.xadd(stream, fields)
+                if i % PIPELINE == PIPELINE - 1:
+                    pipe.execute()
+        n = flat_out(seconds, burst)
+        pipe.execute()
+    if end:
+        r.xadd(stream, {END_KEY: pad})
+    r.close()
+    return n
+
+
+def consume(port, stream, *, expect=None, from_start=False, latency=False, ready, go):
+    r = connect(port)
+    r.ping()
+    ready()
+    go()
+    last = b"0-0"
+    n = 0
+    delays = []
+    while expect is None or n < expect:
+        got = r.xread({stream: last}, count=READ_COUNT, block=None if from_start else 1000)
+        if not got:
+            continue
+        entries = got[0][1]
+        last = entries[-1][0]
+        for _, fields in entries:
+            if _END in fields:
+                r.close()
+                return n, delays
+            n += 1
+            if latency:
+                delays.append(delay_ns(fields[_KEY]))
+            if n == expect:
+                break
+    r.close()
+    return n, delays

@@ -1,0 +1,112 @@
+"""ZEPS through bare pyzmq DEALER sockets: the broker's capacity, with the least client work.
+
+Publishers send pre-encoded PUBLISH frames (flat out) and end with PING (or, with confirms, wait
+for the CONFIRM that covers every message); consumers SUBSCRIBE, keep a credit window granted and
+read DELIVER frames without decoding more than the key (and the stamp, for latency).
+"""
+from __future__ import annotations
+
+import zmq
+
+from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from zeps.protocol import commands as c
+from zeps.protocol import decode, encode, encode_publish
+from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost
+
+#: Credit a consumer keeps granted (the broker's default --max-credit is 64 MiB).
+WINDOW = 32 << 20
+_END = END_KEY.encode()
+
+
+def dealer(ctx, endpoint: str):
+    """A DEALER connected to ``endpoint`` that never drops what it receives."""
+    s = ctx.socket(zmq.DEALER)
+    s.setsockopt(zmq.LINGER, 0)
+    s.setsockopt(zmq.RCVHWM, 0)
+    s.connect(endpoint)
+    return s
+
+
+def request(sock, cmd, expect):
+    """Send ``cmd`` and return the first reply of type ``expect`` (other frames are skipped)."""
+    sock.send(encode(cmd))
+    while True:
+        got = decode(sock.recv())
+        if isinstance(got, c.Invalid):
+            raise RuntimeError(f"broker refused {cmd.NAME}: {got.reason}")
+        if isinstance(got, expect):
+            return got
+
+
+def attached(ctx, endpoint: str, stream: str):
+    """A DEALER attached to ``stream``."""
+    s = dealer(ctx, endpoint)
+    request(s, c.Attach(stream), c.AttachOk)
+    return s
+
+
+def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+    ctx = zmq.Context()
+    s = attached(ctx, endpoint, stream)
+    if confirms:
+        request(s, c.ConfirmSelect(), c.ConfirmSelectOk)
+    pad = body(size)
+    ready()
+    go()
+    send = s.send
+    if rate:
+        n = 0
+        for n in pace(rate, seconds):
+            send(encode_publish(KEY, stamped(pad)))
+        n += 1
+    else:
+        frame = encode_publish(KEY, pad)
+
+        def burst():
+            for _ in range(BURST):
+                send(frame)
+        n = flat_out(seconds, burst)
+    if confirms:
+        while True:
+            got = decode(s.recv())
+            if isinstance(got, c.Confirm) and got.count >= n:
+                break
+    else:
+        request(s, c.Ping(), c.PingOk)
+    if end:
+        send(encode_publish(END_KEY, pad))
+        request(s, c.Ping(), c.PingOk)
+    s.close()
+    ctx.term()
+    return n
+
+
+def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, ready, go):
+    ctx = zmq.Context()
+    s = attached(ctx, endpoint, stream)
+    request(s, c.Subscribe("", 0 if from_start else c.LATEST_LIVE), c.SubscribeOk)
+    ready()
+    go()
+    s.send(encode(c.Credit(WINDOW)))
+    recv, send = s.recv, s.send
+    credit_msg = encode(c.Credit(WINDOW // 2))
+    used = 0
+    n = 0
+    delays = []
+    while expect is None or n < expect:
+        frame = recv()
+        if frame[2] != DELIVER_ID:             # not a DELIVER (e.g. a PING-OK): skip
+            continue
+        used += frame_cost(frame)
+        if used >= WINDOW // 2:
+            send(credit_msg)
+            used -= WINDOW // 2
+        klen = frame[KEYLEN_OFFSET]
+        if klen == len(_END) and frame[KEY_OFFSET:KEY_OFFSET + klen] == _END:
+            break
+        n += 1
+        if latency:
+            delays.append(delay_ns(frame, KEY_OFFSET + klen + 4))
+    s.close()
+    ctx.term()
+    return n, delays

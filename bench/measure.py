@@ -23,11 +23,10 @@ _FORK = multiprocessing.get_context("fork")
 
 @dataclass
 class Figure:
-    """One measured quantity over its repetitions (e.g. msg/s), higher or lower being better."""
+    """One measured quantity (msg/s, ms, MB) over its repetitions."""
 
     unit: str
     values: List[float] = field(default_factory=list)
-    higher_is_better: bool = True
 
     def add(self, value: float) -> None:
         self.values.append(float(value))
@@ -57,12 +56,11 @@ def fmt(x: float) -> str:
     return f"{x:.3f}"
 
 
-def ratio(fig: Figure, base: Optional[Figure]) -> str:
-    """How many times better ``fig`` is than ``base`` (medians), e.g. ``2.31×``; ``—`` if none."""
-    if base is None or not base.values or not fig.values or base.median == 0 or fig.median == 0:
+def ratio(a: Optional[Figure], b: Optional[Figure]) -> str:
+    """``a``'s median divided by ``b``'s, e.g. ``2.31×``; ``—`` when either is missing."""
+    if a is None or b is None or not a.values or not b.values or b.median == 0:
         return "—"
-    r = fig.median / base.median if fig.higher_is_better else base.median / fig.median
-    return f"{r:.2f}×"
+    return f"{a.median / b.median:.2f}×"
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:

@@ -47,6 +47,7 @@ class Settings:
     latency_rate: float = 10_000
     latency_seconds: float = 3.0
     fanout: Tuple[int, ...] = (1, 10, 50)
+    fanout_deliveries: int = 1_000_000   # a fan-out run publishes at most this / subscribers
     publishers: Tuple[int, ...] = (1, 4)
     journal_lengths: Tuple[int, ...] = (10**4, 10**5, 10**6, 10**7)
     peer_journal_max: int = 10**7      # peers' streams are built up to this length
@@ -58,7 +59,7 @@ class Settings:
     @classmethod
     def tiny(cls) -> "Settings":
         return cls(quick=True, reps=1, seconds=0.2, sizes=(100,), replay_n=2000,
-                   latency_rate=500, latency_seconds=0.3, fanout=(1, 2), publishers=(1, 2),
+                   latency_rate=500, latency_seconds=0.3, fanout=(1, 2), fanout_deliveries=20_000, publishers=(1, 2),
                    journal_lengths=(10**2, 10**3), peer_journal_max=10**3, clients=(2, 5),
                    prefix_subs=(1, 10), regex_subs=(1, 2), timeout=120.0)
 
@@ -83,15 +84,17 @@ class Outcome:
 
 def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publishers: int = 1,
            consumers: int = 0, confirms: bool = False, rate: float = 0.0,
-           seconds: Optional[float] = None, latency: bool = False) -> Outcome:
-    """Publishers (each its own process) publish for ``seconds`` while ``consumers`` (each its
+           seconds: Optional[float] = None, latency: bool = False,
+           limit: Optional[int] = None) -> Outcome:
+    """Publishers (each its own process) publish for ``seconds`` (at most ``limit`` messages
+    each) while ``consumers`` (each its
     own process) read live until the end marker; the time runs from the start signal until the
     last of them is done and the server holds every message."""
     mod = system.module
     if hasattr(mod, "prepare"):
         mod.prepare(conn, stream)
     end = consumers > 0
-    jobs = [(_publisher, (mod, conn, stream, size, seconds or s.seconds, rate, confirms, end))
+    jobs = [(_publisher, (mod, conn, stream, size, seconds or s.seconds, rate, confirms, end, limit))
             for _ in range(publishers)]
     extra = {"ends": publishers} if mod is zmq_proxy else {}
     jobs += [(_consumer, (mod, conn, stream, latency, extra)) for _ in range(consumers)]
@@ -105,9 +108,9 @@ def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publish
     return Outcome(published, [n for n, _ in got], [d for _, ds in got for d in ds], elapsed)
 
 
-def _publisher(mod, conn, stream, size, seconds, rate, confirms, end, *, ready, go):
+def _publisher(mod, conn, stream, size, seconds, rate, confirms, end, limit, *, ready, go):
     return mod.publish(conn, stream, size=size, seconds=seconds, rate=rate, confirms=confirms,
-                       end=end, ready=ready, go=go)
+                       end=end, limit=limit, ready=ready, go=go)
 
 
 def _consumer(mod, conn, stream, latency, extra, *, ready, go):

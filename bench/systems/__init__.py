@@ -13,7 +13,8 @@ Every module has::
     consume(conn, stream, *, expect=None, from_start=False, latency=False, ready, go)
         -> (count, delays_ns)
 
-``publish`` sends messages of ``size`` bytes for ``seconds`` (flat out, or paced at ``rate``
+``publish`` sends messages of ``size`` bytes for ``seconds`` (flat out, stopping early after
+``limit`` messages rounded up to :data:`BURST`, or paced at ``rate``
 messages/s with its send time in the first 8 bytes of each body), then waits until the server has
 them (confirmed durable with ``confirms``), then, with ``end``, one end marker (routing key
 :data:`END_KEY`); it returns how many it sent. ``consume`` reads live (or, ``from_start``, from
@@ -77,12 +78,12 @@ def pace(rate: float, seconds: float):
         yield i
 
 
-def flat_out(seconds: float, send_burst) -> int:
-    """Call ``send_burst()`` (which sends :data:`BURST` messages) until ``seconds`` have passed;
-    return how many messages were sent."""
+def flat_out(seconds: float, send_burst, limit=None) -> int:
+    """Call ``send_burst()`` (which sends :data:`BURST` messages) until ``seconds`` have passed
+    or at least ``limit`` messages were sent; return how many messages were sent."""
     deadline = time.monotonic() + seconds
     n = 0
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (limit is None or n < limit):
         send_burst()
         n += BURST
     return n

@@ -55,7 +55,8 @@ def settle(url, stream, total) -> None:
     _run(main())
 
 
-def publish(url, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+def publish(url, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
     async def main():
         nc = await _connect(url)
         js = nc.jetstream()
@@ -76,7 +77,7 @@ def publish(url, stream, *, size, seconds, rate=0.0, confirms=False, end=False, 
         else:
             send = js.publish_async if confirms else nc.publish
             deadline = time.monotonic() + seconds
-            while time.monotonic() < deadline:
+            while time.monotonic() < deadline and (limit is None or n < limit):
                 for _ in range(BURST):
                     await send(subject, pad)
                 n += BURST

@@ -22,7 +22,8 @@ def connect(port: int) -> redis.Redis:
     return redis.Redis(host="127.0.0.1", port=port)
 
 
-def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
     r = connect(port)
     r.ping()
     pad = body(size)
@@ -42,7 +43,7 @@ def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
                 pipe.xadd(stream, fields)
                 if i % PIPELINE == PIPELINE - 1:
                     pipe.execute()
-        n = flat_out(seconds, burst)
+        n = flat_out(seconds, burst, limit)
         pipe.execute()
     if end:
         r.xadd(stream, {END_KEY: pad})

@@ -45,7 +45,8 @@ def attached(ctx, endpoint: str, stream: str):
     return s
 
 
-def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
     ctx = zmq.Context()
     s = attached(ctx, endpoint, stream)
     if confirms:
@@ -65,7 +66,7 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
         def burst():
             for _ in range(BURST):
                 send(frame)
-        n = flat_out(seconds, burst)
+        n = flat_out(seconds, burst, limit)
     if confirms:
         while True:
             got = decode(s.recv())

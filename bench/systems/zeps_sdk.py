@@ -12,7 +12,8 @@ from zeps.clients import Client
 TIMEOUT = 120.0
 
 
-def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
     pad = body(size)
     with Client(endpoint, stream, confirms=confirms, timeout=TIMEOUT) as cl:
         ready()
@@ -27,7 +28,7 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             def burst():
                 for _ in range(BURST):
                     pub(KEY, pad)
-            n = flat_out(seconds, burst)
+            n = flat_out(seconds, burst, limit)
         if confirms:
             cl.wait_for_confirms()
         else:

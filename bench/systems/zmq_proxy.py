@@ -61,7 +61,8 @@ def serve() -> Proxy:
     return Proxy()
 
 
-def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False, ready, go):
+def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
     ctx = zmq.Context()
     pub = ctx.socket(zmq.PUB)
     pub.setsockopt(zmq.SNDHWM, 0)
@@ -82,7 +83,7 @@ def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
         def burst():
             for _ in range(BURST):
                 send(msg)
-        n = flat_out(seconds, burst)
+        n = flat_out(seconds, burst, limit)
     if end:
         send(_END + pad)
     pub.close(linger=-1)

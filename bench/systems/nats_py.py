@@ -41,8 +41,8 @@ def prepare(url, stream) -> None:
 
 
 def settle(url, stream, total) -> None:
-    """Wait until the stream holds ``total`` messages (core publishes are stored after the
-    server read them)."""
+    """Wait until the stream holds at least ``total`` messages (core publishes are stored after
+    the server read them)."""
     async def main():
         nc = await _connect(url)
         js = nc.jetstream()
@@ -120,3 +120,16 @@ def consume(url, stream, *, expect=None, from_start=False, latency=False, ready,
         await nc.close()
         return n, delays
     return _run(main())
+
+
+def fill(url, stream, n, size) -> None:
+    """Publish ``n`` messages into ``stream`` (core publishes), then wait until it holds them."""
+    async def main():
+        nc = await _connect(url)
+        subject, pad = f"{stream}.{KEY}", body(size)
+        for _ in range(n):
+            await nc.publish(subject, pad)
+        await nc.flush(timeout=TIMEOUT)
+        await nc.close()
+    _run(main())
+    settle(url, stream, n)

@@ -76,3 +76,16 @@ def consume(port, stream, *, expect=None, from_start=False, latency=False, ready
                 break
     r.close()
     return n, delays
+
+
+def fill(port, stream, n, size) -> None:
+    """Append ``n`` entries to ``stream`` (pipelined by 1000)."""
+    r = connect(port)
+    pipe = r.pipeline(transaction=False)
+    fields = {KEY: body(size)}
+    for i in range(n):
+        pipe.xadd(stream, fields)
+        if i % 1000 == 999:
+            pipe.execute()
+    pipe.execute()
+    r.close()

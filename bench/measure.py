@@ -139,3 +139,43 @@ def _get(q, errors, deadline: float):
                 except queue.Empty:
                     continue
                 raise WorkerError(f"worker {index} failed before it was ready:\n{value}")
+
+
+class Holder:
+    """``fn(*args, ready=..., stop=...)`` in a forked process that holds connections open.
+
+    ``fn`` opens what it holds, calls ``ready(info)`` and then ``stop()``, which blocks until the
+    holder is left (a context manager: entering waits for ``ready``, leaving ends it).
+    """
+
+    def __init__(self, fn: Callable, *args, timeout: float = 300.0):
+        self._q = _FORK.Queue()
+        self._stop = _FORK.Event()
+        self._timeout = timeout
+        self.proc = _FORK.Process(target=self._main, args=(fn, args), daemon=True)
+        self.info = None
+
+    def _main(self, fn, args) -> None:
+        try:
+            fn(*args, ready=lambda info=None: self._q.put(("ok", info)), stop=self._stop.wait)
+        except BaseException:
+            self._q.put(("error", traceback.format_exc()))
+
+    def __enter__(self) -> "Holder":
+        self.proc.start()
+        try:
+            status, self.info = self._q.get(timeout=self._timeout)
+        except queue.Empty:
+            self.__exit__()
+            raise WorkerError("holder was not ready in time") from None
+        if status != "ok":
+            self.__exit__()
+            raise WorkerError(f"holder failed:\n{self.info}")
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self.proc.join(10)
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()

@@ -56,6 +56,13 @@ class Table:
         return "\n".join(out) + "\n"
 
 
+def prose(doc: str) -> str:
+    """A scenario docstring without its first paragraph, each paragraph on one line: a table's
+    introduction."""
+    paras = [" ".join(p.split()) for p in doc.strip().split("\n\n")]
+    return "\n\n".join(paras[1:])
+
+
 def cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

@@ -85,18 +85,21 @@ class Outcome:
 def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publishers: int = 1,
            consumers: int = 0, confirms: bool = False, rate: float = 0.0,
            seconds: Optional[float] = None, latency: bool = False,
-           limit: Optional[int] = None) -> Outcome:
+           limit: Optional[int] = None, options: Optional[dict] = None) -> Outcome:
     """Publishers (each its own process) publish for ``seconds`` (at most ``limit`` messages
     each) while ``consumers`` (each its
     own process) read live until the end marker; the time runs from the start signal until the
-    last of them is done and the server holds every message."""
+    last of them is done and the server holds every message. ``options``: more keyword
+    arguments for the system's ``consume``."""
     mod = system.module
     if hasattr(mod, "prepare"):
         mod.prepare(conn, stream)
     end = consumers > 0
     jobs = [(_publisher, (mod, conn, stream, size, seconds or s.seconds, rate, confirms, end, limit))
             for _ in range(publishers)]
-    extra = {"ends": publishers} if mod is zmq_proxy else {}
+    extra = dict(options or {})
+    if mod is zmq_proxy:
+        extra["ends"] = publishers
     jobs += [(_consumer, (mod, conn, stream, latency, extra)) for _ in range(consumers)]
     results, elapsed = run_workers(jobs, s.timeout)
     published = sum(results[:publishers])

@@ -1,4 +1,6 @@
-"""Live fan-out: one publisher flat out, 1 / 10 / 50 subscribers (each its own process) reading live.
+"""Live fan-out.
+
+One publisher flat out, 1 / 10 / 50 subscribers (each its own process) reading live.
 
 Delivered rate = subscribers x messages / (start signal -> the last subscriber has read the end
 marker that follows the last message). A run publishes for the suite's publishing time but at
@@ -12,7 +14,7 @@ from __future__ import annotations
 
 from bench import peers
 from bench.measure import Figure, ratio
-from bench.report import Table
+from bench.report import Table, prose
 from bench.scenarios import NATS, PROXY, RAW, REDIS, SDK, Settings, fresh_stream, pubsub
 from bench.systems import zmq_proxy
 
@@ -47,7 +49,7 @@ def run(s: Settings):
         for size, subs in points:
             figs[PROXY, size, subs] = _delivered(PROXY, p.conn, s, size, subs)
     systems = (SDK, REDIS, NATS, RAW, PROXY)
-    t = Table("Live fan-out", __doc__.split("\n\n")[1].replace("\n", " "),
+    t = Table("Live fan-out", prose(__doc__),
               ["body", "subscribers"] + [x.label for x in systems]
               + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ proxy"])
     for size, subs in points:

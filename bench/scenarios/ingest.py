@@ -1,4 +1,6 @@
-"""Ingest: publishers flat out into one stream, until the server has every message.
+"""Ingest.
+
+Publishers flat out into one stream, until the server has every message.
 
 For each body size, 1 and 4 publishers (each its own process), the broker's fsync policy
 ``interval`` (ZEPS's group commit every 50 ms; Redis AOF ``appendfsync everysec``) and ``always``
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 from bench import peers
 from bench.measure import Figure, ratio
-from bench.report import Table
+from bench.report import Table, prose
 from bench.scenarios import NATS, PROXY, RAW, REDIS, SDK, Settings, fresh_stream, pubsub
 from bench.systems import redis_benchmark, zmq_proxy
 
@@ -77,7 +79,7 @@ def run(s: Settings):
                 figs["proxy", size, pubs] = _figure(
                     s, lambda: _rate(PROXY, p.conn, s, size=size, publishers=pubs, consumers=1))
 
-    user = Table("Ingest — the Python user's view", __doc__.split("\n\n")[1].replace("\n", " "),
+    user = Table("Ingest — the Python user's view", prose(__doc__),
                  ["body", "publishers", "fsync", "confirms", SDK.label, REDIS.label, NATS.label,
                   "ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream"])
     cap = Table("Ingest — server capacity", "Each server driven by its fastest client; JetStream "

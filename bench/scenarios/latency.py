@@ -1,4 +1,6 @@
-"""End-to-end latency at a fixed rate: one publisher paced at ``latency_rate`` msg/s, one live
+"""End-to-end latency at a fixed rate.
+
+One publisher paced at ``latency_rate`` msg/s, one live
 subscriber; each message carries its send time (the machine's monotonic clock, shared by every
 process) and the subscriber records its delay on arrival.
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 from bench import peers
 from bench.measure import Figure, percentile, ratio
-from bench.report import Table
+from bench.report import Table, prose
 from bench.scenarios import NATS, PROXY, RAW, REDIS, SDK, Settings, fresh_stream, pubsub
 from bench.systems import zmq_proxy
 
@@ -49,7 +51,7 @@ def run(s: Settings):
         for size in s.sizes:
             figs[PROXY, size] = _latency(PROXY, p.conn, s, size)
     t = Table(f"End-to-end latency at {s.latency_rate:,.0f} msg/s",
-              __doc__.replace("\n", " ").replace("  ", "\n\n").strip(),
+              prose(__doc__),
               ["body", "system", "p50", "p99", "p99.9", "its p99 ÷ ZEPS SDK's"])
     for size in s.sizes:
         for x in (SDK, RAW, REDIS, NATS, PROXY):

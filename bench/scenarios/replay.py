@@ -1,4 +1,6 @@
-"""Replay: one consumer reads a whole stream of ``replay_n`` messages from its first message.
+"""Replay.
+
+One consumer reads a whole stream of ``replay_n`` messages from its first message.
 
 The time runs from the start signal (the subscription is made inside it) to the last message.
 ZEPS's stream is written with the journal library before the broker starts on it
@@ -15,7 +17,7 @@ import tempfile
 
 from bench import journals, peers
 from bench.measure import Figure, ratio
-from bench.report import Table
+from bench.report import Table, prose
 from bench.scenarios import NATS, RAW, REDIS, SDK, Settings, fresh_stream, replay
 from bench.systems import nats_py, redis_benchmark, redis_py
 
@@ -52,7 +54,7 @@ def run(s: Settings):
                 figs[NATS, size] = _rates(NATS, ns.endpoint, stream, s, n)
     systems = (SDK, REDIS, NATS, RAW)
     t = Table(f"Replay of a {n:,}-message stream from its first message",
-              __doc__.split("\n\n")[1].replace("\n", " "),
+              prose(__doc__),
               ["body"] + [x.label for x in systems]
               + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ Redis"])
     for size in s.sizes:

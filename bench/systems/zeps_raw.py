@@ -11,6 +11,7 @@ import zmq
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
+from zeps.protocol.reasons import NOT_ATTACHED
 from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost
 
 #: Credit a consumer keeps granted (the broker's default --max-credit is 64 MiB).
@@ -33,16 +34,33 @@ def request(sock, cmd, expect):
     while True:
         got = decode(sock.recv())
         if isinstance(got, c.Invalid):
+            if got.reason.startswith(NOT_ATTACHED):
+                raise NotAttached(got.reason)
             raise RuntimeError(f"broker refused {cmd.NAME}: {got.reason}")
         if isinstance(got, expect):
             return got
 
 
-def attached(ctx, endpoint: str, stream: str):
-    """A DEALER attached to ``stream``."""
-    s = dealer(ctx, endpoint)
-    request(s, c.Attach(stream), c.AttachOk)
-    return s
+class NotAttached(RuntimeError):
+    """The broker forgot the session right after ATTACH-OK."""
+
+
+def attached(ctx, endpoint: str, stream: str, tries: int = 10):
+    """A DEALER attached to ``stream``, checked with a STREAM-INFO (answered only while attached).
+
+    The check is needed: the broker may forget a session that a new connection opened right
+    after another connection closed (it can reuse the closed one's descriptor, and the broker
+    handles the stale disconnect event after the new ATTACH); then the DEALER attaches again.
+    """
+    for _ in range(tries):
+        s = dealer(ctx, endpoint)
+        request(s, c.Attach(stream), c.AttachOk)
+        try:
+            request(s, c.StreamInfo(), c.StreamInfoOk)
+            return s
+        except NotAttached:
+            s.close()
+    raise NotAttached(f"the broker forgot {tries} sessions in a row right after ATTACH-OK")
 
 
 def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
@@ -82,10 +100,12 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
     return n
 
 
-def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, ready, go):
+def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, pattern="",
+            ready, go):
+    """As every system's ``consume``; ``pattern``: the one pattern to subscribe (default: all)."""
     ctx = zmq.Context()
     s = attached(ctx, endpoint, stream)
-    request(s, c.Subscribe("", 0 if from_start else c.LATEST_LIVE), c.SubscribeOk)
+    request(s, c.Subscribe(pattern, 0 if from_start else c.LATEST_LIVE), c.SubscribeOk)
     ready()
     go()
     s.send(encode(c.Credit(WINDOW)))

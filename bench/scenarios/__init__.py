@@ -51,6 +51,7 @@ class Settings:
     publishers: Tuple[int, ...] = (1, 4)
     journal_lengths: Tuple[int, ...] = (10**4, 10**5, 10**6, 10**7)
     peer_journal_max: int = 10**7      # peers' streams are built up to this length
+    start_probes: int = 30             # replay starts timed per length and repetition
     clients: Tuple[int, ...] = (10, 100, 1000)
     prefix_subs: Tuple[int, ...] = (1, 100, 10_000)
     regex_subs: Tuple[int, ...] = (1, 100)
@@ -60,7 +61,7 @@ class Settings:
     def tiny(cls) -> "Settings":
         return cls(quick=True, reps=1, seconds=0.2, sizes=(100,), replay_n=2000,
                    latency_rate=500, latency_seconds=0.3, fanout=(1, 2), fanout_deliveries=20_000, publishers=(1, 2),
-                   journal_lengths=(10**2, 10**3), peer_journal_max=10**3, clients=(2, 5),
+                   journal_lengths=(10**2, 10**3), peer_journal_max=10**3, start_probes=3, clients=(2, 5),
                    prefix_subs=(1, 10), regex_subs=(1, 2), timeout=120.0)
 
 

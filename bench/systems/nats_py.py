@@ -15,7 +15,7 @@ import asyncio
 import time
 
 import nats
-from nats.js.api import DeliverPolicy, StorageType
+from nats.js.api import ConsumerConfig, DeliverPolicy, StorageType
 
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, due_times, stamped
 
@@ -133,3 +133,27 @@ def fill(url, stream, n, size) -> None:
         await nc.close()
     _run(main())
     settle(url, stream, n)
+
+
+def start_probes(url, stream, length, fractions):
+    """Seconds from creating an ordered consumer at sequence ``1 + fraction * length``
+    (``DeliverPolicy.BY_START_SEQUENCE``) to its first message."""
+    async def main():
+        nc = await _connect(url)
+        js = nc.jetstream()
+        out = []
+        for f in fractions:
+            seq = 1 + int(f * length)
+            t = time.perf_counter()
+            sub = await js.subscribe(f"{stream}.>", ordered_consumer=True,
+                                     config=ConsumerConfig(
+                                         deliver_policy=DeliverPolicy.BY_START_SEQUENCE,
+                                         opt_start_seq=seq))
+            msg = await sub.next_msg(timeout=TIMEOUT)
+            out.append(time.perf_counter() - t)
+            if msg.metadata.sequence.stream != seq:
+                raise RuntimeError(f"consumer from {seq} began at {msg.metadata.sequence.stream}")
+            await sub.unsubscribe()
+        await nc.close()
+        return out
+    return _run(main())

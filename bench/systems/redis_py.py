@@ -9,6 +9,8 @@ consumer was ready) and block at most 1 s per call.
 """
 from __future__ import annotations
 
+import time
+
 import redis
 
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
@@ -89,3 +91,22 @@ def fill(port, stream, n, size) -> None:
             pipe.execute()
     pipe.execute()
     r.close()
+
+
+def start_probes(port, stream, length, fractions):
+    """Seconds of ``XRANGE stream <ms> + COUNT 1`` at ``fraction`` of the stream's time span
+    (Redis entry IDs are milliseconds): where a reader starts from a position."""
+    r = connect(port)
+    info = r.xinfo_stream(stream)
+    first = int(info["first-entry"][0].split(b"-")[0])
+    last = int(info["last-entry"][0].split(b"-")[0])
+    out = []
+    for f in fractions:
+        ms = first + int(f * (last - first))
+        t = time.perf_counter()
+        got = r.xrange(stream, min=str(ms), max="+", count=1)
+        out.append(time.perf_counter() - t)
+        if not got:
+            raise RuntimeError(f"XRANGE from {ms} returned nothing")
+    r.close()
+    return out

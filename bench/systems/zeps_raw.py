@@ -6,13 +6,15 @@ read DELIVER frames without decoding more than the key (and the stamp, for laten
 """
 from __future__ import annotations
 
+import time
+
 import zmq
 
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
 from zeps.protocol.reasons import NOT_ATTACHED
-from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost
+from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost, sequence_of
 
 #: Credit a consumer keeps granted (the broker's default --max-credit is 64 MiB).
 WINDOW = 32 << 20
@@ -131,3 +133,26 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, p
     s.close()
     ctx.term()
     return n, delays
+
+
+def start_probes(endpoint, stream, length, fractions):
+    """Seconds from SUBSCRIBE (at sequence ``1 + fraction * length``, with credit) to its first
+    DELIVER, one fresh attached client per fraction."""
+    ctx = zmq.Context()
+    out = []
+    for f in fractions:
+        seq = 1 + int(f * length)
+        s = attached(ctx, endpoint, stream)
+        t = time.perf_counter()
+        s.send(encode(c.Subscribe("", seq - 1)))
+        s.send(encode(c.Credit(WINDOW)))
+        while True:
+            frame = s.recv()
+            if frame[2] == DELIVER_ID:
+                break
+        out.append(time.perf_counter() - t)
+        if sequence_of(frame) != seq:
+            raise RuntimeError(f"replay from {seq} began at {sequence_of(frame)}")
+        s.close()
+    ctx.term()
+    return out

@@ -138,7 +138,8 @@ def _get(q, errors, deadline: float):
                     index, status, value, _ = errors.get_nowait()
                 except queue.Empty:
                     continue
-                raise WorkerError(f"worker {index} failed before it was ready:\n{value}")
+                raise WorkerError(f"worker {index} ended before every worker was ready "
+                                  f"({status}):\n{value}") from None
 
 
 class Holder:

@@ -104,12 +104,12 @@ def header(command: str, started: datetime.datetime, elapsed: float, before: str
     return "\n".join(lines) + "\n"
 
 
-def write(text: str, started: datetime.datetime) -> Path:
-    """Write the report under bench/out/ (and as suite-latest.md); return its path."""
-    OUT.mkdir(parents=True, exist_ok=True)
-    path = OUT / f"suite-{started:%Y%m%d-%H%M%S}.md"
+def write(text: str, started: datetime.datetime, out: Path = OUT) -> Path:
+    """Write the report in ``out`` (and as suite-latest.md there); return its path."""
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"suite-{started:%Y%m%d-%H%M%S}.md"
     path.write_text(text)
-    (OUT / "suite-latest.md").write_text(text)
+    (out / "suite-latest.md").write_text(text)
     return path
 
 

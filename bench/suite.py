@@ -1,6 +1,6 @@
 """The benchmark suite: ZEPS beside Redis Streams, NATS JetStream and raw ZeroMQ, in one run.
 
-    python -m bench.suite [--quick] [--only SCENARIO ...] [--reps N] [--seconds S]
+    python -m bench.suite [--quick] [--only SCENARIO ...] [--reps N] [--seconds S] [--out DIR]
 
 Runs every scenario of :data:`SCENARIOS` one after the other (never two at once), starting and
 stopping each server itself (127.0.0.1, ephemeral ports, temporary directories), and writes the
@@ -20,6 +20,7 @@ import shlex
 import sys
 import time
 import traceback
+from pathlib import Path
 
 from bench import report
 from bench.scenarios import Settings
@@ -36,6 +37,8 @@ def main(argv=None) -> int:
                         help=f"run only these ({', '.join(SCENARIOS)})")
     parser.add_argument("--reps", type=int, help="repetitions of every measurement (default 3)")
     parser.add_argument("--seconds", type=float, help="publishing time of a throughput run")
+    parser.add_argument("--out", type=Path, default=report.OUT,
+                        help="directory of the report (default bench/out)")
     args = parser.parse_args(argv)
     settings = Settings.tiny() if args.quick else Settings()
     if args.reps:
@@ -66,7 +69,7 @@ def main(argv=None) -> int:
         print(f"--- {name}: {time.monotonic() - t:.1f}s", flush=True)
     text = (report.header(command, started, time.monotonic() - t0, before) + "\n"
             + "\n".join(sections))
-    path = report.write(text, started)
+    path = report.write(text, started, args.out)
     print(f"report: {os.path.relpath(path)}")
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

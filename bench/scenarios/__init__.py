@@ -47,7 +47,7 @@ class Settings:
     latency_rate: float = 10_000
     latency_seconds: float = 3.0
     fanout: Tuple[int, ...] = (1, 10, 50)
-    fanout_deliveries: int = 1_000_000   # a fan-out run publishes at most this / subscribers
+    fanout_deliveries: int = 500_000     # a fan-out run publishes at most this / subscribers
     publishers: Tuple[int, ...] = (1, 4)
     journal_lengths: Tuple[int, ...] = (10**4, 10**5, 10**6, 10**7)
     peer_journal_max: int = 10**7      # peers' streams are built up to this length
@@ -60,8 +60,9 @@ class Settings:
     @classmethod
     def tiny(cls) -> "Settings":
         return cls(quick=True, reps=1, seconds=0.2, sizes=(100,), replay_n=2000,
-                   latency_rate=500, latency_seconds=0.3, fanout=(1, 2), fanout_deliveries=20_000, publishers=(1, 2),
-                   journal_lengths=(10**2, 10**3), peer_journal_max=10**3, start_probes=3, clients=(2, 5),
+                   latency_rate=500, latency_seconds=0.3, fanout=(1, 2), fanout_deliveries=20_000,
+                   publishers=(1, 2), journal_lengths=(10**2, 10**3), peer_journal_max=10**3,
+                   start_probes=3, clients=(2, 5),
                    prefix_subs=(1, 10), regex_subs=(1, 2), timeout=120.0)
 
 

@@ -29,10 +29,15 @@ def _rate(system, conn, s: Settings, **kw) -> float:
     return o.published / o.seconds
 
 
-def _figure(s: Settings, measure) -> Figure:
+def _redis_benchmark(port: int, n: int, size: int) -> float:
+    return redis_benchmark.xadd(port, fresh_stream("ingest"), n, size)
+
+
+def _figure(s: Settings, measure, *args, **kw) -> Figure:
+    """``measure(*args, **kw)`` (a rate) once per repetition."""
     f = Figure("msg/s")
     for _ in range(s.reps):
-        f.add(measure())
+        f.add(measure(*args, **kw))
     return f
 
 
@@ -46,10 +51,8 @@ def run(s: Settings):
                 if f != fsync:
                     continue
                 kw = dict(size=size, publishers=pubs, confirms=confirms)
-                figs["sdk", size, pubs, fsync, confirms] = _figure(
-                    s, lambda: _rate(SDK, b.endpoint, s, **kw))
-                figs["raw", size, pubs, fsync, confirms] = _figure(
-                    s, lambda: _rate(RAW, b.endpoint, s, **kw))
+                figs["sdk", size, pubs, fsync, confirms] = _figure(s, _rate, SDK, b.endpoint, s, **kw)
+                figs["raw", size, pubs, fsync, confirms] = _figure(s, _rate, RAW, b.endpoint, s, **kw)
     redis_why, bench_why, nats_why = (peers.missing("redis"), peers.missing("redis-benchmark"),
                                       peers.missing("nats"))
     for fsync in ("interval", "always"):
@@ -59,25 +62,24 @@ def run(s: Settings):
             for size in s.sizes:
                 n = int(s.seconds * 150_000)
                 if not bench_why:
-                    figs["rbench", size, fsync] = _figure(
-                        s, lambda: redis_benchmark.xadd(r.port, fresh_stream("ingest"), n, size))
+                    figs["rbench", size, fsync] = _figure(s, _redis_benchmark, r.port, n, size)
                 for pubs in s.publishers:
                     if not redis_why:
                         figs["redis", size, pubs, fsync] = _figure(
-                            s, lambda: _rate(REDIS, r.port, s, size=size, publishers=pubs))
+                            s, _rate, REDIS, r.port, s, size=size, publishers=pubs)
     if not nats_why:
         with peers.nats_server() as n:
             for size in s.sizes:
                 for pubs in s.publishers:
                     for confirms in (False, True):
                         figs["nats", size, pubs, confirms] = _figure(
-                            s, lambda: _rate(NATS, n.endpoint, s, size=size, publishers=pubs,
-                                             confirms=confirms))
+                            s, _rate, NATS, n.endpoint, s, size=size, publishers=pubs,
+                            confirms=confirms)
     with zmq_proxy.serve() as p:
         for size in s.sizes:
             for pubs in s.publishers:
                 figs["proxy", size, pubs] = _figure(
-                    s, lambda: _rate(PROXY, p.conn, s, size=size, publishers=pubs, consumers=1))
+                    s, _rate, PROXY, p.conn, s, size=size, publishers=pubs, consumers=1)
 
     user = Table("Ingest — the Python user's view", prose(__doc__),
                  ["body", "publishers", "fsync", "confirms", SDK.label, REDIS.label, NATS.label,

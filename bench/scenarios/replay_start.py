@@ -27,11 +27,12 @@ from bench.systems import nats_py, redis_benchmark, redis_py, zeps_raw
 SIZE = 100
 
 
-def _figure(s: Settings, probe, length: int) -> Figure:
+def _figure(s: Settings, probe, conn, stream: str, length: int) -> Figure:
+    """Median of ``probe(conn, stream, length, fractions)`` per repetition, in ms."""
     f = Figure("ms")
     rnd = random.Random(length)
     for _ in range(s.reps):
-        times = probe([rnd.random() for _ in range(s.start_probes)])
+        times = probe(conn, stream, length, [rnd.random() for _ in range(s.start_probes)])
         f.add(statistics.median(times) * 1e3)
     return f
 
@@ -46,8 +47,7 @@ def run(s: Settings):
             journals.grow(data, stream, length, SIZE)
             built.append(time.monotonic() - t)
             with peers.zeps_broker(data_dir=data) as b:
-                figs["ZEPS", length] = _figure(
-                    s, lambda fr: zeps_raw.start_probes(b.endpoint, stream, length, fr), length)
+                figs["ZEPS", length] = _figure(s, zeps_raw.start_probes, b.endpoint, stream, length)
     peer_lengths = [n for n in s.journal_lengths if n <= s.peer_journal_max]
     redis_why = REDIS.missing() or peers.missing("redis-benchmark")
     if not redis_why:
@@ -56,8 +56,7 @@ def run(s: Settings):
             for length in peer_lengths:
                 redis_benchmark.xadd(r.port, stream, length - have, SIZE)
                 have = length
-                figs["Redis", length] = _figure(
-                    s, lambda fr: redis_py.start_probes(r.port, stream, length, fr), length)
+                figs["Redis", length] = _figure(s, redis_py.start_probes, r.port, stream, length)
     nats_why = NATS.missing()
     if not nats_why:
         with peers.nats_server() as n:
@@ -66,8 +65,8 @@ def run(s: Settings):
             for length in peer_lengths:
                 nats_py.fill(n.endpoint, stream, length - have, SIZE)
                 have = length
-                figs["JetStream", length] = _figure(
-                    s, lambda fr: nats_py.start_probes(n.endpoint, stream, length, fr), length)
+                figs["JetStream", length] = _figure(s, nats_py.start_probes, n.endpoint, stream,
+                                                    length)
     why = {"ZEPS": None, "Redis": redis_why, "JetStream": nats_why}
     t = Table("Replay start vs stream length", prose(__doc__),
               ["system", "messages", "start", "÷ at the shortest"])

@@ -33,9 +33,9 @@ def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
     go()
     if rate:
         n = 0
-        for n in pace(rate, seconds):
+        for _ in pace(rate, seconds):
             r.xadd(stream, {KEY: stamped(pad)})
-        n += 1
+            n += 1
     else:
         fields = {KEY: pad}
         pipe = r.pipeline(transaction=False)

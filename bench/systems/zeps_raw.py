@@ -77,9 +77,9 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
     send = s.send
     if rate:
         n = 0
-        for n in pace(rate, seconds):
+        for _ in pace(rate, seconds):
             send(encode_publish(KEY, stamped(pad)))
-        n += 1
+            n += 1
     else:
         frame = encode_publish(KEY, pad)
 

@@ -21,9 +21,9 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
         pub = cl.publish
         if rate:
             n = 0
-            for n in pace(rate, seconds):
+            for _ in pace(rate, seconds):
                 pub(KEY, stamped(pad))
-            n += 1
+                n += 1
         else:
             def burst():
                 for _ in range(BURST):

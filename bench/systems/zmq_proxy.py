@@ -74,9 +74,9 @@ def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
     send = pub.send
     if rate:
         n = 0
-        for n in pace(rate, seconds):
+        for _ in pace(rate, seconds):
             send(_KEY + stamped(pad))
-        n += 1
+            n += 1
     else:
         msg = _KEY + pad
 

@@ -4,7 +4,7 @@ A :class:`Figure` holds the values of one measurement's repetitions; the report 
 ``median (min-max)`` and divides medians for the ratio to its baseline.
 
 :func:`run_workers` runs functions in forked processes that wait on a shared start signal; it
-returns each worker's result and the wall time from the start signal to the last worker's end
+returns each worker's result, when the start signal was given and when the last worker ended
 (``time.monotonic`` is one clock for every process of the machine, so workers report when they
 finished).
 """
@@ -80,14 +80,14 @@ class WorkerError(RuntimeError):
     """A worker process failed; the message carries its traceback."""
 
 
-def run_workers(jobs: Sequence[Tuple[Callable, tuple]], timeout: float,
-                before_go: Optional[Callable[[], None]] = None) -> Tuple[list, float]:
+def run_workers(jobs: Sequence[Tuple[Callable, tuple]], timeout: float) -> Tuple[list, float, float]:
     """Run ``fn(*args, ready=..., go=...)`` for every ``(fn, args)`` in its own forked process.
 
     Each worker prepares (connects, subscribes), calls ``ready()`` and then ``go()``, which blocks
-    until every worker is ready (and ``before_go`` has run in the parent); its return value is
-    collected. Returns (results in job order, seconds from the start signal to the last worker's
-    end). Raises :class:`WorkerError` if a worker fails or the whole takes longer than ``timeout``.
+    until every worker is ready (``go(seconds)`` waits at most that long and says whether the
+    start was given); its return value is collected. Returns (results in job order, the start
+    signal's time, the last worker's end; ``time.monotonic``). Raises :class:`WorkerError` if a
+    worker fails or the whole takes longer than ``timeout``.
     """
     n = len(jobs)
     ready_q, out = _FORK.Queue(), _FORK.Queue()
@@ -104,8 +104,6 @@ def run_workers(jobs: Sequence[Tuple[Callable, tuple]], timeout: float,
             p.start()
         for _ in range(n):
             _get(ready_q, out, deadline)
-        if before_go is not None:
-            before_go()
         t0 = time.monotonic()
         go_event.set()
         end = t0
@@ -115,7 +113,7 @@ def run_workers(jobs: Sequence[Tuple[Callable, tuple]], timeout: float,
                 raise WorkerError(f"worker {index} failed:\n{value}")
             results[index] = value
             end = max(end, finished)
-        return results, end - t0
+        return results, t0, end
     finally:
         for p in procs:
             p.join(timeout=max(0.1, min(10.0, deadline - time.monotonic())))

@@ -7,7 +7,6 @@ run of publishers and consumers against one server.
 from __future__ import annotations
 
 import itertools
-import time
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
@@ -76,12 +75,18 @@ def fresh_stream(prefix: str) -> str:
 
 @dataclass
 class Outcome:
-    """One run: messages published, messages each consumer got, delays (ns), seconds."""
+    """One run: messages published (``lost`` of them never stored by the server), messages each
+    consumer got, delays (ns), seconds."""
 
     published: int
     consumed: List[int]
     delays: List[int]
     seconds: float
+    lost: int = 0
+
+    @property
+    def stored(self) -> int:
+        return self.published - self.lost
 
 
 def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publishers: int = 1,
@@ -91,8 +96,9 @@ def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publish
     """Publishers (each its own process) publish for ``seconds`` (at most ``limit`` messages
     each) while ``consumers`` (each its
     own process) read live until the end marker; the time runs from the start signal until the
-    last of them is done and the server holds every message. ``options``: more keyword
-    arguments for the system's ``consume``."""
+    last of them is done and the server holds every message (or, for a server that may drop
+    unacknowledged publishes, holds all it will: :attr:`Outcome.lost` counts the others).
+    ``options``: more keyword arguments for the system's ``consume``."""
     mod = system.module
     if hasattr(mod, "prepare"):
         mod.prepare(conn, stream)
@@ -103,14 +109,17 @@ def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publish
     if mod is zmq_proxy:
         extra["ends"] = publishers
     jobs += [(_consumer, (mod, conn, stream, latency, extra)) for _ in range(consumers)]
-    results, elapsed = run_workers(jobs, s.timeout)
+    results, start, finish = run_workers(jobs, s.timeout)
     published = sum(results[:publishers])
+    lost = 0
     if hasattr(mod, "settle"):
-        t = time.monotonic()
-        mod.settle(conn, stream, published + (publishers if end else 0))
-        elapsed += time.monotonic() - t
+        expected = published + (publishers if end else 0)
+        stored, when = mod.settle(conn, stream, expected)
+        lost = expected - stored
+        finish = max(finish, when)
     got = results[publishers:]
-    return Outcome(published, [n for n, _ in got], [d for _, ds in got for d in ds], elapsed)
+    return Outcome(published, [n for n, _ in got], [d for _, ds in got for d in ds],
+                   finish - start, lost)
 
 
 def _publisher(mod, conn, stream, size, seconds, rate, confirms, end, limit, *, ready, go):
@@ -124,10 +133,11 @@ def _consumer(mod, conn, stream, latency, extra, *, ready, go):
 
 def replay(system: System, conn, stream: str, s: Settings, n: int) -> float:
     """Seconds one consumer takes to read the ``n`` messages of ``stream`` from the first."""
-    results, elapsed = run_workers([(_replayer, (system.module, conn, stream, n))], s.timeout)
+    results, start, finish = run_workers([(_replayer, (system.module, conn, stream, n))],
+                                         s.timeout)
     if results[0][0] != n:
         raise RuntimeError(f"{system.label}: replay read {results[0][0]} of {n} messages")
-    return elapsed
+    return finish - start
 
 
 def _replayer(mod, conn, stream, n, *, ready, go):

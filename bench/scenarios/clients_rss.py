@@ -55,7 +55,7 @@ def _nats_clients(url, n, *, ready, stop):
     async def main():
         ncs = []
         for _ in range(n):
-            nc = await nats_py._connect(url)
+            nc = await nats_py.connect(url)
             await nc.jetstream().subscribe(f"{STREAM}.>", ordered_consumer=True)
             ncs.append(nc)
         await ncs[-1].flush()

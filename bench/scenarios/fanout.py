@@ -24,8 +24,8 @@ def _delivered(system, conn, s: Settings, size: int, subs: int) -> Figure:
     for _ in range(s.reps):
         o = pubsub(system, conn, fresh_stream("fanout"), s, size=size, consumers=subs,
                    limit=s.fanout_deliveries // subs)
-        if any(n != o.published for n in o.consumed):
-            raise RuntimeError(f"{system.label}: subscribers got {o.consumed} of {o.published}")
+        if any(n != o.stored for n in o.consumed):
+            raise RuntimeError(f"{system.label}: subscribers got {o.consumed} of {o.stored}")
         f.add(sum(o.consumed) / o.seconds)
     return f
 

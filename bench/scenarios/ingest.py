@@ -5,7 +5,8 @@ Publishers flat out into one stream, until the server has every message.
 For each body size, 1 and 4 publishers (each its own process), the broker's fsync policy
 ``interval`` (ZEPS's group commit every 50 ms; Redis AOF ``appendfsync everysec``) and ``always``
 (ZEPS: an fsync per written batch; Redis: ``appendfsync always``), without and with confirms.
-Rate = messages / (start signal -> the last publisher's flush, or its last CONFIRM, returned).
+Rate = messages stored / (start signal -> the last publisher's flush, or its last CONFIRM,
+returned, and the server holds every message).
 
 Python user's view: ZEPS SDK, redis-py (pipelined by 100), nats-py. Server capacity: raw pyzmq
 ZEPS publishers, ``redis-benchmark -P 100`` (50 connections), and ZeroMQ's proxy (no journal)
@@ -24,9 +25,14 @@ REDIS_FSYNC = {"interval": "everysec", "always": "always"}
 NOT_MEASURED = "not measured"
 
 
-def _rate(system, conn, s: Settings, **kw) -> float:
+def _rate(system, conn, s: Settings, losses: list, **kw) -> float:
+    """Messages the server stored per second; what it dropped is noted in ``losses``."""
     o = pubsub(system, conn, fresh_stream("ingest"), s, **kw)
-    return o.published / o.seconds
+    if o.lost:
+        losses.append(f"{system.label}, {kw['size']} B, {kw['publishers']} publisher(s): "
+                      f"{o.lost:,} of {o.published:,} messages ({o.lost / o.published:.0%}) "
+                      f"never stored")
+    return o.stored / o.seconds
 
 
 def _redis_benchmark(port: int, n: int, size: int) -> float:
@@ -44,15 +50,16 @@ def _figure(s: Settings, measure, *args, **kw) -> Figure:
 def run(s: Settings):
     configs = [(size, pubs, fsync, confirms) for size in s.sizes for pubs in s.publishers
                for fsync in ("interval", "always") for confirms in (False, True)]
-    figs = {}
+    figs, losses = {}, []
     for fsync in ("interval", "always"):
         with peers.zeps_broker(fsync) as b:
             for size, pubs, f, confirms in configs:
                 if f != fsync:
                     continue
                 kw = dict(size=size, publishers=pubs, confirms=confirms)
-                figs["sdk", size, pubs, fsync, confirms] = _figure(s, _rate, SDK, b.endpoint, s, **kw)
-                figs["raw", size, pubs, fsync, confirms] = _figure(s, _rate, RAW, b.endpoint, s, **kw)
+                for name, system in (("sdk", SDK), ("raw", RAW)):
+                    figs[name, size, pubs, fsync, confirms] = _figure(
+                        s, _rate, system, b.endpoint, s, losses, **kw)
     redis_why, bench_why, nats_why = (peers.missing("redis"), peers.missing("redis-benchmark"),
                                       peers.missing("nats"))
     for fsync in ("interval", "always"):
@@ -66,20 +73,20 @@ def run(s: Settings):
                 for pubs in s.publishers:
                     if not redis_why:
                         figs["redis", size, pubs, fsync] = _figure(
-                            s, _rate, REDIS, r.port, s, size=size, publishers=pubs)
+                            s, _rate, REDIS, r.port, s, losses, size=size, publishers=pubs)
     if not nats_why:
         with peers.nats_server() as n:
             for size in s.sizes:
                 for pubs in s.publishers:
                     for confirms in (False, True):
                         figs["nats", size, pubs, confirms] = _figure(
-                            s, _rate, NATS, n.endpoint, s, size=size, publishers=pubs,
+                            s, _rate, NATS, n.endpoint, s, losses, size=size, publishers=pubs,
                             confirms=confirms)
     with zmq_proxy.serve() as p:
         for size in s.sizes:
             for pubs in s.publishers:
                 figs["proxy", size, pubs] = _figure(
-                    s, _rate, PROXY, p.conn, s, size=size, publishers=pubs, consumers=1)
+                    s, _rate, PROXY, p.conn, s, losses, size=size, publishers=pubs, consumers=1)
 
     user = Table("Ingest — the Python user's view", prose(__doc__),
                  ["body", "publishers", "fsync", "confirms", SDK.label, REDIS.label, NATS.label,
@@ -109,7 +116,7 @@ def run(s: Settings):
         "confirms it is a core publish into the stream's subject (the time runs until the "
         "stream holds every message); with confirms, `js.publish_async` and "
         "`publish_async_completed()`.",
-    ]
+    ] + [f"Rate of what was stored; dropped by the server: {x}." for x in losses]
     cap.notes = [
         "redis-benchmark uses 50 connections whatever the publishers column says, and times "
         "itself; its rows with and without confirms are one measurement.",

@@ -25,8 +25,8 @@ def _latency(system, conn, s: Settings, size: int):
     for _ in range(s.reps):
         o = pubsub(system, conn, fresh_stream("latency"), s, size=size, consumers=1,
                    rate=s.latency_rate, seconds=s.latency_seconds, latency=True)
-        if o.consumed != [o.published]:
-            raise RuntimeError(f"{system.label}: got {o.consumed} of {o.published}")
+        if o.consumed != [o.stored]:
+            raise RuntimeError(f"{system.label}: got {o.consumed} of {o.stored}")
         d = sorted(o.delays)
         for p in PCTS:
             figs[p].add(percentile(d, p) / 1e6)

@@ -8,7 +8,7 @@ ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test soak java chromium bench clean
+.PHONY: run test soak java chromium bench bench-peers bench-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -55,13 +55,37 @@ test: $(TEST_STAMP) java chromium
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
+<<<<<<< HEAD
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.
 soak: $(TEST_STAMP)
 	ZEPS_SOAK=1 $(PY) -m pytest -m soak -s
 
 bench: $(TEST_STAMP) java
+=======
+# The peers `make bench` measures ZEPS beside: Debian's redis-server, redis-tools (redis-benchmark)
+# and nats-server, PyPI's redis + hiredis and nats-py (the `bench` extra). Installed only if absent;
+# one that cannot be installed is reported as such by the suite, it does not stop it.
+BENCH_PEERS := redis-server:redis-server redis-benchmark:redis-tools nats-server:nats-server
+bench-peers: $(TEST_STAMP)
+	@missing=""; for p in $(BENCH_PEERS); do \
+	  command -v $${p%%:*} >/dev/null 2>&1 || missing="$$missing $${p##*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing$$missing from the system's packages"; \
+	  ( $(SUDO) apt-get update -q && $(SUDO) apt-get install -y -q --no-install-recommends $$missing ) \
+	    || echo "could not install$$missing: the suite reports those peers as not installed"; \
+	fi
+	@$(PY) -c 'import redis, hiredis, nats' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]' \
+	  || echo "could not install the bench extra (redis, hiredis, nats-py): reported as not installed"
+
+bench: $(TEST_STAMP) java bench-peers
+>>>>>>> benchsuite
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
+
+# Smoke runs of every scenario of the benchmark suite (tiny counts; several minutes): not part of
+# `make test` yet (issue 11 is open: they time out on a loaded 2-core machine).
+bench-smoke: $(TEST_STAMP)
+	$(PY) -m pytest -m suite tests/test_bench_smoke.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis

@@ -3,8 +3,11 @@ measures against its own baseline in the same run, and the machine has few cores
 
     python -m bench.run_all [--quick] [--only NAME ...]
 
-Each benchmark prints its own table (the figure beside its baseline); the outputs are also kept
-in ``bench/out/NAME.txt``. ``--quick`` gives every benchmark a small count: it checks that each
+``suite`` is the benchmark suite beside Redis Streams, NATS JetStream and raw ZeroMQ
+(:mod:`bench.suite`; it writes its report to ``bench/out/suite-*.md``); the others measure one
+part each (codec, journal, Spark reader) or ZEPS alone beside a plain ZeroMQ baseline. Each
+benchmark prints its own table (the figure beside its baseline); the outputs are also kept in
+``bench/out/NAME.txt``. ``--quick`` gives every benchmark a small count: it checks that each
 one runs and reports, which is what ``make test`` does through ``tests/test_bench_smoke.py``.
 """
 from __future__ import annotations
@@ -25,6 +28,7 @@ BENCHMARKS = {
     "bench_broker": ([], ["--n", "2000"]),
     "bench_client": ([], ["--n", "2000"]),
     "bench_latency": ([], ["--rate", "1000", "--seconds", "0.5"]),
+    "suite": ([], ["--quick"]),
     "bench_spark": (["--n", "10000000"], ["--n", "20000"]),
 }
 

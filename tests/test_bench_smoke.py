@@ -1,6 +1,11 @@
 """Every benchmark runs and reports (tiny counts): ``make bench`` must not rot between runs.
 
-The figures themselves are measured by ``make bench``, never asserted here."""
+The figures themselves are measured by ``make bench``, never asserted here. Each scenario of
+the suite runs once (``--quick``) and must print a figure for ZEPS; each peer's figures must be
+there too, and a peer that is not installed on this machine skips its test with the reason the
+report gives. Without any peer on the PATH the report must say so instead of leaving a blank.
+"""
+import os
 import re
 import subprocess
 import sys
@@ -8,7 +13,27 @@ from pathlib import Path
 
 import pytest
 
+from bench import peers
+from bench.suite import SCENARIOS
+
 REPO = Path(__file__).resolve().parent.parent
+FIGURE = re.compile(r"\d[\d,.]*( \([\d,.]+–[\d,.]+\))? (msg/s|ms|MiB)")
+
+#: scenario -> {peer (bench.peers.NEEDS key): label of its column or row in the report}
+PEERS = {
+    "ingest": {"redis": "Redis, redis-py", "nats": "JetStream, nats-py",
+               "redis-benchmark": "redis-benchmark -P 100 XADD"},
+    "fanout": {"redis": "Redis, redis-py", "nats": "JetStream, nats-py"},
+    "replay": {"redis": "Redis, redis-py", "nats": "JetStream, nats-py"},
+    "latency": {"redis": "Redis, redis-py", "nats": "JetStream, nats-py"},
+    "zero_credit": {},
+    "routing": {},
+    "replay_start": {"redis-benchmark": "Redis", "nats": "JetStream"},
+    "clients_rss": {"redis": "Redis", "nats": "JetStream"},
+}
+ZEPS = {"ingest": "ZEPS SDK", "fanout": "ZEPS SDK", "replay": "ZEPS SDK", "latency": "ZEPS SDK",
+        "zero_credit": "SDK publish rate", "routing": "delivered msg/s", "replay_start": "ZEPS",
+        "clients_rss": "ZEPS"}
 
 
 @pytest.mark.parametrize("name", ["bench_codec", "bench_journal", "bench_broker", "bench_client",
@@ -21,3 +46,83 @@ def test_benchmark_runs_and_reports_a_table(name, tmp_path):
                if re.search(r"\|\s*[\d,.]+\s*\|", line) or re.search(r"\d[\d,.]*\s*\w+/s\b", line)]
     assert figures, "no figure in the output:\n" + proc.stdout[-3000:]
     assert f"=== {name}: exit 0" in proc.stdout
+
+
+def tables(report: str):
+    """Every markdown table of a report as a list of {column: cell} rows."""
+    out = []
+    lines = report.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            cols = [c.strip() for c in line.strip("|").split("|")]
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("| "):
+                    break
+                rows.append(dict(zip(cols, (c.strip() for c in row.strip("|").split("|")))))
+            out.append(rows)
+    return out
+
+
+def figures_of(report: str, label: str):
+    """Cells holding a figure in a column named ``label``, or in a row whose first cells name it."""
+    found = []
+    for rows in tables(report):
+        for row in rows:
+            cells = list(row.items())
+            named_row = any(v == label for _, v in cells[:2])
+            found += [v for k, v in cells if (k == label or named_row) and FIGURE.fullmatch(v)]
+    return found
+
+
+_runs = {}
+
+
+def run_suite(name, tmp_path_factory, env=None, key=None):
+    """``python -m bench.suite --quick --only NAME`` once per test session: (exit code, output,
+    report)."""
+    key = key or name
+    if key not in _runs:
+        out = tmp_path_factory.mktemp(f"suite-{key}")
+        proc = subprocess.run([sys.executable, "-m", "bench.suite", "--quick", "--only", name,
+                               "--out", str(out)], cwd=str(REPO), capture_output=True,
+                              text=True, timeout=600, env=env)
+        report = (out / "suite-latest.md").read_text() if (out / "suite-latest.md").exists() \
+            else ""
+        _runs[key] = (proc.returncode, proc.stdout[-4000:] + proc.stderr[-4000:], report)
+    return _runs[key]
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_scenario_runs_and_reports_zeps_figures(name, tmp_path_factory):
+    rc, output, report = run_suite(name, tmp_path_factory)
+    assert rc == 0, output
+    assert "`uptime` before:" in report and "cores" in report and "pyzmq" in report
+    assert f"--only {name}" in report                      # the exact command
+    assert figures_of(report, ZEPS[name]), report
+
+
+@pytest.mark.suite
+@pytest.mark.parametrize("name,peer", [(n, p) for n, ps in PEERS.items() for p in ps])
+def test_scenario_reports_the_peer_figures(name, peer, tmp_path_factory):
+    why = peers.missing(peer)
+    if why:
+        pytest.skip(f"{peer}: {why}")
+    rc, output, report = run_suite(name, tmp_path_factory)
+    assert rc == 0, output
+    assert figures_of(report, PEERS[name][peer]), report
+
+
+@pytest.mark.suite
+def test_a_peer_that_is_not_installed_is_reported_not_left_blank(tmp_path, tmp_path_factory):
+    # No program on the PATH: redis-server, redis-benchmark and nats-server are all absent.
+    env = dict(os.environ, PATH=str(tmp_path))
+    rc, output, report = run_suite("latency", tmp_path_factory, env=env, key="latency-no-peers")
+    assert rc == 0, output
+    assert "redis: not installed here (redis-server" in report
+    assert "nats: not installed here (nats-server" in report
+    rows = [r for t in tables(report) for r in t if r.get("system") in
+            ("Redis, redis-py", "JetStream, nats-py")]
+    assert len(rows) == 2 and all(r["p50"].startswith("not installed here") for r in rows), rows
+    assert figures_of(report, "ZEPS SDK"), report

@@ -1,0 +1,59 @@
+"""ZEPS through its SDK, :class:`zeps.clients.Client`: what a Python user's program gets.
+
+Publishers call ``Client.publish`` per message, then ``flush()`` (or ``wait_for_confirms()``);
+consumers iterate a subscription (live, or from the first message) with the default credit
+window and DELIVER-TS timestamps, as an application would.
+"""
+from __future__ import annotations
+
+from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from zeps.clients import Client
+
+TIMEOUT = 120.0
+
+
+def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
+            ready, go):
+    pad = body(size)
+    with Client(endpoint, stream, confirms=confirms, timeout=TIMEOUT) as cl:
+        ready()
+        go()
+        pub = cl.publish
+        if rate:
+            n = 0
+            for _ in pace(rate, seconds):
+                pub(KEY, stamped(pad))
+                n += 1
+        else:
+            def burst():
+                for _ in range(BURST):
+                    pub(KEY, pad)
+            n = flat_out(seconds, burst, limit)
+        if confirms:
+            cl.wait_for_confirms()
+        else:
+            cl.flush()
+        if end:
+            pub(END_KEY, pad)
+            cl.flush()
+    return n
+
+
+def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, ready, go):
+    n = 0
+    delays = []
+    with Client(endpoint, stream, timeout=TIMEOUT) as cl:
+        sub = None if from_start else cl.subscribe("", live=True)   # live: in place before go
+        ready()
+        go()
+        if sub is None:
+            sub = cl.subscribe("")          # replay starts now, inside the measured time
+        nxt = sub.next
+        while expect is None or n < expect:
+            msg = nxt(timeout=TIMEOUT)
+            if msg.key == END_KEY:
+                break
+            n += 1
+            if latency:
+                delays.append(delay_ns(msg.body))
+    return n, delays

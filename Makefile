@@ -55,14 +55,11 @@ test: $(TEST_STAMP) java chromium
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
-<<<<<<< HEAD
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.
 soak: $(TEST_STAMP)
 	ZEPS_SOAK=1 $(PY) -m pytest -m soak -s
 
-bench: $(TEST_STAMP) java
-=======
 # The peers `make bench` measures ZEPS beside: Debian's redis-server, redis-tools (redis-benchmark)
 # and nats-server, PyPI's redis + hiredis and nats-py (the `bench` extra). Installed only if absent;
 # one that cannot be installed is reported as such by the suite, it does not stop it.
@@ -78,8 +75,8 @@ bench-peers: $(TEST_STAMP)
 	@$(PY) -c 'import redis, hiredis, nats' 2>/dev/null || $(PY) -m pip install -q -e '.[bench]' \
 	  || echo "could not install the bench extra (redis, hiredis, nats-py): reported as not installed"
 
+# `make bench`: the benchmarks (bench/run_all.py), each beside its baseline in the same run.
 bench: $(TEST_STAMP) java bench-peers
->>>>>>> benchsuite
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
 
 # Smoke runs of every scenario of the benchmark suite (tiny counts; several minutes): not part of

@@ -51,7 +51,7 @@ run: $(RUN_STAMP)
 	@echo "  $(VENV)/bin/zeps top       --monitor http://$(MONITOR)"
 	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR) --monitor $(MONITOR)
 
-test: $(TEST_STAMP) java chromium
+test: $(TEST_STAMP) java chromium bench-peers
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
@@ -79,8 +79,8 @@ bench-peers: $(TEST_STAMP)
 bench: $(TEST_STAMP) java bench-peers
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m bench.run_all
 
-# Smoke runs of every scenario of the benchmark suite (tiny counts; several minutes): not part of
-# `make test` yet (issue 11 is open: they time out on a loaded 2-core machine).
+# Smoke runs of every scenario of the benchmark suite (tiny counts, about a minute); `make test`
+# runs them too.
 bench-smoke: $(TEST_STAMP)
 	$(PY) -m pytest -m suite tests/test_bench_smoke.py
 

@@ -17,6 +17,7 @@ import struct
 from typing import Union
 
 from . import commands as c
+from . import batch as _b
 from . import deliver as _d
 
 SIGNATURE = _d.SIGNATURE
@@ -60,6 +61,7 @@ _LAYOUT = {
     c.StreamPurge: (("stream", "string"), ("upto", "u64")),
     c.StreamPurgeOk: (("first", "u64"),),
     c.StreamDescribe: (("stream", "string"),),
+    c.BatchSelectOk: (("max_batch", "u64"),),
     c.StreamDescribeOk: (("first", "u64"), ("last", "u64"), ("size", "u64"), ("oldest", "u64"),
                          ("newest", "u64"), ("retention_bytes", "u64"), ("retention_ms", "u64"),
                          ("max_message", "u64"), ("segment_bytes", "u64")),
@@ -90,6 +92,8 @@ def encode(cmd: c.Command) -> bytes:
         return encode_deliver(cmd.sequence, cmd.key.encode("utf-8"), cmd.body)
     if cls is c.Publish:
         return encode_publish(cmd.key, cmd.body)
+    if cls is c.PublishBatch or cls is c.DeliverBatch:
+        return _encode_batch(cmd)
     layout = _LAYOUT.get(cls)
     if layout is None:
         if cls not in c.BY_ID.values():
@@ -173,6 +177,8 @@ def decode(frame: Buffer) -> c.Command:
     cid = frame[2]
     if cid == 6:
         return decode_publish(frame)
+    if cid == _b.PUBLISH_BATCH_ID or cid == _b.DELIVER_BATCH_ID:
+        return decode_batch(frame)
     cls = c.BY_ID.get(cid)
     if cls is None:
         raise ProtocolError(f"unknown command {cid}")
@@ -238,6 +244,47 @@ def decode_publish(frame: Buffer) -> c.Publish:
     _set(cmd, "key", key)
     _set(cmd, "body", frame[bpos:end])
     return cmd
+
+
+def _encode_batch(cmd) -> bytes:
+    count = cmd.count
+    if not isinstance(count, int) or not 1 <= count <= _b.MAX_COUNT:
+        raise ProtocolError(f"{cmd.NAME} count must be an integer from 1 to 2^32-1")
+    entries = bytes(cmd.entries)
+    try:
+        _b.walk(entries, 0, len(entries), count)
+    except _b.BadEntries as exc:
+        raise ProtocolError(f"{cmd.NAME}: {exc}") from None
+    if type(cmd) is c.PublishBatch:
+        return _b.publish_batch_head(count) + entries
+    for attr in ("timestamp", "sequence"):
+        _enc_number(attr, getattr(cmd, attr), _U64, 64)
+    return _b.deliver_batch_head(cmd.timestamp, cmd.sequence, count) + entries
+
+
+def decode_batch(frame: Buffer):
+    """PUBLISH-BATCH or DELIVER-BATCH (signature already checked). Unlike the other commands,
+    no byte may follow the last entry: trailing bytes would be messages silently lost."""
+    if type(frame) is not bytes:
+        frame = bytes(frame)
+    if frame[2] == _b.PUBLISH_BATCH_ID:
+        cls, head = c.PublishBatch, _b.PUBLISH_HEAD
+    else:
+        cls, head = c.DeliverBatch, _b.DELIVER_HEAD
+    if len(frame) < head.size:
+        raise ProtocolError(f"truncated {cls.NAME}")
+    fields = head.unpack_from(frame)
+    count = fields[-1]
+    try:
+        offsets = _b.walk(frame, head.size, len(frame), count)
+    except _b.BadEntries as exc:
+        raise ProtocolError(f"{cls.NAME}: {exc}") from None
+    entries = frame[head.size:]
+    base = head.size
+    offsets = tuple(o - base for o in offsets)
+    if cls is c.PublishBatch:
+        return c.PublishBatch(count, entries, offsets)
+    return c.DeliverBatch(fields[2], fields[3], count, entries, offsets)
 
 
 _U32_unpack_from = _U32.unpack_from

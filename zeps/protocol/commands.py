@@ -329,6 +329,47 @@ class StreamDescribeOk(Command):
     segment_bytes: int
 
 
+# --- batching (an extension: zeps/protocol/batch.py has the layouts) -----------------------
+
+@_command
+class BatchSelect(Command):
+    """C: from now on, send this peering's messages as DELIVER-BATCH (runs of consecutive
+    sequences, one frame each). The reply also says how large a PUBLISH-BATCH may be."""
+    ID: ClassVar[int] = 56
+    NAME: ClassVar[str] = "BATCH-SELECT"
+
+
+@_command
+class BatchSelectOk(Command):
+    ID: ClassVar[int] = 57
+    NAME: ClassVar[str] = "BATCH-SELECT-OK"
+    max_batch: int            # the largest PUBLISH-BATCH frame (bytes) the broker takes
+
+
+@_command
+class PublishBatch(Command):
+    """C: ``count`` messages in one frame; each counts as one PUBLISH (confirms, limits,
+    refusals). ``entries``: see zeps/protocol/batch.py. ``offsets`` (decoded frames only): where
+    each entry starts in ``entries``, plus its length."""
+    ID: ClassVar[int] = 58
+    NAME: ClassVar[str] = "PUBLISH-BATCH"
+    count: int
+    entries: bytes
+    offsets: Tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+
+@_command
+class DeliverBatch(Command):
+    """S: messages ``sequence`` .. ``sequence + count - 1``, journalled at ``timestamp``."""
+    ID: ClassVar[int] = 59
+    NAME: ClassVar[str] = "DELIVER-BATCH"
+    timestamp: int
+    sequence: int
+    count: int
+    entries: bytes
+    offsets: Tuple[int, ...] = field(default=(), compare=False, repr=False)
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
@@ -336,6 +377,7 @@ ALL_COMMANDS = (
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
     Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,
     StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
+    BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}

@@ -238,6 +238,10 @@ class ColumnSink:
     def full(self) -> bool:
         return False
 
+    def after(self) -> int:
+        """The sequence after the last row collected (0 if none)."""
+        return int(self.out[-1].sequence[-1]) + 1 if self.out else 0
+
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
               last_ts: Optional[int]) -> ScanResult:
         """Parse blocks from ``pos`` (record ``seq``) up to ``limit`` until a block yields
@@ -303,7 +307,7 @@ def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str
     """What :func:`parse_records` (the journal's one definition of a valid record) says is
     wrong with the record at ``p``; ``otherwise`` if it finds nothing (a check only this reader
     makes: UTF-8 keys, the 2^-32 case of the block CRC check)."""
-    status, _, _, _, info = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
+    status, _, _, _, info, _, _ = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
     return info if status == BAD else otherwise
 
 

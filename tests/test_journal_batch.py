@@ -5,6 +5,8 @@ read-only reader) must see the same messages in both. Real files in tmp dirs, no
 """
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 
 import pytest
@@ -213,3 +215,40 @@ def test_batch_records_read_like_one_record_per_message(appends, seqs, max_recor
             assert a.producers() == b.producers()
         with JournalReader(adir) as a, JournalReader(bdir) as b:
             check_same(a, b, seqs, max_records, max_bytes)
+
+
+# ---------------------------------------------------------------------------- damage
+
+def _journal_ending_in_a_batch(path):
+    with Journal.open(path, SMALL, clock=StepClock()) as j:
+        for i in range(6):
+            j.append_batch([batch(messages(4, f"b{i}")), (f"p{i}", b"plain")])
+        last, = j.append_batch([batch(messages(9, "tail", size=11))])
+        before = as_tuples(j.read_batch(1, 1000))[:last.sequence - 1]
+    log = sorted(p for p in path.iterdir() if p.suffix == ".log")[-1]
+    size = log.stat().st_size        # the batch is the log's last record
+    return last, log, size - last.size, before
+
+
+@pytest.mark.parametrize("damage", ["cut", "flip"])
+def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, damage):
+    """The last record is a batch: cut at every byte of it, or any one of its bytes flipped,
+    the writer's recovery keeps exactly the records before it, and appends continue there."""
+    src = tmp_path / "src"
+    last, log, pos, before = _journal_ending_in_a_batch(src)
+    data = log.read_bytes()
+    for off in range(pos, pos + last.size):
+        d = tmp_path / f"{damage}{off}"
+        shutil.copytree(src, d)
+        damaged = d / log.name
+        if damage == "cut":
+            os.truncate(damaged, off)
+        else:
+            damaged.write_bytes(data[:off] + bytes([data[off] ^ 0x5A]) + data[off + 1:])
+        with Journal.open(d, SMALL, clock=StepClock(2 * 10**18)) as j:
+            assert j.next_seq == last.sequence, off
+            assert as_tuples(j.read_from(1)) == before
+            again, = j.append_batch([batch(messages(3))])
+            assert again.sequence == last.sequence
+        assert damaged.stat().st_size == pos + again.size
+        shutil.rmtree(d)

@@ -28,6 +28,9 @@ class Pair:
         self.key = key
         self.sub = RawClient(endpoint, self.ctx).attach(stream).subscribe("", 0, credit=1 << 26)
         self.pub = RawClient(endpoint, self.ctx).attach(stream)
+        # A send never blocks for long: a writer thread blocked in send() when the test ends
+        # would have its socket closed under it, which aborts the whole test process in libzmq.
+        self.pub.sock.setsockopt(zmq.SNDTIMEO, 200)
         self.sent = 0
         #: (message number, sent at ns, latency in s), in delivery order
         self.received: List[Tuple[int, int, float]] = []
@@ -42,12 +45,18 @@ class Pair:
     # ------------------------------------------------------------------ publishing
     def publish(self, n: int) -> None:
         """Publish ``n`` messages now (from the calling thread)."""
-        for _ in range(n):
-            self._publish_one()
+        done = 0
+        while done < n:
+            done += self._publish_one()
 
-    def _publish_one(self) -> None:
-        self.pub.send(c.Publish(self.key, _BODY.pack(self.sent, time.monotonic_ns())))
+    def _publish_one(self) -> bool:
+        """Publish the next message; False if the socket could not take it within SNDTIMEO."""
+        try:
+            self.pub.send(c.Publish(self.key, _BODY.pack(self.sent, time.monotonic_ns())))
+        except zmq.Again:
+            return False
         self.sent += 1
+        return True
 
     def start_paced(self, interval: float) -> None:
         """Publish one message every ``interval`` seconds from a thread until :meth:`stop_paced`."""
@@ -60,7 +69,8 @@ class Pair:
         self._pacing.clear()
         if self._writer is not None:
             self._writer.join(30)
-            self._writer = None
+            if not self._writer.is_alive():
+                self._writer = None
 
     def _paced(self) -> None:
         nxt = time.monotonic()
@@ -105,6 +115,8 @@ class Pair:
         self.stop_paced()
         self._stop.set()
         self._reader.join(5)
+        if self._reader.is_alive() or self._writer is not None:
+            return        # a thread still uses a socket: leave them to the process's exit
         self.sub.close()
         self.pub.close()
         self.ctx.term()

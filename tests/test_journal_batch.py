@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 
+import google_crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -101,6 +102,7 @@ def test_a_decoded_publish_batch_is_stored_with_the_codecs_offsets(tmp_path):
     (PublishBatch(2, encode_entries(messages(2)), (0, 5)), None, InvalidRecordError),
     (batch(messages(2)), ("p", 1), InvalidRecordError),
     (batch(messages(40, size=60)), None, RecordTooLargeError),
+    (PublishBatch(2**32 - 1, encode_entries(messages(2))), None, InvalidRecordError),
 ])
 def test_a_bad_batch_appends_nothing(tmp_path, item, producer, error):
     cfg = JournalConfig(max_record_bytes=2000, fsync="never")
@@ -256,3 +258,24 @@ def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, da
             assert again.sequence == last.sequence
         assert damaged.stat().st_size == pos + again.size
         shutil.rmtree(d)
+
+
+def test_a_forged_batch_count_is_refused_without_allocating_for_it(tmp_path):
+    """A hostile file: a batch record whose CRC matches but whose count claims 2^32-1
+    messages in a few bytes is a bad record (the tail recovery cuts), not a 4-billion-entry
+    allocation."""
+    d = tmp_path / "s"
+    with Journal.open(d, SMALL, clock=StepClock()) as j:
+        j.append_batch([("a", b"1")])
+        forged, = j.append_batch([batch(messages(2))])
+    log = next(p for p in d.iterdir() if p.suffix == ".log")
+    data = bytearray(log.read_bytes())
+    at = len(data) - forged.size + HEADER_SIZE
+    data[at + 19:at + 23] = (2**32 - 1).to_bytes(4, "big")
+    data[at - 12:at - 8] = google_crc32c.value(bytes(data[at - 8:])).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    with JournalReader(d) as r:                      # a torn tail for a reader
+        assert [x.key for x in r.read_from(1)] == ["a"]
+        assert r.read_chunks(2) == []
+    with Journal.open(d, SMALL) as j:                # cut by the writer's recovery
+        assert j.next_seq == 2

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 import google_crc32c
@@ -14,13 +16,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zeps.journal import (BatchRecord, InvalidRecordError, Journal, JournalConfig,
+from zeps.journal import (BatchRecord, DataDir, InvalidRecordError, Journal, JournalConfig,
                           JournalReader, Record, RecordTooLargeError)
 from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
 from zeps.protocol.batch import encode_entries, encode_publish_batch
 from zeps.protocol.commands import DeliverBatch, PublishBatch
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = JournalConfig(segment_bytes=1500, index_interval_bytes=200, fsync="never")
 
 
@@ -279,3 +282,20 @@ def test_a_forged_batch_count_is_refused_without_allocating_for_it(tmp_path):
         assert r.read_chunks(2) == []
     with Journal.open(d, SMALL) as j:                # cut by the writer's recovery
         assert j.next_seq == 2
+
+
+def test_cli_replay_reads_batch_records_message_by_message(tmp_path):
+    """``zeps replay --data-dir`` (the journal read directly, no broker) prints the messages of
+    batch records one by one, from a start inside a batch."""
+    dd = DataDir(tmp_path / "d", SMALL, clock=StepClock())
+    j = dd.journal("orders")
+    j.append_batch([("a", b"first"), batch([("eu.fr", b"x%d" % i) for i in range(6)])])
+    j.append_batch([batch([("us", b"y")]), ("b", b"last")])
+    dd.close()
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("ZEPS_ENDPOINT", None)
+    r = subprocess.run([sys.executable, "-m", "zeps", "replay", "orders", "--data-dir",
+                        str(tmp_path / "d"), "--from-seq", "4", "--format", "raw"],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["x2", "x3", "x4", "x5", "y", "last"]

@@ -20,7 +20,7 @@ from zeps.journal import (BatchRecord, DataDir, InvalidRecordError, Journal, Jou
                           JournalReader, Record, RecordTooLargeError)
 from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
-from zeps.protocol.batch import encode_entries, encode_publish_batch
+from zeps.protocol.batch import BadEntries, encode_entries, encode_publish_batch, entry_key, walk
 from zeps.protocol.commands import DeliverBatch, PublishBatch
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -299,3 +299,24 @@ def test_cli_replay_reads_batch_records_message_by_message(tmp_path):
                        capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["x2", "x3", "x4", "x5", "y", "last"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.binary(max_size=6) | st.text(max_size=3).map(str.encode), min_size=1,
+                     max_size=8))
+def test_walk_refuses_exactly_the_first_key_that_is_not_utf8(keys):
+    """batch.walk checks all keys with one decode of the keys joined by newlines; it must
+    refuse a batch exactly when a key (alone) is not UTF-8, and name the first one."""
+    entries = b"".join(bytes((len(k),)) + k + (1).to_bytes(4, "big") + b"b" for k in keys)
+    bad = []
+    for i, k in enumerate(keys):
+        try:
+            k.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)
+    if bad:
+        with pytest.raises(BadEntries, match=f"the key of entry {bad[0]} is not valid UTF-8"):
+            walk(entries, 0, len(entries), len(keys))
+    else:
+        offsets = walk(entries, 0, len(entries), len(keys))
+        assert [entry_key(entries, o) for o in offsets[:-1]] == [k.decode() for k in keys]

@@ -7,7 +7,10 @@ Prints markdown tables:
    the same batches (and, for ``always``, the same ``fdatasync`` per batch);
 2. read throughput from sequence 1 (``read_batch`` loop, ``read_from`` iterator, and a
    ``JournalReader``) beside a plain read of the same file bytes;
-3. ``read_from`` start time, ``read_batch(seq, 1)`` and ``seq_at`` in a 10-million-record
+3. batch records: appending 100-message batches as one ``PublishBatch`` each (one batch
+   record) versus as 100 ``(key, body)`` pairs (100 records), and reading them back with
+   ``read_chunks`` (batch records whole) versus ``read_batch`` (a Record per message);
+4. ``read_from`` start time, ``read_batch(seq, 1)`` and ``seq_at`` in a 10-million-record
    journal versus a 10k-record one (O(log n) lookups), with how long the big one took to build.
 
 Everything is written under a temporary directory (``--dir`` to choose where) and deleted.
@@ -25,6 +28,8 @@ import time
 
 from zeps.journal import Journal, JournalConfig, JournalReader
 from zeps.journal.record import encode_batch
+from zeps.protocol.batch import encode_publish_batch
+from zeps.protocol.codec import decode
 
 MB = 1e6
 
@@ -138,6 +143,50 @@ def bench_read(base: str, body: int, total: int):
     return rows, n, size
 
 
+def bench_batches(base: str, body: int, total: int, batch_size: int = 100):
+    """Rows (what, messages/s, MB/s of log) appending ``total`` messages in batches of
+    ``batch_size`` as one PublishBatch each (decoded by the codec, as the broker gets it) and
+    as pairs, then reading them back with read_chunks and read_batch."""
+    pairs = make_batch(batch_size, body)
+    cmd = decode(encode_publish_batch(pairs))
+    n_batches = max(1, total // batch_size)
+    total = n_batches * batch_size
+    rows = []
+    dirs = {}
+    for label, items in (("PublishBatch (1 batch record)", [cmd]),
+                         (f"{batch_size} (key, body) pairs ({batch_size} records)", pairs)):
+        d = tempfile.mkdtemp(dir=base)
+        sd = os.path.join(d, "s")
+        with Journal.open(sd, JournalConfig(fsync="never")) as j:
+            t0 = time.perf_counter()
+            for _ in range(n_batches):
+                j.append_batch(items)
+            dt = time.perf_counter() - t0
+            size = j.info().size_bytes
+            assert j.last_seq == total
+        rows.append((f"append_batch, {label}", total / dt, size / dt / MB))
+        dirs[label] = (d, sd, size)
+    for label, (d, sd, size) in dirs.items():
+        with JournalReader(sd) as r:
+            for how in ("read_chunks", "read_batch"):
+                read = getattr(r, how)
+                t0 = time.perf_counter()
+                s, got = 1, 0
+                while True:
+                    chunk = read(s, 1000, 1 << 20)
+                    if not chunk:
+                        break
+                    last = chunk[-1]
+                    got += last.last_sequence + 1 - s
+                    s = last.last_sequence + 1
+                dt = time.perf_counter() - t0
+                assert got == total
+                rows.append((f"{how}(seq, 1000) loop, log of {label}", total / dt,
+                             size / dt / MB))
+        shutil.rmtree(d)
+    return rows, total
+
+
 def build_journal(path: str, n: int, body: int, batch_size: int = 10000):
     batch = make_batch(batch_size, body)
     t0 = time.perf_counter()
@@ -226,6 +275,14 @@ def main(argv=None) -> int:
         for body in (100, 1024):
             total = (100_000 if q else 1_000_000) // (1 if body == 100 else 3)
             rows, n, size = bench_read(base, body, total)
+            for name, rps, mbs in rows:
+                print(f"| {body} B | {n:,} | {name} | {rps:,.0f} | {mbs:,.1f} |", flush=True)
+        print("\n## Batch records (fsync never, 100-message batches)\n")
+        print("| body | messages | what | messages/s | MB/s |")
+        print("|---|---|---|---|---|")
+        for body in (100, 1024):
+            total = (100_000 if q else 1_000_000) // (1 if body == 100 else 3)
+            rows, n = bench_batches(base, body, total)
             for name, rps, mbs in rows:
                 print(f"| {body} B | {n:,} | {name} | {rps:,.0f} | {mbs:,.1f} |", flush=True)
         print("\n## Lookups: big journal vs small journal\n")

@@ -7,19 +7,23 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
+import google_crc32c
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from zeps.journal import (BatchRecord, InvalidRecordError, Journal, JournalConfig,
+from zeps.journal import (BatchRecord, DataDir, InvalidRecordError, Journal, JournalConfig,
                           JournalReader, Record, RecordTooLargeError)
 from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
-from zeps.protocol.batch import encode_entries, encode_publish_batch
+from zeps.protocol.batch import BadEntries, encode_entries, encode_publish_batch, entry_key, walk
 from zeps.protocol.commands import DeliverBatch, PublishBatch
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = JournalConfig(segment_bytes=1500, index_interval_bytes=200, fsync="never")
 
 
@@ -101,6 +105,7 @@ def test_a_decoded_publish_batch_is_stored_with_the_codecs_offsets(tmp_path):
     (PublishBatch(2, encode_entries(messages(2)), (0, 5)), None, InvalidRecordError),
     (batch(messages(2)), ("p", 1), InvalidRecordError),
     (batch(messages(40, size=60)), None, RecordTooLargeError),
+    (PublishBatch(2**32 - 1, encode_entries(messages(2))), None, InvalidRecordError),
 ])
 def test_a_bad_batch_appends_nothing(tmp_path, item, producer, error):
     cfg = JournalConfig(max_record_bytes=2000, fsync="never")
@@ -210,6 +215,10 @@ def test_batch_records_read_like_one_record_per_message(appends, seqs, max_recor
     with tempfile.TemporaryDirectory() as d:
         adir, bdir = f"{d}/a", f"{d}/b"
         write_both(adir, bdir, appends)
+        for sd in (adir, bdir):       # the producer state is rebuilt from the records alone
+            for name in os.listdir(sd):
+                if name.endswith(".producers"):
+                    os.unlink(os.path.join(sd, name))
         with Journal.open(adir, SMALL) as a, Journal.open(bdir, SMALL) as b:   # reopened
             check_same(a, b, seqs, max_records, max_bytes)
             assert a.producers() == b.producers()
@@ -252,3 +261,62 @@ def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, da
             assert again.sequence == last.sequence
         assert damaged.stat().st_size == pos + again.size
         shutil.rmtree(d)
+
+
+def test_a_forged_batch_count_is_refused_without_allocating_for_it(tmp_path):
+    """A hostile file: a batch record whose CRC matches but whose count claims 2^32-1
+    messages in a few bytes is a bad record (the tail recovery cuts), not a 4-billion-entry
+    allocation."""
+    d = tmp_path / "s"
+    with Journal.open(d, SMALL, clock=StepClock()) as j:
+        j.append_batch([("a", b"1")])
+        forged, = j.append_batch([batch(messages(2))])
+    log = next(p for p in d.iterdir() if p.suffix == ".log")
+    data = bytearray(log.read_bytes())
+    at = len(data) - forged.size + HEADER_SIZE
+    data[at + 19:at + 23] = (2**32 - 1).to_bytes(4, "big")
+    data[at - 12:at - 8] = google_crc32c.value(bytes(data[at - 8:])).to_bytes(4, "big")
+    log.write_bytes(bytes(data))
+    with JournalReader(d) as r:                      # a torn tail for a reader
+        assert [x.key for x in r.read_from(1)] == ["a"]
+        assert r.read_chunks(2) == []
+    with Journal.open(d, SMALL) as j:                # cut by the writer's recovery
+        assert j.next_seq == 2
+
+
+def test_cli_replay_reads_batch_records_message_by_message(tmp_path):
+    """``zeps replay --data-dir`` (the journal read directly, no broker) prints the messages of
+    batch records one by one, from a start inside a batch."""
+    dd = DataDir(tmp_path / "d", SMALL, clock=StepClock())
+    j = dd.journal("orders")
+    j.append_batch([("a", b"first"), batch([("eu.fr", b"x%d" % i) for i in range(6)])])
+    j.append_batch([batch([("us", b"y")]), ("b", b"last")])
+    dd.close()
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("ZEPS_ENDPOINT", None)
+    r = subprocess.run([sys.executable, "-m", "zeps", "replay", "orders", "--data-dir",
+                        str(tmp_path / "d"), "--from-seq", "4", "--format", "raw"],
+                       capture_output=True, text=True, timeout=60, cwd=REPO, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["x2", "x3", "x4", "x5", "y", "last"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(keys=st.lists(st.binary(max_size=6) | st.text(max_size=3).map(str.encode), min_size=1,
+                     max_size=8))
+def test_walk_refuses_exactly_the_first_key_that_is_not_utf8(keys):
+    """batch.walk checks all keys with one decode of the keys joined by newlines; it must
+    refuse a batch exactly when a key (alone) is not UTF-8, and name the first one."""
+    entries = b"".join(bytes((len(k),)) + k + (1).to_bytes(4, "big") + b"b" for k in keys)
+    bad = []
+    for i, k in enumerate(keys):
+        try:
+            k.decode("utf-8")
+        except UnicodeDecodeError:
+            bad.append(i)
+    if bad:
+        with pytest.raises(BadEntries, match=f"the key of entry {bad[0]} is not valid UTF-8"):
+            walk(entries, 0, len(entries), len(keys))
+    else:
+        offsets = walk(entries, 0, len(entries), len(keys))
+        assert [entry_key(entries, o) for o in offsets[:-1]] == [k.decode() for k in keys]

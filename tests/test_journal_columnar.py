@@ -9,9 +9,10 @@ import random
 import subprocess
 import sys
 
+import google_crc32c
 import pytest
 
-from zeps.journal import BatchRecord, Journal, JournalConfig, JournalReader
+from zeps.journal import BatchRecord, CorruptionError, Journal, JournalConfig, JournalReader
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.commands import PublishBatch
 
@@ -224,3 +225,63 @@ print(sorted(m for m in sys.modules if m.split(".")[0] in ("numpy", "pyarrow")))
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     assert p.stdout.splitlines() == ["3", "columnar: blocked: numpy", "[]"]
+
+
+@pytest.mark.parametrize("lie", [None, "count too small", "count too large", "key not UTF-8"])
+def test_long_runs_of_batch_records(tmp_path, lie):
+    """Hundreds of consecutive batch records of 1 to 60 messages (their entries walked in
+    parallel, batches ending at different steps): the rows of a journal holding the same
+    messages one record each, for any range and block size. A batch in the middle of the run
+    forged under a valid CRC (a count its entries do not fill, a key that is not UTF-8) stops
+    both readers at the same record with the same CorruptionError."""
+    rnd = random.Random(11)
+    cfg = JournalConfig(segment_bytes=1 << 22, index_interval_bytes=4096, fsync="never")
+    groups = [[("k" * rnd.randint(1, 9), bytes(rnd.getrandbits(8) for _ in
+                                               range(rnd.choice([0, 3, 50, 400]))))
+               for _ in range(rnd.randint(1, 60))] for _ in range(300)]
+    for name, split in (("s", False), ("ref", True)):
+        clock = iter(range(10**18, 2 * 10**18, 1000)).__next__
+        with Journal.open(tmp_path / name, cfg, clock=clock) as j:
+            for g in groups:
+                j.append_batch(g if split else [PublishBatch(len(g), encode_entries(g))])
+    want = rows_from_reader(JournalReader(tmp_path / "ref"))
+    err = None
+    if lie is not None:
+        (log,) = [p for p in (tmp_path / "s").iterdir() if p.suffix == ".log"]
+        data = bytearray(log.read_bytes())
+        with JournalReader(tmp_path / "s") as r:
+            chunks = r.read_chunks(1, 1 << 30, 1 << 62)
+        pos = sum(c.size for c in chunks[:150])
+        b = chunks[150]
+        frame = pos + 16
+        if lie == "key not UTF-8":
+            data[frame + b.offsets[-2] + 1] = 0xFF
+        else:
+            data[frame + 19:frame + 23] = (b.count + (1 if lie == "count too large" else -1)
+                                           ).to_bytes(4, "big")
+        data[pos + 4:pos + 8] = google_crc32c.value(bytes(data[pos + 8:pos + b.size])
+                                                    ).to_bytes(4, "big")
+        log.write_bytes(bytes(data))
+        want = [w for w in want if w[0] < b.sequence]
+        err = (str(log), pos)
+    r = JournalReader(tmp_path / "s")
+    got, got_err = [], None
+    try:
+        for x in r.read_from(1):
+            got.append((x.sequence, x.timestamp, x.key, x.body, x.producer, x.pseq))
+    except CorruptionError as e:
+        got_err = (e.path, e.offset)
+    assert (got_err, got) == (err, want)
+    n = len(want)
+    for block in (32 << 20, 5000, 64):
+        for first, last in ((1, None), (5, n - 3), (n // 2, n // 2), (n // 3, None)):
+            rows, col_err = [], None
+            try:
+                for c in read_columns(r, first, last, block_bytes=block):
+                    rows += rows_of([c])
+            except CorruptionError as e:
+                col_err = (e.path, e.offset)
+            expect = [w for w in want if w[0] >= first and (last is None or w[0] <= last)]
+            reaches_bad = err is not None and (last is None or last >= len(want) + 1)
+            assert (rows, col_err) == (expect, err if reaches_bad else None), \
+                (block, first, last)

@@ -26,7 +26,8 @@ bad record means (:mod:`.view`). Module map:
 * :mod:`.columnar`      - :func:`~.columnar.read_columns`, the same records as Arrow columns
   (for Spark). It needs numpy and pyarrow (the ``spark`` extra), so it is not imported here:
   ``from zeps.journal.columnar import read_columns``. Its parts: :mod:`.walk` (record
-  positions in a block) and :mod:`.blockcrc` (all CRCs of a block in one call).
+  positions in a block), :mod:`.blockcrc` (all CRCs of a block in one call) and
+  :mod:`.batchcols` (runs of batch records, their entries walked in parallel).
 
 Decisions and known limits (details in each module's docstring):
 

@@ -24,6 +24,10 @@ of the per-record reader. What differs is how a block is parsed:
    of the block (:mod:`.blockcrc`); only a block that fails is checked record by record, to find
    the bad one. The first record that fails any check is handed to ``parse_records`` itself,
    which says what is wrong with it, so both readers stop at the same byte for the same reason;
+   A run of batch records (a DELIVER-BATCH frame each) is checked the same way, all at once,
+   by :class:`~.batchcols.BatchRun`, which walks the entries of all its batches in parallel:
+   a batch record gives one row per message, exactly the rows of a journal holding the same
+   messages one record each;
 4. ``key`` and ``body`` are built with ``pyarrow.Array.from_buffers`` over the block itself,
    with interleaved offsets (``[key0 start, key0 end, key1 start, ...]``) so the even elements
    are the keys and the odd ones the bytes in between; ``Array.filter`` with an even mask then
@@ -47,10 +51,11 @@ import pyarrow as pa
 
 from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
                                 SIGNATURE)
+from .batchcols import BatchRun
 from .blockcrc import first_bad_crc
 from ..protocol.batch import DELIVER_BATCH_ID
 from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, LENGTH_MASK, LIMIT, PID_LEN_OFFSET,
-                     SHORT, TS_OFFSET, BatchRecord, parse_records, record_span)
+                     SHORT, TS_OFFSET, parse_records, record_span)
 from .segment import ScanResult, Segment
 from .walk import be_view, walk
 
@@ -289,72 +294,99 @@ class ColumnSink:
 
     def _block(self, buf: bytes, positions: np.ndarray, after: int, pos: int, seq: int,
                want_seq: int, last_ts: Optional[int]):
-        """Columns of the walked records of a block read at ``pos``: runs of plain records
-        checked all at once (:class:`_Block`), each batch record by :func:`parse_records` and
-        its entries sliced with numpy. Returns ``(ScanResult or None if the whole block was
+        """Columns of the walked records of a block read at ``pos``, run by run: a run of
+        plain records is checked all at once by :class:`_Block`, a run of batch records by
+        :class:`~.batchcols.BatchRun`. Returns ``(ScanResult or None if the whole block was
         consumed, next seq, last ts, whether rows were collected)``."""
-        last = self.last
         batch = _batch_mask(buf, positions)
-        starts = np.flatnonzero(batch).tolist() + [len(positions)]
-        i = 0
+        edges = np.flatnonzero(np.diff(batch.astype(np.int8))) + 1
+        bounds = [0] + edges.tolist() + [len(positions)]
         emitted = False
-        for j in starts:
-            if j > i:                                 # plain records i .. j-1
-                block = _Block(buf, positions[i:j], seq, last_ts, self.verify_crc)
-                n = block.n
-                lo = int(np.searchsorted(block.seq, want_seq)) if want_seq > seq else 0
-                hi = n if last is None else int(np.searchsorted(block.seq, last, side="right"))
-                stop = hi < n                         # the records past `last` begin in here
-                why = "the block's CRC-32C check failed"    # if parse_records finds it fine
-                if lo < hi:
-                    cols, ok = block.columns(lo, hi)
-                    if ok < hi - lo:
-                        n, hi, stop = lo + ok, lo + ok, False
-                        why = "key is not valid UTF-8"
-                    if len(cols):
-                        self.out.append(cols)
-                        self.count += len(cols)
-                        emitted = True
-                k = hi if stop else n
-                if k < n:
-                    npos = int(block.pos[k])
-                elif i + n < len(positions):
-                    npos = int(positions[i + n])
-                else:
-                    npos = after
-                nseq = seq + k
-                nts = int(block.ts[k - 1]) if k else last_ts
-                if stop:
-                    return ScanResult(LIMIT, pos + npos, nseq, nts, None), nseq, nts, emitted
-                if n < j - i:                         # positions[i + n] is not a valid record
-                    return (ScanResult(BAD, pos + npos, nseq, nts,
-                                       _reason(buf, int(positions[i + n]), nseq, nts, why)),
-                            nseq, nts, emitted)
-                seq, last_ts = nseq, nts
-            if j == len(positions):
-                break
-            p = int(positions[j])                     # a batch record
-            if last is not None and seq > last:
-                return ScanResult(LIMIT, pos + p, seq, last_ts, None), seq, last_ts, emitted
-            end = int(positions[j + 1]) if j + 1 < len(positions) else after
-            got: list = []
-            status, _, _, _, info, _, _ = parse_records(buf, p, end, seq, got, last_ts=last_ts,
-                                                        chunks=True)
-            if status != END or not got or not isinstance(got[0], BatchRecord):
-                why = info if status == BAD else "not a batch record"
-                return ScanResult(BAD, pos + p, seq, last_ts, why), seq, last_ts, emitted
-            b = got[0]
-            lo = max(want_seq - seq, 0)
-            hi = b.count if last is None else min(b.count, last - seq + 1)
-            if lo < hi:
-                self.out.append(_batch_columns(b, lo, hi))
-                self.count += hi - lo
-                emitted = True
-            if hi < b.count:                          # `last` is inside this batch
-                return ScanResult(LIMIT, pos + p, seq, last_ts, None), seq, last_ts, emitted
-            seq, last_ts = seq + b.count, b.timestamp
-            i = j + 1
+        for i, j in zip(bounds[:-1], bounds[1:]):
+            run = self._batch_run if batch[i] else self._plain_run
+            res, seq, last_ts, got = run(buf, positions, after, i, j, pos, seq, want_seq,
+                                         last_ts)
+            emitted |= got
+            if res is not None:
+                return res, seq, last_ts, emitted
         return None, seq, last_ts, emitted
+
+    def _plain_run(self, buf, positions, after, i, j, pos, seq, want_seq, last_ts):
+        """Plain records ``positions[i:j]``: see :meth:`_block`."""
+        last = self.last
+        block = _Block(buf, positions[i:j], seq, last_ts, self.verify_crc)
+        n = block.n
+        lo = int(np.searchsorted(block.seq, want_seq)) if want_seq > seq else 0
+        hi = n if last is None else int(np.searchsorted(block.seq, last, side="right"))
+        stop = hi < n                             # the records past `last` begin in here
+        why = "the block's CRC-32C check failed"    # if parse_records finds it fine
+        emitted = False
+        if lo < hi:
+            cols, ok = block.columns(lo, hi)
+            if ok < hi - lo:
+                n, hi, stop = lo + ok, lo + ok, False
+                why = "key is not valid UTF-8"
+            if len(cols):
+                self.out.append(cols)
+                self.count += len(cols)
+                emitted = True
+        k = hi if stop else n
+        if k < n:
+            npos = int(block.pos[k])
+        elif i + n < len(positions):
+            npos = int(positions[i + n])
+        else:
+            npos = after
+        nseq = seq + k
+        nts = int(block.ts[k - 1]) if k else last_ts
+        if stop:
+            return ScanResult(LIMIT, pos + npos, nseq, nts, None), nseq, nts, emitted
+        if n < j - i:                             # positions[i + n] is not a valid record
+            return (ScanResult(BAD, pos + npos, nseq, nts,
+                               _reason(buf, int(positions[i + n]), nseq, nts, why)),
+                    nseq, nts, emitted)
+        return None, nseq, nts, emitted
+
+    def _batch_run(self, buf, positions, after, i, j, pos, seq, want_seq, last_ts):
+        """Batch records ``positions[i:j]``: see :meth:`_block`. A read that stops inside a
+        batch (``last``) stops at that batch's record, as :func:`parse_records` does."""
+        last = self.last
+        run = BatchRun(buf, positions[i:j], int(positions[j]) if j < len(positions) else after,
+                       seq, last_ts, self.verify_crc)
+        n, rows = run.n, run.rows
+        why = "the block's CRC-32C check failed"
+        data = pa.py_buffer(buf)
+        key = None
+        if rows:
+            key = _compact(data, run.kstart, run.kend).view(pa.string())
+            try:
+                key.validate(full=True)
+            except pa.ArrowInvalid:
+                n = run.record_of(_first_bad_utf8(buf, run.kstart, run.kend))
+                rows = int(run.row0[n])
+                why = "key is not valid UTF-8"
+        lo = min(max(want_seq - seq, 0), rows)
+        hi = rows if last is None else min(max(last - seq + 1, 0), rows)
+        emitted = False
+        if lo < hi:
+            body = _compact(data, run.kend[lo:hi] + 4, run.bend[lo:hi])
+            self.out.append(Columns(run.row_seq(lo, hi), run.row_ts(lo, hi),
+                                    key.slice(lo, hi - lo), body,
+                                    pa.nulls(hi - lo, pa.string()), pa.nulls(hi - lo, pa.uint64())))
+            self.count += hi - lo
+            emitted = True
+        if hi < rows:                             # the messages past `last` begin in here
+            b = run.record_of(hi)
+            nts = int(run.ts[b - 1]) if b else last_ts
+            return (ScanResult(LIMIT, pos + int(run.pos[b]), int(run.seq[b]), nts, None),
+                    int(run.seq[b]), nts, emitted)
+        nseq = seq + rows
+        nts = int(run.ts[n - 1]) if n else last_ts
+        if n < j - i:                             # positions[i + n] is not a valid record
+            p = int(positions[i + n])
+            return (ScanResult(BAD, pos + p, nseq, nts, _reason(buf, p, nseq, nts, why)),
+                    nseq, nts, emitted)
+        return None, nseq, nts, emitted
 
 
 def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:
@@ -364,22 +396,6 @@ def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:
     word = u32[positions]
     at = np.minimum(positions + HEADER_SIZE, len(u32) - 1)
     return (word <= LENGTH_MASK) & ((u32[at] >> 8) == _BATCH_HEAD)
-
-
-def _batch_columns(b: BatchRecord, lo: int, hi: int) -> Columns:
-    """Columns of messages ``lo..hi-1`` of a (verified) batch record: keys and bodies sliced
-    from its frame at the entry offsets with numpy and :func:`_compact`."""
-    offs = np.asarray(b.offsets[lo:hi + 1], dtype=np.int64)
-    frame = b.frame
-    kstart = offs[:-1] + 1
-    kend = kstart + np.frombuffer(frame, dtype=np.uint8)[offs[:-1]].astype(np.int64)
-    data = pa.py_buffer(frame)
-    key = _compact(data, kstart, kend).view(pa.string())
-    body = _compact(data, kend + 4, offs[1:])
-    n = hi - lo
-    return Columns(np.arange(b.sequence + lo, b.sequence + hi, dtype=np.int64),
-                   np.full(n, b.timestamp, dtype=np.int64), key, body,
-                   pa.nulls(n, pa.string()), pa.nulls(n, pa.uint64()))
 
 
 def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str) -> str:

@@ -235,7 +235,7 @@ def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
     cursor = None
     while seq < next_seq:
         try:
-            recs, cursor = view._read_records(seq, 8192, 8 << 20, cursor)
+            recs, cursor = view._read_records(seq, 8192, 8 << 20, cursor, True)
         except CorruptionError as e:
             later = [q for q in firsts if q > seq]
             log.error("journal %s: producer state misses the unreadable records of a segment: "
@@ -246,8 +246,8 @@ def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
             continue
         if not recs:
             break
-        state.observe_records(recs)
-        seq = recs[-1].sequence + 1
+        state.observe_records(recs)          # a batch record (whole) has no producer
+        seq = recs[-1].last_sequence + 1
     return state, upto
 
 

@@ -193,8 +193,7 @@ class StreamView:
         frame bytes (a batch's whole frame); at least one chunk is returned if there is one.
         Returns [] at the end."""
         self._check_open()
-        return self._read(seq, lambda: RecordSink(self, max_records, max_bytes, True),
-                          None)[0].out
+        return self._read_records(seq, max_records, max_bytes, None, True)[0]
 
     def read_from(self, seq: int, end_seq: Optional[int] = None, follow: bool = False,
                   poll_interval: float = 0.05, stop: Optional[Callable[[], bool]] = None,
@@ -304,10 +303,11 @@ class StreamView:
                 self._refresh()
 
     def _read_records(self, seq: int, max_records: int, max_bytes: int,
-                      cursor: Optional[Cursor]):
+                      cursor: Optional[Cursor], chunks: bool = False):
         """``([Record], cursor)`` from ``seq``: the read behind ``read_batch`` and
-        ``read_from``."""
-        sink, cursor = self._read(seq, lambda: RecordSink(self, max_records, max_bytes), cursor)
+        ``read_from`` (with ``chunks``, batch records whole: ``read_chunks``)."""
+        sink, cursor = self._read(seq, lambda: RecordSink(self, max_records, max_bytes, chunks),
+                                  cursor)
         return sink.out, cursor
 
     def _read_once(self, seq: int, sink, cursor: Optional[Cursor]) -> Optional[Cursor]:

@@ -197,9 +197,10 @@ def test_batch_commands_have_the_bytes_docs_protocol_md_gives():
 @pytest.mark.parametrize("frame, why", [
     ("aaa53a00000000", "at least one message"),
     ("aaa53a0000", "truncated PUBLISH-BATCH"),
-    ("aaa53a000000010100", "runs past the end"),
+    ("aaa53a000000010100", "1 entries cannot fit in 2 bytes"),
+    ("aaa53a00000001056162000000", "entry 0 of 1 runs past the end"),
     ("aaa53a00000001000000000000", "1 bytes after the last of 1 entries"),
-    ("aaa53a0000000201ff00000000", "runs past the end"),
+    ("aaa53a00000002000000000141" + "00000000", "entry 1 of 2 runs past the end"),
     ("aaa53a0000000101ff00000000", "not valid UTF-8"),
 ])
 def test_a_malformed_batch_is_refused_with_the_reason(frame, why):
@@ -213,3 +214,16 @@ def test_any_publish_batch_round_trips(items):
     got = decode(encode_publish_batch(items))
     assert [(entry_key(got.entries, o), entry_body(got.entries, o)) for o in got.offsets[:-1]] \
         == items
+
+
+def test_a_forged_batch_count_is_refused_without_allocating_for_it():
+    import tracemalloc
+    frame = bytes.fromhex("aaa53a") + (2**32 - 1).to_bytes(4, "big") + b"\x00" * 10
+    tracemalloc.start()
+    try:
+        with pytest.raises(ProtocolError, match="cannot fit"):
+            decode(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 1 << 20, f"{peak} bytes allocated for a 17-byte frame"

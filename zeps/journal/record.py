@@ -61,7 +61,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import google_crc32c
 
-from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, BadEntries,
+from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, MIN_ENTRY, BadEntries,
                               deliver_batch_head, deliver_frames, entry_body, entry_key, walk)
 from ..protocol.commands import PublishBatch
 from ..protocol.deliver import (DELIVER_ID, HEAD, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME,
@@ -170,8 +170,6 @@ class ProducerRecord(Record):
         self.pseq = pseq
 
 
-#: Bytes of an entry's smallest form (key length u8, body length u32).
-MIN_ENTRY = 5
 #: A message's DELIVER frame is its entry after this many bytes (signature, id, sequence).
 ENTRY_IN_DELIVER = KEYLEN_OFFSET
 

@@ -41,6 +41,8 @@ PUBLISH_HEAD_SIZE = PUBLISH_HEAD.size      # 7
 DELIVER_HEAD_SIZE = DELIVER_HEAD.size      # 23
 #: Credit an entry costs beyond its own length (see the module's docstring).
 ENTRY_COST_EXTRA = 4
+#: The smallest entry: an empty key and an empty body (their two lengths).
+MIN_ENTRY = 5
 MAX_COUNT = 2**32 - 1
 
 _U32 = struct.Struct(">I")
@@ -62,6 +64,8 @@ def walk(buf, start: int, end: int, count: int, check_keys: bool = True) -> List
     joined text is valid exactly when every key is). Raises :class:`BadEntries`."""
     if count < 1:
         raise BadEntries("a batch holds at least one message")
+    if count * MIN_ENTRY > end - start:    # a forged count: refused before allocating for it
+        raise BadEntries(f"{count} entries cannot fit in {end - start} bytes")
     offsets = [0] * (count + 1)
     keys: List[bytes] = []
     pos = start

@@ -187,7 +187,7 @@ class Connection:
             self.open()
         else:
             p.tick(now)
-        if p.outbox:
+        if p.waiting:
             self.flush()
         if p.events:
             self._emit()
@@ -219,13 +219,19 @@ class Connection:
                 break
 
     def flush(self) -> None:
-        """Send queued frames until the socket's high-water mark stops us."""
-        box = self.peering.outbox
+        """Send queued frames until the socket's high-water mark stops us; the publishes the
+        peering queued meanwhile go as one batch once everything before them left."""
+        p = self.peering
+        box = p.outbox
+        next_frame = p.next_frame
         send = self.send
         sent = False
         try:
-            while box:
-                send(box[0], _NOBLOCK)
+            while True:
+                frame = box[0] if box else next_frame()
+                if frame is None:
+                    break
+                send(frame, _NOBLOCK)
                 box.popleft()
                 sent = True
         except zmq.Again:
@@ -240,7 +246,7 @@ class Connection:
     def arm(self):
         """The poller, watching for writability too while frames wait for the socket."""
         raw = self._owned[0]
-        self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.outbox else 0))
+        self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.waiting else 0))
         return self.poller
 
 

@@ -19,9 +19,19 @@ from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import commands as c
 from zeps.protocol import decode, deliver_cost, encode
+from zeps.protocol.batch import entry_key
 
 #: JournalConfig fields a test may set through :class:`Core` (everything else is CoreConfig's).
 _JOURNAL_FIELDS = ("segment_bytes", "retention_bytes", "max_record_bytes", "index_interval_bytes")
+
+
+def messages_of(m: c.Command) -> list[tuple]:
+    """(sequence, key) of each message a decoded DELIVER, DELIVER-TS or DELIVER-BATCH carries."""
+    if isinstance(m, (c.Deliver, c.DeliverTs)):
+        return [(m.sequence, m.key)]
+    if isinstance(m, c.DeliverBatch):
+        return [(m.sequence + i, entry_key(m.entries, m.offsets[i])) for i in range(m.count)]
+    return []
 
 
 class Core:
@@ -129,9 +139,9 @@ class Core:
         return [type(m) for m in self.take(ident)]
 
     def delivered(self, ident: bytes) -> list[tuple]:
-        """(sequence, key) of the DELIVER and DELIVER-TS frames in the mailbox (which is emptied)."""
-        return [(m.sequence, m.key) for m in self.take(ident)
-                if isinstance(m, (c.Deliver, c.DeliverTs))]
+        """(sequence, key) of the messages of the DELIVER, DELIVER-TS and DELIVER-BATCH frames in
+        the mailbox (which is emptied)."""
+        return [pair for m in self.take(ident) for pair in messages_of(m)]
 
     # ------------------------------------------------------------------ helpers
     def publish(self, *keys: str, body: bytes = b"x", ident: bytes = b"pub",

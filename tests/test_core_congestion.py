@@ -136,6 +136,22 @@ def test_the_backoff_doubles_up_to_its_max(make):
     assert [m for _i, m in h.unsent] == [c.Deliver(1, "k1", b"x")] * 6
 
 
+def test_the_backoff_starts_over_once_the_client_reads_again(make):
+    h = make(congestion_backoff=0.01, congestion_backoff_max=1.0, expiry_check=1e9,
+             retention_check=1e9, fsync="never")
+    h.tick()
+    h.subscriber(X, latest=0)
+    for round_ in range(3):                          # congested three times, reading between
+        h.pipe[X] = 0
+        h.publish(f"k{round_}")
+        assert round(h.core.next_deadline() - h.now, 6) == 0.01, f"congestion {round_}"
+        del h.pipe[X]
+        h.now = h.core.next_deadline()
+        h.round()
+        assert h.delivered(X) == [(round_ + 1, f"k{round_}")]
+    assert h.core.sessions[X].backoff == 0.0
+
+
 def test_a_gone_or_forgotten_clients_unsent_frames_are_dropped(core):
     core.subscriber(X)
     publish_batch(core, ["k1"])

@@ -11,7 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zeps.protocol import commands as c, encode
+from zeps.protocol.batch import DELIVER_BATCH_ID
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
+
+from .batching import batch_count
 
 from .session import ATTACHED, Session
 
@@ -19,6 +22,7 @@ if TYPE_CHECKING:
     pass
 
 _DETACH = encode(c.Detach())
+_DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID)
 
 
 class _Stale(bytes):
@@ -46,6 +50,7 @@ class Congestion:
         if s is None:
             return
         st = self.streams.get(s.stream) if s.stream is not None else None
+        self._recovering.pop(identity, None)   # its pipe is still full: the backoff grows
         if s.congested_until <= now:           # first failure of this batch: back off
             s.backoff = min(self.config.congestion_backoff_max,
                             s.backoff * 2 if s.backoff else self.config.congestion_backoff)
@@ -54,8 +59,9 @@ class Congestion:
             if st is not None:
                 st.pause(s)
         cid = frame[2]
-        if cid == DELIVER_ID or cid == DELIVER_TS_ID:
-            s.delivered -= 1                   # not a sign of life: it did not go out
+        if cid == DELIVER_ID or cid == DELIVER_TS_ID or cid == DELIVER_BATCH_ID:
+            # not a sign of life: it did not go out
+            s.delivered -= batch_count(frame) if cid == DELIVER_BATCH_ID else 1
             if st is not None:
                 st.unsent(s, frame)
             return
@@ -85,13 +91,14 @@ class Congestion:
         out = self.outbox
         ident = s.identity
         for i, (who, frame) in enumerate(out):
-            if who == ident and (frame[2] == DELIVER_ID or frame[2] == DELIVER_TS_ID):
+            if who == ident and frame[2] in _DELIVERS:
                 out[i] = (who, _Stale(frame))
 
     def _uncongest(self, now: float) -> None:
         for ident in [i for i, s in self.congested.items() if s.congested_until <= now]:
             s = self.congested.pop(ident)
             s.congested_until = 0.0
+            self._recovering[ident] = s
             if s.held:
                 self.outbox.extend((ident, f) for f in s.held)
                 s.held.clear()

@@ -23,6 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
+from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body, entry_key_body
 
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
 
@@ -61,6 +62,7 @@ class CoreConfig:
     max_credit: int = 64 << 20            # the credit window the broker advises (LIMITS-OK)
     regex_strikes: int = 3                # timeouts before a regex subscription is removed
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)
+    max_batch: int = 1 << 20              # largest PUBLISH-BATCH frame (BATCH-SELECT-OK tells it)
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
@@ -78,6 +80,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.outbox: Outbox = []
         self.congested: Dict[bytes, Session] = {}
         self._to_free: List[Session] = []                 # detached: freed by sent()
+        self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
@@ -117,9 +120,12 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                 return
             session = self.sessions[identity] = Session(identity, now)
             session.user = self.users.get(identity)
-        elif type(cmd) is c.Publish and session.state is ATTACHED:
+        elif session.state is ATTACHED and (type(cmd) is c.Publish or type(cmd) is c.PublishBatch):
             session.last_seen = now                   # hot path: the grammar allows it
-            self._on_publish(session, cmd, None)
+            if type(cmd) is c.Publish:
+                self._on_publish(session, cmd, None)
+            else:
+                self._on_publish_batch(session, cmd, None)
             return
         was_stream = session.stream
         try:
@@ -288,6 +294,44 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             return
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
+    def _on_publish_batch(self, s: Session, cmd: c.PublishBatch, _was) -> None:
+        """Each entry counts as one PUBLISH: a refused batch gets one INVALID per entry, and a
+        PRODUCER peering's entries take one producer sequence each."""
+        stream = self.streams[s.stream]
+        n = cmd.count
+        why = None
+        if not s.may_publish:
+            why = f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream {s.stream!r}"
+        elif len(cmd.entries) + PUBLISH_HEAD_SIZE > self.config.max_batch:
+            why = (f"PUBLISH-BATCH of {len(cmd.entries) + PUBLISH_HEAD_SIZE} bytes is "
+                   f"over the broker's limit of {self.config.max_batch} (BATCH-SELECT-OK)")
+        else:
+            own = stream.max_message
+            limit = own or self.config.max_message
+            # No body can be longer than the entries less the 5 fixed bytes of each entry.
+            if len(cmd.entries) - 5 * n > limit:
+                for i in range(n):
+                    size = len(entry_body(cmd.entries, cmd.offsets[i]))
+                    if size > limit:
+                        why = (f"entry {i} of the batch: body of {size} bytes is over the "
+                               f"{'stream' if own else 'broker'}'s limit of {limit}")
+                        break
+        if why is not None:
+            for _ in range(n):
+                self._reject(s, why)
+            return
+        if s.producer is None:
+            stream.publish_batch(s, cmd)
+            return
+        entries, offsets = cmd.entries, cmd.offsets
+        for i in range(n):
+            key, body = entry_key_body(entries, offsets[i])
+            stream.publish(s, key.decode("utf-8"), body)
+
+    def _on_batch_select(self, s: Session, cmd, _was) -> None:
+        s.batches = True
+        self.outbox.append((s.identity, encode(c.BatchSelectOk(self.config.max_batch))))
+
     def _reject(self, s: Session, why: str) -> None:
         """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
         PUBLISH after PRODUCER does (the client numbers them all)."""
@@ -396,8 +440,15 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         return out
 
     def sent(self) -> None:
-        """The shell sent the batch it took. Sessions that ended with DETACH are freed now that
-        their DETACH-OK went out (one whose DETACH-OK could not go out holds it, and waits)."""
+        """The shell sent the batch it took. A client whose congestion ended and whose pipe
+        took everything since starts its next backoff from the first step again (else a client
+        congested now and then would wait the maximum every time). Sessions that ended with
+        DETACH are freed now that their DETACH-OK went out (one whose DETACH-OK could not go
+        out holds it, and waits)."""
+        if self._recovering:
+            for s in self._recovering.values():
+                s.backoff = 0.0
+            self._recovering.clear()
         if not self._to_free:
             return
         free, self._to_free = self._to_free, []
@@ -418,6 +469,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         if s is None:
             return
         self.congested.pop(identity, None)
+        self._recovering.pop(identity, None)
         if s.stream is not None:
             st = self.streams.get(s.stream)
             if st is not None:
@@ -437,6 +489,8 @@ _HANDLERS = {
     c.StreamInfo: BrokerCore._on_stream_info,
     c.ConfirmSelect: BrokerCore._on_confirm_select,
     c.DeliverTimestamps: BrokerCore._on_deliver_timestamps,
+    c.BatchSelect: BrokerCore._on_batch_select,
+    c.PublishBatch: BrokerCore._on_publish_batch,
     c.StreamCreate: BrokerCore._on_stream_create,
     c.StreamDescribe: BrokerCore._on_stream_describe,
     c.StreamPurge: BrokerCore._on_stream_purge,

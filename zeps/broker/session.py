@@ -31,10 +31,10 @@ ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.Limits, c.StreamCreate, c.StreamDelete, c.StreamPurge,
-              c.StreamDescribe)
+              c.StreamDescribe, c.BatchSelect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
-                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer)
+                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch)
 
 
 
@@ -47,7 +47,7 @@ class Session:
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
-                 "may_subscribe", "producer", "pseq_next")
+                 "may_subscribe", "producer", "pseq_next", "batches")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -62,6 +62,7 @@ class Session:
         self.delivered = 0              # DELIVERs produced for the client (liveness, stats)
         self.delivered_seen = 0         # ``delivered`` at the last expiry check
         self.user: Optional[str] = None  # the CurveZMQ public key (Z85) it authenticated with
+        self.batches = False            # BATCH-SELECT: DELIVER-BATCH, on every later peering too
         self._reset_stream_state()
 
     def _reset_stream_state(self) -> None:
@@ -147,6 +148,13 @@ class Session:
         self.subscriptions = kept
         self.future_start = max((s for _, s in kept), default=0)
         return True
+
+    def takes_all(self, sequence: int) -> bool:
+        """Does a pattern of this client take every key from ``sequence`` on (the empty prefix)?"""
+        for pattern, start in self.subscriptions:
+            if start <= sequence and pattern.kind == "prefix" and not pattern.prefix:
+                return True
+        return False
 
     def accepts(self, key: str, sequence: int) -> bool:
         """Does any of this client's patterns that applies at ``sequence`` match ``key``?"""

@@ -44,6 +44,8 @@ from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_
 
 from zeps.journal.settings import StreamSettings
 
+from .batching import (BatchView, Runs, batch_cost, batch_first_seq, is_batch_frame,
+                       replay_chunks, route_batch)
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -215,11 +217,14 @@ class Stream:
         The credit it used is returned and the client drops to historical at its sequence (the
         lowest unsent one, when several of a round's frames come back). The core calls this for
         every unsent DELIVER of the client, in outbox order, and sets the congestion deadline."""
-        shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
-        seq = sequence_of(frame, shift)
+        if is_batch_frame(frame):
+            seq, cost = batch_first_seq(frame), batch_cost(frame)
+        else:
+            shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
+            seq, cost = sequence_of(frame, shift), len(frame) - OVERHEAD - shift
         if self.sessions.get(session.identity) is not session or not session.subscribed:
             return
-        session.credit += len(frame) - OVERHEAD - shift
+        session.credit += cost
         if session.live or seq < session.next_seq:
             session.next_seq = seq
         session.live = False
@@ -234,6 +239,11 @@ class Stream:
             self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
             session.pseq_next += 1
         self.pending.append((session, key, body))
+
+    def publish_batch(self, session: Session, batch: c.PublishBatch) -> None:
+        """Queue a PUBLISH-BATCH (of a peering without PRODUCER): :meth:`flush` appends it as
+        one journal batch record."""
+        self.pending.append((session, None, batch))
 
     def producer_last(self, producer: str) -> int:
         """The highest producer sequence the stream holds for ``producer`` (0: none)."""
@@ -276,69 +286,97 @@ class Stream:
                 self.confirm()
                 return
         try:
-            records = self.journal.append_batch([(key, body) for _s, key, body in pending],
-                                                producers=producers)
+            records = self.journal.append_batch(
+                [(key, body) if key is not None else body for _s, key, body in pending],
+                producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
-            # One INVALID per rejected PUBLISH, so a publisher counting confirms stays exact.
+            # One INVALID per rejected PUBLISH (an entry of a PUBLISH-BATCH counts as one), so a
+            # publisher counting confirms stays exact.
             reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
             kind = label(PUBLISH_REJECTED)
-            for s, _k, _b in pending:
+            n = 0
+            for s, key, body in pending:
                 if s.identity in self.sessions:
-                    self.outbox.append((s.identity, reason))
-                    self.invalids[kind] += 1
-            self.log("append_failed", stream=self.name, error=str(exc), messages=len(pending))
+                    count = 1 if key is not None else body.count
+                    self.outbox.extend([(s.identity, reason)] * count)
+                    self.invalids[kind] += count
+                    n += count
+            self.log("append_failed", stream=self.name, error=str(exc), messages=n)
             return
-        self.published_total += len(records)
-        self.published_bytes += sum([len(r.frame) for r in records]) - OVERHEAD * len(records)
-        sessions = self.sessions
-        outbox = self.outbox
-        match = self.index.match
-        delivered = delivered_bytes = 0
-        for (pub, _k, _b), rec in zip(pending, records):
-            seq = rec.sequence
-            pub.published += 1
-            if pub.confirms:
-                pub.unconfirmed.append((pub.published, seq))
-                self.confirming[pub.identity] = pub
-            ids = match(rec.key)
-            if not ids:
-                continue
-            frame = rec.frame
-            ts_frame = None                     # DELIVER-TS, built once if anyone wants it
-            cost = frame_cost(frame)
-            for ident in ids:
-                s = sessions.get(ident)
-                if s is None or not s.live or seq < s.next_seq:
-                    continue
-                if seq < s.future_start and not s.accepts(rec.key, seq):
-                    continue
-                if s.credit >= cost:
-                    s.credit -= cost
-                    s.next_seq = seq + 1
-                    s.delivered += 1
-                    if s.timestamps:
-                        if ts_frame is None:
-                            ts_frame = deliver_ts_from_deliver(frame, rec.timestamp)
-                        outbox.append((ident, ts_frame))
-                    else:
-                        outbox.append((ident, frame))
-                    delivered += 1
-                    delivered_bytes += cost
-                else:
-                    s.live = False          # drop to historical: remember only the position
-                    s.next_seq = seq
-                    if 0 < s.credit_peak < cost and s.told_too_big != seq:
-                        s.told_too_big = seq      # it may never fit: say so, once
-                        reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of "
-                                  f"credit, more than this client ever held at once "
-                                  f"({s.credit_peak})")
-                        outbox.append((ident, encode_invalid(reason)))
-                        self.invalids[label(reason)] += 1
-        self.delivered_total += delivered
-        self.delivered_bytes += delivered_bytes
+        runs = Runs(self.outbox)
+        for (pub, key, _b), rec in zip(pending, records):
+            if key is None:
+                view = BatchView(rec)
+                n = view.count
+                self.published_total += n
+                self.published_bytes += batch_cost(rec.frame)
+                pub.published += n
+                if pub.confirms:
+                    pub.unconfirmed.append((pub.published, view.sequence + n - 1))
+                    self.confirming[pub.identity] = pub
+                route_batch(self, view, runs)
+            else:
+                self.published_total += 1
+                self.published_bytes += frame_cost(rec.frame)
+                pub.published += 1
+                if pub.confirms:
+                    pub.unconfirmed.append((pub.published, rec.sequence))
+                    self.confirming[pub.identity] = pub
+                self._route(rec, runs)
+        runs.close_all()
         if self.bad_regexes:
             self._drop_bad_regexes()
         self.confirm()
+
+    def _route(self, rec, runs: Runs) -> None:
+        """Route one plain record just appended to the live subscribers that want it."""
+        ids = self.index.match(rec.key)
+        if not ids:
+            return
+        seq = rec.sequence
+        sessions = self.sessions
+        outbox = self.outbox
+        delivered = delivered_bytes = 0
+        frame = rec.frame
+        ts_frame = None                     # DELIVER-TS, built once if anyone wants it
+        cost = frame_cost(frame)
+        for ident in ids:
+            s = sessions.get(ident)
+            if s is None or not s.live or seq < s.next_seq:
+                continue
+            if seq < s.future_start and not s.accepts(rec.key, seq):
+                continue
+            if s.credit >= cost:
+                s.credit -= cost
+                s.next_seq = seq + 1
+                s.delivered += 1
+                if s.batches:
+                    runs.add_frame(ident, rec.timestamp, frame)
+                elif s.timestamps:
+                    if ts_frame is None:
+                        ts_frame = deliver_ts_from_deliver(frame, rec.timestamp)
+                    outbox.append((ident, ts_frame))
+                else:
+                    outbox.append((ident, frame))
+                delivered += 1
+                delivered_bytes += cost
+            else:
+                s.live = False          # drop to historical: remember only the position
+                s.next_seq = seq
+                runs.close(ident)
+                self.window_advice(s, seq, cost)
+        self.delivered_total += delivered
+        self.delivered_bytes += delivered_bytes
+
+    def window_advice(self, s: Session, seq: int, cost: int) -> None:
+        """A subscriber lacks the credit for message ``seq``: if that message needs more than
+        the client ever held at once, it may never fit — say so, once."""
+        if 0 < s.credit_peak < cost and s.told_too_big != seq:
+            s.told_too_big = seq
+            reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of credit, more "
+                      f"than this client ever held at once ({s.credit_peak})")
+            self.outbox.append((s.identity, encode_invalid(reason)))
+            self.invalids[label(reason)] += 1
 
     # ------------------------------------------------------------------ replay
     def pump(self) -> bool:
@@ -359,11 +397,13 @@ class Stream:
             s.next_seq = first
         if s.next_seq < j.next_seq:
             # Read no more than the credit can take: at most credit // MIN_COST records, and frame
-            # bytes (cost + OVERHEAD each) within the credit plus their overheads.
+            # bytes (cost + OVERHEAD each) within the credit plus their overheads. A batching
+            # subscriber reads whole batch records (``read_chunks``): no object per message.
             max_records = min(self.replay_batch_records, s.credit // MIN_COST + 1)
             max_bytes = min(self.replay_batch_bytes, s.credit + OVERHEAD * max_records)
+            read = j.read_chunks if s.batches else j.read_batch
             try:
-                records = j.read_batch(s.next_seq, max_records=max_records, max_bytes=max_bytes)
+                records = read(s.next_seq, max_records=max_records, max_bytes=max_bytes)
             except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
                 self.log("replay_failed", stream=self.name, client=s.identity.hex(),
                          sequence=s.next_seq, error=str(exc))
@@ -372,41 +412,50 @@ class Stream:
                 self.invalids[label(reason)] += 1
                 del self.catching_up[s.identity]
                 return
-            outbox = self.outbox
-            ident = s.identity
-            credit = granted = s.credit
-            for rec in records:
-                seq = rec.sequence
-                if seq < s.next_seq:
-                    continue
-                if s.accepts(rec.key, seq):
-                    frame = rec.frame
-                    cost = frame_cost(frame)
-                    if credit < cost:             # out of credit: wait for CREDIT
-                        s.credit = credit
-                        s.next_seq = seq
-                        self.delivered_bytes += granted - credit
-                        if 0 < s.credit_peak < cost and s.told_too_big != seq:
-                            s.told_too_big = seq  # it may never fit: say so, once
-                            reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of "
-                                      f"credit, more than this client ever held at once "
-                                      f"({s.credit_peak})")
-                            outbox.append((ident, encode_invalid(reason)))
-                            self.invalids[label(reason)] += 1
-                        del self.catching_up[ident]
-                        return
-                    credit -= cost
-                    if s.timestamps:
-                        frame = deliver_ts_from_deliver(frame, rec.timestamp)
-                    outbox.append((ident, frame))
-                    s.delivered += 1
-                    self.delivered_total += 1
-                s.next_seq = seq + 1
-            s.credit = credit
-            self.delivered_bytes += granted - credit
+            if s.batches:
+                runs = Runs(self.outbox)
+                more = replay_chunks(self, s, records, runs)
+                runs.close_all()
+                if not more:                      # out of credit: wait for CREDIT
+                    del self.catching_up[s.identity]
+                    return
+            elif not self._replay_records(s, records):
+                del self.catching_up[s.identity]
+                return
         if s.next_seq >= j.next_seq:                  # at the head: back to live, same step
             s.live = True
             del self.catching_up[s.identity]
+
+    def _replay_records(self, s: Session, records) -> bool:
+        """Feed a ZEPS/1 subscriber the records read for it, one DELIVER each. False if it ran
+        out of credit (it waits for CREDIT)."""
+        outbox = self.outbox
+        ident = s.identity
+        credit = granted = s.credit
+        ok = True
+        for rec in records:
+            seq = rec.sequence
+            if seq < s.next_seq:
+                continue
+            if s.accepts(rec.key, seq):
+                frame = rec.frame
+                cost = frame_cost(frame)
+                if credit < cost:
+                    s.next_seq = seq
+                    ok = False
+                    break
+                credit -= cost
+                if s.timestamps:
+                    frame = deliver_ts_from_deliver(frame, rec.timestamp)
+                outbox.append((ident, frame))
+                s.delivered += 1
+                self.delivered_total += 1
+            s.next_seq = seq + 1
+        s.credit = credit
+        self.delivered_bytes += granted - credit
+        if not ok:
+            self.window_advice(s, seq, cost)
+        return ok
 
     # ------------------------------------------------------------------ confirms
     def confirm(self) -> None:

@@ -27,6 +27,7 @@ class SubscriptionIndex:
         self._regex: Dict[str, tuple] = {}   # pattern text -> (RegexPattern, set of ids)
         self._cache: Dict[str, FrozenSet[Hashable]] = {}
         self._count = 0
+        self._narrow = 0         # entries that do not match every key (not the empty prefix)
 
     def __len__(self) -> int:
         return self._count
@@ -40,6 +41,8 @@ class SubscriptionIndex:
         if sub_id not in ids:
             ids.add(sub_id)
             self._count += 1
+            if isinstance(pattern, RegexPattern) or pattern.prefix:
+                self._narrow += 1
         self._cache.clear()
 
     def remove(self, sub_id: Hashable, pattern) -> None:
@@ -48,6 +51,7 @@ class SubscriptionIndex:
             if entry and sub_id in entry[1]:
                 entry[1].discard(sub_id)
                 self._count -= 1
+                self._narrow -= 1
                 if not entry[1]:
                     del self._regex[pattern.text]
         else:
@@ -55,6 +59,8 @@ class SubscriptionIndex:
             if ids and sub_id in ids:
                 ids.discard(sub_id)
                 self._count -= 1
+                if pattern.prefix:
+                    self._narrow -= 1
                 if not ids:
                     del self._trie[pattern.prefix]
         self._cache.clear()
@@ -65,6 +71,15 @@ class SubscriptionIndex:
     def regex_count(self) -> int:
         """Distinct regexes: each is run once per published key not in the cache."""
         return len(self._regex)
+
+    def selective(self) -> bool:
+        """Is there any pattern that does not match every key (a non-empty prefix, a regex)?
+        If not, every subscriber takes every message and no key needs to be looked at."""
+        return self._narrow > 0
+
+    def everyone(self) -> FrozenSet[Hashable]:
+        """Subscribers with the empty prefix: they take every key."""
+        return frozenset(self._trie.get("", ()))
 
     def match(self, key: str) -> FrozenSet[Hashable]:
         hit = self._cache.get(key)

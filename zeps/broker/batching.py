@@ -1,0 +1,314 @@
+"""Batches in the broker: routing a journal batch record, and DELIVER-BATCH for subscribers that
+chose it (BATCH-SELECT). Pure logic, no sockets; used by :class:`~zeps.broker.stream.Stream`.
+
+Every message still costs the credit ZEPS/1 defines and still moves a subscriber's position one
+sequence at a time; batching only changes how many messages share a frame:
+
+* a **batch record** (one PUBLISH-BATCH, journalled as one record whose frame is its
+  DELIVER-BATCH, see :mod:`zeps.protocol.batch`) goes whole — the very bytes the journal wrote,
+  built once and shared — to every batching subscriber that takes all of it (its patterns take
+  every key, it has the credit, it is at that sequence); one that takes part of it gets a
+  DELIVER-BATCH per run of consecutive entries it takes; a ZEPS/1 subscriber gets one DELIVER
+  per message (built once per record, shared by all of them);
+* :class:`Runs` gathers, per batching subscriber, consecutive messages of one routing or replay
+  step that share a timestamp into one DELIVER-BATCH (plain records appended together share
+  theirs), so a batching subscriber of ZEPS/1 publishers gets batches too.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+from zeps.protocol import deliver_ts_from_deliver
+from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA,
+                                 deliver_batch_head, deliver_frames, entry_key)
+from zeps.protocol.deliver import KEYLEN_OFFSET, sequence_of
+
+#: Entry bytes of one DELIVER frame start after its signature, id and sequence.
+ENTRY_OFFSET = KEYLEN_OFFSET
+#: A run is closed (sent) once it holds this many bytes.
+MAX_RUN_BYTES = 1 << 20
+_U64_TS_OFFSET = 3            # a DELIVER-BATCH's timestamp: right after the signature and id
+_SEQ_OFFSET = 11              # its first sequence
+_COUNT_OFFSET = 19            # its count
+
+
+def is_batch_frame(frame) -> bool:
+    """Is this stored or outgoing frame a DELIVER-BATCH?"""
+    return frame[2] == DELIVER_BATCH_ID
+
+
+def batch_first_seq(frame) -> int:
+    return sequence_of(frame, _SEQ_OFFSET - 3)
+
+
+def batch_count(frame) -> int:
+    return int.from_bytes(frame[_COUNT_OFFSET:_COUNT_OFFSET + 4], "big")
+
+
+def batch_cost(frame) -> int:
+    """Credit the messages of a DELIVER-BATCH frame cost (as their DELIVERs would)."""
+    return len(frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * batch_count(frame)
+
+
+class _Run:
+    __slots__ = ("ts", "first", "next", "parts", "count", "size", "whole")
+
+    def __init__(self, ts: int, first: int):
+        self.ts = ts
+        self.first = first
+        self.next = first
+        self.parts: List[bytes] = []
+        self.count = 0
+        self.size = 0
+        self.whole: Optional[bytes] = None     # the stored frame, while the run is exactly it
+
+
+class Runs:
+    """DELIVER-BATCH frames under construction, one open run per batching subscriber, for one
+    routing or replay step. :meth:`close` (one subscriber) or :meth:`close_all` (end of the
+    step) puts them in the outbox; a subscriber's run is closed before anything else is queued
+    for it, so its frames stay in order."""
+
+    def __init__(self, outbox):
+        self.outbox = outbox
+        self.open: Dict[bytes, _Run] = {}
+
+    def _run_for(self, ident: bytes, ts: int, seq: int) -> _Run:
+        run = self.open.get(ident)
+        if run is not None and (run.next != seq or run.ts != ts or run.size >= MAX_RUN_BYTES):
+            self.close(ident)
+            run = None
+        if run is None:
+            run = self.open[ident] = _Run(ts, seq)
+        return run
+
+    def add_frame(self, ident: bytes, ts: int, frame: bytes) -> None:
+        """One message, given as its DELIVER frame."""
+        seq = sequence_of(frame)
+        run = self._run_for(ident, ts, seq)
+        entry = frame[ENTRY_OFFSET:]
+        run.parts.append(entry)
+        run.whole = None
+        run.count += 1
+        run.size += len(entry)
+        run.next = seq + 1
+
+    def add_entries(self, ident: bytes, ts: int, seq: int, count: int, entries: bytes,
+                    whole: Optional[bytes] = None) -> None:
+        """``count`` messages from ``seq``, given as their entries (``whole``: the stored
+        DELIVER-BATCH frame they are all of, sent as is if the run holds nothing else)."""
+        run = self._run_for(ident, ts, seq)
+        run.whole = whole if run.count == 0 else None
+        run.parts.append(entries)
+        run.count += count
+        run.size += len(entries)
+        run.next = seq + count
+
+    def close(self, ident: bytes) -> None:
+        run = self.open.pop(ident, None)
+        if run is None:
+            return
+        if run.whole is not None:
+            self.outbox.append((ident, run.whole))
+        else:
+            self.outbox.append((ident, deliver_batch_head(run.ts, run.first, run.count)
+                                + b"".join(run.parts)))
+
+    def close_all(self) -> None:
+        for ident in list(self.open):
+            self.close(ident)
+
+
+class BatchView:
+    """One batch record (its stored DELIVER-BATCH frame) as routing and replay read it: entry
+    offsets, keys and ZEPS/1 DELIVER frames computed once, on first need."""
+
+    __slots__ = ("frame", "sequence", "count", "timestamp", "_rec", "_keys", "_plain",
+                 "_plain_ts")
+
+    def __init__(self, rec):
+        self._rec = rec
+        self.frame = rec.frame
+        self.sequence = rec.sequence
+        self.count = rec.count
+        self.timestamp = rec.timestamp
+        self._keys = self._plain = self._plain_ts = None
+
+    @property
+    def offsets(self):
+        return self._rec.offsets
+
+    def key(self, i: int) -> str:
+        keys = self._keys
+        if keys is None:
+            frame, offs = self.frame, self.offsets
+            keys = self._keys = [entry_key(frame, offs[k]) for k in range(self.count)]
+        return keys[i]
+
+    def cost(self, i: int, j: int) -> int:
+        """Credit entries ``i`` .. ``j - 1`` cost."""
+        if i == 0 and j == self.count:
+            return len(self.frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * j
+        offs = self.offsets
+        return offs[j] - offs[i] + ENTRY_COST_EXTRA * (j - i)
+
+    def entry_cost(self, i: int) -> int:
+        offs = self.offsets
+        return offs[i + 1] - offs[i] + ENTRY_COST_EXTRA
+
+    def entries(self, i: int, j: int) -> bytes:
+        offs = self.offsets
+        return self.frame[offs[i]:offs[j]]
+
+    def deliver(self, i: int, timestamps: bool) -> bytes:
+        """The ZEPS/1 frame of entry ``i`` (DELIVER, or DELIVER-TS)."""
+        plain = self._plain
+        if plain is None:
+            plain = self._plain = deliver_frames(self.frame, self.offsets, self.sequence)
+        if not timestamps:
+            return plain[i]
+        ts = self._plain_ts
+        if ts is None:
+            ts = self._plain_ts = [None] * self.count
+        f = ts[i]
+        if f is None:
+            f = ts[i] = deliver_ts_from_deliver(plain[i], self.timestamp)
+        return f
+
+    def send(self, runs: Runs, outbox, s, i: int, j: int) -> None:
+        """Queue entries ``i`` .. ``j - 1`` for subscriber ``s`` in its chosen form."""
+        ident = s.identity
+        if s.batches:
+            whole = self.frame if (i == 0 and j == self.count) else None
+            runs.add_entries(ident, self.timestamp, self.sequence + i, j - i,
+                             self.entries(i, j) if whole is None else
+                             self.frame[DELIVER_HEAD_SIZE:], whole)
+        else:
+            ts = s.timestamps
+            for k in range(i, j):
+                outbox.append((ident, self.deliver(k, ts)))
+
+
+def take(view: BatchView, s, i: int, credit: int):
+    """Which entries of ``view`` from index ``i`` subscriber ``s`` takes with ``credit``:
+    ``(runs, used, stop)`` — ``runs`` a list of ``(start, end)`` index ranges, ``used`` the
+    credit they cost, ``stop`` the index of the first entry it wanted but could not pay for
+    (None: it got all it wanted)."""
+    n = view.count
+    base = view.sequence
+    if s.takes_all(base + i):
+        cost = view.cost(i, n)
+        if cost <= credit:
+            return [(i, n)], cost, None
+        j, used = i, 0
+        while j < n:
+            c = view.entry_cost(j)
+            if used + c > credit:
+                break
+            used += c
+            j += 1
+        return ([(i, j)] if j > i else []), used, j
+    runs, used, start = [], 0, None
+    accepts = s.accepts
+    for k in range(i, n):
+        if accepts(view.key(k), base + k):
+            c = view.entry_cost(k)
+            if used + c > credit:
+                if start is not None:
+                    runs.append((start, k))
+                return runs, used, k
+            used += c
+            if start is None:
+                start = k
+        elif start is not None:
+            runs.append((start, k))
+            start = None
+    if start is not None:
+        runs.append((start, n))
+    return runs, used, None
+
+
+def route_batch(stream, view: BatchView, runs: Runs) -> None:
+    """Route a batch record just appended to the live subscribers (see the module docstring);
+    one without the credit for a message it wants drops to historical there, as for a DELIVER."""
+    index = stream.index
+    if index.selective():
+        match = index.match
+        ids = set()
+        for k in range(view.count):
+            ids |= match(view.key(k))
+    else:
+        ids = index.everyone()
+    base, n = view.sequence, view.count
+    sessions, outbox = stream.sessions, stream.outbox
+    delivered = delivered_bytes = 0
+    for ident in ids:
+        s = sessions.get(ident)
+        if s is None or not s.live or base + n <= s.next_seq:
+            continue
+        taken, used, stop = take(view, s, max(0, s.next_seq - base), s.credit)
+        for i, j in taken:
+            view.send(runs, outbox, s, i, j)
+            s.delivered += j - i
+            delivered += j - i
+        s.credit -= used
+        delivered_bytes += used
+        if stop is None:
+            s.next_seq = base + n
+        else:
+            s.live = False              # drop to historical: remember only the position
+            s.next_seq = base + stop
+            runs.close(ident)
+            stream.window_advice(s, base + stop, view.entry_cost(stop))
+    stream.delivered_total += delivered
+    stream.delivered_bytes += delivered_bytes
+
+
+def replay_chunks(stream, s, chunks, runs: Runs) -> bool:
+    """Feed subscriber ``s`` (a batching one) the journal chunks read for it (plain records and
+    batch records, in order). False if it ran out of credit (it waits for CREDIT)."""
+    outbox = stream.outbox
+    credit = granted = s.credit
+    delivered = 0
+    for ch in chunks:
+        if is_batch_frame(ch.frame):
+            view = BatchView(ch)
+            base, n = view.sequence, view.count
+            if base + n <= s.next_seq:
+                continue
+            taken, used, stop = take(view, s, max(0, s.next_seq - base), credit)
+            for i, j in taken:
+                view.send(runs, outbox, s, i, j)
+                delivered += j - i
+            credit -= used
+            if stop is not None:
+                s.next_seq = base + stop
+                cost = view.entry_cost(stop)
+                break
+            s.next_seq = base + n
+            continue
+        seq = ch.sequence
+        if seq < s.next_seq:
+            continue
+        if s.accepts(ch.key, seq):
+            frame = ch.frame
+            cost = len(frame) - 7
+            if credit < cost:
+                s.next_seq = seq
+                stop = 0
+                break
+            credit -= cost
+            runs.add_frame(s.identity, ch.timestamp, frame)
+            delivered += 1
+        s.next_seq = seq + 1
+    else:
+        stop = None
+    s.credit = credit
+    s.delivered += delivered
+    stream.delivered_total += delivered
+    stream.delivered_bytes += granted - credit
+    if stop is not None:
+        runs.close(s.identity)
+        stream.window_advice(s, s.next_seq, cost)
+        return False
+    return True

@@ -176,3 +176,40 @@ def test_arbitrary_bytes_decode_or_raise_protocol_error(frame):
         assert str(err)
     else:
         assert isinstance(cmd, c.Command)
+
+
+# --------------------------------------------------------------------------- batches (ids 56-59)
+
+def test_batch_commands_have_the_bytes_docs_protocol_md_gives():
+    from zeps.protocol.batch import encode_entries, encode_publish_batch
+    two = [("eu.fr", b"hello"), ("", b"")]
+    entries = "0565752e66720000000568656c6c6f0000000000"
+    assert encode(c.BatchSelect()).hex() == "aaa538"
+    assert encode(c.BatchSelectOk(1 << 20)).hex() == "aaa5390000000000100000"
+    assert encode_publish_batch(two).hex() == "aaa53a00000002" + entries
+    frame = encode(c.DeliverBatch(5, 7, 2, encode_entries(two)))
+    assert frame.hex() == "aaa53b" + "0000000000000005" + "0000000000000007" + "00000002" + entries
+    got = decode(frame)
+    assert (got.timestamp, got.sequence, got.count, got.offsets) == (5, 7, 2, (0, 15, 20))
+    assert decode(encode_publish_batch(two)) == c.PublishBatch(2, encode_entries(two))
+
+
+@pytest.mark.parametrize("frame, why", [
+    ("aaa53a00000000", "at least one message"),
+    ("aaa53a0000", "truncated PUBLISH-BATCH"),
+    ("aaa53a000000010100", "runs past the end"),
+    ("aaa53a00000001000000000000", "1 bytes after the last of 1 entries"),
+    ("aaa53a0000000201ff00000000", "runs past the end"),
+    ("aaa53a0000000101ff00000000", "not valid UTF-8"),
+])
+def test_a_malformed_batch_is_refused_with_the_reason(frame, why):
+    with pytest.raises(ProtocolError, match=why):
+        decode(bytes.fromhex(frame))
+
+
+@given(st.lists(st.tuples(st.text(max_size=20), st.binary(max_size=50)), min_size=1, max_size=20))
+def test_any_publish_batch_round_trips(items):
+    from zeps.protocol.batch import encode_publish_batch, entry_body, entry_key
+    got = decode(encode_publish_batch(items))
+    assert [(entry_key(got.entries, o), entry_body(got.entries, o)) for o in got.offsets[:-1]] \
+        == items

@@ -165,7 +165,10 @@ class AsyncClient(ops.FrontEnd):
             p.publish(frame, now, r, False)
         if p.waiting:                       # behind other frames: joins the next batch
             p.unsent(frame)
-            self._flush()
+            if self._conn.writable():
+                self._flush()
+            else:
+                self._kick()
         else:
             try:
                 self._conn.send(frame, _NOBLOCK)

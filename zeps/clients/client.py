@@ -186,7 +186,8 @@ class Client(ops.FrontEnd):
             conn = self._conn
             if p.waiting:                   # behind other frames: joins the next batch
                 p.unsent(frame)
-                conn.flush()
+                if conn.writable():
+                    conn.flush()
             else:
                 try:
                     conn.send(frame, _NOBLOCK)

@@ -31,6 +31,12 @@ _MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
+#: The socket's send high-water mark (frames) while the broker takes batches: small, so that
+#: a publisher faster than the broker finds the socket busy soon and its publishes join
+#: batches (natural batching, :mod:`zeps.clients.batching`) instead of piling up one frame
+#: each in ZeroMQ's queue. Without batches, ZeroMQ's default (1000).
+BATCH_SNDHWM = 8
+PLAIN_SNDHWM = 1000
 
 
 def check_endpoint(endpoint) -> str:
@@ -111,6 +117,7 @@ class Connection:
         self.poller = None
         self.send = None
         self._owned = ()            # the sockets to close: the flavour's own objects
+        self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
 
     # ------------------------------------------------------------------ socket lifecycle
 
@@ -122,6 +129,8 @@ class Connection:
             self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
+        raw.setsockopt(zmq.SNDHWM, PLAIN_SNDHWM)
+        self._hwm = PLAIN_SNDHWM
         raw.setsockopt(zmq.RECONNECT_IVL, 100)
         raw.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
         try:
@@ -180,6 +189,10 @@ class Connection:
                 p.connection_lost("connection closed by the broker")
         if p.need_reconnect is None:
             self._drain()
+            hwm = PLAIN_SNDHWM if p.max_batch is None else BATCH_SNDHWM
+            if hwm != self._hwm and self.sock is not None:
+                self.sock.setsockopt(zmq.SNDHWM, hwm)       # applies to the connected pipe
+                self._hwm = hwm
         now = time.monotonic()
         if p.reconnect_due(now):
             p.reconnect(now)
@@ -238,6 +251,10 @@ class Connection:
             pass
         if sent:
             self.peering.sent(time.monotonic())
+
+    def writable(self) -> bool:
+        """Would the socket take a frame now? (Cheaper than a send refused with an exception.)"""
+        return bool(self.sock.getsockopt(zmq.EVENTS) & _POLLOUT)
 
     def readable(self) -> bool:
         """Anything to read (a frame or a monitor event)? Cheap: two getsockopt calls."""

@@ -103,8 +103,9 @@ def test_batch_select_is_pipelined_at_attach_and_its_answer_sets_max_batch():
     assert p.max_batch is None                       # plain PUBLISH until the broker says
     feed(p, OLD_BROKER_LIMITS)
     feed(p, c.BatchSelectOk(4096))
+    assert p.max_batch == 4096 and not p.ready
     feed(p, c.ConfirmSelectOk(0))
-    assert p.max_batch == 4096 and p.ready
+    assert p.ready
 
 
 def test_an_older_broker_refusing_batch_select_leaves_zeps1_silently():
@@ -113,8 +114,10 @@ def test_an_older_broker_refusing_batch_select_leaves_zeps1_silently():
     feed(p, c.AttachOk())
     feed(p, OLD_BROKER_LIMITS)
     info = p.request(c.StreamInfo(), "info", 0.0)
+    assert not p.ready                               # connecting waits for the answer
     feed(p, c.Invalid("unknown command 56"))         # answers BATCH-SELECT, not the request
     assert p.max_batch is None and p.error is None and p.fatal is None and not info.done
+    assert p.ready
     feed(p, c.StreamInfoOk(1, 2, 3, 4, 5))
     assert info.done and info.error is None
     sent(p)

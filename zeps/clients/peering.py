@@ -166,6 +166,7 @@ class Peering:
         #: Publishes waiting to leave as one PUBLISH-BATCH; its ``max_batch`` is the broker's
         #: answer to BATCH-SELECT on this connection (None: plain PUBLISH only).
         self.queue = PublishQueue()
+        self.batch_select: Optional[Request] = None   # this connection's BATCH-SELECT
         self.heartbeat = float(heartbeat)
         #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
         self.probe_timeout = max(self.heartbeat, float(timeout))
@@ -224,8 +225,10 @@ class Peering:
 
     @property
     def ready(self) -> bool:
-        """Attached, confirms selected (when asked for), not about to reconnect."""
-        return self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
+        """Attached, confirms selected (when asked for), BATCH-SELECT answered (when asked),
+        not about to reconnect."""
+        return (self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
+                and (self.batch_select is None or self.batch_select.done))
 
     @property
     def broken(self) -> bool:
@@ -633,7 +636,7 @@ class Peering:
         self.held.clear()
         self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
         if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
-            self.request(_BATCH_SELECT, "batch_select", now)
+            self.batch_select = self.request(_BATCH_SELECT, "batch_select", now)
         if self.confirms:
             self.peer_confirmed = 0
             self.anchor = None

@@ -18,6 +18,8 @@ from zeps.protocol.reasons import PUBLISH_REJECTED
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, sent
 
 MAX_BATCH = 200
+#: STREAM-DESCRIBE-OK of a stream with the broker's default limits.
+DESCRIBED = c.StreamDescribeOk(1, 0, 0, 0, 0, 0, 0, 0, 0)
 
 
 def batching(confirms=False, max_batch=MAX_BATCH, window=10_000, idempotent=False):
@@ -27,6 +29,7 @@ def batching(confirms=False, max_batch=MAX_BATCH, window=10_000, idempotent=Fals
     feed(p, c.AttachOk())
     feed(p, OLD_BROKER_LIMITS)
     feed(p, c.BatchSelectOk(max_batch))
+    feed(p, DESCRIBED)
     if confirms:
         feed(p, c.ConfirmSelectOk(0))
         feed(p, c.StreamInfoOk(1, 0, 0, 0, 0))      # the anchor: the stream is empty
@@ -98,11 +101,13 @@ def test_batch_select_is_pipelined_at_attach_and_its_answer_sets_max_batch():
     p = peering(confirms=True, timestamps=True, batching=True)
     sent(p)
     feed(p, c.AttachOk())
-    assert sent(p) == [c.Limits(), c.BatchSelect(), c.ConfirmSelect(), c.StreamInfo(),
-                       c.DeliverTimestamps()]
+    assert sent(p) == [c.Limits(), c.BatchSelect(), c.StreamDescribe("s"), c.ConfirmSelect(),
+                       c.StreamInfo(), c.DeliverTimestamps()]
     assert p.max_batch is None                       # plain PUBLISH until the broker says
     feed(p, OLD_BROKER_LIMITS)
     feed(p, c.BatchSelectOk(4096))
+    assert p.max_batch is None and not p.ready       # and the stream's limits are known
+    feed(p, DESCRIBED)
     assert p.max_batch == 4096 and not p.ready
     feed(p, c.ConfirmSelectOk(0))
     assert p.ready
@@ -116,6 +121,7 @@ def test_an_older_broker_refusing_batch_select_leaves_zeps1_silently():
     info = p.request(c.StreamInfo(), "info", 0.0)
     assert not p.ready                               # connecting waits for the answer
     feed(p, c.Invalid("unknown command 56"))         # answers BATCH-SELECT, not the request
+    feed(p, c.Invalid("unknown command 54"))         # and STREAM-DESCRIBE
     assert p.max_batch is None and p.error is None and p.fatal is None and not info.done
     assert p.ready
     feed(p, c.StreamInfoOk(1, 2, 3, 4, 5))
@@ -372,6 +378,7 @@ def test_without_confirms_publishes_queued_or_batched_survive_a_reconnect_as_pla
     feed(p, c.AttachOk())
     feed(p, OLD_BROKER_LIMITS)
     feed(p, c.Invalid("unknown command 56"))        # the new broker does not batch
+    feed(p, c.Invalid("unknown command 54"))
     assert [x for x in sent(p) if isinstance(x, c.Publish)] == [c.Publish("k", b"%d" % i)
                                                                 for i in range(5)]
 
@@ -386,3 +393,29 @@ def test_encode_keeps_the_batch_layout():
     sock.flush(p)
     assert sock.wire[0] == encode(c.PublishBatch(2, encode_entries([("é", b"a"), ("é", b"b")])))
     assert sock.wire[1] == encode_publish("é", b"c")
+
+
+def test_a_message_over_the_streams_limit_is_never_batched_so_it_is_refused_alone():
+    """The broker refuses a whole batch for one body over the limit: such a message goes as
+    a plain PUBLISH (the stream's own limit replaces the broker's LIMITS one)."""
+    p = peering(confirms=True, batching=True)
+    sent(p)
+    feed(p, c.AttachOk())
+    feed(p, c.LimitsOk(1000, 1 << 20))
+    feed(p, c.BatchSelectOk(1 << 20))
+    feed(p, c.StreamDescribeOk(1, 0, 0, 0, 0, 0, 0, 10, 0))   # this stream: 10-byte bodies
+    feed(p, c.ConfirmSelectOk(0))
+    feed(p, c.StreamInfoOk(1, 0, 0, 0, 0))
+    sent(p)
+    sock = Socket(room=0)
+    rs = [sock.publish(p, body) for body in (b"ok", b"ok", b"z" * 11, b"ok", b"y" * 10)]
+    sock.room = 10
+    sock.flush(p)
+    cmds = sock.commands()
+    assert c.Publish("k", b"z" * 11) in cmds                  # alone, in its place
+    assert messages_of(cmds) == [("k", b) for b in (b"ok", b"ok", b"z" * 11, b"ok", b"y" * 10)]
+    assert any(isinstance(x, c.PublishBatch) for x in cmds)
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 11 bytes is over the stream's limit of 10"))
+    feed(p, c.Confirm(4, 4))
+    assert isinstance(rs[2].exception(), InvalidError)
+    assert [r.sequence for r in rs[:2] + rs[3:]] == [1, 2, 3, 4]

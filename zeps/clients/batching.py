@@ -5,6 +5,13 @@ that knows batching answers ``BATCH-SELECT-OK max_batch`` and from then on sends
 peering's messages as DELIVER-BATCH and takes PUBLISH-BATCH frames of up to ``max_batch``
 bytes; an older one answers INVALID and the peering stays on plain PUBLISH / DELIVER (ZEPS/1).
 
+The broker refuses a whole PUBLISH-BATCH (one INVALID per entry) when one of its bodies is
+over the stream's limit, where a PUBLISH refuses that message alone. So a message whose body
+is over the limit (the broker's ``LIMITS`` ``max_message``, lowered by the stream's own, which
+the peering asks with ``STREAM-DESCRIBE`` right after ``BATCH-SELECT``) is never batched: it
+goes as a plain PUBLISH and is refused alone, as without batches. Batching starts once both
+answers are in.
+
 **Natural batching** (:class:`PublishQueue`): a publish leaves at once, as a plain PUBLISH,
 when nothing waits for the socket. Publishes made while something waits (the socket's
 high-water mark refused a frame) join the queue, and whatever the queue holds goes out as *one*
@@ -42,23 +49,27 @@ DELIVER_BATCH_HEAD = SIGNATURE + bytes((DELIVER_BATCH_ID,))
 _PUBLISH = SIGNATURE + bytes((Publish.ID,))
 #: Octets of a PUBLISH frame before its entry (signature and command id).
 _PUBLISH_PREFIX = 3
+#: Octets of an entry besides its key and body (key length, body length).
+_ENTRY_FIXED = 5
 _deliver_head_unpack = DELIVER_HEAD.unpack_from
 
 
 class PublishQueue:
     """Publishes waiting to leave together as one PUBLISH-BATCH (see the module docs).
 
-    ``max_batch`` is the broker's (None: batching is off, :meth:`add` is never called).
-    :meth:`add` returns the frames that must be sent *before* the queue (a full queue sealed, a
+    ``max_batch`` is the broker's (None: batching is off, :meth:`add` is never called);
+    ``max_body`` the largest body the stream takes (None: not known), larger ones are never
+    batched. :meth:`add` returns the frames that must be sent *before* the queue (a full queue sealed, a
     message too large for any batch); :meth:`seal` returns the queue as one frame.
     """
 
-    __slots__ = ("frames", "size", "max_batch")
+    __slots__ = ("frames", "size", "max_batch", "max_body")
 
     def __init__(self) -> None:
         self.frames: List[bytes] = []       # PUBLISH frames, in order
         self.size = PUBLISH_HEAD_SIZE       # the PUBLISH-BATCH frame the queue would make
         self.max_batch: Optional[int] = None
+        self.max_body: Optional[int] = None
 
     def __len__(self) -> int:
         return len(self.frames)
@@ -66,13 +77,16 @@ class PublishQueue:
     def add(self, frame: bytes) -> List[bytes]:
         """Queue one PUBLISH frame; returns the frames to send first, in order (empty mostly)."""
         entry = len(frame) - _PUBLISH_PREFIX
-        if self.size + entry <= self.max_batch:
+        alone = PUBLISH_HEAD_SIZE + entry > self.max_batch or (
+            self.max_body is not None and entry - _ENTRY_FIXED - frame[_PUBLISH_PREFIX]
+            > self.max_body)
+        if not alone and self.size + entry <= self.max_batch:
             self.frames.append(frame)
             self.size += entry
             return []
         out = [self.seal()] if self.frames else []
-        if PUBLISH_HEAD_SIZE + entry > self.max_batch:
-            out.append(frame)              # alone too large for a batch: a plain PUBLISH
+        if alone:                          # too large for a batch or for the stream: PUBLISH
+            out.append(frame)
         else:
             self.frames.append(frame)
             self.size += entry

@@ -98,6 +98,7 @@ _REPLY_KINDS = {
     c.LimitsOk: ("limits",),
     c.ProducerOk: ("producer",),
     c.BatchSelectOk: ("batch_select",),
+    c.StreamDescribeOk: ("batch_limits",),
 }
 
 
@@ -166,7 +167,8 @@ class Peering:
         #: Publishes waiting to leave as one PUBLISH-BATCH; its ``max_batch`` is the broker's
         #: answer to BATCH-SELECT on this connection (None: plain PUBLISH only).
         self.queue = PublishQueue()
-        self.batch_select: Optional[Request] = None   # this connection's BATCH-SELECT
+        self.batch_setup: Optional[Request] = None    # the last request batching waits for
+        self.offered_batch: Optional[int] = None      # BATCH-SELECT-OK's max_batch
         self.heartbeat = float(heartbeat)
         #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
         self.probe_timeout = max(self.heartbeat, float(timeout))
@@ -228,7 +230,7 @@ class Peering:
         """Attached, confirms selected (when asked for), BATCH-SELECT answered (when asked),
         not about to reconnect."""
         return (self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
-                and (self.batch_select is None or self.batch_select.done))
+                and (self.batch_setup is None or self.batch_setup.done))
 
     @property
     def broken(self) -> bool:
@@ -327,6 +329,7 @@ class Peering:
                                          for p in _plain_publishes(f)] + self.queue.drain()
         self.queue.drain()              # with confirms, `pending` has them
         self.queue.max_batch = None     # until the next broker answers BATCH-SELECT
+        self.queue.max_body = None
         self.outbox.clear()
         self.held.clear()
         self.held.extend(keep)
@@ -615,9 +618,14 @@ class Peering:
         elif kind == "anchor":
             self.anchor = cmd.last
         elif kind == "batch_select":
-            self.queue.max_batch = cmd.max_batch
+            self.offered_batch = cmd.max_batch
+        elif kind == "batch_limits":
+            if cmd.max_message:         # the stream's own limit replaces the broker's
+                self.queue.max_body = cmd.max_message
+            self.queue.max_batch = self.offered_batch     # batching starts
         elif kind == "limits":
             self.max_credit = cmd.max_credit
+            self.queue.max_body = cmd.max_message
             self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
         elif kind == "producer":
             if cmd.last > self.producer_last:
@@ -636,7 +644,10 @@ class Peering:
         self.held.clear()
         self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
         if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
-            self.batch_select = self.request(_BATCH_SELECT, "batch_select", now)
+            self.offered_batch = None
+            self.request(_BATCH_SELECT, "batch_select", now)
+            # The stream's own body limit: larger messages never go in a batch (batching.py).
+            self.batch_setup = self.request(c.StreamDescribe(self.stream), "batch_limits", now)
         if self.confirms:
             self.peer_confirmed = 0
             self.anchor = None
@@ -745,6 +756,8 @@ class Peering:
             elif head.kind == "batch_select":
                 log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
                           self.endpoint, reason)
+            elif head.kind == "batch_limits":       # the broker's own limit stands
+                self.queue.max_batch = self.offered_batch
             elif head.kind == "producer":
                 log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream "
                             "%r is at-least-once, not exactly-once", self.endpoint, reason,

@@ -31,10 +31,12 @@ _MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
-#: The socket's send high-water mark (frames) while the broker takes batches: small, so that
-#: a publisher faster than the broker finds the socket busy soon and its publishes join
-#: batches (natural batching, :mod:`zeps.clients.batching`) instead of piling up one frame
-#: each in ZeroMQ's queue. Without batches, ZeroMQ's default (1000).
+#: The socket's send high-water mark (frames) with batching: small, so that a publisher
+#: faster than the broker finds the socket busy soon and its publishes join batches (natural
+#: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
+#: queue. Set before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a
+#: mark lowered later leaves the writer waiting for a wake-up that never comes. Raised to
+#: ZeroMQ's default (1000) when the broker does not batch (raising is safe).
 BATCH_SNDHWM = 8
 PLAIN_SNDHWM = 1000
 
@@ -129,8 +131,8 @@ class Connection:
             self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
-        raw.setsockopt(zmq.SNDHWM, PLAIN_SNDHWM)
-        self._hwm = PLAIN_SNDHWM
+        self._hwm = BATCH_SNDHWM if p.batching else PLAIN_SNDHWM
+        raw.setsockopt(zmq.SNDHWM, self._hwm)
         raw.setsockopt(zmq.RECONNECT_IVL, 100)
         raw.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
         try:
@@ -189,10 +191,9 @@ class Connection:
                 p.connection_lost("connection closed by the broker")
         if p.need_reconnect is None:
             self._drain()
-            hwm = PLAIN_SNDHWM if p.max_batch is None else BATCH_SNDHWM
-            if hwm != self._hwm and self.sock is not None:
-                self.sock.setsockopt(zmq.SNDHWM, hwm)       # applies to the connected pipe
-                self._hwm = hwm
+            if self._hwm != PLAIN_SNDHWM and p.ready and p.max_batch is None:
+                self.sock.setsockopt(zmq.SNDHWM, PLAIN_SNDHWM)     # the broker does not batch
+                self._hwm = PLAIN_SNDHWM
         now = time.monotonic()
         if p.reconnect_due(now):
             p.reconnect(now)

@@ -29,7 +29,11 @@ DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to 
 the credit window re-granted, unconfirmed publishes re-sent).
 
 After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
-(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing). With
+(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing), then
+``BATCH-SELECT`` and ``STREAM-DESCRIBE`` (:mod:`zeps.clients.batching`: DELIVER-BATCH frames are
+decoded into the messages DELIVERs would give, and publishes made while frames wait for the
+socket are queued and sealed into one PUBLISH-BATCH when it is free: :meth:`Peering.next_frame`;
+an INVALID answer leaves plain PUBLISH / DELIVER). With
 confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
 (:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
 too small: ...`` grows the window, ``pattern removed: ...`` drops a pattern and is raised once

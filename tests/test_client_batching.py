@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Receipt
+from zeps.clients.batching import MAX_BATCH_BYTES
 from zeps.protocol import commands as c
 from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
 from zeps.protocol.codec import decode, encode, encode_publish
@@ -419,3 +420,20 @@ def test_a_message_over_the_streams_limit_is_never_batched_so_it_is_refused_alon
     feed(p, c.Confirm(4, 4))
     assert isinstance(rs[2].exception(), InvalidError)
     assert [r.sequence for r in rs[:2] + rs[3:]] == [1, 2, 3, 4]
+
+
+def test_a_broker_offering_huge_batches_cannot_make_a_publisher_buffer_without_bound():
+    """A broker that never reads and offers 2**63-byte batches: the client queues at most
+    MAX_BATCH_BYTES behind the unsent frame, then publish blocks (and times out) as before."""
+    p = batching(max_batch=2**63)
+    assert p.max_batch == MAX_BATCH_BYTES
+    sock = Socket(room=0)
+    body = b"x" * 65536
+    published = 0
+    while p.publish(encode_publish("k", body), 0.0, None):
+        p.unsent(encode_publish("k", body))         # the socket takes nothing
+        sock.flush(p)
+        published += 1
+        assert published < 1000
+    queued = sum(len(f) for f in p.outbox) + p.queue.size
+    assert queued <= 2 * MAX_BATCH_BYTES + len(body)

@@ -40,13 +40,17 @@ from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
 from ..protocol.commands import Publish
 from ..protocol.deliver import SIGNATURE
 
-__all__ = ["PublishQueue", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD",
+__all__ = ["PublishQueue", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD", "MAX_BATCH_BYTES",
            "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
 
 #: The first three octets of a PUBLISH-BATCH frame and of a DELIVER-BATCH frame.
 PUBLISH_BATCH_HEAD = SIGNATURE + bytes((PUBLISH_BATCH_ID,))
 DELIVER_BATCH_HEAD = SIGNATURE + bytes((DELIVER_BATCH_ID,))
 _PUBLISH = SIGNATURE + bytes((Publish.ID,))
+#: The largest PUBLISH-BATCH the client builds, whatever the broker offers: what a publisher
+#: may queue while the socket is busy before ``publish`` blocks (a broker that offers more
+#: cannot make the client buffer without bound).
+MAX_BATCH_BYTES = 4 << 20
 #: Octets of a PUBLISH frame before its entry (signature and command id).
 _PUBLISH_PREFIX = 3
 #: Octets of an entry besides its key and body (key length, body length).

@@ -54,8 +54,9 @@ from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE, TS_SHIFT,
                                 deliver_cost, key_body_of)
 from ..protocol.reasons import NOT_ATTACHED, PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
-from .batching import (DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, PUBLISH_BATCH_HEAD, BadEntries,
-                       PublishQueue, decode_deliver_batch, unbatch)
+from .batching import (DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, MAX_BATCH_BYTES,
+                       PUBLISH_BATCH_HEAD, BadEntries, PublishQueue, decode_deliver_batch,
+                       unbatch)
 from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
 from .message import Message, build_message
 from .producer import check_producer_id, new_producer_id, runs
@@ -622,7 +623,7 @@ class Peering:
         elif kind == "anchor":
             self.anchor = cmd.last
         elif kind == "batch_select":
-            self.offered_batch = cmd.max_batch
+            self.offered_batch = min(cmd.max_batch, MAX_BATCH_BYTES)
         elif kind == "batch_limits":
             if cmd.max_message:         # the stream's own limit replaces the broker's
                 self.queue.max_body = cmd.max_message

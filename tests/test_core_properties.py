@@ -23,19 +23,22 @@ from hypothesis import strategies as st
 
 from tests.core_harness import Core
 from zeps.matching import compile_pattern
-from zeps.protocol import LATEST_LIVE, deliver_cost
+from zeps.protocol import LATEST_LIVE, decode, deliver_cost
+from zeps.protocol.batch import encode_publish_batch, entry_body, entry_key
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import NOT_ATTACHED, WINDOW_TOO_SMALL
 
 KEYS = ["a", "b", "ab", "ba", "c"]
 PATTERNS = ["", "a", "b", "~b$", "~^(a|c)"]
 CLIENTS = [b"s0", b"s1", b"s2", b"s3"]
+BATCHING = {b"s2", b"s3"}       # send BATCH-SELECT with every ATTACH: DELIVER-BATCH
 PUB = b"pub"
 EXPIRY = 60.0
 
 client = st.sampled_from(CLIENTS)
 publish = st.tuples(st.just("publish"), st.lists(st.tuples(st.sampled_from(KEYS), st.integers(0, 40)),
-                                                 min_size=1, max_size=30))
+                                                 min_size=1, max_size=30),
+                    st.booleans())               # as one PUBLISH-BATCH
 subscribe = st.tuples(st.just("subscribe"), client,
                       st.lists(st.sampled_from(PATTERNS), min_size=1, max_size=2, unique=True),
                       st.one_of(st.just(0), st.just(LATEST_LIVE), st.integers(1, 80)), st.booleans())
@@ -65,6 +68,7 @@ class Peering:
         self.start = None                 # first sequence it asked for (None: no SUBSCRIBE yet)
         self.patterns = []
         self.timestamps = False
+        self.batches = False              # BATCH-SELECT was sent on this peering
         self.credit = 0                   # granted on this peering
         self.spent = 0                    # DELIVER bytes received on this peering
         self.received = []                # sequences, in arrival order
@@ -105,14 +109,24 @@ class Model:
             for cmd in got:
                 if ident == PUB:
                     assert isinstance(cmd, (c.AttachOk, c.PingOk)), cmd
-                elif isinstance(cmd, (c.Deliver, c.DeliverTs)):
+                elif isinstance(cmd, (c.Deliver, c.DeliverTs, c.DeliverBatch)):
                     p = self.current[ident]
                     assert p is not None and p.start is not None, f"{ident}: DELIVER outside a peering"
-                    assert isinstance(cmd, c.DeliverTs) == p.timestamps, cmd
-                    assert self.msgs[cmd.sequence] == (cmd.key, len(cmd.body))
-                    p.received.append(cmd.sequence)
-                    p.spent += deliver_cost(len(cmd.key.encode()), len(cmd.body))
+                    if isinstance(cmd, c.DeliverBatch):
+                        assert p.batches, f"{ident}: DELIVER-BATCH without BATCH-SELECT"
+                        messages = [(cmd.sequence + i, entry_key(cmd.entries, o),
+                                     len(entry_body(cmd.entries, o)))
+                                    for i, o in enumerate(cmd.offsets[:-1])]
+                    else:
+                        assert isinstance(cmd, c.DeliverTs) == p.timestamps, cmd
+                        messages = [(cmd.sequence, cmd.key, len(cmd.body))]
+                    for seq, key, size in messages:
+                        assert self.msgs[seq] == (key, size)
+                        p.received.append(seq)
+                        p.spent += deliver_cost(len(key.encode()), size)
                     assert p.spent <= p.credit, f"{ident}: delivered beyond the credit"
+                elif isinstance(cmd, c.BatchSelectOk):
+                    assert ident in BATCHING, cmd
                 elif isinstance(cmd, c.Invalid) and cmd.reason.startswith(WINDOW_TOO_SMALL):
                     pass    # advice about the credit held when it was sent, not an answer
                 elif isinstance(cmd, c.Invalid):
@@ -153,13 +167,19 @@ class Model:
         kind = op[0]
         h = self.h
         if kind == "publish":
+            if op[2]:
+                self.send(PUB, decode(encode_publish_batch([(k, b"x" * n) for k, n in op[1]])))
             for key, size in op[1]:
-                self.send(PUB, c.Publish(key, b"x" * size))
+                if not op[2]:
+                    self.send(PUB, c.Publish(key, b"x" * size))
                 self.msgs[len(self.msgs) + 1] = (key, size)   # the broker numbers them in order
         elif kind == "subscribe":
             _, ident, patterns, latest, timestamps = op
             if self.current[ident] is None:
+                if ident in BATCHING:
+                    self.send(ident, c.BatchSelect())
                 self.current[ident] = Peering()
+                self.current[ident].batches = ident in BATCHING
                 self.send(ident, c.Attach("s"))
             p = self.current[ident]
             if p is None or p.start is not None:

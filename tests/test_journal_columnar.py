@@ -11,7 +11,9 @@ import sys
 
 import pytest
 
-from zeps.journal import Journal, JournalConfig, JournalReader
+from zeps.journal import BatchRecord, Journal, JournalConfig, JournalReader
+from zeps.protocol.batch import encode_entries
+from zeps.protocol.commands import PublishBatch
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")
@@ -35,12 +37,17 @@ def rows_from_reader(r, first=1, last=None):
             for x in r.read_from(first, end_seq=last)]
 
 
-def random_journal(path, seed=3, batches=40, cfg=None, producers=False):
+def random_journal(path, seed=3, batches=40, cfg=None, producers=False, batch_records=False,
+                   split=False):
     """Random records; with ``producers``, batches of plain records, of records with producer
-    extensions (ids of 1 to 255 bytes, pseqs up to 2^64-1) and of both."""
+    extensions (ids of 1 to 255 bytes, pseqs up to 2^64-1) and of both. With
+    ``batch_records``, runs of the messages are appended as PublishBatch (one batch record
+    each) between plain records; ``split`` appends the same messages one record each (the
+    reference). Timestamps come from a clock that steps once per append."""
     rnd = random.Random(seed)
     cfg = cfg or JournalConfig(segment_bytes=1 << 16, index_interval_bytes=512, fsync="never")
-    with Journal.open(path, cfg) as j:
+    clock = iter(range(10**18, 2 * 10**18, 1000))
+    with Journal.open(path, cfg, clock=lambda: next(clock)) as j:
         for _ in range(batches):
             items = [("é" * rnd.randint(0, 15),
                       bytes(rnd.getrandbits(8) for _ in range(rnd.choice([0, 1, 7, 100, 3000]))))
@@ -48,20 +55,37 @@ def random_journal(path, seed=3, batches=40, cfg=None, producers=False):
             share = rnd.choice([0, 0.5, 1]) if producers else 0
             prods = [(rnd.choice(["p", "ü" * 20, "x" * 255]), rnd.choice([1, 77, (1 << 64) - 1]))
                      if rnd.random() < share else None for _ in items]
+            if batch_records:
+                grouped, i = [], 0
+                while i < len(items):
+                    k = rnd.choice([1, 1, 3, 40, 150])
+                    run = items[i:i + k]
+                    grouped.append(PublishBatch(len(run), encode_entries(run))
+                                   if k > 1 and not split else run[0])
+                    if split:
+                        grouped += run[1:]
+                    i += k
+                items, prods = grouped, None
             j.append_batch(items, prods if producers else None)
 
 
-@pytest.mark.parametrize("producers", [False, True])
-def test_same_records_as_journal_reader(tmp_path, producers):
+@pytest.mark.parametrize("kind", ["plain", "producers", "batches"])
+def test_same_records_as_journal_reader(tmp_path, kind):
     """Odd sizes (empty keys and bodies, records bigger than the block), many segments, any
-    range, any block size, records with and without producer extensions: exactly the records
-    JournalReader returns."""
+    range, any block size, records with and without producer extensions, batch records mixed
+    with plain ones: exactly the records JournalReader returns (for batch records: the records
+    of a journal holding the same messages one record each)."""
     d = tmp_path / "s"
-    random_journal(d, producers=producers)
+    producers = kind == "producers"
+    random_journal(d, producers=producers, batch_records=kind == "batches")
     r = JournalReader(d)
     n = r.last_seq
     assert r.info().segments > 5
     want = rows_from_reader(r)
+    if kind == "batches":
+        assert sum(isinstance(c, BatchRecord) for c in r.read_chunks(1, n, 1 << 62)) > 20
+        random_journal(tmp_path / "ref", batch_records=True, split=True)
+        assert rows_from_reader(JournalReader(tmp_path / "ref")) == want
     firsts = r.segment_seqs()
     ranges = [(1, None), (1, n), (7, 123), (firsts[2], firsts[3] - 1), (firsts[2] - 1, firsts[2]),
               (n, None), (n, n), (n + 1, None), (0, 3)]

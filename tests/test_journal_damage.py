@@ -11,9 +11,11 @@ drifted from the other's fails here. The rules (zeps/journal/view.py):
 * in a sealed segment, a short or bad record is corruption;
 * an index is only a hint: a missing, short or wrong one changes nothing but speed.
 
-Every case runs on two journals: one of plain records, and one where most records carry a
+Every case runs on three journals: one of plain records; one where most records carry a
 producer extension (pid, pseq between the timestamp and the frame, flagged in the length's top
-bit) mixed with plain ones; in the second, the damaged record is one with an extension.
+bit) mixed with plain ones; one where most records are batch records (a DELIVER-BATCH of
+several messages under one header and CRC) mixed with plain ones. In the second and third, the
+damaged record is one with an extension / a batch record.
 """
 from __future__ import annotations
 
@@ -23,8 +25,11 @@ import shutil
 import google_crc32c
 import pytest
 
-from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader
-from zeps.journal.record import CRC_OFFSET, HEADER_SIZE, PID_LEN_OFFSET, TS_OFFSET, encode_batch
+from zeps.journal import BatchRecord, CorruptionError, Journal, JournalConfig, JournalReader
+from zeps.journal.record import (CRC_OFFSET, HEADER_SIZE, PID_LEN_OFFSET, PRODUCER_FLAG,
+                                 TS_OFFSET, encode_batch)
+from zeps.protocol.batch import DELIVER_HEAD_SIZE, encode_entries
+from zeps.protocol.commands import PublishBatch
 
 pytest.importorskip("numpy")
 pytest.importorskip("pyarrow")
@@ -39,38 +44,56 @@ def producer_of(seq):
 
 
 class Layout:
-    """The undamaged journal: its records and where each one lies. ``producers``: most records
-    carry a producer extension, and the last one does."""
+    """The undamaged journal: its messages (``recs``), its records as stored (``stored``: a
+    batch record is one) and where each stored record lies. ``kind``: "plain"; "producers"
+    (most records carry a producer extension, and the last one does); "batches" (most records
+    are batch records of 2 to 5 messages, mixed with plain ones, and the last one is one)."""
 
-    def __init__(self, path, producers=False):
+    def __init__(self, path, kind="plain"):
         self.path = str(path)
-        self.producers = producers
+        self.kind = kind
+        producers = kind == "producers"
         clock = iter(range(10**12, 10**13, 1000))
         with Journal.open(self.path, CFG, clock=lambda: next(clock)) as j:
-            self.recs = []
+            self.stored = []
             b = 0
 
             def add(items):
                 prods = [producer_of(j.next_seq + i) for i in range(len(items))]
-                self.recs.extend(j.append_batch(items, prods if producers else None))
+                self.stored.extend(j.append_batch(items, prods if producers else None))
+
+            def batch(pairs):
+                return PublishBatch(len(pairs), encode_entries(pairs))
             # about 6 segments, the last one holding at least 8 records
-            while len(self.recs) < 80 or j.next_seq - j.segment_seqs()[-1] < 8:
-                add([(f"k.{b}.{i}", bytes([b, i]) * (3 + (7 * b + i) % 29))
-                     for i in range(1 + b % 3)])
+            while len(self.stored) < 80 or len(self.segment_of(j.segment_seqs()[-1])) < 8:
+                pairs = [(f"k.{b}.{i}", bytes([b, i]) * (3 + (7 * b + i) % 29))
+                         for i in range(1 + b % 3)]
+                if kind == "batches":
+                    pairs = [batch(pairs + [("x", bytes([b]) * (b % 11))])] + (
+                        [("plain", b"p" * (b % 5))] if b % 4 == 0 else [])
+                add(pairs)
                 b += 1
-            if producers and self.recs[-1].producer is None:
+            if producers and self.stored[-1].producer is None:
                 add([("last", b"with a producer")])
+            if kind == "batches" and not isinstance(self.stored[-1], BatchRecord):
+                add([batch([("last", b"batch"), ("of", b"two")])])
+        self.recs = []
+        for r in self.stored:
+            self.recs += r.records() if isinstance(r, BatchRecord) else [r]
         if producers:
-            assert self.recs[-1].producer is not None
+            assert self.stored[-1].producer is not None
             assert sum(r.producer is None for r in self.recs) >= 10
+        if kind == "batches":
+            assert isinstance(self.stored[-1], BatchRecord)
+            assert sum(not isinstance(r, BatchRecord) for r in self.stored) >= 10
         self.logs = sorted(os.path.join(self.path, f) for f in os.listdir(self.path)
                            if f.endswith(".log"))
         self.firsts = [int(os.path.basename(p)[:-4]) for p in self.logs]
-        self.where = {}                       # seq -> (log path, byte position)
+        self.where = {}                       # first seq of a stored record -> (log, position)
         for k, log in enumerate(self.logs):
             pos = 0
-            for r in self.recs[self.firsts[k] - 1:
-                               (self.firsts[k + 1] - 1 if k + 1 < len(self.logs) else None)]:
+            for r in self.segment_of(self.firsts[k], self.firsts[k + 1]
+                                     if k + 1 < len(self.logs) else None):
                 self.where[r.sequence] = (log, pos)
                 pos += r.size
         with open(self.logs[-1][:-4] + ".index", "rb") as f:
@@ -78,26 +101,38 @@ class Layout:
         self.last_index_pos = [int.from_bytes(data[i + 8:i + 16], "big")
                                for i in range(0, len(data), 16)]
 
+    def segment_of(self, first, nxt=None):
+        """The stored records from sequence ``first`` to before ``nxt``."""
+        return [r for r in self.stored if r.sequence >= first and (nxt is None or r.sequence < nxt)]
+
+    def record(self, seq):
+        """The stored record that starts at ``seq``."""
+        return next(r for r in self.stored if r.sequence == seq)
+
     def rows(self, upto):
-        """The first ``upto`` records as (sequence, timestamp, key, body, producer, pseq)."""
+        """The first ``upto`` messages as (sequence, timestamp, key, body, producer, pseq)."""
         return [(r.sequence, r.timestamp, r.key, r.body, r.producer, r.pseq)
                 for r in self.recs[:upto]]
 
     def damaged(self, seq, step=1):
-        """The record to damage near ``seq``: in the mixed journal, the nearest one with a
-        producer extension (moving by ``step``)."""
-        while self.producers and self.recs[seq - 1].producer is None:
-            seq += step
-        return seq
+        """The stored record to damage near the one starting at ``seq``: in the mixed
+        journal, the nearest one with a producer extension, in the batch journal the nearest
+        batch record (moving by ``step`` records)."""
+        i = self.stored.index(self.record(seq))
+        while (self.kind == "producers" and self.stored[i].producer is None
+               or self.kind == "batches" and not isinstance(self.stored[i], BatchRecord)):
+            i += step
+        return self.stored[i].sequence
 
     def segment_records(self, k):
-        nxt = self.firsts[k + 1] if k + 1 < len(self.firsts) else len(self.recs) + 1
-        return list(range(self.firsts[k], nxt))
+        """First sequences of the stored records of segment ``k``."""
+        nxt = self.firsts[k + 1] if k + 1 < len(self.firsts) else None
+        return [r.sequence for r in self.segment_of(self.firsts[k], nxt)]
 
 
-@pytest.fixture(scope="module", params=["plain", "producers"])
+@pytest.fixture(scope="module", params=["plain", "producers", "batches"])
 def base(tmp_path_factory, request):
-    lay = Layout(tmp_path_factory.mktemp("journal") / "s", request.param == "producers")
+    lay = Layout(tmp_path_factory.mktemp("journal") / "s", request.param)
     assert len(lay.logs) >= 4
     last = lay.segment_records(len(lay.logs) - 1)
     assert len(last) >= 6
@@ -170,25 +205,25 @@ def test_undamaged(base, tmp_path):
 
 
 def test_torn_tail_at_every_byte_of_the_last_record(base, tmp_path):
-    last = base.recs[-1]
+    last = base.stored[-1]
     log, pos = base.where[last.sequence]
     for cut in range(pos, pos + last.size):
         d = copy(base, tmp_path, f"cut{cut}")
         os.truncate(moved(base, d, log), cut)
-        check(d, base.rows(len(base.recs) - 1), None, f"cut at byte {cut}")
+        check(d, base.rows(last.sequence - 1), None, f"cut at byte {cut}")
         shutil.rmtree(d)
 
 
 @pytest.mark.parametrize("index", ["kept", "missing"])
 def test_flipped_byte_in_the_last_record_is_a_torn_tail(base, tmp_path, index):
-    last = base.recs[-1]
+    last = base.stored[-1]
     log, pos = base.where[last.sequence]
     for off in range(pos, pos + last.size):
         d = copy(base, tmp_path, f"f{off}")
         flip(moved(base, d, log), off)
         if index == "missing":
             drop_index(d, moved(base, d, log))
-        check(d, base.rows(len(base.recs) - 1), None, f"byte {off} flipped")
+        check(d, base.rows(last.sequence - 1), None, f"byte {off} flipped")
         shutil.rmtree(d)
 
 
@@ -200,7 +235,7 @@ def test_flipped_byte_before_the_last_index_entry_of_the_last_segment(base, tmp_
     seq = base.damaged(base.segment_records(len(base.logs) - 1)[2])
     assert base.where[seq][1] < base.last_index_pos[-1]
     log, pos = base.where[seq]
-    size = base.recs[seq - 1].size
+    size = base.record(seq).size
     for off in range(pos, pos + size):
         d = copy(base, tmp_path, f"f{off}")
         flip(moved(base, d, log), off)
@@ -220,7 +255,7 @@ def test_flipped_byte_in_an_older_segment_is_corruption(base, tmp_path, which, i
     seq = {"first": in_seg[0], "middle": in_seg[len(in_seg) // 2], "last": in_seg[-1]}[which]
     seq = base.damaged(seq, -1 if which == "last" else 1)
     log, pos = base.where[seq]
-    size = base.recs[seq - 1].size
+    size = base.record(seq).size
     for off in range(pos, pos + size):
         d = copy(base, tmp_path, f"f{off}")
         flip(moved(base, d, log), off)
@@ -239,9 +274,11 @@ def test_valid_crc_with_a_wrong_sequence_or_timestamp_is_corruption(base, tmp_pa
     k = 1 if segment == "older" else len(base.logs) - 1
     in_seg = base.segment_records(k)
     seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
-    r, prev = base.recs[seq - 1], base.recs[seq - 2]
+    r, prev = base.record(seq), base.recs[seq - 2]
     log, pos = base.where[seq]
-    parts, _ = encode_batch([(r.key, r.body)], seq if lie == "timestamp" else seq - 1,
+    item = PublishBatch(r.count, r.frame[DELIVER_HEAD_SIZE:]) if isinstance(r, BatchRecord) \
+        else (r.key, r.body)
+    parts, _ = encode_batch([item], seq if lie == "timestamp" else seq - 1,
                             prev.timestamp - 1 if lie == "timestamp" else r.timestamp, 1 << 20,
                             None if r.producer is None else [(r.producer, r.pseq)])
     forged = b"".join(parts)
@@ -258,7 +295,7 @@ def test_truncated_older_segment_is_corruption(base, tmp_path):
     seq = base.segment_records(k)[-1]
     log, pos = base.where[seq]
     for cut in (pos + 1, pos + HEADER_SIZE, pos + HEADER_SIZE + 1, pos + HEADER_SIZE + 9,
-                pos + base.recs[seq - 1].size - 1):
+                pos + base.record(seq).size - 1):
         d = copy(base, tmp_path, f"cut{cut}")
         os.truncate(moved(base, d, log), cut)
         check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"cut at byte {cut}")
@@ -302,12 +339,12 @@ def _recrc(rec: bytearray) -> None:
 def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, segment, lie):
     """An extension the writer never writes (pseq 0, a producer id that is not UTF-8 or empty)
     under a matching CRC: corruption, like a wrong sequence."""
-    if not base.producers:
-        pytest.skip("the plain journal has no extension")
+    if base.kind != "producers":
+        pytest.skip("only the mixed journal has extensions")
     k = 1 if segment == "older" else len(base.logs) - 1
     in_seg = base.segment_records(k)
     seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
-    r = base.recs[seq - 1]
+    r = base.record(seq)
     log, pos = base.where[seq]
     d = copy(base, tmp_path, "forged")
     path = moved(base, d, log)
@@ -323,6 +360,46 @@ def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, s
     else:       # the record shrinks: what follows it is misaligned, the reader stops before
         del rec[pid_at:pid_at + plen]
         rec[PID_LEN_OFFSET] = 0
+    _recrc(rec)
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        f.write(rec)
+    check(d, base.rows(seq - 1), (path, pos), lie)
+
+
+@pytest.mark.parametrize("segment", ["older", "last"])
+@pytest.mark.parametrize("lie", ["producer flag", "timestamp differs", "count too large",
+                                 "count too small", "key not UTF-8"])
+def test_valid_crc_with_a_bad_batch_record_is_corruption(base, tmp_path, segment, lie):
+    """A batch record the writer never writes (flagged with a producer extension, a frame
+    timestamp other than the header's, a count its entries do not match, a key that is not
+    UTF-8) under a matching CRC: corruption."""
+    if base.kind != "batches":
+        pytest.skip("only the batch journal has batch records")
+    k = 1 if segment == "older" else len(base.logs) - 1
+    in_seg = base.segment_records(k)
+    seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
+    r = base.record(seq)
+    log, pos = base.where[seq]
+    d = copy(base, tmp_path, "forged")
+    path = moved(base, d, log)
+    with open(path, "rb") as f:
+        f.seek(pos)
+        rec = bytearray(f.read(r.size))
+    frame = HEADER_SIZE                                 # where the DELIVER-BATCH starts
+    if lie == "producer flag":      # a well-formed extension in front of the batch frame
+        ext = b"\x01p" + (1).to_bytes(8, "big")
+        rec[frame:frame] = ext
+        rec[0:4] = ((len(rec) - HEADER_SIZE - len(ext)) | PRODUCER_FLAG).to_bytes(4, "big")
+    elif lie == "timestamp differs":
+        rec[frame + 3:frame + 11] = (r.timestamp + 1).to_bytes(8, "big")
+    elif lie in ("count too large", "count too small"):
+        rec[frame + 19:frame + 23] = (r.count + (1 if lie == "count too large" else -1)
+                                      ).to_bytes(4, "big")
+    else:
+        key_at = frame + r.offsets[0] + 1
+        assert rec[key_at - 1] > 0
+        rec[key_at] = 0xFF
     _recrc(rec)
     with open(path, "r+b") as f:
         f.seek(pos)

@@ -9,7 +9,8 @@ bad record means (:mod:`.view`). Module map:
 * :mod:`.config`        - :class:`JournalConfig`
 * :mod:`.errors`        - :class:`JournalError` and subclasses
 * :mod:`.names`         - stream name <-> directory name
-* :mod:`.record`        - record format, :class:`Record`, encoding and parsing (what is valid)
+* :mod:`.record`        - record format, :class:`Record`, :class:`BatchRecord`, encoding and
+  parsing (what is valid)
 * :mod:`.index`         - sparse offset index and time index files, the entry rule
 * :mod:`.producers`     - the producer state (last pseq per producer id) and its snapshots
 * :mod:`.segment`       - one segment: file naming, block reads, lookups
@@ -71,12 +72,12 @@ from .journal import Journal
 from .names import InvalidStreamNameError, list_streams, stream_dir_name, stream_from_dir_name
 from .iterator import RecordIterator
 from .reader import JournalReader
-from .record import Record, StreamStats
+from .record import BatchRecord, Record, StreamStats
 from .settings import StreamSettings
 
 __all__ = [
     "StreamSettings",
-    "DataDir", "Journal", "JournalReader", "JournalConfig", "Record", "StreamStats",
+    "DataDir", "Journal", "JournalReader", "JournalConfig", "Record", "BatchRecord", "StreamStats",
     "RecordIterator",
     "JournalError", "JournalLockedError", "JournalFullError", "RecordTooLargeError",
     "CorruptionError", "JournalNotFoundError", "JournalClosedError", "InvalidRecordError",

@@ -48,8 +48,9 @@ import pyarrow as pa
 from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
                                 SIGNATURE)
 from .blockcrc import first_bad_crc
+from ..protocol.batch import DELIVER_BATCH_ID
 from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, LENGTH_MASK, LIMIT, PID_LEN_OFFSET,
-                     SHORT, TS_OFFSET, parse_records, record_span)
+                     SHORT, TS_OFFSET, BatchRecord, parse_records, record_span)
 from .segment import ScanResult, Segment
 from .walk import be_view, walk
 
@@ -58,6 +59,8 @@ log = logging.getLogger("zeps.journal")
 BLOCK_BYTES = 32 << 20
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
+#: the same for a DELIVER-BATCH frame (a batch record)
+_BATCH_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_BATCH_ID,)), "big")
 
 
 @dataclass
@@ -238,6 +241,10 @@ class ColumnSink:
     def full(self) -> bool:
         return False
 
+    def after(self) -> int:
+        """The sequence after the last row collected (0 if none)."""
+        return int(self.out[-1].sequence[-1]) + 1 if self.out else 0
+
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
               last_ts: Optional[int]) -> ScanResult:
         """Parse blocks from ``pos`` (record ``seq``) up to ``limit`` until a block yields
@@ -264,46 +271,122 @@ class ColumnSink:
                 h = idx.positions_between(pos, pos + len(buf))
                 if len(h):
                     hints = np.frombuffer(h, dtype=np.uint64).astype(np.int64) - pos
-            positions, _ = walk(buf, len(buf), hints)
+            positions, after = walk(buf, len(buf), hints)
             if not len(positions):
                 need = record_span(buf, 0, len(buf))
                 if not at_end and pos + need <= limit:
                     continue                          # one record longer than the block
                 return ScanResult(SHORT, pos, seq, last_ts, need)
             need = 0
-            block = _Block(buf, positions, seq, last_ts, self.verify_crc)
-            n = block.n
-            lo = int(np.searchsorted(block.seq, want_seq)) if want_seq > seq else 0
-            hi = n if last is None else int(np.searchsorted(block.seq, last, side="right"))
-            stop = hi < n                             # the records past `last` begin in here
-            why = "the block's CRC-32C check failed"    # if parse_records finds it fine
+            res, seq, last_ts, emitted = self._block(buf, positions, after, pos, seq, want_seq,
+                                                     last_ts)
+            if res is not None:
+                return res
+            pos += after
+            if emitted:
+                return ScanResult(LIMIT, pos, seq, last_ts, None)
+            # nothing wanted yet: next block
+
+    def _block(self, buf: bytes, positions: np.ndarray, after: int, pos: int, seq: int,
+               want_seq: int, last_ts: Optional[int]):
+        """Columns of the walked records of a block read at ``pos``: runs of plain records
+        checked all at once (:class:`_Block`), each batch record by :func:`parse_records` and
+        its entries sliced with numpy. Returns ``(ScanResult or None if the whole block was
+        consumed, next seq, last ts, whether rows were collected)``."""
+        last = self.last
+        batch = _batch_mask(buf, positions)
+        starts = np.flatnonzero(batch).tolist() + [len(positions)]
+        i = 0
+        emitted = False
+        for j in starts:
+            if j > i:                                 # plain records i .. j-1
+                block = _Block(buf, positions[i:j], seq, last_ts, self.verify_crc)
+                n = block.n
+                lo = int(np.searchsorted(block.seq, want_seq)) if want_seq > seq else 0
+                hi = n if last is None else int(np.searchsorted(block.seq, last, side="right"))
+                stop = hi < n                         # the records past `last` begin in here
+                why = "the block's CRC-32C check failed"    # if parse_records finds it fine
+                if lo < hi:
+                    cols, ok = block.columns(lo, hi)
+                    if ok < hi - lo:
+                        n, hi, stop = lo + ok, lo + ok, False
+                        why = "key is not valid UTF-8"
+                    if len(cols):
+                        self.out.append(cols)
+                        self.count += len(cols)
+                        emitted = True
+                k = hi if stop else n
+                if k < n:
+                    npos = int(block.pos[k])
+                elif i + n < len(positions):
+                    npos = int(positions[i + n])
+                else:
+                    npos = after
+                nseq = seq + k
+                nts = int(block.ts[k - 1]) if k else last_ts
+                if stop:
+                    return ScanResult(LIMIT, pos + npos, nseq, nts, None), nseq, nts, emitted
+                if n < j - i:                         # positions[i + n] is not a valid record
+                    return (ScanResult(BAD, pos + npos, nseq, nts,
+                                       _reason(buf, int(positions[i + n]), nseq, nts, why)),
+                            nseq, nts, emitted)
+                seq, last_ts = nseq, nts
+            if j == len(positions):
+                break
+            p = int(positions[j])                     # a batch record
+            if last is not None and seq > last:
+                return ScanResult(LIMIT, pos + p, seq, last_ts, None), seq, last_ts, emitted
+            end = int(positions[j + 1]) if j + 1 < len(positions) else after
+            got: list = []
+            status, _, _, _, info, _, _ = parse_records(buf, p, end, seq, got, last_ts=last_ts,
+                                                        chunks=True)
+            if status != END or not got or not isinstance(got[0], BatchRecord):
+                why = info if status == BAD else "not a batch record"
+                return ScanResult(BAD, pos + p, seq, last_ts, why), seq, last_ts, emitted
+            b = got[0]
+            lo = max(want_seq - seq, 0)
+            hi = b.count if last is None else min(b.count, last - seq + 1)
             if lo < hi:
-                cols, ok = block.columns(lo, hi)
-                if ok < hi - lo:
-                    n, hi, stop = lo + ok, lo + ok, False
-                    why = "key is not valid UTF-8"
-                if len(cols):
-                    self.out.append(cols)
-                    self.count += len(cols)
-            k = hi if stop else n
-            npos = pos + (int(block.pos[k]) if k < len(block.pos) else block.after())
-            nseq = seq + k
-            nts = int(block.ts[k - 1]) if k else last_ts
-            if stop:
-                return ScanResult(LIMIT, npos, nseq, nts, None)
-            if n < len(positions):                    # positions[n] is not a valid record
-                return ScanResult(BAD, npos, nseq, nts,
-                                  _reason(buf, int(positions[n]), nseq, nts, why))
-            if lo < hi:
-                return ScanResult(LIMIT, npos, nseq, nts, None)
-            pos, seq, last_ts = npos, nseq, nts       # nothing wanted yet: next block
+                self.out.append(_batch_columns(b, lo, hi))
+                self.count += hi - lo
+                emitted = True
+            if hi < b.count:                          # `last` is inside this batch
+                return ScanResult(LIMIT, pos + p, seq, last_ts, None), seq, last_ts, emitted
+            seq, last_ts = seq + b.count, b.timestamp
+            i = j + 1
+        return None, seq, last_ts, emitted
+
+
+def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:
+    """Which of the (whole) records at ``positions`` hold a DELIVER-BATCH frame (and no
+    producer extension: a flagged one is checked, and refused, as a plain record)."""
+    u32 = be_view(buf, 4)
+    word = u32[positions]
+    at = np.minimum(positions + HEADER_SIZE, len(u32) - 1)
+    return (word <= LENGTH_MASK) & ((u32[at] >> 8) == _BATCH_HEAD)
+
+
+def _batch_columns(b: BatchRecord, lo: int, hi: int) -> Columns:
+    """Columns of messages ``lo..hi-1`` of a (verified) batch record: keys and bodies sliced
+    from its frame at the entry offsets with numpy and :func:`_compact`."""
+    offs = np.asarray(b.offsets[lo:hi + 1], dtype=np.int64)
+    frame = b.frame
+    kstart = offs[:-1] + 1
+    kend = kstart + np.frombuffer(frame, dtype=np.uint8)[offs[:-1]].astype(np.int64)
+    data = pa.py_buffer(frame)
+    key = _compact(data, kstart, kend).view(pa.string())
+    body = _compact(data, kend + 4, offs[1:])
+    n = hi - lo
+    return Columns(np.arange(b.sequence + lo, b.sequence + hi, dtype=np.int64),
+                   np.full(n, b.timestamp, dtype=np.int64), key, body,
+                   pa.nulls(n, pa.string()), pa.nulls(n, pa.uint64()))
 
 
 def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str) -> str:
     """What :func:`parse_records` (the journal's one definition of a valid record) says is
     wrong with the record at ``p``; ``otherwise`` if it finds nothing (a check only this reader
     makes: UTF-8 keys, the 2^-32 case of the block CRC check)."""
-    status, _, _, _, info = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
+    status, _, _, _, info, _, _ = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
     return info if status == BAD else otherwise
 
 

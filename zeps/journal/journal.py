@@ -233,16 +233,21 @@ class Journal(StreamView):
         """Append one record (a batch of one)."""
         return self.append_batch(((key, body),))[0]
 
-    def append_batch(self, items: Sequence[Tuple[str, bytes]],
+    def append_batch(self, items: Sequence,
                      producers: Optional[Sequence[Optional[Tuple[str, int]]]] = None
-                     ) -> List[Record]:
-        """Append ``(key, body)`` pairs as consecutive records with one ``write()``; return
-        their :class:`Record` (``.frame`` is the DELIVER frame to route). ``producers``: None,
-        or a list parallel to ``items`` of None or ``(producer id, pseq)`` (1 to 255 bytes of
-        UTF-8, 1 to 2^64-1), stored in the record (inside its CRC) and reflected in
-        :meth:`producers`. All or nothing: :class:`RecordTooLargeError` /
-        :class:`KeyTooLongError` / :class:`InvalidRecordError` before writing anything,
-        :class:`JournalFullError` if the write failed (rolled back)."""
+                     ) -> List:
+        """Append ``items`` as consecutive records with one ``write()``; return a list parallel
+        to ``items``. An item is a ``(key, body)`` pair - one record, returned as a
+        :class:`Record` (``.frame`` is the DELIVER frame to route) - or a
+        :class:`~zeps.protocol.commands.PublishBatch` - one batch record holding its entries
+        verbatim under one header and CRC, taking ``count`` sequences, returned as a
+        :class:`BatchRecord` (``.frame`` is the DELIVER-BATCH frame). ``producers``: None, or a
+        list parallel to ``items`` of None or ``(producer id, pseq)`` (1 to 255 bytes of UTF-8,
+        1 to 2^64-1; None for a PublishBatch), stored in the record (inside its CRC) and
+        reflected in :meth:`producers`. All or nothing: :class:`RecordTooLargeError` (a frame,
+        a batch's whole frame included, over ``max_record_bytes``) / :class:`KeyTooLongError` /
+        :class:`InvalidRecordError` before writing anything, :class:`JournalFullError` if the
+        write failed (rolled back)."""
         self._check_open()
         if not items:
             if producers:
@@ -280,7 +285,7 @@ class Journal(StreamView):
                 idx.append(*e)
             self._last_entry_pos = last_entry
             self._write_index(seg, entries)
-        last = records[-1].sequence
+        last = records[-1].last_sequence
         with self._sync_lock:
             seg.size = pre + len(buf)
             seg.last_ts = ts

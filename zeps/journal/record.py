@@ -8,9 +8,19 @@ A record in a ``.log`` file (see docs/architecture.md, "Journal contract")::
     timestamp u64 BE   ns since the epoch, taken at append; never decreases within a stream
     extension          only if bit 31 of length is set (a record published with a producer id):
                        pid_len u8 (1..255) | pid (UTF-8) | pseq u64 BE (1..2^64-1)
-    frame     bytes    the complete ZEPS DELIVER frame:
+    frame     bytes    the complete ZEPS DELIVER frame (one message):
                        AA A5 07 | seq u64 | keylen u8 | key | bodylen u32 | body
                        (layout defined once in :mod:`zeps.protocol.deliver`)
+                       or DELIVER-BATCH frame (a batch record: ``count`` messages):
+                       AA A5 3B | timestamp u64 | seq u64 | count u32 | entries
+                       (layout defined once in :mod:`zeps.protocol.batch`)
+
+A batch record (a PUBLISH-BATCH appended as one record, read as :class:`BatchRecord`) is
+valid when it is whole, its CRC matches, the frame's timestamp equals the header's, its
+sequence is the expected one, ``count >= 1``, the entries fill the frame exactly
+(:func:`zeps.protocol.batch.walk`, keys UTF-8) and its timestamp is not below the previous
+record's. It never has the producer flag (a flagged batch record is BAD). The record after it
+has sequence ``seq + count``. Journals without batch records read exactly as before.
 
 Why the record stores its DELIVER frame verbatim: replay is the broker's hot path, and with the
 frame on disk a replayed record is sent as the exact bytes read (no decode, no re-encode, no
@@ -32,6 +42,12 @@ exactly as durable and as verified as the record: rebuilding the producer state 
 (:mod:`.producers`) can trust them. A DELIVER frame is at most 2^31-1 bytes
 (``JournalConfig.max_record_bytes``).
 
+Why a batch is one record holding its DELIVER-BATCH: appending a batch of N messages costs one
+header, one CRC over the bytes and a few Python calls whatever N is (the entries of the
+PUBLISH-BATCH are copied in verbatim), and replay can send a stored batch as it is. Index
+entries point at record starts, so a lookup for a sequence inside a batch lands at (or before)
+its record and the reader skips within it.
+
 Parsing never trusts a record it has not CRC-checked: :func:`parse_records` yields only whole,
 verified records, and reports where and why it stopped. It is the one definition of a valid
 record: the columnar reader (:mod:`.columnar`) asks it why the first record it rejects is bad.
@@ -45,6 +61,9 @@ from typing import List, Optional, Sequence, Tuple
 
 import google_crc32c
 
+from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, BadEntries,
+                              deliver_batch_head, deliver_frames, entry_body, entry_key, walk)
+from ..protocol.commands import PublishBatch
 from ..protocol.deliver import (DELIVER_ID, HEAD, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME,
                                 SIGNATURE, encode_deliver)
 from .errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
@@ -110,6 +129,11 @@ class Record:
         return b
 
     @property
+    def last_sequence(self) -> int:
+        """The sequence of the last message in this record (its own: one message)."""
+        return self.sequence
+
+    @property
     def size(self) -> int:
         """Bytes this record takes in the log (header, producer extension, frame)."""
         if self.producer is None:
@@ -144,6 +168,82 @@ class ProducerRecord(Record):
         Record.__init__(self, sequence, timestamp, frame, key, body)
         self.producer = producer
         self.pseq = pseq
+
+
+#: Bytes of an entry's smallest form (key length u8, body length u32).
+MIN_ENTRY = 5
+#: A message's DELIVER frame is its entry after this many bytes (signature, id, sequence).
+ENTRY_IN_DELIVER = KEYLEN_OFFSET
+
+
+class BatchRecord:
+    """One batch record: messages ``sequence`` .. ``last_sequence`` journalled at ``timestamp``
+    in one DELIVER-BATCH ``frame`` (exactly as stored, and as sent to a batching subscriber).
+
+    ``offsets``: where each entry starts in ``frame``, plus ``len(frame)`` (entry ``i`` is
+    ``frame[offsets[i]:offsets[i + 1]]``); computed on first use unless the parser or writer
+    already had them. Batch records never carry a producer id."""
+
+    __slots__ = ("sequence", "count", "timestamp", "frame", "_offsets", "_shift")
+    producer: Optional[str] = None
+    pseq: Optional[int] = None
+
+    def __init__(self, sequence: int, count: int, timestamp: int, frame: bytes,
+                 offsets: Optional[Sequence[int]] = None, shift: int = 0):
+        self.sequence = sequence
+        self.count = count
+        self.timestamp = timestamp
+        self.frame = frame
+        self._offsets = offsets
+        self._shift = shift      # offsets given relative to the entries: add this to each
+
+    @property
+    def offsets(self) -> Sequence[int]:
+        offs = self._offsets
+        if offs is None:
+            offs = walk(self.frame, DELIVER_HEAD_SIZE, len(self.frame), self.count, False)
+        elif self._shift:
+            d = self._shift
+            offs = [o + d for o in offs]
+        self._offsets, self._shift = offs, 0
+        return offs
+
+    @property
+    def last_sequence(self) -> int:
+        return self.sequence + self.count - 1
+
+    @property
+    def size(self) -> int:
+        """Bytes this record takes in the log (header, frame)."""
+        return HEADER_SIZE + len(self.frame)
+
+    def key(self, i: int) -> str:
+        """The key of message ``i`` (0-based) of the batch."""
+        return entry_key(self.frame, self.offsets[i])
+
+    def body(self, i: int) -> bytes:
+        """The body of message ``i`` (0-based) of the batch."""
+        return entry_body(self.frame, self.offsets[i])
+
+    def records(self, start: int = 0) -> List[Record]:
+        """Message ``start`` on as :class:`Record` objects whose ``frame`` is the DELIVER frame
+        a ZEPS/1 subscriber gets (built by :func:`zeps.protocol.batch.deliver_frames`)."""
+        seq, ts = self.sequence + start, self.timestamp
+        return [Record(seq + k, ts, f) for k, f in
+                enumerate(deliver_frames(self.frame, self.offsets, seq, start))]
+
+    def __eq__(self, other):
+        if not isinstance(other, BatchRecord):
+            return NotImplemented
+        return (self.sequence == other.sequence and self.timestamp == other.timestamp
+                and self.count == other.count and self.frame == other.frame)
+
+    def __hash__(self):
+        return hash((self.sequence, self.timestamp, self.frame))
+
+    def __repr__(self):
+        return (f"BatchRecord(sequence={self.sequence}, count={self.count}, "
+                f"timestamp={self.timestamp}, frame_bytes={len(self.frame)})")
 
 
 @dataclass(frozen=True)
@@ -194,29 +294,45 @@ def check_producers(producers, n: int) -> List[Optional[Tuple[bytes, int]]]:
     return out
 
 
-def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: int,
-                 max_record_bytes: int, producers=None) -> Tuple[List[bytes], List[Record]]:
+def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_bytes: int,
+                 producers=None) -> Tuple[List[bytes], List[Record]]:
     """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
-    header, frame..., Records). ``producers``: None or a list parallel to ``items`` of None or
-    ``(producer id, pseq)`` (checked by :func:`check_producers`); a record with one gets the
+    header, frame..., records parallel to ``items``). An item is a ``(key, body)`` pair (one
+    :class:`Record`) or a :class:`~zeps.protocol.commands.PublishBatch` (one
+    :class:`BatchRecord` holding its entries verbatim, sequences ``seq .. seq + count - 1``).
+    ``producers``: None or a list parallel to ``items`` of None or ``(producer id, pseq)``
+    (checked by :func:`check_producers`; None for a PublishBatch); a record with one gets the
     producer extension (header, extension, frame). Raises before anything is written if any
     item is invalid (all or nothing). Frames are built by
-    :func:`zeps.protocol.deliver.encode_deliver`."""
+    :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`."""
     ts_bytes = _U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
-    if first_seq + len(items) > 1 << 64:
-        raise InvalidRecordError("sequence would exceed 2^64-1")
     prods = repeat(None) if producers is None else check_producers(producers, len(items))
     parts: List[bytes] = []
-    records: List[Record] = []
+    records: List = []
     seq = first_seq
-    for item, prod in zip(items, prods):
+    for i, (item, prod) in enumerate(zip(items, prods)):
+        if isinstance(item, PublishBatch):
+            if prod is not None:
+                raise InvalidRecordError(f"producers[{i}] must be None: item {i} is a "
+                                         f"PublishBatch (a batch record carries no producer id)")
+            batch = _batch_record(item, i, seq, timestamp, max_record_bytes)
+            entries = item.entries
+            head = batch.frame
+            parts.append(pack(len(head) + len(entries),
+                              _crc_extend(_crc_extend(ts_crc, head), entries), timestamp))
+            parts.append(head)
+            parts.append(entries)
+            batch.frame = head + entries
+            records.append(batch)
+            seq += batch.count
+            continue
         try:
             key, body = item
         except (TypeError, ValueError):
-            raise InvalidRecordError(f"batch item {seq - first_seq} must be a (key, body) pair, "
-                                     f"not {item!r:.60}") from None
+            raise InvalidRecordError(f"batch item {i} must be a (key, body) pair or a "
+                                     f"PublishBatch, not {item!r:.60}") from None
         if not isinstance(key, str):
             raise InvalidRecordError(f"key must be str, not {type(key).__name__}")
         if not isinstance(body, bytes):
@@ -231,7 +347,7 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
         flen = MIN_FRAME + len(kb) + len(body)
         if flen > max_record_bytes:
             raise RecordTooLargeError(
-                f"record {seq - first_seq} of the batch has a {flen}-byte frame, over "
+                f"record {i} of the batch has a {flen}-byte frame, over "
                 f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
         frame = encode_deliver(seq, kb, body)
         if prod is None:
@@ -248,7 +364,39 @@ def encode_batch(items: Sequence[Tuple[str, bytes]], first_seq: int, timestamp: 
             records.append(ProducerRecord(seq, timestamp, frame, key, body, pb.decode("utf-8"),
                                           pseq))
         seq += 1
+    if seq > 1 << 64:
+        raise InvalidRecordError("sequence would exceed 2^64-1")
     return parts, records
+
+
+def _batch_record(item, i: int, seq: int, timestamp: int, max_record_bytes: int) -> BatchRecord:
+    """The :class:`BatchRecord` for PublishBatch ``item`` (item ``i`` of an append) at ``seq``,
+    its ``frame`` holding only the DELIVER-BATCH head (the caller appends the entries).
+    Checks the count, the entries (walked unless the codec's ``offsets`` are given) and the
+    size."""
+    count, entries = item.count, item.entries
+    if not isinstance(entries, bytes):
+        raise InvalidRecordError(f"item {i}: PublishBatch entries must be bytes, not "
+                                 f"{type(entries).__name__}")
+    if not isinstance(count, int) or not 1 <= count <= len(entries) // MIN_ENTRY:
+        raise InvalidRecordError(f"item {i}: PublishBatch count {count!r:.20} does not fit "
+                                 f"its {len(entries)} bytes of entries")
+    flen = DELIVER_HEAD_SIZE + len(entries)
+    if flen > max_record_bytes:
+        raise RecordTooLargeError(
+            f"item {i} of the batch (a PublishBatch of {count} messages) has a {flen}-byte "
+            f"frame, over max_record_bytes={max_record_bytes}; nothing of the batch was appended")
+    offsets = item.offsets
+    if not offsets:
+        try:
+            offsets = walk(entries, 0, len(entries), count)
+        except BadEntries as e:
+            raise InvalidRecordError(f"item {i}: PublishBatch entries: {e}") from None
+    elif len(offsets) != count + 1 or offsets[-1] != len(entries):
+        raise InvalidRecordError(f"item {i}: PublishBatch offsets do not match its count and "
+                                 f"entries")
+    return BatchRecord(seq, count, timestamp, deliver_batch_head(timestamp, seq, count),
+                       offsets, DELIVER_HEAD_SIZE)
 
 
 def record_span(buf, pos: int, end: int) -> int:
@@ -267,28 +415,36 @@ def record_span(buf, pos: int, end: int) -> int:
 def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional[list],
                   max_records: int = 1 << 62, max_bytes: int = 1 << 62,
                   want_seq: int = 0, stop_ts: Optional[int] = None, n: int = 0, nbytes: int = 0,
-                  last_ts: Optional[int] = None):
+                  last_ts: Optional[int] = None, chunks: bool = False):
     """Parse the records in ``buf[pos:end]`` whose first sequence must be ``expect_seq``.
 
-    Whole, CRC-verified records with ``sequence >= want_seq`` are appended to ``out`` as
-    :class:`Record` (records below ``want_seq`` are verified and skipped). If ``out`` is None
-    nothing is built (scan/recovery mode). Stops after ``max_records`` emitted records, before a
-    record that would take the emitted frame bytes over ``max_bytes`` (the first one is always
-    emitted; ``n``/``nbytes`` count what earlier calls of the same read already emitted), at
-    ``end``, at an incomplete record or at a bad one. If ``stop_ts`` is given, stops
-    (LIMIT) before the first record with ``timestamp >= stop_ts``. ``last_ts``: the timestamp
-    of the record before ``pos`` if the caller read it (a timestamp below it is BAD).
+    Whole, CRC-verified messages with ``sequence >= want_seq`` are appended to ``out`` as
+    :class:`Record` (a batch record expands into one per message; messages below
+    ``want_seq`` are verified and skipped). With ``chunks`` a batch record holding any message
+    at or above ``want_seq`` is appended whole as one :class:`BatchRecord` instead (it may
+    start below ``want_seq``). If ``out`` is None nothing is built (scan/recovery mode).
 
-    A record is valid when it is whole, its length is at least a minimal DELIVER frame, its
-    CRC-32C matches, its frame is a DELIVER whose key and body lengths add up to the length, its
-    sequence is the expected one and its timestamp is not below the previous record's; a
-    producer extension, if flagged, must hold a 1..255-byte UTF-8 producer id and a non-zero
-    pseq.
+    Limits count messages (at or above ``want_seq``) and frame bytes (a DELIVER frame per
+    message; with ``chunks``, a batch record's whole frame): stops once ``max_records``
+    messages were emitted, and before the message (chunk) that would take them over
+    ``max_records`` / ``max_bytes`` unless nothing was emitted yet (``n``/``nbytes`` count
+    what earlier calls of the same read already emitted); at ``end``, at an incomplete
+    record or at a bad one. A read that stops inside a batch record reports the position of
+    that record (the caller resumes there with ``want_seq`` past what it got). If ``stop_ts``
+    is given, stops (LIMIT) before the first record with ``timestamp >= stop_ts``.
+    ``last_ts``: the timestamp of the record before ``pos`` if the caller read it (a
+    timestamp below it is BAD).
 
-    Returns ``(status, pos, expect_seq, last_ts, info)``: ``pos``/``expect_seq`` are those of
-    the first record not consumed, ``last_ts`` the timestamp of the last consumed record (the
-    one given if none was), ``info`` is the number of bytes needed for SHORT, the reason text
-    for BAD.
+    A plain record is valid when it is whole, its length is at least a minimal DELIVER frame,
+    its CRC-32C matches, its frame is a DELIVER whose key and body lengths add up to the
+    length, its sequence is the expected one and its timestamp is not below the previous
+    record's; a producer extension, if flagged, must hold a 1..255-byte UTF-8 producer id and
+    a non-zero pseq. A batch record's rules are in the module's docstring.
+
+    Returns ``(status, pos, expect_seq, last_ts, info, n, nbytes)``: ``pos``/``expect_seq`` are
+    those of the first record not consumed, ``last_ts`` the timestamp of the last consumed
+    record (the one given if none was), ``info`` is the number of bytes needed for SHORT, the
+    reason text for BAD; ``n``/``nbytes`` the totals emitted so far.
     """
     unpack_hdr = HEADER.unpack_from
     unpack_head = HEAD.unpack_from
@@ -300,47 +456,84 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         avail = end - pos
         if avail < HEADER_SIZE:
             if avail == 0:
-                return END, pos, expect_seq, last_ts, None
-            return SHORT, pos, expect_seq, last_ts, HEADER_SIZE
+                return END, pos, expect_seq, last_ts, None, n, nbytes
+            return SHORT, pos, expect_seq, last_ts, HEADER_SIZE, n, nbytes
         length, crc, ts = unpack_hdr(buf, pos)
         if length < MIN_FRAME:
-            return BAD, pos, expect_seq, last_ts, f"record length {length} is below the minimum"
+            return BAD, pos, expect_seq, last_ts, f"record length {length} is below the minimum", \
+                n, nbytes
         if length <= avail - HEADER_SIZE and length <= LENGTH_MASK:
             fstart = pos + HEADER_SIZE
             producer = None
         elif length <= LENGTH_MASK:
-            return SHORT, pos, expect_seq, last_ts, HEADER_SIZE + length
+            return SHORT, pos, expect_seq, last_ts, HEADER_SIZE + length, n, nbytes
         else:
             ext = _extension(buf, pos, end, length)
             if len(ext) == 2:
-                return ext[0], pos, expect_seq, last_ts, ext[1]
+                return ext[0], pos, expect_seq, last_ts, ext[1], n, nbytes
             fstart, length, producer, pseq = ext
         fend = fstart + length
         frame = buf[fstart:fend]
         if crc_extend(crc_value(buf[pos + TS_OFFSET:fstart]), frame) != crc:
-            return BAD, pos, expect_seq, last_ts, "CRC-32C mismatch"
+            return BAD, pos, expect_seq, last_ts, "CRC-32C mismatch", n, nbytes
         sig, cid, seq, klen = unpack_head(frame, 0)
+        if sig == SIGNATURE and cid == DELIVER_BATCH_ID:
+            batch = _check_batch(frame, ts, expect_seq, producer is not None)
+            if isinstance(batch, str):
+                return BAD, pos, expect_seq, last_ts, batch, n, nbytes
+            if last_ts is not None and ts < last_ts:
+                return BAD, pos, expect_seq, last_ts, "timestamp goes backwards", n, nbytes
+            if stop_ts is not None and ts >= stop_ts:
+                return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
+            seq, count, offsets = batch
+            if append is not None and seq + count > want_seq:
+                skip = want_seq - seq if want_seq > seq else 0
+                if chunks:
+                    if n and (n + count - skip > max_records or nbytes + length > max_bytes):
+                        return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
+                    append(BatchRecord(seq, count, ts, frame, offsets))
+                    n += count - skip
+                    nbytes += length
+                else:
+                    j, n, nbytes = _fit(offsets, skip, n, nbytes, max_records, max_bytes)
+                    if j > skip:
+                        s0 = seq + skip
+                        out.extend([Record(s0 + k, ts, f) for k, f in
+                                    enumerate(deliver_frames(frame, offsets, s0, skip, j))])
+                    if j < count:       # stopped inside the batch: resume at its start
+                        return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
+                last_ts = ts
+                pos = fend
+                expect_seq = seq + count
+                if n >= max_records or nbytes >= max_bytes:
+                    return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
+            else:
+                last_ts = ts
+                pos = fend
+                expect_seq = seq + count
+            continue
         if sig != SIGNATURE or cid != DELIVER_ID:
-            return BAD, pos, expect_seq, last_ts, "not a DELIVER frame"
+            return BAD, pos, expect_seq, last_ts, "not a DELIVER frame", n, nbytes
         if (MIN_FRAME + klen > length
                 or MIN_FRAME + klen + unpack_u32(frame, KEY_OFFSET + klen)[0] != length):
-            return BAD, pos, expect_seq, last_ts, "frame lengths do not add up"
+            return BAD, pos, expect_seq, last_ts, "frame lengths do not add up", n, nbytes
         if producer is not None:
             if pseq == 0:
-                return BAD, pos, expect_seq, last_ts, "producer sequence 0"
+                return BAD, pos, expect_seq, last_ts, "producer sequence 0", n, nbytes
             try:
                 producer = producer.decode("utf-8")
             except UnicodeDecodeError:
-                return BAD, pos, expect_seq, last_ts, "producer id is not valid UTF-8"
+                return BAD, pos, expect_seq, last_ts, "producer id is not valid UTF-8", n, nbytes
         if seq != expect_seq:
-            return BAD, pos, expect_seq, last_ts, f"sequence {seq} where {expect_seq} was expected"
+            return BAD, pos, expect_seq, last_ts, \
+                f"sequence {seq} where {expect_seq} was expected", n, nbytes
         if last_ts is not None and ts < last_ts:
-            return BAD, pos, expect_seq, last_ts, "timestamp goes backwards"
+            return BAD, pos, expect_seq, last_ts, "timestamp goes backwards", n, nbytes
         if stop_ts is not None and ts >= stop_ts:
-            return LIMIT, pos, expect_seq, last_ts, None
+            return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
         if seq >= want_seq and append is not None:
             if n and nbytes + length > max_bytes:
-                return LIMIT, pos, expect_seq, last_ts, None
+                return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
             append(Record(seq, ts, frame) if producer is None else
                    ProducerRecord(seq, ts, frame, None, None, producer, pseq))
             n += 1
@@ -349,11 +542,50 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             pos = fend
             expect_seq = seq + 1
             if n >= max_records or nbytes >= max_bytes:
-                return LIMIT, pos, expect_seq, last_ts, None
+                return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
         else:
             last_ts = ts
             pos = fend
             expect_seq = seq + 1
+
+
+def _check_batch(frame: bytes, ts: int, expect_seq: int, flagged: bool):
+    """``(sequence, count, entry offsets into frame)`` of a CRC-checked DELIVER-BATCH frame
+    stored with header timestamp ``ts``, or the reason it is not a valid batch record."""
+    if flagged:
+        return "a batch record has the producer flag"
+    length = len(frame)
+    if length < DELIVER_HEAD_SIZE + MIN_ENTRY:
+        return f"batch record length {length} is below the minimum"
+    _, _, bts, seq, count = DELIVER_HEAD.unpack_from(frame, 0)
+    if bts != ts:
+        return "batch timestamp differs from the record's"
+    if seq != expect_seq:
+        return f"sequence {seq} where {expect_seq} was expected"
+    if count > (length - DELIVER_HEAD_SIZE) // MIN_ENTRY:
+        return f"batch count {count} does not fit its {length} bytes"
+    try:
+        return seq, count, walk(frame, DELIVER_HEAD_SIZE, length, count)
+    except BadEntries as e:
+        return f"batch entries: {e}"
+
+
+def _fit(offsets: Sequence[int], i: int, n: int, nbytes: int, max_records: int,
+         max_bytes: int) -> Tuple[int, int, int]:
+    """How far from entry ``i`` a read may take a batch's messages (as DELIVER frames) within
+    the limits, ``n``/``nbytes`` already emitted: ``(j, n, nbytes)`` after taking ``i..j-1``."""
+    last = len(offsets) - 1
+    j = i
+    while j < last:
+        flen = offsets[j + 1] - offsets[j] + ENTRY_IN_DELIVER
+        if n and nbytes + flen > max_bytes:
+            break
+        n += 1
+        nbytes += flen
+        j += 1
+        if n >= max_records or nbytes >= max_bytes:
+            break
+    return j, n, nbytes
 
 
 def _extension(buf, pos: int, end: int, length: int):

@@ -39,12 +39,14 @@ MAX_BACKOFF = 4
 def scan_entries(seg: Segment, pos: int, seq: int, limit: int, interval: int,
                  last_entry_pos: int, need_first: bool):
     """Verify records from ``pos`` to ``limit`` and compute the index entries they need
-    (same rule as the writer). Returns (ScanResult, [(seq, pos, ts)])."""
+    (same rule as the writer: over records, a batch record being one). Returns
+    (ScanResult, [(seq, pos, ts)])."""
     entries = []
     last_ts = None
     while True:
         out: List[Record] = []
-        res = seg.parse(pos, seq, limit, out, max_records=8192, last_ts=last_ts)
+        res = seg.parse(pos, seq, limit, out, max_records=8192, last_ts=last_ts,
+                        chunks=True)
         new, last_entry_pos = entries_for(out, pos, last_entry_pos, interval, need_first)
         if new:
             entries += new

@@ -72,12 +72,14 @@ def check_dir(path: str) -> None:
 class ScanResult:
     """Where a scan stopped: ``status`` (END/LIMIT/SHORT/BAD from :mod:`.record`), ``pos`` and
     ``seq`` of the first record not consumed, ``last_ts`` of the last consumed one (or of the
-    record before the scan, or None), ``info`` (bytes needed for SHORT, reason for BAD)."""
+    record before the scan, or None), ``info`` (bytes needed for SHORT, reason for BAD);
+    ``n``/``nbytes``: messages and frame bytes the read emitted in all (limits' counts)."""
 
-    __slots__ = ("status", "pos", "seq", "last_ts", "info")
+    __slots__ = ("status", "pos", "seq", "last_ts", "info", "n", "nbytes")
 
-    def __init__(self, status, pos, seq, last_ts, info):
+    def __init__(self, status, pos, seq, last_ts, info, n=0, nbytes=0):
         self.status, self.pos, self.seq, self.last_ts, self.info = status, pos, seq, last_ts, info
+        self.n, self.nbytes = n, nbytes
 
     def describe(self) -> str:
         if self.status == SHORT:
@@ -175,43 +177,39 @@ class Segment:
     def parse(self, pos: int, seq: int, limit: int, out: Optional[list] = None,
               max_records: int = 1 << 62, max_bytes: int = 1 << 62, want_seq: int = 0,
               stop_ts: Optional[int] = None, block: int = BLOCK, n0: int = 0,
-              nbytes0: int = 0, last_ts: Optional[int] = None) -> ScanResult:
+              nbytes0: int = 0, last_ts: Optional[int] = None,
+              chunks: bool = False) -> ScanResult:
         """Parse records from byte ``pos`` (whose record must be ``seq``) up to ``limit``, one
         ``os.pread`` per block (a record longer than the block gets a read of its size).
-        ``n0``/``nbytes0``: records/frame bytes the same read already emitted (limits are
-        totals); ``last_ts``: timestamp of the record before ``pos``, if the read saw it."""
+        ``n0``/``nbytes0``: messages/frame bytes the same read already emitted (limits are
+        totals); ``last_ts``: timestamp of the record before ``pos``, if the read saw it;
+        ``chunks``: batch records are emitted whole (see
+        :func:`~zeps.journal.record.parse_records`)."""
         n = n0
         nbytes = nbytes0
         fd = self.fd
         while True:
             if pos >= limit:
-                return ScanResult(END, pos, seq, last_ts, None)
+                return ScanResult(END, pos, seq, last_ts, None, n, nbytes)
             want = min(limit - pos, block)
             buf = os.pread(fd, want, pos)
             end = len(buf)
-            if out is not None:
-                before = len(out)
-            status, npos, seq, last_ts, info = parse_records(
+            status, npos, seq, last_ts, info, n, nbytes = parse_records(
                 buf, 0, end, seq, out, max_records, max_bytes, want_seq, stop_ts, n, nbytes,
-                last_ts)
-            if out is not None and len(out) > before:
-                new = out[before:]
-                n += len(new)
-                for r in new:
-                    nbytes += len(r.frame)
+                last_ts, chunks)
             pos += npos
             if status == END:
                 if end < want:                 # the file is shorter than limit said
                     return ScanResult(SHORT if pos < limit else END, pos, seq, last_ts,
-                                      HEADER_SIZE)
+                                      HEADER_SIZE, n, nbytes)
                 continue
             if status == SHORT:
                 if pos + info <= limit and end == want:
                     if info > block:
                         block = info
                     continue
-                return ScanResult(SHORT, pos, seq, last_ts, info)
-            return ScanResult(status, pos, seq, last_ts, info)
+                return ScanResult(SHORT, pos, seq, last_ts, info, n, nbytes)
+            return ScanResult(status, pos, seq, last_ts, info, n, nbytes)
 
     def read_first_ts(self) -> Optional[int]:
         """Timestamp of the first record (cached), None if the segment is empty/unreadable."""

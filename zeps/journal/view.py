@@ -48,33 +48,42 @@ _MAX_BLOCK = 4 << 20
 
 class Cursor:
     """Where a read stopped: the next record is ``seq`` at byte ``pos`` of ``seg``; ``ts`` is
-    the timestamp of the record before it (None if unknown)."""
+    the timestamp of the record before it (None if unknown); ``want``: the sequence the next
+    read continues from (above ``seq`` when the read stopped inside a batch record)."""
 
-    __slots__ = ("seg", "pos", "seq", "ts")
+    __slots__ = ("seg", "pos", "seq", "ts", "want")
 
-    def __init__(self, seg: Segment, pos: int, seq: int, ts: Optional[int]):
-        self.seg, self.pos, self.seq, self.ts = seg, pos, seq, ts
+    def __init__(self, seg: Segment, pos: int, seq: int, ts: Optional[int], want: int):
+        self.seg, self.pos, self.seq, self.ts, self.want = seg, pos, seq, ts, max(seq, want)
 
 
 class RecordSink:
-    """Collects :class:`Record` objects: up to ``max_records``, stopping before the record that
-    would take the frame bytes over ``max_bytes`` (at least one record)."""
+    """Collects :class:`Record` objects (or, with ``chunks``, records as stored: a batch record
+    as one :class:`BatchRecord`): up to ``max_records`` messages, stopping before the message
+    (chunk) that would take the frame bytes over ``max_bytes`` (at least one)."""
 
-    __slots__ = ("view", "out", "max_records", "max_bytes", "nbytes")
+    __slots__ = ("view", "out", "max_records", "max_bytes", "n", "nbytes", "chunks")
 
-    def __init__(self, view: "StreamView", max_records: int, max_bytes: int):
+    def __init__(self, view: "StreamView", max_records: int, max_bytes: int,
+                 chunks: bool = False):
         self.view = view
-        self.out: List[Record] = []
+        self.out: List = []
         self.max_records = max_records
         self.max_bytes = max_bytes
+        self.n = 0
         self.nbytes = 0
+        self.chunks = chunks
 
     @property
     def count(self) -> int:
         return len(self.out)
 
     def full(self) -> bool:
-        return len(self.out) >= self.max_records
+        return self.n >= self.max_records
+
+    def after(self) -> int:
+        """The sequence after the last message collected (0 if none)."""
+        return self.out[-1].last_sequence + 1 if self.out else 0
 
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
               last_ts: Optional[int]) -> ScanResult:
@@ -83,15 +92,16 @@ class RecordSink:
         out = self.out
         view = self.view
         before = len(out)
-        want = min(self.max_bytes - self.nbytes, (self.max_records - before) * view._avg_record)
+        n0 = self.n
+        want = min(self.max_bytes - self.nbytes, (self.max_records - n0) * view._avg_record)
         block = int(min(_MAX_BLOCK, max(16384, want * 1.25 + view._interval + 4096)))
         res = seg.parse(pos, seq, limit, out, self.max_records, self.max_bytes, want_seq, None,
-                        block, before, self.nbytes, last_ts)
-        if len(out) > before:
-            got = out[before:]
-            b = sum(len(r.frame) for r in got)
-            self.nbytes += b
-            view._avg_record = 0.8 * view._avg_record + 0.2 * (b / len(got) + HEADER_SIZE)
+                        block, n0, self.nbytes, last_ts, self.chunks)
+        got = res.n - n0
+        if got:
+            stored = res.nbytes - self.nbytes + HEADER_SIZE * (len(out) - before)
+            view._avg_record = 0.8 * view._avg_record + 0.2 * stored / got
+        self.n, self.nbytes = res.n, res.nbytes
         return res
 
 
@@ -173,6 +183,18 @@ class StreamView:
         records in between."""
         self._check_open()
         return self._read_records(seq, max_records, max_bytes, None)[0]
+
+    def read_chunks(self, seq: int, max_records: int = 1000,
+                    max_bytes: int = 1 << 20) -> List:
+        """Records as stored from ``max(seq, first_seq)``: a :class:`Record` per plain record,
+        a :class:`BatchRecord` per batch record, never expanded (the first may be a batch
+        starting below ``seq``: its messages below ``seq`` are the caller's to skip). The
+        same limits as :meth:`read_batch`, counted in messages (at or above ``seq``) and
+        frame bytes (a batch's whole frame); at least one chunk is returned if there is one.
+        Returns [] at the end."""
+        self._check_open()
+        return self._read(seq, lambda: RecordSink(self, max_records, max_bytes, True),
+                          None)[0].out
 
     def read_from(self, seq: int, end_seq: Optional[int] = None, follow: bool = False,
                   poll_interval: float = 0.05, stop: Optional[Callable[[], bool]] = None,
@@ -293,7 +315,7 @@ class StreamView:
             return cursor
         if seq < 1:
             seq = 1
-        if cursor is not None and cursor.seq == seq:
+        if cursor is not None and cursor.want == seq:
             seg, pos, s, ts = cursor.seg, cursor.pos, cursor.seq, cursor.ts
             self._prepare(seg)            # it may have been evicted from the LRU since
             from_index = False
@@ -317,7 +339,7 @@ class StreamView:
             res = sink.parse(seg, pos, s, limit, seq, ts)
             pos, s, ts = res.pos, res.seq, res.last_ts
             if res.status == LIMIT:
-                return Cursor(seg, pos, s, ts)
+                return Cursor(seg, pos, s, ts, max(seq, sink.after()))
             if res.status == BAD:
                 if from_index and pos == start_pos and not rebuilt and seg.sealed:
                     # the index entry pointed at a wrong record: rebuild it and retry once
@@ -330,12 +352,12 @@ class StreamView:
                     continue
                 if sink.count or self._soft_bad(seg, pos):
                     # records before a bad one are returned; the next read raises
-                    return Cursor(seg, pos, s, ts)
+                    return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                 raise self._corrupt(seg, pos, res.describe())
             # END or SHORT at the limit
             if seg.bad_pos is not None and pos >= seg.bad_pos:
                 if sink.count:
-                    return Cursor(seg, pos, s, ts)
+                    return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                 raise self._corrupt(seg, seg.bad_pos, seg.bad_reason or "bad record")
             nxt = self._next_segment(seg)
             if nxt is None:
@@ -345,15 +367,15 @@ class StreamView:
                     if seg.limit() > limit:
                         continue    # the read raced the writer: the record is whole now
                     if sink.count:
-                        return Cursor(seg, pos, s, ts)
+                        return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                     raise self._corrupt(seg, pos, res.describe())
-                return Cursor(seg, pos, s, ts)
+                return Cursor(seg, pos, s, ts, max(seq, sink.after()))
             if res.status == SHORT:
                 # re-check: a reader may have seen the segment before it was finished
                 if seg.limit() > limit:
                     continue
                 if sink.count:
-                    return Cursor(seg, pos, s, ts)
+                    return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                 raise self._corrupt(seg, pos, res.describe())
             if nxt.first_seq != s:
                 if not relisted:
@@ -372,7 +394,7 @@ class StreamView:
                     seq = max(seq, s)
                 else:
                     if sink.count:
-                        return Cursor(seg, pos, s, ts)
+                        return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                     raise CorruptionError(
                         f"journal {self._dir}: segment {seg.log_path} ends before sequence {s} "
                         f"but the next segment {nxt.log_path} starts at {nxt.first_seq}",
@@ -382,7 +404,7 @@ class StreamView:
             pos = 0
             from_index = False
             if sink.full():
-                return Cursor(seg, pos, s, ts)
+                return Cursor(seg, pos, s, ts, max(seq, sink.after()))
 
     # ------------------------------------------------------------------ lookups
 

@@ -35,9 +35,10 @@ DRAIN_LIMIT = 20000
 #: faster than the broker finds the socket busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
 #: queue (8 made the client pay for ZeroMQ's flow-control wake-ups: measured slower than 64,
-#: which batches most of a tight loop; 1000 batches little). Set before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a
-#: mark lowered later leaves the writer waiting for a wake-up that never comes. Raised to
-#: ZeroMQ's default (1000) when the broker does not batch (raising is safe).
+#: which batches most of a tight loop; 1000 batches little). Set before connecting: ZeroMQ
+#: sizes a pipe's low-water mark when it creates it, and a mark lowered later leaves the writer
+#: waiting for a wake-up that never comes. Raised to ZeroMQ's default (1000) when the broker
+#: does not batch (raising is safe).
 BATCH_SNDHWM = 64
 PLAIN_SNDHWM = 1000
 

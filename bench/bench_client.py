@@ -5,7 +5,9 @@
 * publish + confirms: the same with ``confirms=True`` and ``wait_for_confirms()`` at the end;
 * subscribe (replay): ``for msg in sub`` over the whole stream vs. a bare DEALER that SUBSCRIBEs,
   grants the credit of the whole stream at once and decodes every DELIVER with the codec;
-* the same three with the asyncio client (``AsyncClient``: ``await publish``, ``async for``).
+* the same three with the asyncio client (``AsyncClient``: ``await publish``, ``async for``);
+* each SDK row also with ``batching=False`` (plain PUBLISH / DELIVER, as before batches), in the
+  same run against the same broker.
 
     python -m bench.bench_client [--n 100000] [--size 100]
 """
@@ -61,9 +63,9 @@ def bare_subscribe(ep, stream, n, body):
     return dt
 
 
-def sdk_publish(ep, stream, n, body, confirms):
+def sdk_publish(ep, stream, n, body, confirms, batching=True):
     t = time.perf_counter()
-    with Client(ep, stream, confirms=confirms) as cl:
+    with Client(ep, stream, confirms=confirms, batching=batching) as cl:
         for _ in range(n):
             cl.publish("k", body)
         if confirms:
@@ -71,8 +73,8 @@ def sdk_publish(ep, stream, n, body, confirms):
     return time.perf_counter() - t
 
 
-def sdk_subscribe(ep, stream, n):
-    with Client(ep, stream) as cl:
+def sdk_subscribe(ep, stream, n, batching=True):
+    with Client(ep, stream, batching=batching) as cl:
         t = time.perf_counter()
         sub = cl.subscribe()
         for i, _ in enumerate(sub, 1):
@@ -81,9 +83,9 @@ def sdk_subscribe(ep, stream, n):
         return time.perf_counter() - t
 
 
-async def _aio_publish(ep, stream, n, body, confirms):
+async def _aio_publish(ep, stream, n, body, confirms, batching=True):
     t = time.perf_counter()
-    async with AsyncClient(ep, stream, confirms=confirms) as cl:
+    async with AsyncClient(ep, stream, confirms=confirms, batching=batching) as cl:
         for _ in range(n):
             await cl.publish("k", body)
         if confirms:
@@ -91,8 +93,8 @@ async def _aio_publish(ep, stream, n, body, confirms):
     return time.perf_counter() - t
 
 
-async def _aio_subscribe(ep, stream, n):
-    async with AsyncClient(ep, stream) as cl:
+async def _aio_subscribe(ep, stream, n, batching=True):
+    async with AsyncClient(ep, stream, batching=batching) as cl:
         t = time.perf_counter()
         i = 0
         async for _ in cl.subscribe():
@@ -102,12 +104,12 @@ async def _aio_subscribe(ep, stream, n):
         return time.perf_counter() - t
 
 
-def aio_publish(ep, stream, n, body, confirms):
-    return asyncio.run(_aio_publish(ep, stream, n, body, confirms))
+def aio_publish(ep, stream, n, body, confirms, batching=True):
+    return asyncio.run(_aio_publish(ep, stream, n, body, confirms, batching))
 
 
-def aio_subscribe(ep, stream, n):
-    return asyncio.run(_aio_subscribe(ep, stream, n))
+def aio_subscribe(ep, stream, n, batching=True):
+    return asyncio.run(_aio_subscribe(ep, stream, n, batching))
 
 
 def main() -> None:
@@ -129,13 +131,19 @@ def main() -> None:
                 ("asyncio publish", aio_publish(ep, "aio", n, body, False)),
                 ("asyncio publish + confirms", aio_publish(ep, "aioc", n, body, True)),
                 ("asyncio subscribe replay", aio_subscribe(ep, "aio", n)),
+                ("SDK publish, no batching", sdk_publish(ep, "sdk1", n, body, False, False)),
+                ("SDK publish + confirms, no b.", sdk_publish(ep, "sdkc1", n, body, True, False)),
+                ("SDK replay, no batching", sdk_subscribe(ep, "sdk1", n, False)),
+                ("asyncio publish, no batching", aio_publish(ep, "aio1", n, body, False, False)),
+                ("asyncio pub + confirms, no b.", aio_publish(ep, "aioc1", n, body, True, False)),
+                ("asyncio replay, no batching", aio_subscribe(ep, "aio1", n, False)),
             ]
         finally:
             proc.terminate()
             proc.wait()
     print(f"{n} messages of {args.size} bytes")
     for name, dt in rows:
-        print(f"  {name:<27} {n / dt:>10,.0f} msg/s  ({dt:.2f} s)")
+        print(f"  {name:<30} {n / dt:>10,.0f} msg/s  ({dt:.2f} s)")
 
 
 if __name__ == "__main__":

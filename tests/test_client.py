@@ -55,8 +55,12 @@ def test_round_trip(broker):
     journal = JournalReader(broker.data_dir / stream_dir_name("orders"))
     assert [m.timestamp for m in msgs] == [r.timestamp for r in journal.read_from(1)]
     assert msgs[0].timestamp > 0
-    with Client(broker.endpoint, "orders", timestamps=False, **FAST) as c:   # plain ZEPS/1 DELIVER
+    with Client(broker.endpoint, "orders", timestamps=False, batching=False,
+                **FAST) as c:                                        # plain ZEPS/1 DELIVER
         assert all(m.timestamp is None for m in drain(c.subscribe(), 100))
+    with Client(broker.endpoint, "orders", timestamps=False, **FAST) as c:
+        # DELIVER-BATCH always carries the journal's time
+        assert [m.timestamp for m in drain(c.subscribe(), 100)] == [m.timestamp for m in msgs]
 
 
 def test_subscribe_before_publish_gets_live_messages(broker):

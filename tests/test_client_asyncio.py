@@ -15,6 +15,7 @@ from zeps.clients import (AsyncClient, AsyncReceipt, Client, ClientClosed, Inval
                           ZepsError, ZepsTimeout)
 from zeps.clients.aio import list_streams
 from zeps.protocol import commands as c
+from zeps.protocol.batch import encode_entries
 from zeps.protocol.codec import decode, encode
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 
@@ -341,6 +342,10 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             await answer(ident, c.AttachOk())
             await expect(c.Limits)
             await answer(ident, c.Invalid("unknown command 44"))   # a broker without LIMITS
+            await expect(c.BatchSelect)
+            await answer(ident, c.Invalid("unknown command 56"))   # ... nor batches
+            await expect(c.StreamDescribe)
+            await answer(ident, c.Invalid("unknown command 54"))
             await connecting
             subscribing = asyncio.ensure_future(client.subscribe(""))
             _, cmd = await expect(c.Subscribe)
@@ -358,12 +363,17 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             await answer(again, c.AttachOk())
             await expect(c.Limits)
             await answer(again, c.LimitsOk(100, 1 << 20))           # a broker with LIMITS
+            await expect(c.BatchSelect)
+            await answer(again, c.BatchSelectOk(1 << 20))          # and batches
+            await expect(c.StreamDescribe)
+            await answer(again, c.StreamDescribeOk(1, 2, 0, 0, 0, 0, 0, 0, 0))
             _, cmd = await expect(c.Subscribe)
             assert (cmd.pattern, cmd.latest) == ("", 2)       # resumes after the last handed
             await answer(again, c.SubscribeOk())
             await expect(c.Credit)
-            await answer(again, c.Deliver(3, "k", b"3"))
-            assert (await sub.next(10)).sequence == 3
+            await answer(again, c.DeliverBatch(7, 3, 2, encode_entries([("k", b"3"), ("k", b"4")])))
+            assert [(m.sequence, m.body, m.timestamp) for m in await read(sub, 2)] == [
+                (3, b"3", 7), (4, b"4", 7)]
             assert client.reconnects == 1
 
             closing = asyncio.ensure_future(client.close())

@@ -23,11 +23,12 @@ OLD_BROKER_LIMITS = c.Invalid("unknown command 44")
 
 
 def peering(confirms=False, timestamps=False, window=WINDOW, heartbeat=5.0, timeout=2.0, now=0.0,
-            idempotent=False, producer_id=None):
-    """A peering; exactly-once publishing off unless asked (tests/test_client_producer.py)."""
+            idempotent=False, producer_id=None, batching=False):
+    """A peering; exactly-once publishing and batching off unless asked
+    (tests/test_client_producer.py, tests/test_client_batching.py)."""
     return Peering("s", credit_window=window, confirms=confirms, timestamps=timestamps,
                    timeout=timeout, heartbeat=heartbeat, now=now, idempotent=idempotent,
-                   producer_id=producer_id)
+                   producer_id=producer_id, batching=batching)
 
 
 def sent(p):

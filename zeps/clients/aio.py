@@ -65,9 +65,9 @@ class AsyncClient(ops.FrontEnd):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None):
+                 curve=None, batching: bool = True):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent)
+                    producer_id, idempotent, batching)
         module, ctx = zmq_for(context, asyncio=True)
         self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection, curve)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -163,11 +163,18 @@ class AsyncClient(ops.FrontEnd):
         if not p.publish(frame, now, r):
             now = await self._run(ops.prepare_publish(self, now))
             p.publish(frame, now, r, False)
-        try:
-            self._conn.send(frame, _NOBLOCK)
-        except zmq.Again:
+        if p.waiting:                       # behind other frames: joins the next batch
             p.unsent(frame)
-            self._kick()
+            if self._conn.writable():
+                self._flush()
+            else:
+                self._kick()
+        else:
+            try:
+                self._conn.send(frame, _NOBLOCK)
+            except zmq.Again:
+                p.unsent(frame)
+                self._kick()
         if not self._recheck_pending:
             self._after_send()
         return r
@@ -261,10 +268,10 @@ class AsyncClient(ops.FrontEnd):
 
     def _flush(self) -> None:
         p = self._p
-        if p.outbox and self._conn.sock is not None:
+        if p.waiting and self._conn.sock is not None:
             self._conn.flush()
             self._after_send()
-            if p.outbox:
+            if p.waiting:
                 self._kick()       # the socket is full: the I/O task waits until it can send
 
     def _after_send(self) -> None:

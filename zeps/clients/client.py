@@ -119,6 +119,13 @@ class Client(ops.FrontEnd):
         timestamps: ask the broker for DELIVER-TS (a ZEPS extension, docs/protocol.md) so that
             every :class:`Message` carries the time the broker journalled it (default True;
             False for a broker that only speaks the 12 commands of ZEPS/1).
+        batching: ask the broker for batches (``BATCH-SELECT``, :mod:`zeps.clients.batching`;
+            default True): messages then arrive as DELIVER-BATCH frames and publishes made
+            while the socket is busy leave together as one PUBLISH-BATCH (natural batching:
+            no linger, receipts and confirms per message as without). A broker without
+            batching answers INVALID and the client uses plain PUBLISH / DELIVER. Publishes
+            still queued go out with the next call on the client (``flush()``,
+            ``wait_for_confirms()``, ``close()``, the next publish, ...).
         context: a ``zmq.Context`` to use; a ``zmq.green.Context`` makes the client
             gevent-cooperative. Default: the process-wide context (a private green one when
             gevent has patched ``socket``).
@@ -133,9 +140,9 @@ class Client(ops.FrontEnd):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None):
+                 curve=None, batching: bool = True):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent)
+                    producer_id, idempotent, batching)
         p = self._p
         module, ctx = zmq_for(context)
         self.green = module is not zmq
@@ -177,10 +184,15 @@ class Client(ops.FrontEnd):
                 now = self._run(ops.prepare_publish(self, now))
                 p.publish(frame, now, r, False)
             conn = self._conn
-            try:
-                conn.send(frame, _NOBLOCK)
-            except zmq.Again:
+            if p.waiting:                   # behind other frames: joins the next batch
                 p.unsent(frame)
+                if conn.writable():
+                    conn.flush()
+            else:
+                try:
+                    conn.send(frame, _NOBLOCK)
+                except zmq.Again:
+                    p.unsent(frame)
             if now >= self._next_look:
                 self._next_look = now + LOOK_INTERVAL
                 if conn.readable():
@@ -348,7 +360,7 @@ class Client(ops.FrontEnd):
             return done.value
 
     def _flush(self) -> None:
-        if self._p.outbox and self._conn.sock is not None:
+        if self._p.waiting and self._conn.sock is not None:
             self._conn.flush()
 
     def _pump(self, cond, deadline: Optional[float]) -> bool:

@@ -20,9 +20,11 @@ class Message:
         key: the routing key (text).
         body: the message contents (bytes).
         timestamp: when the broker journalled it, in ns since the Unix epoch, or ``None`` when
-            unknown. The client asks the broker for DELIVER-TS (a ZEPS extension), so messages
-            received over the wire have it, as do messages read from a journal directory;
-            ``None`` only with ``Client(..., timestamps=False)`` (plain ZEPS/1 DELIVER).
+            unknown. The client asks the broker for DELIVER-TS (a ZEPS extension) and
+            DELIVER-BATCH (which always carries it), so messages received over the wire have
+            it, as do messages read from a journal directory; ``None`` only with
+            ``Client(..., timestamps=False, batching=False)`` (plain ZEPS/1 DELIVER) or from a
+            broker without batches with ``timestamps=False``.
         stream: the stream the message belongs to, when known.
     """
 

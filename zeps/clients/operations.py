@@ -32,12 +32,12 @@ class FrontEnd:
     """What both clients share: their options, their peering, their state."""
 
     def _setup(self, endpoint, stream, credit_window, confirms, timeout, heartbeat,
-               timestamps, producer_id=None, idempotent=True) -> None:
+               timestamps, producer_id=None, idempotent=True, batching=True) -> None:
         self.endpoint = check_endpoint(endpoint)
         self._p = p = Peering(stream, credit_window=credit_window, confirms=confirms,
                               timestamps=timestamps, timeout=timeout, heartbeat=heartbeat,
                               now=_monotonic(), endpoint=self.endpoint, producer_id=producer_id,
-                              idempotent=idempotent)
+                              idempotent=idempotent, batching=batching)
         self.stream = stream
         self.confirms = p.confirms
         self.timestamps = p.timestamps
@@ -75,6 +75,12 @@ class FrontEnd:
         """The producer id of exactly-once publishing (None when off: without confirms, with
         ``idempotent=False``, or the broker refused ``PRODUCER``)."""
         return self._p.producer
+
+    @property
+    def max_batch(self):
+        """The largest PUBLISH-BATCH (bytes) the broker takes on this connection, None when
+        publishes go one per frame (``batching=False``, an older broker, not answered yet)."""
+        return self._p.max_batch
 
     @property
     def unconfirmed(self) -> int:

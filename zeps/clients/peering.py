@@ -29,7 +29,11 @@ DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to 
 the credit window re-granted, unconfirmed publishes re-sent).
 
 After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
-(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing). With
+(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing), then
+``BATCH-SELECT`` and ``STREAM-DESCRIBE`` (:mod:`zeps.clients.batching`: DELIVER-BATCH frames are
+decoded into the messages DELIVERs would give, and publishes made while frames wait for the
+socket are queued and sealed into one PUBLISH-BATCH when it is free: :meth:`Peering.next_frame`;
+an INVALID answer leaves plain PUBLISH / DELIVER). With
 confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
 (:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
 too small: ...`` grows the window, ``pattern removed: ...`` drops a pattern and is raised once
@@ -50,6 +54,9 @@ from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE, TS_SHIFT,
                                 deliver_cost, key_body_of)
 from ..protocol.reasons import NOT_ATTACHED, PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
+from .batching import (DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, MAX_BATCH_BYTES,
+                       PUBLISH_BATCH_HEAD, BadEntries, PublishQueue, decode_deliver_batch,
+                       unbatch)
 from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
 from .message import Message, build_message
 from .producer import check_producer_id, new_producer_id, runs
@@ -72,11 +79,13 @@ _DELIVER_HEAD = SIGNATURE + bytes((DELIVER_ID,))
 _DELIVER_TS_HEAD = SIGNATURE + bytes((DELIVER_TS_ID,))
 _TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
 _U64_unpack_from = struct.Struct(">Q").unpack_from
+_U32_unpack_from = struct.Struct(">I").unpack_from
 _PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
 _PING = encode(c.Ping())
 _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
 _LIMITS = c.Limits()
+_BATCH_SELECT = c.BatchSelect()
 #: The pattern a PATTERN_REMOVED reason names (the broker writes the regex, without its ``~``,
 #: as a Python string literal).
 _REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
@@ -93,6 +102,8 @@ _REPLY_KINDS = {
     c.ListStreamsOk: ("list",),
     c.LimitsOk: ("limits",),
     c.ProducerOk: ("producer",),
+    c.BatchSelectOk: ("batch_select",),
+    c.StreamDescribeOk: ("batch_limits",),
 }
 
 
@@ -147,7 +158,8 @@ class Peering:
 
     def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
-                 producer_id: Optional[str] = None, idempotent: bool = True):
+                 producer_id: Optional[str] = None, idempotent: bool = True,
+                 batching: bool = True):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
         self.stream = stream
@@ -155,6 +167,13 @@ class Peering:
         self.credit_window = credit_window
         self.confirms = bool(confirms)
         self.timestamps = bool(timestamps)
+        #: Ask BATCH-SELECT after each ATTACH (zeps.clients.batching).
+        self.batching = bool(batching)
+        #: Publishes waiting to leave as one PUBLISH-BATCH; its ``max_batch`` is the broker's
+        #: answer to BATCH-SELECT on this connection (None: plain PUBLISH only).
+        self.queue = PublishQueue()
+        self.batch_setup: Optional[Request] = None    # the last request batching waits for
+        self.offered_batch: Optional[int] = None      # BATCH-SELECT-OK's max_batch
         self.heartbeat = float(heartbeat)
         #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
         self.probe_timeout = max(self.heartbeat, float(timeout))
@@ -213,8 +232,10 @@ class Peering:
 
     @property
     def ready(self) -> bool:
-        """Attached, confirms selected (when asked for), not about to reconnect."""
-        return self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
+        """Attached, confirms selected (when asked for), BATCH-SELECT answered (when asked),
+        not about to reconnect."""
+        return (self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
+                and (self.batch_setup is None or self.batch_setup.done))
 
     @property
     def broken(self) -> bool:
@@ -253,11 +274,23 @@ class Peering:
         return (self.need_reconnect is not None and now >= self.reconnect_at
                 and self.state is not CLOSED and self.state is not FAILED)
 
+    @property
+    def max_batch(self) -> Optional[int]:
+        """The largest PUBLISH-BATCH (bytes) the broker takes on this connection; None while
+        batching is off (not asked, not answered yet, or refused by an older broker)."""
+        return self.queue.max_batch
+
+    @property
+    def waiting(self) -> bool:
+        """Frames wait for the socket (queued ones or publishes to batch): the shell sends
+        them (:meth:`next_frame`) as soon as it can."""
+        return bool(self.outbox or self.queue.frames)
+
     def unsent_publishes(self) -> int:
         """Publishes not yet handed to a broker (or not yet confirmed, with confirms)."""
         if self.confirms:
             return len(self.pending)
-        return sum(1 for f in (*self.outbox, *self.held) if f.startswith(_PUBLISH_HEAD))
+        return len(self.queue) + sum(_publishes_in(f) for f in (*self.outbox, *self.held))
 
     # ------------------------------------------------------------------ connection events
 
@@ -297,8 +330,11 @@ class Peering:
         self.pubs_since_request = 0
         # Publishes never handed to the old socket reached no broker: keep them. With confirms
         # every unconfirmed publish is re-sent from `pending` instead.
-        keep = [] if self.confirms else [f for f in (*self.outbox, *self.held)
-                                         if f.startswith(_PUBLISH_HEAD)]
+        keep = [] if self.confirms else [p for f in (*self.outbox, *self.held)
+                                         for p in _plain_publishes(f)] + self.queue.drain()
+        self.queue.drain()              # with confirms, `pending` has them
+        self.queue.max_batch = None     # until the next broker answers BATCH-SELECT
+        self.queue.max_body = None
         self.outbox.clear()
         self.held.clear()
         self.held.extend(keep)
@@ -352,7 +388,9 @@ class Peering:
         seconds. The shell then waits for that (:meth:`heartbeat_probe`, :attr:`ready`, an
         empty :attr:`outbox`) and calls again with ``checked=False``. ``receipt`` is kept until its
         CONFIRM with confirms on."""
-        if checked and (self.state is not ATTACHED or self.outbox or self.error is not None
+        if checked and (self.state is not ATTACHED or self.error is not None
+                        or (self.outbox and (self.queue.max_batch is None or self.queue.size
+                                             + len(frame) > self.queue.max_batch))
                         or self.need_reconnect is not None
                         or now - self.last_send >= self.heartbeat):
             return False
@@ -365,8 +403,24 @@ class Peering:
         return True
 
     def unsent(self, frame: bytes) -> None:
-        """The socket did not take a frame (high-water mark): queue it, in order."""
-        self.outbox.append(frame)
+        """The socket did not take a PUBLISH frame (high-water mark), or the shell did not try
+        because frames wait (:attr:`waiting`): queue it, in order -- to leave with the next
+        batch when the broker takes batches."""
+        if self.queue.max_batch is None or self.state is not ATTACHED:
+            self.outbox.append(frame)
+        else:
+            self.outbox.extend(self.queue.add(frame))
+
+    def next_frame(self) -> Optional[bytes]:
+        """The frame to send next (the shell pops it from :attr:`outbox` once the socket
+        took it): the oldest of :attr:`outbox`, else what the queue holds, sealed into one
+        PUBLISH-BATCH now that the socket is free (natural batching). None: nothing waits."""
+        if self.outbox:
+            return self.outbox[0]
+        if self.queue.frames:
+            self.outbox.append(self.queue.seal())
+            return self.outbox[0]
+        return None
 
     def request(self, cmd: c.Command, kind: str, now: float, arg=None) -> Request:
         """Send a request whose reply comes back in order (a barrier PING goes first if
@@ -451,6 +505,9 @@ class Peering:
             shift = TS_SHIFT
         elif frame.startswith(_DELIVER_HEAD):
             shift = 0
+        elif frame.startswith(DELIVER_BATCH_HEAD):
+            self._on_deliver_batch(frame)
+            return
         else:
             self._on_command(frame, now)
             return
@@ -480,6 +537,53 @@ class Peering:
                                  f"credit it was given")
             return
         self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
+
+    def _on_deliver_batch(self, frame: bytes) -> None:
+        """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the
+        batch's timestamp), credit counted per message as for DELIVER."""
+        try:
+            ts, first, offsets = decode_deliver_batch(frame)
+        except (BadEntries, struct.error) as e:
+            log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
+            return
+        if not self.subscribed:
+            self.consumed += offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * (len(offsets) - 1)
+            if self.consumed >= self.topup:
+                self._grant()
+            return
+        stream = self.stream
+        append = self.buffer.append
+        last = self.last_received
+        window = self.credit_window
+        seq = first - 1
+        start = offsets[0]
+        for end in offsets[1:]:
+            seq += 1
+            cost = end - start + ENTRY_COST_EXTRA
+            kend = start + 1 + frame[start]
+            if seq <= last:                 # defensive: never hand a duplicate
+                self.consumed += cost
+                start = end
+                continue
+            try:
+                key = frame[start + 1:kend].decode()
+            except UnicodeDecodeError as e:
+                log.warning("zeps: ignoring a DELIVER-BATCH entry with a bad key: %s", e)
+                self.consumed += cost
+                start = end
+                continue
+            last = seq
+            self.buffered += cost
+            if self.buffered + self.consumed > window:
+                self.last_received = last
+                self.connection_lost(f"the broker sent more than the {window} bytes of "
+                                     f"credit it was given")
+                return
+            append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))
+            start = end
+        self.last_received = last
+        if self.consumed >= self.topup:
+            self._grant()
 
     def _on_command(self, frame: bytes, now: float) -> None:
         try:
@@ -518,8 +622,15 @@ class Peering:
             self.confirm_ready = True
         elif kind == "anchor":
             self.anchor = cmd.last
+        elif kind == "batch_select":
+            self.offered_batch = min(cmd.max_batch, MAX_BATCH_BYTES)
+        elif kind == "batch_limits":
+            if cmd.max_message:         # the stream's own limit replaces the broker's
+                self.queue.max_body = cmd.max_message
+            self.queue.max_batch = self.offered_batch     # batching starts
         elif kind == "limits":
             self.max_credit = cmd.max_credit
+            self.queue.max_body = cmd.max_message
             self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
         elif kind == "producer":
             if cmd.last > self.producer_last:
@@ -537,6 +648,11 @@ class Peering:
         held = list(self.held)
         self.held.clear()
         self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
+        if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
+            self.offered_batch = None
+            self.request(_BATCH_SELECT, "batch_select", now)
+            # The stream's own body limit: larger messages never go in a batch (batching.py).
+            self.batch_setup = self.request(c.StreamDescribe(self.stream), "batch_limits", now)
         if self.confirms:
             self.peer_confirmed = 0
             self.anchor = None
@@ -642,6 +758,11 @@ class Peering:
                 self._fail(head.error)
             elif head.kind == "resubscribe":
                 self.error = self.error or head.error
+            elif head.kind == "batch_select":
+                log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
+                          self.endpoint, reason)
+            elif head.kind == "batch_limits":       # the broker's own limit stands
+                self.queue.max_batch = self.offered_batch
             elif head.kind == "producer":
                 log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream "
                             "%r is at-least-once, not exactly-once", self.endpoint, reason,
@@ -711,6 +832,8 @@ class Peering:
         self.error = self.error or PatternRemoved(reason, pattern)
 
     def _send(self, frame: bytes) -> None:
+        if self.queue.frames:            # publishes queued before this frame leave before it
+            self.outbox.append(self.queue.seal())
         (self.outbox if self.state is ATTACHED else self.held).append(frame)
 
     def _grant(self) -> None:
@@ -725,6 +848,24 @@ class Peering:
     def _fail_pending(self, error: Exception) -> None:
         while self.pending:
             self.pending.popleft()._fail(error)
+
+
+def _publishes_in(frame: bytes) -> int:
+    """How many publishes a frame of the outbox carries (0: not a publish)."""
+    if frame.startswith(_PUBLISH_HEAD):
+        return 1
+    if frame.startswith(PUBLISH_BATCH_HEAD):
+        return _U32_unpack_from(frame, 3)[0]
+    return 0
+
+
+def _plain_publishes(frame: bytes) -> List[bytes]:
+    """The PUBLISH frames an outbox frame carries (a batch unbatched), none for others."""
+    if frame.startswith(_PUBLISH_HEAD):
+        return [frame]
+    if frame.startswith(PUBLISH_BATCH_HEAD):
+        return unbatch(frame)
+    return []
 
 
 def list_streams_answer(frame: bytes) -> Optional[Tuple[str, ...]]:

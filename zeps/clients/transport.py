@@ -31,6 +31,16 @@ _MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
+#: The socket's send high-water mark (frames) with batching: small, so that a publisher
+#: faster than the broker finds the socket busy soon and its publishes join batches (natural
+#: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
+#: queue (8 made the client pay for ZeroMQ's flow-control wake-ups: measured slower than 64,
+#: which batches most of a tight loop; 1000 batches little). Set before connecting: ZeroMQ
+#: sizes a pipe's low-water mark when it creates it, and a mark lowered later leaves the writer
+#: waiting for a wake-up that never comes. Raised to ZeroMQ's default (1000) when the broker
+#: does not batch (raising is safe).
+BATCH_SNDHWM = 64
+PLAIN_SNDHWM = 1000
 
 
 def check_endpoint(endpoint) -> str:
@@ -111,6 +121,7 @@ class Connection:
         self.poller = None
         self.send = None
         self._owned = ()            # the sockets to close: the flavour's own objects
+        self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
 
     # ------------------------------------------------------------------ socket lifecycle
 
@@ -122,6 +133,8 @@ class Connection:
             self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
+        self._hwm = BATCH_SNDHWM if p.batching else PLAIN_SNDHWM
+        raw.setsockopt(zmq.SNDHWM, self._hwm)
         raw.setsockopt(zmq.RECONNECT_IVL, 100)
         raw.setsockopt(zmq.RECONNECT_IVL_MAX, 500)
         try:
@@ -180,6 +193,9 @@ class Connection:
                 p.connection_lost("connection closed by the broker")
         if p.need_reconnect is None:
             self._drain()
+            if self._hwm != PLAIN_SNDHWM and p.ready and p.max_batch is None:
+                self.sock.setsockopt(zmq.SNDHWM, PLAIN_SNDHWM)     # the broker does not batch
+                self._hwm = PLAIN_SNDHWM
         now = time.monotonic()
         if p.reconnect_due(now):
             p.reconnect(now)
@@ -187,7 +203,7 @@ class Connection:
             self.open()
         else:
             p.tick(now)
-        if p.outbox:
+        if p.waiting:
             self.flush()
         if p.events:
             self._emit()
@@ -219,19 +235,29 @@ class Connection:
                 break
 
     def flush(self) -> None:
-        """Send queued frames until the socket's high-water mark stops us."""
-        box = self.peering.outbox
+        """Send queued frames until the socket's high-water mark stops us; the publishes the
+        peering queued meanwhile go as one batch once everything before them left."""
+        p = self.peering
+        box = p.outbox
+        next_frame = p.next_frame
         send = self.send
         sent = False
         try:
-            while box:
-                send(box[0], _NOBLOCK)
+            while True:
+                frame = box[0] if box else next_frame()
+                if frame is None:
+                    break
+                send(frame, _NOBLOCK)
                 box.popleft()
                 sent = True
         except zmq.Again:
             pass
         if sent:
             self.peering.sent(time.monotonic())
+
+    def writable(self) -> bool:
+        """Would the socket take a frame now? (Cheaper than a send refused with an exception.)"""
+        return bool(self.sock.getsockopt(zmq.EVENTS) & _POLLOUT)
 
     def readable(self) -> bool:
         """Anything to read (a frame or a monitor event)? Cheap: two getsockopt calls."""
@@ -240,7 +266,7 @@ class Connection:
     def arm(self):
         """The poller, watching for writability too while frames wait for the socket."""
         raw = self._owned[0]
-        self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.outbox else 0))
+        self.poller.register(raw, _POLLIN | (_POLLOUT if self.peering.waiting else 0))
         return self.poller
 
 

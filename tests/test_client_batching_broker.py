@@ -1,0 +1,101 @@
+"""Batching end to end: the client SDK against a real broker process (tests/conftest.py), real
+sockets on 127.0.0.1. Publishes go out naturally batched, every one is confirmed exactly once
+and in order; a late subscriber replays them as DELIVER-BATCH frames with no gap and no
+duplicate; a ZEPS/1 peer of the same stream still gets one DELIVER per message."""
+from __future__ import annotations
+
+import asyncio
+
+from tests.rawclient import RawClient
+from zeps.clients import AsyncClient, Client
+from zeps.protocol import commands as c
+from zeps.protocol.batch import encode_entries
+
+FAST = dict(timeout=10.0, heartbeat=2.0)
+N = 10_000
+
+
+def counting_frames(client):
+    """Count the frames the broker sends ``client`` (they still reach its peering)."""
+    p = client._p
+    receive = p.receive
+    seen = {"frames": 0}
+
+    def counted(frame, now):
+        seen["frames"] += 1
+        receive(frame, now)
+    p.receive = counted
+    return seen
+
+
+def test_ten_thousand_confirmed_publishes_then_a_late_subscriber_replays_them_in_batches(broker):
+    with Client(broker.endpoint, "b", confirms=True, **FAST) as pub:
+        receipts = [pub.publish("k.%d" % (i % 7), b"%d" % i) for i in range(N)]
+        assert pub.wait_for_confirms(timeout=60) == N
+        assert pub.max_batch is not None and pub.max_batch > 0     # the broker batches
+    assert [r.result(0) for r in receipts] == list(range(1, N + 1))    # each once, in order
+    assert pub.max_batch is not None
+
+    with Client(broker.endpoint, "b", **FAST) as sub_client:
+        seen = counting_frames(sub_client)
+        sub = sub_client.subscribe()
+        got = [sub.next(timeout=10) for _ in range(N)]
+        assert sub.poll(0.2) is None                                 # nothing more
+    assert [m.sequence for m in got] == list(range(1, N + 1))         # no gap, no duplicate
+    assert [m.body for m in got] == [b"%d" % i for i in range(N)]
+    assert [m.key for m in got] == ["k.%d" % (i % 7) for i in range(N)]
+    assert all(m.timestamp and m.stream == "b" for m in got)
+    # replayed as DELIVER-BATCH: far fewer frames than messages (replies included)
+    assert seen["frames"] < N // 10
+
+
+def test_a_zeps1_peer_gets_plain_delivers_of_batched_messages(broker):
+    raw = RawClient(broker.endpoint).attach("z")
+    raw.send(c.BatchSelect())
+    raw.expect(c.BatchSelectOk)
+    raw.send(c.PublishBatch(3, encode_entries([("a", b"1"), ("b", b"2"), ("c", b"3")])))
+    raw.send(c.Ping())
+    raw.expect(c.PingOk)
+    with Client(broker.endpoint, "z", confirms=True, **FAST) as pub:
+        for i in range(500):
+            pub.publish("d", b"%d" % i)
+        assert pub.wait_for_confirms() == 503
+    old = RawClient(broker.endpoint).attach("z").subscribe("", 0, credit=1 << 20)
+    delivers = old.delivers(503)                     # asserts each frame is a DELIVER
+    assert [d.sequence for d in delivers] == list(range(1, 504))
+    assert [(d.key, d.body) for d in delivers[:3]] == [("a", b"1"), ("b", b"2"), ("c", b"3")]
+    assert delivers[-1].body == b"499"
+    assert old.nothing()
+
+
+def test_a_batching_and_a_plain_client_see_the_same_stream(broker):
+    with Client(broker.endpoint, "m", confirms=True, **FAST) as pub:
+        for i in range(2000):
+            pub.publish("k", b"%d" % i)
+        pub.flush()                                  # pushes out what is queued
+        assert pub.wait_for_confirms() == 2000
+    views = []
+    for batching in (True, False):
+        with Client(broker.endpoint, "m", batching=batching, **FAST) as cl:
+            assert (cl.max_batch is not None) == batching
+            sub = cl.subscribe()
+            views.append([(m.sequence, m.key, m.body, m.timestamp)
+                          for m in (sub.next(timeout=10) for _ in range(2000))])
+    assert views[0] == views[1]
+
+
+def test_asyncio_client_publishes_and_replays_with_batches(broker):
+    async def main():
+        async with AsyncClient(broker.endpoint, "a", confirms=True, **FAST) as pub:
+            receipts = [await pub.publish("k", b"%d" % i) for i in range(3000)]
+            assert await pub.wait_for_confirms(30) == 3000
+            assert pub.max_batch is not None
+            seqs = [await r for r in receipts]
+        async with AsyncClient(broker.endpoint, "a", **FAST) as cl:
+            sub = await cl.subscribe()
+            got = [await sub.next(10) for _ in range(3000)]
+        return seqs, got
+
+    seqs, got = asyncio.run(asyncio.wait_for(main(), 120))
+    assert seqs == list(range(1, 3001))
+    assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(3000)]

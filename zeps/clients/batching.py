@@ -1,0 +1,133 @@
+"""Batching, the client's part: natural batching of publishes and the decoding of DELIVER-BATCH.
+
+After each ATTACH the peering asks ``BATCH-SELECT`` (pipelined with ``LIMITS``): a broker
+that knows batching answers ``BATCH-SELECT-OK max_batch`` and from then on sends this
+peering's messages as DELIVER-BATCH and takes PUBLISH-BATCH frames of up to ``max_batch``
+bytes; an older one answers INVALID and the peering stays on plain PUBLISH / DELIVER (ZEPS/1).
+
+The broker refuses a whole PUBLISH-BATCH (one INVALID per entry) when one of its bodies is
+over the stream's limit, where a PUBLISH refuses that message alone. So a message whose body
+is over the limit (the broker's ``LIMITS`` ``max_message``, lowered by the stream's own, which
+the peering asks with ``STREAM-DESCRIBE`` right after ``BATCH-SELECT``) is never batched: it
+goes as a plain PUBLISH and is refused alone, as without batches. Batching starts once both
+answers are in.
+
+**Natural batching** (:class:`PublishQueue`): a publish leaves at once, as a plain PUBLISH,
+when nothing waits for the socket. Publishes made while something waits (the socket's
+high-water mark refused a frame) join the queue, and whatever the queue holds goes out as *one*
+PUBLISH-BATCH as soon as the socket takes frames again: no linger, so a lone publish at a low
+rate has the latency it had, and a tight loop of publishes (faster than the socket drains)
+goes out in frames as large as ``max_batch`` allows. A message whose entry alone would not fit
+in ``max_batch`` goes as a plain PUBLISH, in its place. Each entry counts as one PUBLISH at the
+broker (CONFIRM counts, producer sequences, one INVALID per refused entry), so the peering's
+accounting per publish is the same with or without batches.
+
+The queue holds the publishes' PUBLISH frames (each receipt keeps its own to re-send after a
+reconnect); a batch's entries are those frames without their 3-octet head
+(:func:`zeps.protocol.batch.encode_entries` lays entries out exactly like PUBLISH's fields).
+
+Pure: no sockets, no clock. :class:`~zeps.clients.peering.Peering` owns one queue and
+decides when it is sealed (:meth:`PublishQueue.seal`, whenever anything else is sent, so that
+order is kept, and whenever the socket is free).
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
+                              ENTRY_COST_EXTRA, PUBLISH_BATCH_ID, PUBLISH_HEAD, PUBLISH_HEAD_SIZE,
+                              BadEntries, publish_batch_head, walk)
+from ..protocol.commands import Publish
+from ..protocol.deliver import SIGNATURE
+
+__all__ = ["PublishQueue", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD", "MAX_BATCH_BYTES",
+           "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
+
+#: The first three octets of a PUBLISH-BATCH frame and of a DELIVER-BATCH frame.
+PUBLISH_BATCH_HEAD = SIGNATURE + bytes((PUBLISH_BATCH_ID,))
+DELIVER_BATCH_HEAD = SIGNATURE + bytes((DELIVER_BATCH_ID,))
+_PUBLISH = SIGNATURE + bytes((Publish.ID,))
+#: The largest PUBLISH-BATCH the client builds, whatever the broker offers: what a publisher
+#: may queue while the socket is busy before ``publish`` blocks (a broker that offers more
+#: cannot make the client buffer without bound).
+MAX_BATCH_BYTES = 4 << 20
+#: Octets of a PUBLISH frame before its entry (signature and command id).
+_PUBLISH_PREFIX = 3
+#: Octets of an entry besides its key and body (key length, body length).
+_ENTRY_FIXED = 5
+_deliver_head_unpack = DELIVER_HEAD.unpack_from
+
+
+class PublishQueue:
+    """Publishes waiting to leave together as one PUBLISH-BATCH (see the module docs).
+
+    ``max_batch`` is the broker's (None: batching is off, :meth:`add` is never called);
+    ``max_body`` the largest body the stream takes (None: not known), larger ones are never
+    batched. :meth:`add` returns the frames that must be sent *before* the queue (a full queue sealed, a
+    message too large for any batch); :meth:`seal` returns the queue as one frame.
+    """
+
+    __slots__ = ("frames", "size", "max_batch", "max_body")
+
+    def __init__(self) -> None:
+        self.frames: List[bytes] = []       # PUBLISH frames, in order
+        self.size = PUBLISH_HEAD_SIZE       # the PUBLISH-BATCH frame the queue would make
+        self.max_batch: Optional[int] = None
+        self.max_body: Optional[int] = None
+
+    def __len__(self) -> int:
+        return len(self.frames)
+
+    def add(self, frame: bytes) -> List[bytes]:
+        """Queue one PUBLISH frame; returns the frames to send first, in order (empty mostly)."""
+        entry = len(frame) - _PUBLISH_PREFIX
+        alone = PUBLISH_HEAD_SIZE + entry > self.max_batch or (
+            self.max_body is not None and entry - _ENTRY_FIXED - frame[_PUBLISH_PREFIX]
+            > self.max_body)
+        if not alone and self.size + entry <= self.max_batch:
+            self.frames.append(frame)
+            self.size += entry
+            return []
+        out = [self.seal()] if self.frames else []
+        if alone:                          # too large for a batch or for the stream: PUBLISH
+            out.append(frame)
+        else:
+            self.frames.append(frame)
+            self.size += entry
+        return out
+
+    def seal(self) -> bytes:
+        """Empty the queue into one frame: a plain PUBLISH for one message, else a
+        PUBLISH-BATCH. Call only when the queue holds something."""
+        frames = self.frames
+        self.frames = []
+        self.size = PUBLISH_HEAD_SIZE
+        if len(frames) == 1:
+            return frames[0]
+        return publish_batch_head(len(frames)) + b"".join([f[_PUBLISH_PREFIX:] for f in frames])
+
+    def drain(self) -> List[bytes]:
+        """Empty the queue into its PUBLISH frames, unbatched (a reconnect keeps them)."""
+        frames = self.frames
+        self.frames = []
+        self.size = PUBLISH_HEAD_SIZE
+        return frames
+
+
+def unbatch(frame: bytes) -> List[bytes]:
+    """The PUBLISH frames of a PUBLISH-BATCH frame this client built (kept across a
+    reconnect, where the next broker may not take batches)."""
+    count = PUBLISH_HEAD.unpack_from(frame)[2]
+    offsets = walk(frame, PUBLISH_HEAD_SIZE, len(frame), count, check_keys=False)
+    return [_PUBLISH + frame[offsets[i]:offsets[i + 1]] for i in range(count)]
+
+
+def decode_deliver_batch(frame: bytes):
+    """``(timestamp, first sequence, offsets)`` of a DELIVER-BATCH frame: entry ``i`` (message
+    ``first + i``) is ``frame[offsets[i]:offsets[i + 1]]`` and costs
+    ``offsets[i + 1] - offsets[i] + ENTRY_COST_EXTRA`` credit. Raises :class:`BadEntries` or
+    ``struct.error`` for a frame that does not parse."""
+    _sig, _id, timestamp, sequence, count = _deliver_head_unpack(frame)
+    return timestamp, sequence, walk(frame, DELIVER_HEAD_SIZE, len(frame), count,
+                                     check_keys=False)
+

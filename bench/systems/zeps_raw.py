@@ -1,8 +1,10 @@
 """ZEPS through bare pyzmq DEALER sockets: the broker's capacity, with the least client work.
 
-Publishers send pre-encoded PUBLISH frames (flat out) and end with PING (or, with confirms, wait
-for the CONFIRM that covers every message); consumers SUBSCRIBE, keep a credit window granted and
-read DELIVER frames without decoding more than the key (and the stamp, for latency).
+Publishers send pre-encoded PUBLISH-BATCH frames of :data:`BATCH` messages flat out (paced ones,
+for latency, send one PUBLISH per message) and end with PING (or, with confirms, wait for the
+CONFIRM that covers every message); consumers BATCH-SELECT (latency probes stay on DELIVER),
+SUBSCRIBE, keep a credit window granted and read DELIVER-BATCH frames without decoding more than
+their count and last key (and the stamp, for latency).
 """
 from __future__ import annotations
 
@@ -13,11 +15,15 @@ import zmq
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
+from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA,
+                                 encode_publish_batch, walk)
 from zeps.protocol.reasons import NOT_ATTACHED
 from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost, sequence_of
 
 #: Credit a consumer keeps granted (the broker's default --max-credit is 64 MiB).
 WINDOW = 32 << 20
+#: Messages per PUBLISH-BATCH a flat-out publisher sends (divides bench.systems.BURST).
+BATCH = 100
 _END = END_KEY.encode()
 
 
@@ -81,10 +87,10 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             send(encode_publish(KEY, stamped(pad)))
             n += 1
     else:
-        frame = encode_publish(KEY, pad)
+        frame = encode_publish_batch([(KEY, pad)] * BATCH)
 
         def burst():
-            for _ in range(BURST):
+            for _ in range(BURST // BATCH):
                 send(frame)
         n = flat_out(seconds, burst, limit)
     if confirms:
@@ -107,6 +113,8 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, p
     """As every system's ``consume``; ``pattern``: the one pattern to subscribe (default: all)."""
     ctx = zmq.Context()
     s = attached(ctx, endpoint, stream)
+    if not latency:
+        request(s, c.BatchSelect(), c.BatchSelectOk)
     request(s, c.Subscribe(pattern, 0 if from_start else c.LATEST_LIVE), c.SubscribeOk)
     ready()
     go()
@@ -118,6 +126,18 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, p
     delays = []
     while expect is None or n < expect:
         frame = recv()
+        if frame[2] == DELIVER_BATCH_ID:
+            count = int.from_bytes(frame[19:23], "big")
+            used += len(frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * count
+            if used >= WINDOW // 2:
+                send(credit_msg)
+                used -= WINDOW // 2
+            last = walk(frame, DELIVER_HEAD_SIZE, len(frame), count, check_keys=False)[-2]
+            if frame[last] == len(_END) and frame[last + 1:last + 1 + len(_END)] == _END:
+                n += count - 1
+                break
+            n += count
+            continue
         if frame[2] != DELIVER_ID:             # not a DELIVER (e.g. a PING-OK): skip
             continue
         used += frame_cost(frame)

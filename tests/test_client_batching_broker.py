@@ -99,3 +99,54 @@ def test_asyncio_client_publishes_and_replays_with_batches(broker):
     seqs, got = asyncio.run(asyncio.wait_for(main(), 120))
     assert seqs == list(range(1, 3001))
     assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(3000)]
+
+
+def counting_sends(client):
+    """Count the PUBLISH and PUBLISH-BATCH frames ``client`` hands its socket."""
+    conn = client._conn
+    send = conn.send
+    seen = {"frames": 0}
+
+    def counted(frame, *args, **kw):
+        result = send(frame, *args, **kw)
+        if frame[2] in (c.Publish.ID, c.PublishBatch.ID):
+            seen["frames"] += 1
+        return result
+    conn.send = counted
+    return seen
+
+
+def test_publish_batch_sends_few_frames_and_every_message_arrives_in_order(broker):
+    with Client(broker.endpoint, "pb", **FAST) as pub:
+        seen = counting_sends(pub)
+        for start in range(0, N, 500):
+            assert pub.publish_batch([("k", b"%d" % i) for i in range(start, start + 500)]) == 500
+        pub.flush()
+    assert 0 < seen["frames"] <= N // 100, seen            # batches, not one frame per message
+    with Client(broker.endpoint, "pb", **FAST) as sub_client:
+        sub = sub_client.subscribe()
+        got = [sub.next(timeout=10) for _ in range(N)]
+        assert sub.poll(0.2) is None
+    assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(N)]
+
+
+def test_asyncio_publishes_in_a_loop_leave_in_batches_and_a_lone_one_leaves_at_once(broker):
+    async def main():
+        async with AsyncClient(broker.endpoint, "ab", **FAST) as pub, \
+                AsyncClient(broker.endpoint, "ab", **FAST) as sub_client:
+            sub = await sub_client.subscribe(live=True)
+            seen = counting_sends(pub)
+            for i in range(N):
+                await pub.publish("k", b"%d" % i)
+            await pub.flush()
+            frames = seen["frames"]
+            got = [await sub.next(timeout=10) for _ in range(N)]
+            # a lone publish, then nothing more from the publisher: it must still arrive
+            await pub.publish("lone", b"!")
+            lone = await sub.next(timeout=10)
+        return frames, got, lone
+
+    frames, got, lone = asyncio.run(main())
+    assert frames <= N // 20, f"{frames} frames for {N} publishes"
+    assert [m.body for m in got] == [b"%d" % i for i in range(N)]
+    assert (lone.key, lone.sequence) == ("lone", N + 1)

@@ -32,7 +32,7 @@ from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike
 from . import operations as ops
-from .client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL
+from .client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .operations import publish_frame
@@ -76,6 +76,7 @@ class AsyncClient(ops.FrontEnd):
         self._wake: Optional[asyncio.Future] = None        # set to wake the I/O task
         self._recheck_pending = False
         self._next_look = 0.0
+        self._flush_pending = False
 
     # ------------------------------------------------------------------ connecting, closing
 
@@ -163,9 +164,14 @@ class AsyncClient(ops.FrontEnd):
         if not p.publish(frame, now, r):
             now = await self._run(ops.prepare_publish(self, now))
             p.publish(frame, now, r, False)
-        if p.waiting:                       # behind other frames: joins the next batch
+        if p.waiting or p.queue.max_batch is not None:
+            # Natural batching: the message joins the queue, which leaves when this coroutine
+            # next lets the event loop run (at once for a lone publish; a loop of publishes
+            # fills a batch first), or as soon as a batch's worth has gathered.
             p.unsent(frame)
-            if self._conn.writable():
+            if len(p.queue) < WRITABLE_BATCH and not p.outbox:
+                self._flush_soon()
+            elif self._conn.writable():
                 self._flush()
             else:
                 self._kick()
@@ -273,6 +279,15 @@ class AsyncClient(ops.FrontEnd):
             self._after_send()
             if p.waiting:
                 self._kick()       # the socket is full: the I/O task waits until it can send
+
+    def _flush_soon(self) -> None:
+        if not self._flush_pending:
+            self._flush_pending = True
+            self._loop.call_soon(self._flush_now)
+
+    def _flush_now(self) -> None:
+        self._flush_pending = False
+        self._flush()
 
     def _after_send(self) -> None:
         """A send on the socket can swallow the edge its file descriptor signals incoming

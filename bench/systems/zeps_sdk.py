@@ -1,6 +1,8 @@
 """ZEPS through its SDK, :class:`zeps.clients.Client`: what a Python user's program gets.
 
-Publishers call ``Client.publish`` per message, then ``flush()`` (or ``wait_for_confirms()``);
+Publishers call ``Client.publish_batch`` with 100 messages at a time (as redis-py pipelines 100
+XADDs), or, with confirms, ``Client.publish`` per message (one receipt each), then ``flush()``
+(or ``wait_for_confirms()``); paced publishers (latency) call ``publish`` per message;
 consumers iterate a subscription (live, or from the first message) with the default credit
 window and DELIVER-TS timestamps, as an application would.
 """
@@ -24,10 +26,17 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             for _ in pace(rate, seconds):
                 pub(KEY, stamped(pad))
                 n += 1
-        else:
+        elif confirms:
             def burst():
                 for _ in range(BURST):
                     pub(KEY, pad)
+            n = flat_out(seconds, burst, limit)
+        else:                               # 100 at a time, as redis-py's pipeline of 100
+            group = [(KEY, pad)] * 100
+
+            def burst():
+                for _ in range(BURST // 100):
+                    cl.publish_batch(group)
             n = flat_out(seconds, burst, limit)
         if confirms:
             cl.wait_for_confirms()

@@ -51,13 +51,16 @@ How it works (what you can rely on, with either client)
   the call that raises it did not perform its own operation. (While publishing flat out the
   client looks at its socket every 2 ms, so a few more publishes may go out before it shows;
   ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
-* **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`): a publish made
-  while nothing waits for the socket leaves at once; publishes made while the socket is busy
-  (a publisher faster than the broker) queue in the client and leave together as one
-  ``PUBLISH-BATCH`` as soon as the socket takes frames again -- no linger. What is still queued
-  when ``publish`` returns goes out with the next call on the client (the next ``publish``,
-  ``flush()``, ``wait_for_confirms()``, ``close()``, iterating a subscription); the
-  :class:`AsyncClient` sends it from its I/O task. Receipts, confirms, errors and producer
+* **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
+  publish made while nothing waits for the socket leaves at once; publishes made while the
+  socket is busy (a publisher faster than the broker) queue in the client and leave together as
+  one ``PUBLISH-BATCH`` as soon as the socket takes frames again -- no linger. What is still
+  queued when ``publish`` returns goes out with the next call on the client (the next
+  ``publish``, ``flush()``, ``wait_for_confirms()``, ``close()``, iterating a subscription).
+  ``Client.publish_batch(messages)`` (without confirms) queues them all and sends batches as
+  large as the broker takes: the fast way to publish many. ``AsyncClient``: every publish joins
+  the queue, which leaves when the publishing coroutine next lets the event loop run -- at once
+  for a lone publish, a whole batch for a loop of publishes (or 64 at a time at the latest). Receipts, confirms, errors and producer
   sequences are per message exactly as without batches. Subscriptions receive runs of messages
   as ``DELIVER-BATCH`` frames and hand out the same :class:`Message` objects. A broker without
   batching answers ``BATCH-SELECT`` with INVALID: the client then uses plain PUBLISH / DELIVER.

@@ -275,16 +275,14 @@ def decode_batch(frame: Buffer):
         raise ProtocolError(f"truncated {cls.NAME}")
     fields = head.unpack_from(frame)
     count = fields[-1]
+    entries = frame[head.size:]
     try:
-        offsets = _b.walk(frame, head.size, len(frame), count)
+        offsets = _b.walk(entries, 0, len(entries), count)
     except _b.BadEntries as exc:
         raise ProtocolError(f"{cls.NAME}: {exc}") from None
-    entries = frame[head.size:]
-    base = head.size
-    offsets = tuple(o - base for o in offsets)
     if cls is c.PublishBatch:
-        return c.PublishBatch(count, entries, offsets)
-    return c.DeliverBatch(fields[2], fields[3], count, entries, offsets)
+        return c.PublishBatch(count, entries, tuple(offsets))
+    return c.DeliverBatch(fields[2], fields[3], count, entries, tuple(offsets))
 
 
 _U32_unpack_from = _U32.unpack_from

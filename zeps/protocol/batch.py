@@ -66,6 +66,9 @@ def walk(buf, start: int, end: int, count: int, check_keys: bool = True) -> List
         raise BadEntries("a batch holds at least one message")
     if count * MIN_ENTRY > end - start:    # a forged count: refused before allocating for it
         raise BadEntries(f"{count} entries cannot fit in {end - start} bytes")
+    if check_keys:       # all ASCII (text bodies, as JSON): every key is UTF-8, nothing to gather
+        span = buf if (start == 0 and end == len(buf) and type(buf) is bytes) else bytes(buf[start:end])
+        check_keys = not span.isascii()
     offsets = [0] * (count + 1)
     keys: List[bytes] = []
     pos = start

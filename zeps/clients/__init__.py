@@ -63,7 +63,8 @@ How it works (what you can rely on, with either client)
   for a lone publish, a whole batch for a loop of publishes (or 64 at a time at the latest).
   Receipts, confirms, errors and producer sequences are per message exactly as without
   batches. Subscriptions receive runs of messages as ``DELIVER-BATCH`` frames and hand out the
-  same :class:`Message` objects. A broker without batching answers ``BATCH-SELECT`` with INVALID: the client then uses plain PUBLISH / DELIVER.
+  same :class:`Message` objects. A broker without batching answers ``BATCH-SELECT`` with
+  INVALID: the client then uses plain PUBLISH / DELIVER.
 * **Confirms** (``confirms=True``): ``wait_for_confirms()`` blocks until every message published
   so far is durable under the broker's fsync policy and returns the sequence of the last one;
   the :class:`~zeps.clients.Receipt` that ``publish`` returns resolves to its message's sequence

@@ -23,7 +23,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
-from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body, entry_key_body
+from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body
 
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
 
@@ -296,7 +296,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 
     def _on_publish_batch(self, s: Session, cmd: c.PublishBatch, _was) -> None:
         """Each entry counts as one PUBLISH: a refused batch gets one INVALID per entry, and a
-        PRODUCER peering's entries take one producer sequence each."""
+        PRODUCER peering's entries take one producer sequence each. An accepted batch is queued
+        whole (journalled as one batch record, with its first producer sequence if any)."""
         stream = self.streams[s.stream]
         n = cmd.count
         why = None
@@ -320,13 +321,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             for _ in range(n):
                 self._reject(s, why)
             return
-        if s.producer is None:
-            stream.publish_batch(s, cmd)
-            return
-        entries, offsets = cmd.entries, cmd.offsets
-        for i in range(n):
-            key, body = entry_key_body(entries, offsets[i])
-            stream.publish(s, key.decode("utf-8"), body)
+        stream.publish_batch(s, cmd)
 
     def _on_batch_select(self, s: Session, cmd, _was) -> None:
         s.batches = True

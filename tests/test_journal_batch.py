@@ -277,23 +277,27 @@ def test_batch_records_read_like_one_record_per_message(appends, seqs, max_recor
 
 # ---------------------------------------------------------------------------- damage
 
-def _journal_ending_in_a_batch(path):
+def _journal_ending_in_a_batch(path, producer=None):
     with Journal.open(path, SMALL, clock=StepClock()) as j:
         for i in range(6):
-            j.append_batch([batch(messages(4, f"b{i}")), (f"p{i}", b"plain")])
-        last, = j.append_batch([batch(messages(9, "tail", size=11))])
+            j.append_batch([batch(messages(4, f"b{i}")), (f"p{i}", b"plain")],
+                           [("early", 1 + 4 * i), None])
+        last, = j.append_batch([batch(messages(9, "tail", size=11))],
+                               None if producer is None else [producer])
         before = as_tuples(j.read_batch(1, 1000))[:last.sequence - 1]
     log = sorted(p for p in path.iterdir() if p.suffix == ".log")[-1]
     size = log.stat().st_size        # the batch is the log's last record
     return last, log, size - last.size, before
 
 
+@pytest.mark.parametrize("producer", [None, ("tail-producer", 100)])
 @pytest.mark.parametrize("damage", ["cut", "flip"])
-def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, damage):
-    """The last record is a batch: cut at every byte of it, or any one of its bytes flipped,
-    the writer's recovery keeps exactly the records before it, and appends continue there."""
+def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, damage, producer):
+    """The last record is a batch (with or without a producer extension): cut at every byte
+    of it, or any one of its bytes flipped, the writer's recovery keeps exactly the records
+    before it (and the producer state they give), and appends continue there."""
     src = tmp_path / "src"
-    last, log, pos, before = _journal_ending_in_a_batch(src)
+    last, log, pos, before = _journal_ending_in_a_batch(src, producer)
     data = log.read_bytes()
     for off in range(pos, pos + last.size):
         d = tmp_path / f"{damage}{off}"
@@ -306,6 +310,7 @@ def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, da
         with Journal.open(d, SMALL, clock=StepClock(2 * 10**18)) as j:
             assert j.next_seq == last.sequence, off
             assert as_tuples(j.read_from(1)) == before
+            assert j.producers() == {"early": (24, last.sequence - 2)}
             again, = j.append_batch([batch(messages(3))])
             assert again.sequence == last.sequence
         assert damaged.stat().st_size == pos + again.size

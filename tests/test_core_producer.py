@@ -167,3 +167,25 @@ def test_producer_batch_state_survives_a_restart_without_snapshots(make):
         assert h2.take(P)[-1] == c.Confirm(3, 5)
     finally:
         h2.close()
+
+
+def test_producer_sequences_past_2_64_are_refused_and_other_publishers_are_not_hurt(make):
+    """A hostile producer starting at 2^64-1: the PUBLISH (or batch entries) whose producer
+    sequence would pass 2^64-1 get INVALID each, and another client's publishes of the same
+    round are stored (the journal append is not failed for everyone)."""
+    h = make(fsync="always")
+    other = b"other"
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("edge", 2**64 - 1))
+    h.send(other, c.Attach("s"), c.ConfirmSelect())
+    h.take(P), h.take(other)
+    h.send(P, batch("a", "b"))                     # 2^64-1 and 2^64: refused, both
+    h.send(P, c.Publish("c", b"x"))                # 2^64+1: refused
+    h.send(other, c.Publish("fine", b"x"))
+    h.round()
+    got = h.take(P)
+    assert [type(m) for m in got] == [c.Invalid] * 3
+    assert all("2^64-1" in m.reason for m in got)
+    assert h.take(other) == [c.Confirm(1, 1)]
+    h.send(P, c.Producer("edge", 2**64 - 1), c.Publish("last", b"x"))   # exactly 2^64-1: fine
+    h.round()
+    assert stored_records(h) == [(1, 1, None, None, ["fine"]), (2, 1, "edge", 2**64 - 1, ["last"])]

@@ -8,7 +8,8 @@ Prints markdown tables:
 2. read throughput from sequence 1 (``read_batch`` loop, ``read_from`` iterator, and a
    ``JournalReader``) beside a plain read of the same file bytes;
 3. batch records: appending 100-message batches as one ``PublishBatch`` each (one batch
-   record) versus as 100 ``(key, body)`` pairs (100 records), and reading them back with
+   record), as one with a producer id and first pseq (an idempotent producer's batch) and as
+   100 ``(key, body)`` pairs (100 records), and reading them back with
    ``read_chunks`` (batch records whole) versus ``read_batch`` (a Record per message);
 4. ``read_from`` start time, ``read_batch(seq, 1)`` and ``seq_at`` in a 10-million-record
    journal versus a 10k-record one (O(log n) lookups), with how long the big one took to build.
@@ -145,22 +146,28 @@ def bench_read(base: str, body: int, total: int):
 
 def bench_batches(base: str, body: int, total: int, batch_size: int = 100):
     """Rows (what, messages/s, MB/s of log) appending ``total`` messages in batches of
-    ``batch_size`` as one PublishBatch each (decoded by the codec, as the broker gets it) and
-    as pairs, then reading them back with read_chunks and read_batch."""
+    ``batch_size`` as one PublishBatch each (decoded by the codec, as the broker gets it), as
+    one PublishBatch with a producer id and first pseq each (an idempotent producer's batch, as
+    the broker appends it) and as pairs, then reading them back with read_chunks and
+    read_batch."""
     pairs = make_batch(batch_size, body)
     cmd = decode(encode_publish_batch(pairs))
     n_batches = max(1, total // batch_size)
     total = n_batches * batch_size
     rows = []
     dirs = {}
-    for label, items in (("PublishBatch (1 batch record)", [cmd]),
-                         (f"{batch_size} (key, body) pairs ({batch_size} records)", pairs)):
+    for label, items, producer in (
+            ("PublishBatch (1 batch record)", [cmd], False),
+            ("producer PublishBatch (1 batch record, pid + pseq)", [cmd], True),
+            (f"{batch_size} (key, body) pairs ({batch_size} records)", pairs, False)):
         d = tempfile.mkdtemp(dir=base)
         sd = os.path.join(d, "s")
+        prods = [[("bench-producer", 1 + k * batch_size)] if producer else None
+                 for k in range(n_batches)]
         with Journal.open(sd, JournalConfig(fsync="never")) as j:
             t0 = time.perf_counter()
-            for _ in range(n_batches):
-                j.append_batch(items)
+            for k in range(n_batches):
+                j.append_batch(items, prods[k])
             dt = time.perf_counter() - t0
             size = j.info().size_bytes
             assert j.last_seq == total

@@ -2,7 +2,12 @@
 every PUBLISH after PRODUCER uses up one producer sequence, and the state is the journal's."""
 from __future__ import annotations
 
+import os
+
+from zeps.journal import BatchRecord
 from zeps.protocol import commands as c
+from zeps.protocol import decode
+from zeps.protocol.batch import encode_publish_batch
 
 from .core_harness import Core, make_fixture  # noqa: F401 (the make fixture)
 
@@ -54,3 +59,133 @@ def test_producer_state_survives_a_restart_of_the_core(make):
         assert h2.take(P)[-1] == c.ProducerOk(10)
     finally:
         h2.close()
+
+
+# ---------------------------------------------------------------------------- PUBLISH-BATCH
+
+def batch(*keys: str) -> c.PublishBatch:
+    return decode(encode_publish_batch([(k, b"v" + k.encode()) for k in keys]))
+
+
+def stored_records(h):
+    """The stream's records as stored: (first sequence, count, producer, first pseq, keys)."""
+    out = []
+    for r in h.core.streams["s"].journal.read_chunks(1, max_records=1 << 20):
+        if isinstance(r, BatchRecord):
+            out.append((r.sequence, r.count, r.producer, r.pseq,
+                        [r.key(i) for i in range(r.count)]))
+        else:
+            out.append((r.sequence, 1, r.producer, r.pseq, [r.key]))
+    return out
+
+
+def test_a_producer_batch_is_one_record_and_a_retried_batch_is_not_stored_twice(make):
+    h = make(fsync="always")
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-b", 1))
+    h.take(P)
+    h.send(P, batch("a", "b", "c"))
+    h.round()
+    assert stored_records(h) == [(1, 3, "app-b", 1, ["a", "b", "c"])]
+    assert h.take(P)[-1] == c.Confirm(3, 3)
+    h.send(P, c.Detach())
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-b", 1))   # retries it all
+    assert h.take(P)[-1] == c.ProducerOk(3)
+    h.send(P, batch("a", "b", "c"))
+    h.round()
+    assert stored_records(h) == [(1, 3, "app-b", 1, ["a", "b", "c"])], "not stored again"
+    assert h.take(P)[-1] == c.Confirm(3, 3), "every entry counted, confirmed at the stored one"
+    assert h.core.streams["s"].duplicates_total == 3
+
+
+def test_a_partly_duplicate_batch_stores_only_the_new_tail_as_one_batch_record(make):
+    h = make(fsync="always")
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-t", 1))
+    h.send(P, batch("a", "b"))
+    h.round()
+    h.take(P)
+    h.send(P, c.Detach())
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-t", 2))
+    assert h.take(P)[-1] == c.ProducerOk(2)
+    sent = batch("b", "c", "d", "e")               # pseqs 2..5: 2 is stored already
+    h.send(P, sent)
+    h.round()
+    assert stored_records(h) == [(1, 2, "app-t", 1, ["a", "b"]),
+                                 (3, 3, "app-t", 3, ["c", "d", "e"])]
+    tail = h.core.streams["s"].journal.read_chunks(3)[0]
+    assert tail.frame.endswith(sent.entries[sent.offsets[1]:]), "entries copied, not re-encoded"
+    assert h.take(P)[-1] == c.Confirm(4, 5), "all four entries counted"
+    assert h.core.streams["s"].journal.producers()["app-t"] == (5, 5)
+    h.send(P, c.Publish("f", b"x"))                # producer sequence 6
+    h.round()
+    assert stored_records(h)[-1] == (6, 1, "app-t", 6, ["f"])
+
+
+def test_a_batch_and_its_retry_in_the_same_round_are_stored_once(make):
+    h = make(fsync="always")
+    other = b"other"
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-r", 1))
+    h.send(other, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-r", 2))
+    h.take(P), h.take(other)
+    h.send(P, batch("a", "b", "c"))                # pseqs 1..3, not yet flushed
+    h.send(other, batch("b", "c", "d"))            # pseqs 2..4: only d is new
+    h.round()
+    assert stored_records(h) == [(1, 3, "app-r", 1, ["a", "b", "c"]),
+                                 (4, 1, "app-r", 4, ["d"])]
+    assert h.take(P)[-1] == c.Confirm(3, 3)
+    assert h.take(other)[-1].count == 3
+
+
+def test_a_refused_producer_batch_uses_up_one_producer_sequence_per_entry(make):
+    h = make(fsync="always", max_message=4)
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-x", 1))
+    h.take(P)
+    h.send(P, decode(encode_publish_batch([("k", b"too long"), ("j", b"ok")])))   # 1, 2
+    h.send(P, batch("m", "n"))                                                      # 3, 4
+    h.round()
+    assert [type(m) for m in h.take(P)] == [c.Invalid, c.Invalid, c.Confirm]
+    assert stored_records(h) == [(1, 2, "app-x", 3, ["m", "n"])]
+
+
+def test_producer_batch_state_survives_a_restart_without_snapshots(make):
+    h = make(fsync="always")
+    h.send(P, c.Attach("s"), c.Producer("app-s", 7), batch("a", "b", "c", "d"))
+    h.round()
+    path = h.datadir.path
+    h.close()
+    sdir = next(os.path.join(r, "") for r, _d, files in os.walk(path)
+                if any(f.endswith(".log") for f in files))
+    for name in os.listdir(sdir):
+        if name.endswith(".producers"):
+            os.unlink(os.path.join(sdir, name))
+    h2 = Core(path, fsync="always")                # rebuilt from the batch record alone
+    try:
+        h2.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-s", 9))
+        assert h2.take(P)[-1] == c.ProducerOk(10)
+        h2.send(P, batch("c", "d", "e"))           # 9, 10 stored already, 11 is new
+        h2.round()
+        assert stored_records(h2)[-1] == (5, 1, "app-s", 11, ["e"])
+        assert h2.take(P)[-1] == c.Confirm(3, 5)
+    finally:
+        h2.close()
+
+
+def test_producer_sequences_past_2_64_are_refused_and_other_publishers_are_not_hurt(make):
+    """A hostile producer starting at 2^64-1: the PUBLISH (or batch entries) whose producer
+    sequence would pass 2^64-1 get INVALID each, and another client's publishes of the same
+    round are stored (the journal append is not failed for everyone)."""
+    h = make(fsync="always")
+    other = b"other"
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("edge", 2**64 - 1))
+    h.send(other, c.Attach("s"), c.ConfirmSelect())
+    h.take(P), h.take(other)
+    h.send(P, batch("a", "b"))                     # 2^64-1 and 2^64: refused, both
+    h.send(P, c.Publish("c", b"x"))                # 2^64+1: refused
+    h.send(other, c.Publish("fine", b"x"))
+    h.round()
+    got = h.take(P)
+    assert [type(m) for m in got] == [c.Invalid] * 3
+    assert all("2^64-1" in m.reason for m in got)
+    assert h.take(other) == [c.Confirm(1, 1)]
+    h.send(P, c.Producer("edge", 2**64 - 1), c.Publish("last", b"x"))   # exactly 2^64-1: fine
+    h.round()
+    assert stored_records(h) == [(1, 1, None, None, ["fine"]), (2, 1, "edge", 2**64 - 1, ["last"])]

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from zeps.journal import (BatchRecord, DataDir, InvalidRecordError, Journal, JournalConfig,
                           JournalReader, Record, RecordTooLargeError)
+from zeps.journal.columnar import read_columns
 from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
 from zeps.protocol.batch import BadEntries, encode_entries, encode_publish_batch, entry_key, walk
@@ -88,6 +89,37 @@ def test_append_batch_returns_a_batch_record_parallel_to_items(tmp_path):
         assert j.producers() == {"p": (4, 12)}
 
 
+def test_a_producer_batch_is_one_record_whose_messages_take_consecutive_pseqs(tmp_path):
+    """A PublishBatch appended with (pid, first pseq) is one flagged batch record: its messages
+    read back with pseq, pseq+1, ...; the producer state keeps the last one at the batch's last
+    sequence, also rebuilt from the log alone (snapshots deleted) and via the columnar reader."""
+    pairs = messages(6)
+    with Journal.open(tmp_path / "s", SMALL, clock=StepClock()) as j:
+        out = j.append_batch([("a", b"1"), batch(pairs)], [("p", 3), ("p", 10)])
+        b = out[1]
+        assert isinstance(b, BatchRecord) and (b.producer, b.pseq, b.last_pseq) == ("p", 10, 15)
+        assert b.size == HEADER_SIZE + 1 + 1 + 8 + len(b.frame)
+        assert j.producers() == {"p": (15, 7)}
+        j.append_batch([batch(messages(2, "n"))], [("q", 2**64 - 2)])     # ends at 2^64-1
+    for name in os.listdir(tmp_path / "s"):
+        if name.endswith(".producers"):
+            os.unlink(tmp_path / "s" / name)
+    with Journal.open(tmp_path / "s", SMALL) as j:
+        assert j.producers() == {"p": (15, 7), "q": (2**64 - 1, 9)}
+        recs = j.read_batch(3)
+        assert [(r.sequence, r.key, r.producer, r.pseq) for r in recs] == \
+            [(3 + i, k, "p", 11 + i) for i, (k, _) in enumerate(pairs[1:])] + \
+            [(8, "n.0", "q", 2**64 - 2), (9, "n.1", "q", 2**64 - 1)]
+        chunks = j.read_chunks(4)
+        assert [(c.sequence, c.producer, c.pseq) for c in chunks] == [(2, "p", 10),
+                                                                      (8, "q", 2**64 - 2)]
+        assert chunks[0] == b
+        cols = list(read_columns(j, 1))
+        assert sum((c.pseq.to_pylist() for c in cols), []) == \
+            [3] + list(range(10, 16)) + [2**64 - 2, 2**64 - 1]
+        assert set(sum((c.producer.to_pylist() for c in cols), [])) == {"p", "q"}
+
+
 def test_a_decoded_publish_batch_is_stored_with_the_codecs_offsets(tmp_path):
     pairs = messages(5, size=30)
     cmd = codec.decode(encode_publish_batch(pairs))
@@ -103,7 +135,9 @@ def test_a_decoded_publish_batch_is_stored_with_the_codecs_offsets(tmp_path):
     (PublishBatch(0, b""), None, InvalidRecordError),
     (PublishBatch(1, b"\x02\xff\xfe\x00\x00\x00\x00"), None, InvalidRecordError),   # key not UTF-8
     (PublishBatch(2, encode_entries(messages(2)), (0, 5)), None, InvalidRecordError),
-    (batch(messages(2)), ("p", 1), InvalidRecordError),
+    (batch(messages(2)), ("p", 2**64 - 1), InvalidRecordError),    # pseq 2^64-1, 2^64 passes
+    (batch(messages(2)), ("p", 0), InvalidRecordError),
+    (batch(messages(2)), ("", 1), InvalidRecordError),
     (batch(messages(40, size=60)), None, RecordTooLargeError),
     (PublishBatch(2**32 - 1, encode_entries(messages(2))), None, InvalidRecordError),
 ])
@@ -159,6 +193,9 @@ item_st = st.one_of(
     st.tuples(st.just("pair"), pair_st,
               st.tuples(st.sampled_from(["p", "q"]), st.integers(1, 1000))),
     st.tuples(st.just("batch"), st.lists(pair_st, min_size=1, max_size=25), st.none()),
+    st.tuples(st.just("batch"), st.lists(pair_st, min_size=1, max_size=25),
+              st.tuples(st.sampled_from(["p", "q", "\u00e9t\u00e9"]),
+                        st.integers(1, 1000) | st.just(2**64 - 25))),
 )
 appends_st = st.lists(st.lists(item_st, min_size=1, max_size=4), min_size=1, max_size=12)
 
@@ -177,9 +214,10 @@ def write_both(adir, bdir, appends):
                     bp.append(prod)
                 else:
                     ai.append(batch(x))
-                    ap.append(None)
+                    ap.append(prod)
                     bi += x
-                    bp += [None] * len(x)
+                    bp += [None if prod is None else (prod[0], prod[1] + i)
+                           for i in range(len(x))]
             ra = a.append_batch(ai, ap)
             rb = b.append_batch(bi, bp)
             flat = []
@@ -206,6 +244,17 @@ def check_same(a, b, seqs, max_records, max_bytes):
         want = [t for t in every if t[0] >= seq]
         assert got == want[:len(got)]
         assert bool(chunks) == bool(want)
+    assert columns(a) == columns(b)
+
+
+def columns(view):
+    """Every row the columnar reader gives, small blocks (runs of batch records and of plain
+    records cut anywhere)."""
+    rows = []
+    for cols in read_columns(view, 1, block_bytes=256):
+        rows += zip(cols.sequence.tolist(), cols.timestamp_ns.tolist(), cols.key.to_pylist(),
+                    cols.body.to_pylist(), cols.producer.to_pylist(), cols.pseq.to_pylist())
+    return rows
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
@@ -228,23 +277,27 @@ def test_batch_records_read_like_one_record_per_message(appends, seqs, max_recor
 
 # ---------------------------------------------------------------------------- damage
 
-def _journal_ending_in_a_batch(path):
+def _journal_ending_in_a_batch(path, producer=None):
     with Journal.open(path, SMALL, clock=StepClock()) as j:
         for i in range(6):
-            j.append_batch([batch(messages(4, f"b{i}")), (f"p{i}", b"plain")])
-        last, = j.append_batch([batch(messages(9, "tail", size=11))])
+            j.append_batch([batch(messages(4, f"b{i}")), (f"p{i}", b"plain")],
+                           [("early", 1 + 4 * i), None])
+        last, = j.append_batch([batch(messages(9, "tail", size=11))],
+                               None if producer is None else [producer])
         before = as_tuples(j.read_batch(1, 1000))[:last.sequence - 1]
     log = sorted(p for p in path.iterdir() if p.suffix == ".log")[-1]
     size = log.stat().st_size        # the batch is the log's last record
     return last, log, size - last.size, before
 
 
+@pytest.mark.parametrize("producer", [None, ("tail-producer", 100)])
 @pytest.mark.parametrize("damage", ["cut", "flip"])
-def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, damage):
-    """The last record is a batch: cut at every byte of it, or any one of its bytes flipped,
-    the writer's recovery keeps exactly the records before it, and appends continue there."""
+def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, damage, producer):
+    """The last record is a batch (with or without a producer extension): cut at every byte
+    of it, or any one of its bytes flipped, the writer's recovery keeps exactly the records
+    before it (and the producer state they give), and appends continue there."""
     src = tmp_path / "src"
-    last, log, pos, before = _journal_ending_in_a_batch(src)
+    last, log, pos, before = _journal_ending_in_a_batch(src, producer)
     data = log.read_bytes()
     for off in range(pos, pos + last.size):
         d = tmp_path / f"{damage}{off}"
@@ -257,6 +310,7 @@ def test_writer_recovers_a_torn_or_flipped_batch_tail_at_every_byte(tmp_path, da
         with Journal.open(d, SMALL, clock=StepClock(2 * 10**18)) as j:
             assert j.next_seq == last.sequence, off
             assert as_tuples(j.read_from(1)) == before
+            assert j.producers() == {"early": (24, last.sequence - 2)}
             again, = j.append_batch([batch(messages(3))])
             assert again.sequence == last.sequence
         assert damaged.stat().st_size == pos + again.size

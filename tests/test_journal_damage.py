@@ -47,7 +47,8 @@ class Layout:
     """The undamaged journal: its messages (``recs``), its records as stored (``stored``: a
     batch record is one) and where each stored record lies. ``kind``: "plain"; "producers"
     (most records carry a producer extension, and the last one does); "batches" (most records
-    are batch records of 2 to 5 messages, mixed with plain ones, and the last one is one)."""
+    are batch records of 2 to 5 messages, every other one with a producer extension, mixed
+    with plain ones, and the last one is one)."""
 
     def __init__(self, path, kind="plain"):
         self.path = str(path)
@@ -58,9 +59,12 @@ class Layout:
             self.stored = []
             b = 0
 
-            def add(items):
+            def add(items, batch_producer=False):
                 prods = [producer_of(j.next_seq + i) for i in range(len(items))]
-                self.stored.extend(j.append_batch(items, prods if producers else None))
+                if batch_producer:           # the batch (first item) only
+                    prods = [("b" * (1 + b % 4), 1 + 7 * b)] + [None] * (len(items) - 1)
+                self.stored.extend(j.append_batch(items, prods if producers or batch_producer
+                                                  else None))
 
             def batch(pairs):
                 return PublishBatch(len(pairs), encode_entries(pairs))
@@ -71,7 +75,7 @@ class Layout:
                 if kind == "batches":
                     pairs = [batch(pairs + [("x", bytes([b]) * (b % 11))])] + (
                         [("plain", b"p" * (b % 5))] if b % 4 == 0 else [])
-                add(pairs)
+                add(pairs, kind == "batches" and b % 2 == 1)
                 b += 1
             if producers and self.stored[-1].producer is None:
                 add([("last", b"with a producer")])
@@ -86,6 +90,8 @@ class Layout:
         if kind == "batches":
             assert isinstance(self.stored[-1], BatchRecord)
             assert sum(not isinstance(r, BatchRecord) for r in self.stored) >= 10
+            assert sum(isinstance(r, BatchRecord) and r.producer is not None
+                       for r in self.stored) >= 10
         self.logs = sorted(os.path.join(self.path, f) for f in os.listdir(self.path)
                            if f.endswith(".log"))
         self.firsts = [int(os.path.basename(p)[:-4]) for p in self.logs]
@@ -368,12 +374,14 @@ def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, s
 
 
 @pytest.mark.parametrize("segment", ["older", "last"])
-@pytest.mark.parametrize("lie", ["producer flag", "timestamp differs", "count too large",
+@pytest.mark.parametrize("lie", ["producer pseq 0", "producer pseq past 2^64-1",
+                                 "producer id not UTF-8", "timestamp differs", "count too large",
                                  "count too small", "key not UTF-8"])
 def test_valid_crc_with_a_bad_batch_record_is_corruption(base, tmp_path, segment, lie):
-    """A batch record the writer never writes (flagged with a producer extension, a frame
-    timestamp other than the header's, a count its entries do not match, a key that is not
-    UTF-8) under a matching CRC: corruption."""
+    """A batch record the writer never writes (a producer extension with pseq 0, with
+    producer sequences ``pseq .. pseq + count - 1`` passing 2^64-1 or an id that is not UTF-8,
+    a frame timestamp other than the header's, a count its entries do not match, a key that is
+    not UTF-8) under a matching CRC: corruption."""
     if base.kind != "batches":
         pytest.skip("only the batch journal has batch records")
     k = 1 if segment == "older" else len(base.logs) - 1
@@ -386,9 +394,15 @@ def test_valid_crc_with_a_bad_batch_record_is_corruption(base, tmp_path, segment
     with open(path, "rb") as f:
         f.seek(pos)
         rec = bytearray(f.read(r.size))
-    frame = HEADER_SIZE                                 # where the DELIVER-BATCH starts
-    if lie == "producer flag":      # a well-formed extension in front of the batch frame
-        ext = b"\x01p" + (1).to_bytes(8, "big")
+    frame = r.size - len(r.frame)                       # where the DELIVER-BATCH starts
+    if lie.startswith("producer"):      # a (new) extension in front of the batch frame
+        del rec[HEADER_SIZE:frame]
+        frame = HEADER_SIZE
+        pid = b"\xff" if lie == "producer id not UTF-8" else b"p"
+        pseq = {"producer pseq 0": 0, "producer pseq past 2^64-1": (1 << 64) - r.count + 1
+                }.get(lie, 1)
+        assert r.count >= 2
+        ext = bytes((len(pid),)) + pid + pseq.to_bytes(8, "big")
         rec[frame:frame] = ext
         rec[0:4] = ((len(rec) - HEADER_SIZE - len(ext)) | PRODUCER_FLAG).to_bytes(4, "big")
     elif lie == "timestamp differs":

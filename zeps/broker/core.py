@@ -20,10 +20,11 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
+from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
-from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body, entry_key_body
+from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body
 
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
 
@@ -40,6 +41,13 @@ _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _DETACH = encode(c.Detach())
+
+
+def _pseq_exhausted(pseq: int) -> str:
+    """Why a PUBLISH of an idempotent producer is refused when its producer sequence ``pseq``
+    is past what a journal record can hold (a PRODUCER ``next`` near 2^64-1)."""
+    return (f"producer sequence {pseq} is over 2^64-1 (PRODUCER with a lower next, or a new "
+            f"producer id)")
 
 
 @dataclass
@@ -292,11 +300,15 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             self._reject(s, f"body of {len(cmd.body)} bytes is over the "
                             f"{'stream' if own else 'broker'}'s limit of {limit}")
             return
+        if s.producer is not None and s.pseq_next > MAX_PSEQ:
+            self._reject(s, _pseq_exhausted(s.pseq_next))
+            return
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
     def _on_publish_batch(self, s: Session, cmd: c.PublishBatch, _was) -> None:
         """Each entry counts as one PUBLISH: a refused batch gets one INVALID per entry, and a
-        PRODUCER peering's entries take one producer sequence each."""
+        PRODUCER peering's entries take one producer sequence each. An accepted batch is queued
+        whole (journalled as one batch record, with its first producer sequence if any)."""
         stream = self.streams[s.stream]
         n = cmd.count
         why = None
@@ -305,6 +317,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         elif len(cmd.entries) + PUBLISH_HEAD_SIZE > self.config.max_batch:
             why = (f"PUBLISH-BATCH of {len(cmd.entries) + PUBLISH_HEAD_SIZE} bytes is "
                    f"over the broker's limit of {self.config.max_batch} (BATCH-SELECT-OK)")
+        elif s.producer is not None and s.pseq_next + n - 1 > MAX_PSEQ:
+            why = _pseq_exhausted(s.pseq_next + n - 1)
         else:
             own = stream.max_message
             limit = own or self.config.max_message
@@ -320,13 +334,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             for _ in range(n):
                 self._reject(s, why)
             return
-        if s.producer is None:
-            stream.publish_batch(s, cmd)
-            return
-        entries, offsets = cmd.entries, cmd.offsets
-        for i in range(n):
-            key, body = entry_key_body(entries, offsets[i])
-            stream.publish(s, key.decode("utf-8"), body)
+        stream.publish_batch(s, cmd)
 
     def _on_batch_select(self, s: Session, cmd, _was) -> None:
         s.batches = True

@@ -39,6 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
+from zeps.protocol.batch import walk
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
 
@@ -56,6 +57,14 @@ MIN_COST = 9
 #: and their bytes as ZEPS/1 counts credit (sequence, key and body: ``frame_cost``).
 COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_bytes")
 
+
+
+def _tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
+    """Entries ``k`` on of a PUBLISH-BATCH, sliced out of its entries at their offsets."""
+    offsets = batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
+    at = offsets[k]
+    return c.PublishBatch(batch.count - k, batch.entries[at:],
+                          tuple(o - at for o in offsets[k:]))
 
 
 class Stream:
@@ -241,8 +250,12 @@ class Stream:
         self.pending.append((session, key, body))
 
     def publish_batch(self, session: Session, batch: c.PublishBatch) -> None:
-        """Queue a PUBLISH-BATCH (of a peering without PRODUCER): :meth:`flush` appends it as
-        one journal batch record."""
+        """Queue a PUBLISH-BATCH: :meth:`flush` appends it as one journal batch record. The
+        entries of an idempotent producer's batch take the peering's next ``count`` producer
+        sequences (the record carries the first)."""
+        if session.producer is not None:
+            self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
+            session.pseq_next += batch.count
         self.pending.append((session, None, batch))
 
     def producer_last(self, producer: str) -> int:
@@ -252,7 +265,9 @@ class Stream:
     def _drop_duplicates(self, pending):
         """Split the queued publishes: the ones an idempotent producer already stored are
         counted and confirmed (at the sequence of that producer's last stored message, once it
-        is durable) but not stored again; the rest are returned, with their producer entries."""
+        is durable) but not stored again; the rest are returned, with their producer entries.
+        A batch whose first entries only are duplicates keeps the rest: its entries sliced at
+        the entry offsets (not re-encoded), with the first new producer sequence."""
         marks, self.pending_pseq = self.pending_pseq, {}
         state = dict(self.journal.producers())
         keep, producers = [], []
@@ -260,16 +275,22 @@ class Stream:
             mark = marks.get(i)
             if mark is not None:
                 pid, pseq = mark
+                pub, key, body = entry
+                n = 1 if key is not None else body.count
+                last = pseq + n - 1                    # this publish's last producer sequence
                 last_pseq, last_seq = state.get(pid, (0, 0))
                 if pseq <= last_pseq:                  # a retry of what the stream holds
-                    pub = entry[0]
-                    pub.published += 1
+                    dup = min(n, last_pseq - pseq + 1)
+                    pub.published += dup
                     if pub.confirms:
                         pub.unconfirmed.append((pub.published, last_seq))
                         self.confirming[pub.identity] = pub
-                    self.duplicates_total += 1
-                    continue
-                state[pid] = (pseq, 0)
+                    self.duplicates_total += dup
+                    if dup == n:
+                        continue
+                    entry = (pub, None, _tail(body, dup))
+                    mark = (pid, pseq + dup)
+                state[pid] = (last, 0)
             keep.append(entry)
             producers.append(mark)
         return keep, producers

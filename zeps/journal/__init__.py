@@ -53,7 +53,8 @@ Decisions and known limits (details in each module's docstring):
   follow mode takes ``clock``/``sleep``; the broker decides when to call :meth:`Journal.sync`.
 * Producer sequences (idempotent publishers): ``append_batch(items, producers=)`` stores a
   ``(producer id, pseq)`` in a record's CRC-covered producer extension (flagged in the length's
-  top bit; records without one are byte-identical to the original format) and
+  top bit; records without one are byte-identical to the original format; a PublishBatch's
+  pseq is its first message's, message ``i`` having ``pseq + i``) and
   :meth:`Journal.producers` is the last pseq of each id over the records held - rebuilt on open
   from the newest valid ``.producers`` snapshot (written at each roll, every
   ``snapshot_interval_bytes`` of log and at close) plus the records after it, so it is exactly

@@ -357,12 +357,17 @@ class ColumnSink:
         why = "the block's CRC-32C check failed"
         data = pa.py_buffer(buf)
         key = None
+        if run.flagged is not None:
+            bad = _first_bad_utf8_mask(buf, run.pstart, run.pend, run.flagged)
+            if bad < n:
+                n, rows = bad, int(run.row0[bad])
+                why = "producer id is not valid UTF-8"
         if rows:
-            key = _compact(data, run.kstart, run.kend).view(pa.string())
+            key = _compact(data, run.kstart[:rows], run.kend[:rows]).view(pa.string())
             try:
                 key.validate(full=True)
             except pa.ArrowInvalid:
-                n = run.record_of(_first_bad_utf8(buf, run.kstart, run.kend))
+                n = run.record_of(_first_bad_utf8(buf, run.kstart[:rows], run.kend[:rows]))
                 rows = int(run.row0[n])
                 why = "key is not valid UTF-8"
         lo = min(max(want_seq - seq, 0), rows)
@@ -370,9 +375,9 @@ class ColumnSink:
         emitted = False
         if lo < hi:
             body = _compact(data, run.kend[lo:hi] + 4, run.bend[lo:hi])
+            producer, pseq = _batch_producers(data, run, lo, hi)
             self.out.append(Columns(run.row_seq(lo, hi), run.row_ts(lo, hi),
-                                    key.slice(lo, hi - lo), body,
-                                    pa.nulls(hi - lo, pa.string()), pa.nulls(hi - lo, pa.uint64())))
+                                    key.slice(lo, hi - lo), body, producer, pseq))
             self.count += hi - lo
             emitted = True
         if hi < rows:                             # the messages past `last` begin in here
@@ -389,13 +394,33 @@ class ColumnSink:
         return None, nseq, nts, emitted
 
 
+def _batch_producers(data: pa.Buffer, run: BatchRun, lo: int, hi: int
+                     ) -> Tuple[pa.Array, pa.Array]:
+    """The nullable producer id and pseq columns of messages ``lo..hi-1`` of a batch run: a
+    message of a record with a producer extension has its record's id and ``pseq + i``."""
+    if run.flagged is None:
+        return pa.nulls(hi - lo, pa.string()), pa.nulls(hi - lo, pa.uint64())
+    f = run.flagged
+    ids = _compact(data, run.pstart[f], run.pend[f]).view(pa.string())
+    rec = np.repeat(np.arange(len(f)), run.count)[lo:hi]
+    mask = ~f[rec]
+    pick = pa.array((np.cumsum(f) - 1)[rec], type=pa.int64(), mask=mask)
+    return ids.take(pick), pa.array(run.row_pseq(lo, hi), type=pa.uint64(), mask=mask)
+
+
 def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:
-    """Which of the (whole) records at ``positions`` hold a DELIVER-BATCH frame (and no
-    producer extension: a flagged one is checked, and refused, as a plain record)."""
+    """Which of the (whole) records at ``positions`` hold a DELIVER-BATCH frame (after their
+    producer extension, if flagged)."""
     u32 = be_view(buf, 4)
-    word = u32[positions]
-    at = np.minimum(positions + HEADER_SIZE, len(u32) - 1)
-    return (word <= LENGTH_MASK) & ((u32[at] >> 8) == _BATCH_HEAD)
+    word = u32[positions].astype(np.int64)
+    ext = 0
+    flagged = word > LENGTH_MASK
+    if flagged.any():
+        plen = np.frombuffer(buf, dtype=np.uint8)[np.minimum(positions + PID_LEN_OFFSET,
+                                                             len(buf) - 1)]
+        ext = np.where(flagged, EXT_FIXED + plen.astype(np.int64), 0)
+    at = np.minimum(positions + HEADER_SIZE + ext, len(u32) - 1)
+    return (u32[at] >> 8) == _BATCH_HEAD
 
 
 def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str) -> str:

@@ -243,8 +243,9 @@ class Journal(StreamView):
         verbatim under one header and CRC, taking ``count`` sequences, returned as a
         :class:`BatchRecord` (``.frame`` is the DELIVER-BATCH frame). ``producers``: None, or a
         list parallel to ``items`` of None or ``(producer id, pseq)`` (1 to 255 bytes of UTF-8,
-        1 to 2^64-1; None for a PublishBatch), stored in the record (inside its CRC) and
-        reflected in :meth:`producers`. All or nothing: :class:`RecordTooLargeError` (a frame,
+        1 to 2^64-1; for a PublishBatch the pseq of its first message, its messages taking
+        ``pseq .. pseq + count - 1``, which must not pass 2^64-1), stored in the record (inside
+        its CRC) and reflected in :meth:`producers`. All or nothing: :class:`RecordTooLargeError` (a frame,
         a batch's whole frame included, over ``max_record_bytes``) / :class:`KeyTooLongError` /
         :class:`InvalidRecordError` before writing anything, :class:`JournalFullError` if the
         write failed (rolled back)."""

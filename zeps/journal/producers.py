@@ -3,10 +3,11 @@ and the stream sequence of that record - what the broker deduplicates idempotent
 against (issue 9) - and its snapshot files.
 
 The truth is the log: a record appended with a producer carries ``pid`` and ``pseq`` in its
-CRC-covered producer extension (:mod:`.record`), so the state is a function of the records
-(:meth:`ProducerState.observe` applied in sequence order) and is crash-consistent with them by
-construction. Rebuilding it must not read the whole stream, and retention deletes old records,
-so the writer keeps snapshots:
+CRC-covered producer extension (:mod:`.record`; a batch record's ``pseq`` is its first
+message's, so its last message has ``pseq + count - 1``, the value the state keeps), so the
+state is a function of the records (:meth:`ProducerState.observe` applied in sequence order)
+and is crash-consistent with them by construction. Rebuilding it must not read the whole
+stream, and retention deletes old records, so the writer keeps snapshots:
 
 * ``<first seq of segment>.producers`` (beside the segment's ``.log``) is the state *before*
   that segment's first record, written when the segment is created by a roll (after the sealed
@@ -87,10 +88,13 @@ class ProducerState:
             d.popitem(last=False)
 
     def observe_records(self, records: Iterable) -> None:
-        """:meth:`observe` each :class:`~.record.Record` that has a producer, in order."""
+        """:meth:`observe` each record that has a producer, in order: a
+        :class:`~.record.Record`, or a :class:`~.record.BatchRecord` whose last message (at
+        ``last_sequence``) has producer sequence ``pseq + count - 1``."""
         for r in records:
             if r.producer is not None:
-                self.observe(r.producer, r.pseq, r.sequence)
+                last = r.last_sequence
+                self.observe(r.producer, r.pseq + last - r.sequence, last)
 
     def as_dict(self) -> Dict[str, Tuple[int, int]]:
         """A copy: ``{pid: (last pseq, seq)}``, least recently used first."""
@@ -246,7 +250,7 @@ def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
             continue
         if not recs:
             break
-        state.observe_records(recs)          # a batch record (whole) has no producer
+        state.observe_records(recs)          # batch records come whole (chunks)
         seq = recs[-1].last_sequence + 1
     return state, upto
 

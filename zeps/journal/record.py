@@ -8,6 +8,7 @@ A record in a ``.log`` file (see docs/architecture.md, "Journal contract")::
     timestamp u64 BE   ns since the epoch, taken at append; never decreases within a stream
     extension          only if bit 31 of length is set (a record published with a producer id):
                        pid_len u8 (1..255) | pid (UTF-8) | pseq u64 BE (1..2^64-1)
+                       (on a batch record: the producer sequence of its first message)
     frame     bytes    the complete ZEPS DELIVER frame (one message):
                        AA A5 07 | seq u64 | keylen u8 | key | bodylen u32 | body
                        (layout defined once in :mod:`zeps.protocol.deliver`)
@@ -19,7 +20,9 @@ A batch record (a PUBLISH-BATCH appended as one record, read as :class:`BatchRec
 valid when it is whole, its CRC matches, the frame's timestamp equals the header's, its
 sequence is the expected one, ``count >= 1``, the entries fill the frame exactly
 (:func:`zeps.protocol.batch.walk`, keys UTF-8) and its timestamp is not below the previous
-record's. It never has the producer flag (a flagged batch record is BAD). The record after it
+record's. It may carry a producer extension (an idempotent producer's PUBLISH-BATCH): its
+``pseq`` is that of the batch's first message, message ``i`` has ``pseq + i``, so a flagged batch
+record is valid only if ``pseq >= 1`` and ``pseq + count - 1 <= 2^64-1``. The record after it
 has sequence ``seq + count``. Journals without batch records read exactly as before.
 
 Why the record stores its DELIVER frame verbatim: replay is the broker's hot path, and with the
@@ -180,14 +183,17 @@ class BatchRecord:
 
     ``offsets``: where each entry starts in ``frame``, plus ``len(frame)`` (entry ``i`` is
     ``frame[offsets[i]:offsets[i + 1]]``); computed on first use unless the parser or writer
-    already had them. Batch records never carry a producer id."""
+    already had them. ``producer``/``pseq``: the producer id and the producer sequence of the
+    batch's first message (message ``i`` has ``pseq + i``), or both None."""
 
-    __slots__ = ("sequence", "count", "timestamp", "frame", "_offsets", "_shift")
-    producer: Optional[str] = None
-    pseq: Optional[int] = None
+    __slots__ = ("sequence", "count", "timestamp", "frame", "_offsets", "_shift", "producer",
+                 "pseq")
 
     def __init__(self, sequence: int, count: int, timestamp: int, frame: bytes,
-                 offsets: Optional[Sequence[int]] = None, shift: int = 0):
+                 offsets: Optional[Sequence[int]] = None, shift: int = 0,
+                 producer: Optional[str] = None, pseq: Optional[int] = None):
+        self.producer = producer
+        self.pseq = pseq
         self.sequence = sequence
         self.count = count
         self.timestamp = timestamp
@@ -211,9 +217,16 @@ class BatchRecord:
         return self.sequence + self.count - 1
 
     @property
+    def last_pseq(self) -> Optional[int]:
+        """The producer sequence of the batch's last message (None without a producer)."""
+        return None if self.pseq is None else self.pseq + self.count - 1
+
+    @property
     def size(self) -> int:
-        """Bytes this record takes in the log (header, frame)."""
-        return HEADER_SIZE + len(self.frame)
+        """Bytes this record takes in the log (header, producer extension, frame)."""
+        if self.producer is None:
+            return HEADER_SIZE + len(self.frame)
+        return HEADER_SIZE + EXT_FIXED + len(self.producer.encode("utf-8")) + len(self.frame)
 
     def key(self, i: int) -> str:
         """The key of message ``i`` (0-based) of the batch."""
@@ -225,23 +238,39 @@ class BatchRecord:
 
     def records(self, start: int = 0) -> List[Record]:
         """Message ``start`` on as :class:`Record` objects whose ``frame`` is the DELIVER frame
-        a ZEPS/1 subscriber gets (built by :func:`zeps.protocol.batch.deliver_frames`)."""
-        seq, ts = self.sequence + start, self.timestamp
-        return [Record(seq + k, ts, f) for k, f in
-                enumerate(deliver_frames(self.frame, self.offsets, seq, start))]
+        a ZEPS/1 subscriber gets (built by :func:`zeps.protocol.batch.deliver_frames`); with a
+        producer, :class:`ProducerRecord` objects with ``pseq + i``."""
+        return expand(self.frame, self.offsets, self.sequence, self.timestamp, start,
+                      self.count, self.producer, self.pseq)
 
     def __eq__(self, other):
         if not isinstance(other, BatchRecord):
             return NotImplemented
         return (self.sequence == other.sequence and self.timestamp == other.timestamp
-                and self.count == other.count and self.frame == other.frame)
+                and self.count == other.count and self.frame == other.frame
+                and self.producer == other.producer and self.pseq == other.pseq)
 
     def __hash__(self):
         return hash((self.sequence, self.timestamp, self.frame))
 
     def __repr__(self):
+        prod = "" if self.producer is None else f", producer={self.producer!r}, pseq={self.pseq}"
         return (f"BatchRecord(sequence={self.sequence}, count={self.count}, "
-                f"timestamp={self.timestamp}, frame_bytes={len(self.frame)})")
+                f"timestamp={self.timestamp}, frame_bytes={len(self.frame)}{prod})")
+
+
+def expand(frame: bytes, offsets: Sequence[int], seq: int, ts: int, start: int, stop: int,
+           producer: Optional[str], pseq: Optional[int]) -> List[Record]:
+    """Messages ``start..stop-1`` of the batch record (``frame``, entry ``offsets``, first
+    sequence ``seq``) as :class:`Record` objects (:class:`ProducerRecord` with ``pseq + i``
+    when the batch has a producer)."""
+    s0 = seq + start
+    frames = deliver_frames(frame, offsets, s0, start, stop)
+    if producer is None:
+        return [Record(s0 + k, ts, f) for k, f in enumerate(frames)]
+    p0 = pseq + start
+    return [ProducerRecord(s0 + k, ts, f, None, None, producer, p0 + k)
+            for k, f in enumerate(frames)]
 
 
 @dataclass(frozen=True)
@@ -299,7 +328,8 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     :class:`Record`) or a :class:`~zeps.protocol.commands.PublishBatch` (one
     :class:`BatchRecord` holding its entries verbatim, sequences ``seq .. seq + count - 1``).
     ``producers``: None or a list parallel to ``items`` of None or ``(producer id, pseq)``
-    (checked by :func:`check_producers`; None for a PublishBatch); a record with one gets the
+    (checked by :func:`check_producers`; for a PublishBatch the pseq is that of its first
+    message, and ``pseq + count - 1`` must not pass 2^64-1); a record with one gets the
     producer extension (header, extension, frame). Raises before anything is written if any
     item is invalid (all or nothing). Frames are built by
     :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`."""
@@ -312,14 +342,24 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     seq = first_seq
     for i, (item, prod) in enumerate(zip(items, prods)):
         if isinstance(item, PublishBatch):
-            if prod is not None:
-                raise InvalidRecordError(f"producers[{i}] must be None: item {i} is a "
-                                         f"PublishBatch (a batch record carries no producer id)")
             batch = _batch_record(item, i, seq, timestamp, max_record_bytes)
             entries = item.entries
             head = batch.frame
-            parts.append(pack(len(head) + len(entries),
-                              _crc_extend(_crc_extend(ts_crc, head), entries), timestamp))
+            flen = len(head) + len(entries)
+            if prod is None:
+                parts.append(pack(flen, _crc_extend(_crc_extend(ts_crc, head), entries),
+                                  timestamp))
+            else:
+                pb, pseq = prod
+                if pseq + batch.count - 1 > MAX_PSEQ:
+                    raise InvalidRecordError(
+                        f"producers[{i}]: pseq {pseq} + {batch.count} messages passes 2^64-1; "
+                        f"nothing of the batch was appended")
+                ext = bytes((len(pb),)) + pb + _U64.pack(pseq)
+                parts.append(pack(flen | PRODUCER_FLAG, _crc_extend(_crc_extend(
+                    _crc_extend(ts_crc, ext), head), entries), timestamp))
+                parts.append(ext)
+                batch.producer, batch.pseq = pb.decode("utf-8"), pseq
             parts.append(head)
             parts.append(entries)
             batch.frame = head + entries
@@ -476,9 +516,13 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             return BAD, pos, expect_seq, last_ts, "CRC-32C mismatch", n, nbytes
         sig, cid, seq, klen = unpack_head(frame, 0)
         if sig == SIGNATURE and cid == DELIVER_BATCH_ID:
-            batch = _check_batch(frame, ts, expect_seq, producer is not None)
+            batch = _check_batch(frame, ts, expect_seq)
             if isinstance(batch, str):
                 return BAD, pos, expect_seq, last_ts, batch, n, nbytes
+            if producer is not None:
+                producer = _batch_producer(producer, pseq, batch[1])
+                if isinstance(producer, tuple):
+                    return BAD, pos, expect_seq, last_ts, producer[0], n, nbytes
             if last_ts is not None and ts < last_ts:
                 return BAD, pos, expect_seq, last_ts, "timestamp goes backwards", n, nbytes
             if stop_ts is not None and ts >= stop_ts:
@@ -489,15 +533,15 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
                 if chunks:
                     if n and (n + count - skip > max_records or nbytes + length > max_bytes):
                         return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
-                    append(BatchRecord(seq, count, ts, frame, offsets))
+                    append(BatchRecord(seq, count, ts, frame, offsets, 0, producer,
+                                       pseq if producer is not None else None))
                     n += count - skip
                     nbytes += length
                 else:
                     j, n, nbytes = _fit(offsets, skip, n, nbytes, max_records, max_bytes)
                     if j > skip:
-                        s0 = seq + skip
-                        out.extend([Record(s0 + k, ts, f) for k, f in
-                                    enumerate(deliver_frames(frame, offsets, s0, skip, j))])
+                        out.extend(expand(frame, offsets, seq, ts, skip, j, producer,
+                                          pseq if producer is not None else None))
                     if j < count:       # stopped inside the batch: resume at its start
                         return LIMIT, pos, expect_seq, last_ts, None, n, nbytes
                 last_ts = ts
@@ -547,11 +591,22 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             expect_seq = seq + 1
 
 
-def _check_batch(frame: bytes, ts: int, expect_seq: int, flagged: bool):
+def _batch_producer(pid: bytes, pseq: int, count: int):
+    """The producer id (str) of a batch record of ``count`` messages whose extension holds
+    ``pid``/``pseq``, or the reason (a str in a 1-tuple) the extension is not valid."""
+    if pseq == 0:
+        return ("producer sequence 0",)
+    if pseq + count - 1 > MAX_PSEQ:
+        return (f"producer sequences {pseq}..{pseq + count - 1} pass 2^64-1",)
+    try:
+        return pid.decode("utf-8")
+    except UnicodeDecodeError:
+        return ("producer id is not valid UTF-8",)
+
+
+def _check_batch(frame: bytes, ts: int, expect_seq: int):
     """``(sequence, count, entry offsets into frame)`` of a CRC-checked DELIVER-BATCH frame
     stored with header timestamp ``ts``, or the reason it is not a valid batch record."""
-    if flagged:
-        return "a batch record has the producer flag"
     length = len(frame)
     if length < DELIVER_HEAD_SIZE + MIN_ENTRY:
         return f"batch record length {length} is below the minimum"

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from tests.measure import wait_for
 from zeps.clients import (Client, ClientClosed, ConcurrentUseError, InvalidError, Message,
                           StreamInfo, ZepsError, ZepsTimeout, list_streams)
 
@@ -81,9 +82,12 @@ def test_from_seq(broker):
 
 def test_from_time_and_seq_at(broker):
     publish_n(broker.endpoint, "s", 10)
-    time.sleep(0.05)
-    t_ns = time.time_ns()
-    time.sleep(0.05)
+    with Client(broker.endpoint, "s", **FAST) as c:
+        newest = c.info().newest                   # the journal time of message 10
+    # t_ns lies strictly between the two groups' journal times: wait (not sleep) until the
+    # clock has passed message 10's, and publish the second group after that.
+    t_ns = wait_for(time.time_ns, lambda now: now > newest + 1000, timeout=10, interval=0.001)
+    assert t_ns > newest + 1000, "the clock did not pass message 10's journal time"
     publish_n(broker.endpoint, "s", 10, start=10)
     with Client(broker.endpoint, "s", **FAST) as c:
         assert c.seq_at(t_ns) == 11
@@ -168,7 +172,7 @@ def test_tiny_credit_window_slow_subscriber_gets_everything_fast_one_unaffected(
     def consume(name, window, delay):
         with Client(broker.endpoint, "s", credit_window=window, **FAST) as c:
             sub = c.subscribe()
-            ready.wait(5)
+            subscribed.wait()                      # both subscribed before anything is published
             got = []
             for m in sub:
                 got.append(m.sequence)
@@ -178,13 +182,12 @@ def test_tiny_credit_window_slow_subscriber_gets_everything_fast_one_unaffected(
                     break
             results[name] = (got, time.monotonic())
 
-    ready = threading.Event()
+    subscribed = threading.Barrier(3, timeout=30)
     threads = [threading.Thread(target=consume, args=("slow", 300, 0.05)),
                threading.Thread(target=consume, args=("fast", 8 << 20, 0))]
     for t in threads:
         t.start()
-    time.sleep(0.3)
-    ready.set()
+    subscribed.wait()
     with Client(broker.endpoint, "s", confirms=True, **FAST) as pub:
         pub.publish_batch(("k", body) for _ in range(n))
         assert pub.wait_for_confirms() == n

@@ -270,6 +270,7 @@ def replay_chunks(stream, s, chunks, runs: Runs) -> bool:
     outbox = stream.outbox
     credit = granted = s.credit
     delivered = 0
+    all_from = s.takes_all_from()       # from there on no key needs to be looked at
     for ch in chunks:
         if is_batch_frame(ch.frame):
             view = BatchView(ch)
@@ -290,7 +291,7 @@ def replay_chunks(stream, s, chunks, runs: Runs) -> bool:
         seq = ch.sequence
         if seq < s.next_seq:
             continue
-        if s.accepts(ch.key, seq):
+        if (all_from is not None and seq >= all_from) or s.accepts(ch.key, seq):
             frame = ch.frame
             cost = len(frame) - 7
             if credit < cost:

@@ -149,6 +149,13 @@ class Session:
         self.future_start = max((s for _, s in kept), default=0)
         return True
 
+    def takes_all_from(self) -> Optional[int]:
+        """The first sequence from which a pattern of this client takes every key (the empty
+        prefix), or None."""
+        starts = [start for pattern, start in self.subscriptions
+                  if pattern.kind == "prefix" and not pattern.prefix]
+        return min(starts) if starts else None
+
     def takes_all(self, sequence: int) -> bool:
         """Does a pattern of this client take every key from ``sequence`` on (the empty prefix)?"""
         for pattern, start in self.subscriptions:

@@ -339,14 +339,9 @@ def _recrc(rec: bytearray) -> None:
     """Make the CRC of a forged record match it."""
     rec[CRC_OFFSET:TS_OFFSET] = google_crc32c.value(bytes(rec[TS_OFFSET:])).to_bytes(4, "big")
 
-
-@pytest.mark.parametrize("segment", ["older", "last"])
-@pytest.mark.parametrize("lie", ["pseq 0", "pid not UTF-8", "empty pid"])
-def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, segment, lie):
-    """An extension the writer never writes (pseq 0, a producer id that is not UTF-8 or empty)
-    under a matching CRC: corruption, like a wrong sequence."""
-    if base.kind != "producers":
-        pytest.skip("only the mixed journal has extensions")
+def _forge_target(base, tmp_path, segment: str):
+    """A copy of ``base`` and the record to forge in it (in an older segment or the last):
+    ``(sequence, record, copied data dir, its log path, position, the record's bytes)``."""
     k = 1 if segment == "older" else len(base.logs) - 1
     in_seg = base.segment_records(k)
     seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
@@ -357,6 +352,17 @@ def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, s
     with open(path, "rb") as f:
         f.seek(pos)
         rec = bytearray(f.read(r.size))
+    return seq, r, d, path, pos, rec
+
+
+
+@pytest.mark.parametrize("base", ["producers"], indirect=True)   # the journal with extensions
+@pytest.mark.parametrize("segment", ["older", "last"])
+@pytest.mark.parametrize("lie", ["pseq 0", "pid not UTF-8", "empty pid"])
+def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, segment, lie):
+    """An extension the writer never writes (pseq 0, a producer id that is not UTF-8 or empty)
+    under a matching CRC: corruption, like a wrong sequence."""
+    seq, r, d, path, pos, rec = _forge_target(base, tmp_path, segment)
     plen = rec[PID_LEN_OFFSET]
     pid_at = PID_LEN_OFFSET + 1
     if lie == "pseq 0":
@@ -373,6 +379,7 @@ def test_valid_crc_with_a_bad_producer_extension_is_corruption(base, tmp_path, s
     check(d, base.rows(seq - 1), (path, pos), lie)
 
 
+@pytest.mark.parametrize("base", ["batches"], indirect=True)     # the journal with batch records
 @pytest.mark.parametrize("segment", ["older", "last"])
 @pytest.mark.parametrize("lie", ["producer pseq 0", "producer pseq past 2^64-1",
                                  "producer id not UTF-8", "timestamp differs", "count too large",
@@ -382,18 +389,7 @@ def test_valid_crc_with_a_bad_batch_record_is_corruption(base, tmp_path, segment
     producer sequences ``pseq .. pseq + count - 1`` passing 2^64-1 or an id that is not UTF-8,
     a frame timestamp other than the header's, a count its entries do not match, a key that is
     not UTF-8) under a matching CRC: corruption."""
-    if base.kind != "batches":
-        pytest.skip("only the batch journal has batch records")
-    k = 1 if segment == "older" else len(base.logs) - 1
-    in_seg = base.segment_records(k)
-    seq = base.damaged(in_seg[len(in_seg) // 2] if segment == "older" else in_seg[2])
-    r = base.record(seq)
-    log, pos = base.where[seq]
-    d = copy(base, tmp_path, "forged")
-    path = moved(base, d, log)
-    with open(path, "rb") as f:
-        f.seek(pos)
-        rec = bytearray(f.read(r.size))
+    seq, r, d, path, pos, rec = _forge_target(base, tmp_path, segment)
     frame = r.size - len(r.frame)                       # where the DELIVER-BATCH starts
     if lie.startswith("producer"):      # a (new) extension in front of the batch frame
         del rec[HEADER_SIZE:frame]

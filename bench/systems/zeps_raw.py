@@ -15,7 +15,7 @@ import zmq
 from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
-from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA,
+from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, batch_cost, batch_count,
                                  encode_publish_batch, walk)
 from zeps.protocol.reasons import NOT_ATTACHED
 from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, frame_cost, sequence_of
@@ -127,8 +127,8 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, p
     while expect is None or n < expect:
         frame = recv()
         if frame[2] == DELIVER_BATCH_ID:
-            count = int.from_bytes(frame[19:23], "big")
-            used += len(frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * count
+            count = batch_count(frame)
+            used += batch_cost(frame)
             if used >= WINDOW // 2:
                 send(credit_msg)
                 used -= WINDOW // 2

@@ -19,35 +19,14 @@ from __future__ import annotations
 from typing import Dict, List, Optional
 
 from zeps.protocol import deliver_ts_from_deliver
-from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA,
-                                 deliver_batch_head, deliver_frames, entry_key)
+from zeps.protocol.batch import (DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, deliver_batch_head,
+                                 deliver_frames, entry_key, is_batch_frame)
 from zeps.protocol.deliver import KEYLEN_OFFSET, sequence_of
 
 #: Entry bytes of one DELIVER frame start after its signature, id and sequence.
 ENTRY_OFFSET = KEYLEN_OFFSET
 #: A run is closed (sent) once it holds this many bytes.
 MAX_RUN_BYTES = 1 << 20
-_U64_TS_OFFSET = 3            # a DELIVER-BATCH's timestamp: right after the signature and id
-_SEQ_OFFSET = 11              # its first sequence
-_COUNT_OFFSET = 19            # its count
-
-
-def is_batch_frame(frame) -> bool:
-    """Is this stored or outgoing frame a DELIVER-BATCH?"""
-    return frame[2] == DELIVER_BATCH_ID
-
-
-def batch_first_seq(frame) -> int:
-    return sequence_of(frame, _SEQ_OFFSET - 3)
-
-
-def batch_count(frame) -> int:
-    return int.from_bytes(frame[_COUNT_OFFSET:_COUNT_OFFSET + 4], "big")
-
-
-def batch_cost(frame) -> int:
-    """Credit the messages of a DELIVER-BATCH frame cost (as their DELIVERs would)."""
-    return len(frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * batch_count(frame)
 
 
 class _Run:

@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from zeps.protocol import commands as c, encode
-from zeps.protocol.batch import DELIVER_BATCH_ID
+from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 
-from .batching import batch_count
 
 from .session import ATTACHED, Session
 

@@ -45,8 +45,9 @@ from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_
 
 from zeps.journal.settings import StreamSettings
 
-from .batching import (BatchView, Runs, batch_cost, batch_first_seq, is_batch_frame,
-                       replay_chunks, route_batch)
+from zeps.protocol.batch import batch_cost, batch_first_seq, is_batch_frame
+
+from .batching import BatchView, Runs, replay_chunks, route_batch
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]

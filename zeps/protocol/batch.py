@@ -127,6 +127,26 @@ def run_cost(offsets: Sequence[int], i: int, j: int) -> int:
     return offsets[j] - offsets[i] + ENTRY_COST_EXTRA * (j - i)
 
 
+def is_batch_frame(frame) -> bool:
+    """Is this (stored or sent) frame a DELIVER-BATCH?"""
+    return frame[2] == DELIVER_BATCH_ID
+
+
+def batch_first_seq(frame) -> int:
+    """The first sequence of a DELIVER-BATCH frame."""
+    return DELIVER_HEAD.unpack_from(frame)[3]
+
+
+def batch_count(frame) -> int:
+    """How many messages a DELIVER-BATCH frame holds."""
+    return DELIVER_HEAD.unpack_from(frame)[4]
+
+
+def batch_cost(frame) -> int:
+    """Credit the messages of a DELIVER-BATCH frame cost (as their DELIVERs would)."""
+    return len(frame) - DELIVER_HEAD_SIZE + ENTRY_COST_EXTRA * batch_count(frame)
+
+
 def encode_entries(items) -> bytes:
     """The entries of ``(key: str, body: bytes)`` pairs (keys checked: at most 255 bytes)."""
     parts = []
@@ -175,6 +195,7 @@ _SEQ_pack = struct.Struct(">Q").pack
 
 __all__ = ["BadEntries", "walk", "entry_key", "entry_body", "entry_key_body", "run_cost",
            "encode_entries", "encode_publish_batch", "publish_batch_head", "deliver_batch_head",
-           "deliver_frames", "PUBLISH_BATCH_ID", "DELIVER_BATCH_ID", "PUBLISH_HEAD",
+           "deliver_frames", "is_batch_frame", "batch_first_seq", "batch_count", "batch_cost",
+           "PUBLISH_BATCH_ID", "DELIVER_BATCH_ID", "PUBLISH_HEAD",
            "DELIVER_HEAD", "PUBLISH_HEAD_SIZE", "DELIVER_HEAD_SIZE", "ENTRY_COST_EXTRA", "HEAD",
            "encode_deliver"]

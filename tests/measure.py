@@ -110,3 +110,41 @@ class PeakRss:
         self._done.set()
         self._thread.join()
         self.peak = max(self.peak, rss_mb(self.pid))
+
+
+def _cpu_times(pid: int) -> float:
+    """CPU seconds (user + system) a process has used (``/proc/PID/stat``)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _steal_and_total() -> tuple:
+    """(steal, all) jiffies of every CPU since boot (first line of ``/proc/stat``)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    return (values[7] if len(values) > 7 else 0), sum(values[:8])
+
+
+class MachineShare:
+    """``with MachineShare(pid) as m:`` measures what a block of time gave a process: ``m.cpu``,
+    the process's CPU seconds per wall second (1.0: one core, busy all along), and
+    ``m.steal``, the fraction of the machine's CPU time that the hypervisor gave to other
+    virtual machines (the ``steal`` column of ``/proc/stat``). A latency figure taken while
+    ``steal`` was high says more about the neighbours than about the broker."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+        self.cpu = self.steal = 0.0
+
+    def __enter__(self) -> "MachineShare":
+        self._t0 = time.monotonic()
+        self._cpu0 = _cpu_times(self.pid)
+        self._steal0, self._all0 = _steal_and_total()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        wall = max(time.monotonic() - self._t0, 1e-9)
+        self.cpu = (_cpu_times(self.pid) - self._cpu0) / wall
+        steal, total = _steal_and_total()
+        self.steal = (steal - self._steal0) / max(total - self._all0, 1)

@@ -15,7 +15,7 @@ import zmq
 
 from tests.measure import wait_for
 from zeps.clients import (Client, ClientClosed, ConcurrentUseError, InvalidError, Message,
-                          StreamInfo, ZepsError, ZepsTimeout, list_streams)
+                          MessageBatch, StreamInfo, ZepsError, ZepsTimeout, list_streams)
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = dict(timeout=5.0, heartbeat=1.0)
@@ -161,6 +161,54 @@ def test_info_and_list_streams(broker):
         assert info.size > 0 and before <= info.oldest <= info.newest <= time.time_ns()
         assert set(c.list_streams()) >= {"empty", "full"}
     assert set(list_streams(broker.endpoint, timeout=5)) >= {"empty", "full"}
+
+
+def test_reading_in_batches_and_message_by_message_mixed_gives_every_message_once(
+        start_broker, tmp_path):
+    """History (stored as batches) then live messages, read in turns with next(), next_batch()
+    and batches(): every sequence once, in order, the position where the reading stopped.
+    (Messages of at most 1 KiB, so that a 64 KiB credit window holds: the ~600 KB of history
+    come in many DELIVER-BATCHes, each as much as the credit allows.)"""
+    broker = start_broker(tmp_path / "data", "--max-message", "1K")
+    n = 5000
+    with Client(broker.endpoint, "bulk", **FAST) as pub:
+        pub.publish_batch([("k.%d" % (i % 7), b"%100d" % i) for i in range(n)])
+        pub.flush()
+        with Client(broker.endpoint, "bulk", credit_window=64 << 10, **FAST) as c:
+            sub = c.subscribe()
+            got = [(m.sequence, m.key, m.body) for m in drain(sub, 10)]
+            while len(got) < n // 2:
+                b = sub.next_batch(timeout=10)
+                assert isinstance(b, MessageBatch) and len(b) >= 1
+                got += list(zip(b.sequences, b.keys, b.bodies))
+                assert sub.position == b.last == got[-1][0]
+            got += [(m.sequence, m.key, m.body) for m in drain(sub, 10)]
+            for b in sub.batches(timeout=10):
+                got += [(m.sequence, m.key, m.body) for m in b]        # as Messages
+                if got[-1][0] >= n:
+                    break
+            pub.publish("live", b"after")                    # then live
+            pub.flush()
+            b = sub.next_batch(timeout=10)
+            got += list(zip(b.sequences, b.keys, b.bodies))
+            assert sub.buffered == 0 and sub.position == n + 1
+            with pytest.raises(ZepsTimeout):
+                sub.next_batch(timeout=0.2)                  # nothing more was published
+    assert got == [(i + 1, "k.%d" % (i % 7), b"%100d" % i) for i in range(n)] + [
+        (n + 1, "live", b"after")]
+
+
+def test_batches_ends_when_the_client_is_closed(broker):
+    with Client(broker.endpoint, "bulk-close", **FAST) as pub:
+        pub.publish_batch([("k", b"x")] * 50)
+    c = Client(broker.endpoint, "bulk-close", **FAST)
+    sub = c.subscribe()
+    seen = 0
+    for b in sub.batches():
+        seen += len(b)
+        if seen == 50:
+            c.close()
+    assert seen == 50
 
 
 # ------------------------------------------------------------------ credit

@@ -115,6 +115,32 @@ def test_from_time_live_info_and_list_streams(broker):
     run(main())
 
 
+def test_reading_in_batches_gives_every_message_once(start_broker, tmp_path):
+    broker = start_broker(tmp_path / "data", "--max-message", "1K")   # a 32 KiB window holds
+    n = 3000
+
+    async def main():
+        async with AsyncClient(broker.endpoint, "abulk", **FAST) as pub:
+            for i in range(n):
+                await pub.publish("k", b"%100d" % i)
+            await pub.flush()
+            async with AsyncClient(broker.endpoint, "abulk", credit_window=32 << 10,
+                                   **FAST) as cl:
+                sub = await cl.subscribe()
+                got = [m.sequence for m in await read(sub, 5)]
+                async for b in sub.batches(timeout=10):
+                    assert len(b) >= 1 and sub.position == b.last
+                    got += list(b.sequences)
+                    if got[-1] >= n - 5:
+                        break
+                got += [m.sequence for m in await read(sub, n - len(got))]
+                with pytest.raises(ZepsTimeout):
+                    await sub.next_batch(0.2)                # nothing more was published
+                return got
+
+    assert run(main()) == list(range(1, n + 1))
+
+
 # ------------------------------------------------------------------ errors
 
 def test_rejected_publish_and_bad_regex_are_invalid_errors(start_broker, tmp_path):

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zeps.clients import InvalidError, Receipt
+from zeps.clients import InvalidError, Message, MessageBatch, Receipt
 from zeps.clients.batching import MAX_BATCH_BYTES
 from zeps.protocol import commands as c
 from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
 from zeps.protocol.codec import decode, encode, encode_publish
-from zeps.protocol.deliver import encode_deliver, message_cost
+from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import PUBLISH_REJECTED
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, sent
 
@@ -239,6 +239,91 @@ def test_a_bad_deliver_batch_is_ignored_and_hands_nothing(frame):
     sent(p)
     p.receive(frame, 0.0)
     assert not p.buffer and p.need_reconnect is None and p.error is None
+
+
+# ------------------------------------------------------------------ reading in bulk
+
+def _received(p, frames):
+    p.start_delivery()
+    sent(p)
+    for f in frames:
+        p.receive(f, 0.0)
+
+
+def test_a_deliver_batch_is_handed_whole_as_a_message_batch_with_its_columns():
+    p = batching()
+    _received(p, [deliver_batch(5, [("a", b"x"), ("é", b""), ("k", b"yy")], ts=123)])
+    assert p.buffered_messages == 3
+    [batch] = p.take_batches()
+    assert isinstance(batch, MessageBatch)
+    assert (len(batch), batch.first, batch.last, list(batch.sequences)) == (3, 5, 7, [5, 6, 7])
+    assert batch.keys == ["a", "é", "k"] and batch.bodies == [b"x", b"", b"yy"]
+    assert batch.timestamps == [123] * 3 and batch.stream == "s"
+    assert list(batch) == [Message(5, "a", b"x", 123, "s"), Message(6, "é", b"", 123, "s"),
+                           Message(7, "k", b"yy", 123, "s")]
+    assert batch[1].key == "é" and batch.cost == sum(m.cost for m in batch)
+    assert p.last_handed == 7 and p.buffered_messages == 0 and p.buffered == 0
+
+
+def test_delivers_between_batches_are_gathered_into_one_batch_in_order():
+    p = batching()
+    _received(p, [ts_from_deliver(encode_deliver(1, b"k", b"1"), 10),
+                  ts_from_deliver(encode_deliver(3, b"k", b"3"), 11),   # 2 filtered out
+                  deliver_batch(4, [("k", b"4"), ("k", b"5")]),
+                  ts_from_deliver(encode_deliver(6, b"j", b"6"), 12)])
+    batches = p.take_batches()
+    assert [list(b.sequences) for b in batches] == [[1, 3], [4, 5], [6]]
+    assert [b.keys for b in batches] == [["k", "k"], ["k", "k"], ["j"]]
+    assert [b.timestamps for b in batches] == [[10, 11], [77, 77], [12]]
+
+
+def test_take_cuts_a_batch_at_half_the_window_and_keeps_the_rest_in_order():
+    p = batching(window=1000)                        # top-up at 500
+    body = b"z" * 190                                # cost 200
+    _received(p, [deliver_batch(1, [("k", body)] * 5)])      # 1000: the whole window
+    assert [m.sequence for m in p.take()] == [1, 2, 3]       # 600 >= 500 after the third
+    assert sent(p)[-1] == c.Credit(600) and p.buffered == 400 and p.buffered_messages == 2
+    assert [m.sequence for m in p.take(limit=1)] == [4]
+    [rest] = p.take_batches()
+    assert (list(rest.sequences), rest.bodies) == ([5], [body])
+    assert p.buffered == 0 and p.buffered_messages == 0
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=60)),
+                min_size=1, max_size=40),
+       st.lists(st.integers(1, 7), min_size=1, max_size=40),
+       st.lists(st.booleans(), min_size=1, max_size=20))
+def test_reading_in_batches_gives_and_credits_what_reading_messages_does(items, cuts, bulk):
+    """The same DELIVER-BATCH frames read message by message (``take``) and read with
+    ``take_batches`` and ``take`` mixed: the same messages in the same order, and every
+    message's credit goes back to the broker in both (at most a top-up's worth still owed)."""
+    frames, i, n = [], 0, 0
+    while i < len(items):
+        size = cuts[n % len(cuts)]
+        frames.append(deliver_batch(i + 1, items[i:i + size]))
+        i, n = i + size, n + 1
+    outs = []
+    for mode in ("messages", "mixed"):
+        p = batching(window=600)
+        p.start_delivery()
+        sent(p)
+        got, credit, pending, step = [], 0, list(frames), 0
+        while pending or p.buffer:
+            while pending and p.buffered + p.consumed + _cost(pending[0]) <= p.credit_window:
+                p.receive(pending.pop(0), 0.0)
+            if mode == "mixed" and bulk[step % len(bulk)]:
+                for b in p.take_batches():
+                    assert list(b.sequences) == [m.sequence for m in b]
+                    got += list(zip(b.sequences, b.keys, b.bodies))
+            else:
+                got += [(m.sequence, m.key, m.body) for m in p.take()]
+            step += 1
+            credit += sum(x.credit for x in sent(p) if isinstance(x, c.Credit))
+        assert credit + p.consumed == sum(message_cost(k, b) for k, b in items)
+        assert p.consumed < p.topup and p.buffered == 0 and p.buffered_messages == 0
+        outs.append(got)
+    assert outs[0] == outs[1] == [(i + 1, k, b) for i, (k, b) in enumerate(items)]
 
 
 # ------------------------------------------------------------------ natural batching

@@ -4,7 +4,11 @@ subscriber one sequence at a time, with no gap and no duplicate, whichever form 
 """
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from tests.core_harness import Core, core_fixture, cost, make_fixture, messages_of  # noqa: F401
+from zeps.broker.stream import split_batch
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 from zeps.protocol.batch import encode_publish_batch
@@ -173,3 +177,37 @@ def test_batch_select_before_attach_lasts_for_the_connection(core):
     publish_batch(core, "a", "b")
     assert [type(m) for m in core.take(SUB)] == [c.DeliverBatch]
 
+
+
+def test_a_batch_larger_than_the_streams_record_limit_is_stored_as_several_records(make):
+    """A stream of small messages has a small journal record limit, while the broker takes
+    PUBLISH-BATCHes up to max_batch from anyone: the batch is stored as consecutive records
+    that fit, each entry once, counted per entry for confirms and producer sequences."""
+    h = make(max_message=10, max_record_bytes=100)
+    keys = [f"k{i:02d}" for i in range(40)]                  # entries of 9 bytes: ~8 a record
+    h.send(PUB, c.Attach("s"), c.ConfirmSelect(), c.Producer("p1", 1))
+    assert h.take(PUB) == [c.AttachOk(), c.ConfirmSelectOk(0), c.ProducerOk(0)]
+    batching_subscriber(h, SUB)
+    h.core.receive(PUB, [encode(batch(*keys, body=b"x"))], h.now)
+    h.round()
+    assert h.take(PUB) == [c.Confirm(40, 40)]
+    journal = h.core.streams["s"].journal
+    chunks = journal.read_chunks(1)
+    assert len(chunks) > 1 and all(len(ch.frame) <= 100 for ch in chunks)
+    assert [r.key for r in journal.read_batch(1)] == keys
+    assert journal.producers()["p1"][0] == 40
+    assert [k for _seq, k in h.delivered(SUB)] == keys
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=40)), min_size=1, max_size=30),
+       st.integers(1, 200))
+def test_split_batch_cuts_at_entries_into_parts_that_fit(items, limit):
+    whole = decode(encode_publish_batch(items))
+    parts = split_batch(whole, limit)
+    assert b"".join(p.entries for p in parts) == whole.entries
+    assert sum(p.count for p in parts) == whole.count
+    for p in parts:
+        assert len(p.entries) <= limit or p.count == 1
+        assert p.offsets[0] == 0 and p.offsets[-1] == len(p.entries) and len(p.offsets) == p.count + 1
+        assert decode(encode(c.PublishBatch(p.count, p.entries))).count == p.count

@@ -39,7 +39,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
-from zeps.protocol.batch import walk
+from zeps.protocol.batch import DELIVER_HEAD_SIZE, walk
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
 
@@ -62,10 +62,31 @@ COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_
 
 def _tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
     """Entries ``k`` on of a PUBLISH-BATCH, sliced out of its entries at their offsets."""
+    return _part(batch, k, batch.count)
+
+
+def _part(batch: c.PublishBatch, i: int, j: int) -> c.PublishBatch:
+    """Entries ``i`` to ``j - 1`` of a PUBLISH-BATCH, sliced out at their offsets."""
     offsets = batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
-    at = offsets[k]
-    return c.PublishBatch(batch.count - k, batch.entries[at:],
-                          tuple(o - at for o in offsets[k:]))
+    at = offsets[i]
+    return c.PublishBatch(j - i, batch.entries[at:offsets[j]],
+                          tuple(o - at for o in offsets[i:j + 1]))
+
+
+def split_batch(batch: c.PublishBatch, max_entries: int) -> List[c.PublishBatch]:
+    """A PUBLISH-BATCH cut into consecutive parts whose entries take at most ``max_entries``
+    bytes each (a part of one entry may take more: the caller checked every body against the
+    stream's limit, which the journal's record limit covers)."""
+    if len(batch.entries) <= max_entries:
+        return [batch]
+    offsets = batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
+    parts, i = [], 0
+    for j in range(1, batch.count + 1):
+        if offsets[j] - offsets[i] > max_entries and j - 1 > i:
+            parts.append(_part(batch, i, j - 1))
+            i = j - 1
+    parts.append(_part(batch, i, batch.count))
+    return parts
 
 
 class Stream:
@@ -251,13 +272,17 @@ class Stream:
         self.pending.append((session, key, body))
 
     def publish_batch(self, session: Session, batch: c.PublishBatch) -> None:
-        """Queue a PUBLISH-BATCH: :meth:`flush` appends it as one journal batch record. The
-        entries of an idempotent producer's batch take the peering's next ``count`` producer
-        sequences (the record carries the first)."""
-        if session.producer is not None:
-            self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
-            session.pseq_next += batch.count
-        self.pending.append((session, None, batch))
+        """Queue a PUBLISH-BATCH: :meth:`flush` appends it as one journal batch record, or as
+        several consecutive ones where its DELIVER-BATCH frame would pass the journal's record
+        limit (a stream with small messages has a small one, while the broker takes batches of
+        up to ``max_batch`` bytes from any client). The entries of an idempotent producer's
+        batch take the peering's next ``count`` producer sequences (each record carries its
+        first)."""
+        for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
+            if session.producer is not None:
+                self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
+                session.pseq_next += part.count
+            self.pending.append((session, None, part))
 
     def producer_last(self, producer: str) -> int:
         """The highest producer sequence the stream holds for ``producer`` (0: none)."""

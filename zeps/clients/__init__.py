@@ -63,8 +63,10 @@ How it works (what you can rely on, with either client)
   for a lone publish, a whole batch for a loop of publishes (or 64 at a time at the latest).
   Receipts, confirms, errors and producer sequences are per message exactly as without
   batches. Subscriptions receive runs of messages as ``DELIVER-BATCH`` frames and hand out the
-  same :class:`Message` objects. A broker without batching answers ``BATCH-SELECT`` with
-  INVALID: the client then uses plain PUBLISH / DELIVER.
+  same :class:`Message` objects, or, to programs that read in bulk (``sub.next_batch()``,
+  ``for batch in sub.batches()``), each frame whole as a :class:`MessageBatch` (columns
+  ``sequences``, ``keys``, ``bodies``) with nothing built per message. A broker without
+  batching answers ``BATCH-SELECT`` with INVALID: the client then uses plain PUBLISH / DELIVER.
 * **Confirms** (``confirms=True``): ``wait_for_confirms()`` blocks until every message published
   so far is durable under the broker's fsync policy and returns the sequence of the last one;
   the :class:`~zeps.clients.Receipt` that ``publish`` returns resolves to its message's sequence
@@ -114,7 +116,7 @@ each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.cli
 
 Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
-:class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
+:class:`MessageBatch`, :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
 :class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
 :class:`ClientClosed`, :class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
 """
@@ -125,12 +127,13 @@ from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endp
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
                      PatternRemoved, ZepsError, ZepsTimeout)
 from .curve import CurveKeys
-from .message import Message, StreamInfo
+from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Subscription",
-           "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "StreamInfo", "list_streams",
+           "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
+           "list_streams",
            "errors", "ZepsError",
            "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
            "ConcurrentUseError",

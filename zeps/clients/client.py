@@ -311,13 +311,13 @@ class Client(ops.FrontEnd):
             self._subscription.timeout = timeout
         return self._subscription
 
-    def _fill(self, ready, timeout: Optional[float]) -> bool:
-        """Put the next messages into ``ready`` (see :func:`operations.fill`)."""
+    def _fill(self, ready, timeout: Optional[float], batches: bool = False) -> bool:
+        """Put the next messages (or batches) into ``ready`` (see :func:`operations.fill`)."""
         if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("Subscription.next/poll")
         self._owner = _get_ident()
         try:
-            return self._run(ops.fill(self, ready, timeout))
+            return self._run(ops.fill(self, ready, timeout, batches))
         finally:
             self._guard.release()
 

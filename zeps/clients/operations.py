@@ -245,9 +245,10 @@ def subscribe(front, patterns, from_seq, from_time, live: bool):
     front._flush()
 
 
-def fill(front, ready, timeout: Optional[float]):
+def fill(front, ready, timeout: Optional[float], batches: bool = False):
     """Put the next messages for the application into ``ready`` (the deque a subscription hands
-    out from; see ``Peering.take``): True once it holds some, False when ``timeout`` expires.
+    out from; see ``Peering.take``), or with ``batches`` the next :class:`MessageBatch` objects
+    (``Peering.take_batches``): True once it holds some, False when ``timeout`` expires.
     Raises the client's pending error first. Another reader of the same subscription may fill
     ``ready`` meanwhile (asyncio tasks): that counts too."""
     p = front._p
@@ -255,7 +256,7 @@ def fill(front, ready, timeout: Optional[float]):
     timed_out = False
     while not ready:
         if p.buffer and p.error is None:
-            ready.extend(p.take())
+            ready.extend(p.take_batches() if batches else p.take())
             front._flush()
             break
         p.check()

@@ -47,7 +47,7 @@ import logging
 import re
 import struct
 from collections import deque
-from typing import Deque, Dict, List, NamedTuple, Optional, Tuple
+from typing import Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
@@ -58,7 +58,7 @@ from .batching import (DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, BadEntries, PublishQueue, decode_deliver_batch,
                        unbatch)
 from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
-from .message import Message, build_message
+from .message import Message, MessageBatch, build_message
 from .producer import check_producer_id, new_producer_id, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
 
@@ -216,8 +216,10 @@ class Peering:
         # subscription
         self.patterns: Dict[str, int] = {}            # pattern -> the `latest` to resubscribe
         self.subscribed = False
-        self.buffer: Deque[Tuple[Message, int]] = deque()   # (message, its credit cost)
+        # (message or DELIVER-BATCH kept whole, its credit cost)
+        self.buffer: Deque[Tuple[Union[Message, MessageBatch], int]] = deque()
         self.buffered = 0                             # credit cost of the buffer
+        self.buffered_messages = 0                    # messages in the buffer
         self.last_handed = 0
         self.last_received = 0
         self.consumed = 0                             # credit to grant back
@@ -339,7 +341,7 @@ class Peering:
         self.held.clear()
         self.held.extend(keep)
         self.buffer.clear()
-        self.buffered = 0
+        self.buffered = self.buffered_messages = 0
         self.last_received = self.last_handed
         self.consumed = 0
         self.confirm_ready = not self.confirms
@@ -455,27 +457,70 @@ class Peering:
 
     def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
         """Hand the oldest buffered messages to the application: at most ``limit``, and no more
-        than half the credit window's worth (but at least one). Grants credit back once half
-        the window was consumed. A front end takes a batch under one lock and hands it out
-        message by message: the messages count as handed from here on (the position to
-        resubscribe from), and the credit they free goes back to the broker."""
+        than half the credit window's worth (but at least one). Grants credit back once half the window was
+        consumed. A front end takes a batch under one lock and hands it out message by
+        message: the messages count as handed from here on (the position to resubscribe
+        from), and the credit they free goes back to the broker."""
         buf = self.buffer
         out: List[Message] = []
         spent = 0
         topup = self.topup
         while buf:
-            msg, cost = buf.popleft()
-            out.append(msg)
+            item, cost = buf.popleft()
+            if type(item) is MessageBatch:           # handed message by message, as DELIVERs
+                if spent + cost < topup and len(out) + len(item) < limit:
+                    out.extend(item.messages)
+                else:
+                    messages, cost, rest = item.cut(spent, topup, limit - len(out))
+                    out.extend(messages)
+                    if rest is not None:
+                        buf.appendleft((rest, rest.cost))
+                        spent += cost
+                        break
+            else:
+                out.append(item)
             spent += cost
             if spent >= topup or len(out) >= limit:
                 break
         if out:
-            self.buffered -= spent
-            self.last_handed = out[-1].sequence
-            self.consumed += spent
-            if self.consumed >= topup:
-                self._grant()
+            self._handed(spent, len(out), out[-1].sequence)
         return out
+
+    def take_batches(self) -> List[MessageBatch]:
+        """As :meth:`take`, as :class:`MessageBatch` objects: each DELIVER-BATCH as received
+        (nothing built per message), the DELIVERs between them gathered into one batch."""
+        buf = self.buffer
+        out: List[MessageBatch] = []
+        run: List[Message] = []
+        spent = n = 0
+        topup = self.topup
+        while buf:
+            item, cost = buf.popleft()
+            if type(item) is MessageBatch:
+                if run:
+                    out.append(MessageBatch(run))
+                    run = []
+                out.append(item)
+                n += len(item)
+            else:
+                run.append(item)
+                n += 1
+            spent += cost
+            if spent >= topup:
+                break
+        if run:
+            out.append(MessageBatch(run))
+        if out:
+            self._handed(spent, n, out[-1].last)
+        return out
+
+    def _handed(self, spent: int, count: int, last: int) -> None:
+        self.buffered -= spent
+        self.buffered_messages -= count
+        self.last_handed = last
+        self.consumed += spent
+        if self.consumed >= self.topup:
+            self._grant()
 
     def detach(self, now: float) -> Request:
         """Start closing: DETACH (a peering lost from now on is not re-established)."""
@@ -492,7 +537,7 @@ class Peering:
         """The shell closed its socket: final. Unconfirmed publishes fail with ClientClosed."""
         self.state = CLOSED
         self.buffer.clear()
-        self.buffered = 0
+        self.buffered = self.buffered_messages = 0
         self._fail_pending(ClientClosed("the client was closed before the broker confirmed "
                                         "this message"))
 
@@ -536,21 +581,45 @@ class Peering:
             self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
                                  f"credit it was given")
             return
+        self.buffered_messages += 1
         self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
 
     def _on_deliver_batch(self, frame: bytes) -> None:
         """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the
-        batch's timestamp), credit counted per message as for DELIVER."""
+        batch's timestamp), credit counted per message as for DELIVER. Kept whole (a
+        :class:`MessageBatch`: nothing decoded per message until the application asks) unless
+        it repeats sequences already received."""
         try:
             ts, first, offsets = decode_deliver_batch(frame)
         except (BadEntries, struct.error) as e:
             log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
             return
+        count = len(offsets) - 1
+        if count == 0:
+            return
+        total = offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * count
         if not self.subscribed:
-            self.consumed += offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * (len(offsets) - 1)
+            self.consumed += total
             if self.consumed >= self.topup:
                 self._grant()
             return
+        if first > self.last_received:             # the usual case: all of it is new
+            self.buffered += total
+            if self.buffered + self.consumed > self.credit_window:
+                self.buffered -= total
+                self.connection_lost(f"the broker sent more than the {self.credit_window} "
+                                     f"bytes of credit it was given")
+                return
+            self.last_received = first + count - 1
+            self.buffered_messages += count
+            self.buffer.append((MessageBatch.from_frame(frame, offsets, first, ts, self.stream),
+                                total))
+            return
+        self._deliver_batch_entries(frame, ts, first, offsets)
+
+    def _deliver_batch_entries(self, frame: bytes, ts: int, first: int, offsets) -> None:
+        """A DELIVER-BATCH that repeats sequences already received (defensive: never hand a
+        duplicate): its new entries are buffered one by one, the others still use credit."""
         stream = self.stream
         append = self.buffer.append
         last = self.last_received
@@ -561,24 +630,20 @@ class Peering:
             seq += 1
             cost = end - start + ENTRY_COST_EXTRA
             kend = start + 1 + frame[start]
-            if seq <= last:                 # defensive: never hand a duplicate
+            if seq <= last:
                 self.consumed += cost
                 start = end
                 continue
-            try:
-                key = frame[start + 1:kend].decode()
-            except UnicodeDecodeError as e:
-                log.warning("zeps: ignoring a DELIVER-BATCH entry with a bad key: %s", e)
-                self.consumed += cost
-                start = end
-                continue
+            key = frame[start + 1:kend].decode("utf-8", "replace")
             last = seq
             self.buffered += cost
             if self.buffered + self.consumed > window:
+                self.buffered -= cost
                 self.last_received = last
                 self.connection_lost(f"the broker sent more than the {window} bytes of "
                                      f"credit it was given")
                 return
+            self.buffered_messages += 1
             append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))
             start = end
         self.last_received = last

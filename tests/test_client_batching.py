@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Message, MessageBatch, Receipt
-from zeps.clients.batching import MAX_BATCH_BYTES
+from zeps.clients.batching import MAX_BATCH_BYTES, decode_deliver_batch
 from zeps.protocol import commands as c
 from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
 from zeps.protocol.codec import decode, encode, encode_publish
@@ -261,8 +261,25 @@ def test_a_deliver_batch_is_handed_whole_as_a_message_batch_with_its_columns():
     assert batch.timestamps == [123] * 3 and batch.stream == "s"
     assert list(batch) == [Message(5, "a", b"x", 123, "s"), Message(6, "é", b"", 123, "s"),
                            Message(7, "k", b"yy", 123, "s")]
-    assert batch[1].key == "é" and batch.cost == sum(m.cost for m in batch)
+    assert batch[1].key == "é" and batch[-1] == Message(7, "k", b"yy", 123, "s")
+    with pytest.raises(IndexError):
+        batch[3]
+    assert batch[:2] == list(batch)[:2] and batch.cost == sum(m.cost for m in batch)
     assert p.last_handed == 7 and p.buffered_messages == 0 and p.buffered == 0
+
+
+def test_a_message_of_a_batch_is_built_alone_when_indexed():
+    frame = deliver_batch(10, [("a", b"1"), ("bé", b"22"), ("c", b"")], ts=5)
+    b = MessageBatch.from_frame(frame, decode_deliver_batch(frame)[2], 10, 5, "s")
+    assert [b[0], b[-1], b[1], b[-3]] == [Message(10, "a", b"1", 5, "s"),
+                                          Message(12, "c", b"", 5, "s"),
+                                          Message(11, "bé", b"22", 5, "s"),
+                                          Message(10, "a", b"1", 5, "s")]
+    for i in (3, -4):
+        with pytest.raises(IndexError):
+            b[i]
+    assert b._messages is None                       # nothing else was built
+    assert (b.first, b.last, len(b), b.cost) == (10, 12, 3, sum(m.cost for m in b))
 
 
 def test_delivers_between_batches_are_gathered_into_one_batch_in_order():

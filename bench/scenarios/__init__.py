@@ -12,7 +12,7 @@ from typing import List, Optional, Tuple
 
 from bench import peers
 from bench.measure import run_workers
-from bench.systems import nats_py, redis_py, zeps_raw, zeps_sdk, zmq_proxy
+from bench.systems import nats_py, redis_py, zeps_raw, zeps_sdk, zeps_sdk_bulk, zmq_proxy
 
 
 @dataclass(frozen=True)
@@ -28,6 +28,7 @@ class System:
 
 
 SDK = System("ZEPS SDK", zeps_sdk)
+SDK_BULK = System("ZEPS SDK, batches()", zeps_sdk_bulk)
 RAW = System("ZEPS, raw pyzmq", zeps_raw)
 REDIS = System("Redis, redis-py", redis_py, "redis")
 NATS = System("JetStream, nats-py", nats_py, "nats")

@@ -5,7 +5,8 @@ One publisher flat out, 1 / 10 / 50 subscribers (each its own process) reading l
 Delivered rate = subscribers x messages / (start signal -> the last subscriber has read the end
 marker that follows the last message). A run publishes for the suite's publishing time but at
 most ``fanout_deliveries / subscribers`` messages, so that a run costs about the same at any
-fan-out. Python user's view: ZEPS SDK subscribers (``Client.subscribe(live=True)``), redis-py
+fan-out. Python user's view: ZEPS SDK subscribers (``Client.subscribe(live=True)``, read with
+``next()``, and in bulk with ``batches()``), redis-py
 (XREAD), nats-py (ordered push consumers). Server capacity: raw pyzmq ZEPS clients, and
 ZeroMQ's proxy as the floor with no journal; Redis and JetStream have no faster Python client,
 so their capacity is the client-bound figure of the first view.
@@ -15,7 +16,8 @@ from __future__ import annotations
 from bench import peers
 from bench.measure import Figure, ratio
 from bench.report import Table, prose
-from bench.scenarios import NATS, PROXY, RAW, REDIS, SDK, Settings, fresh_stream, pubsub
+from bench.scenarios import (NATS, PROXY, RAW, REDIS, SDK, SDK_BULK, Settings, fresh_stream,
+                             pubsub)
 from bench.systems import zmq_proxy
 
 
@@ -36,6 +38,7 @@ def run(s: Settings):
     with peers.zeps_broker() as b:
         for size, subs in points:
             figs[SDK, size, subs] = _delivered(SDK, b.endpoint, s, size, subs)
+            figs[SDK_BULK, size, subs] = _delivered(SDK_BULK, b.endpoint, s, size, subs)
             figs[RAW, size, subs] = _delivered(RAW, b.endpoint, s, size, subs)
     if not REDIS.missing():
         with peers.redis_server() as r:
@@ -48,7 +51,7 @@ def run(s: Settings):
     with zmq_proxy.serve() as p:
         for size, subs in points:
             figs[PROXY, size, subs] = _delivered(PROXY, p.conn, s, size, subs)
-    systems = (SDK, REDIS, NATS, RAW, PROXY)
+    systems = (SDK, SDK_BULK, REDIS, NATS, RAW, PROXY)
     t = Table("Live fan-out", prose(__doc__),
               ["body", "subscribers"] + [x.label for x in systems]
               + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ proxy"])

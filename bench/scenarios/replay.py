@@ -6,7 +6,8 @@ The time runs from the start signal (the subscription is made inside it) to the 
 ZEPS's stream is written with the journal library before the broker starts on it
 (:mod:`bench.journals`); Redis's with ``redis-benchmark`` (redis-py without it), JetStream's with
 nats-py core publishes. Python user's view: ZEPS SDK (``Client.subscribe()`` from the first
-message, default credit window), redis-py (XREAD by 1000), nats-py (ordered push consumer,
+message, default credit window; read message by message with ``next()``, and in bulk with
+``batches()``, counting each MessageBatch), redis-py (XREAD by 1000), nats-py (ordered push consumer,
 ``DeliverPolicy.ALL``). Server capacity: raw pyzmq ZEPS (one SUBSCRIBE, a 32 MiB credit window);
 Redis and JetStream have no faster Python client.
 """
@@ -18,7 +19,7 @@ import tempfile
 from bench import journals, peers
 from bench.measure import Figure, ratio
 from bench.report import Table, prose
-from bench.scenarios import NATS, RAW, REDIS, SDK, Settings, fresh_stream, replay
+from bench.scenarios import NATS, RAW, REDIS, SDK, SDK_BULK, Settings, fresh_stream, replay
 from bench.systems import nats_py, redis_benchmark, redis_py
 
 
@@ -39,6 +40,7 @@ def run(s: Settings):
             journals.grow(data, stream, n, size)
             with peers.zeps_broker(data_dir=data) as b:
                 figs[SDK, size] = _rates(SDK, b.endpoint, stream, s, n)
+                figs[SDK_BULK, size] = _rates(SDK_BULK, b.endpoint, stream, s, n)
                 figs[RAW, size] = _rates(RAW, b.endpoint, stream, s, n)
         if not REDIS.missing():
             with peers.redis_server() as r:
@@ -52,15 +54,16 @@ def run(s: Settings):
                 nats_py.prepare(ns.endpoint, stream)
                 nats_py.fill(ns.endpoint, stream, n, size)
                 figs[NATS, size] = _rates(NATS, ns.endpoint, stream, s, n)
-    systems = (SDK, REDIS, NATS, RAW)
+    systems = (SDK, SDK_BULK, REDIS, NATS, RAW)
     t = Table(f"Replay of a {n:,}-message stream from its first message",
               prose(__doc__),
               ["body"] + [x.label for x in systems]
-              + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ Redis"])
+              + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "SDK batches() ÷ Redis",
+                 "ZEPS raw ÷ Redis"])
     for size in s.sizes:
         g = figs.get
         t.add(f"{size} B", *[figs[x, size].text() if (x, size) in figs else x.missing()
                              for x in systems],
               ratio(g((SDK, size)), g((REDIS, size))), ratio(g((SDK, size)), g((NATS, size))),
-              ratio(g((RAW, size)), g((REDIS, size))))
+              ratio(g((SDK_BULK, size)), g((REDIS, size))), ratio(g((RAW, size)), g((REDIS, size))))
     return [t]

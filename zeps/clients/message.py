@@ -209,7 +209,19 @@ class MessageBatch:
         return iter(self.messages)
 
     def __getitem__(self, i):
-        return self.messages[i]
+        """Message ``i`` (a negative ``i`` counts from the end; a slice gives a list), built
+        alone: ``batch[-1]`` does not build the others."""
+        if self._messages is not None or not isinstance(i, int):
+            return self.messages[i]
+        n = len(self._offsets) - 1
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError("MessageBatch index out of range")
+        f, start = self._frame, self._offsets[i]
+        kend = start + 1 + f[start]
+        return build_message(self._first + i, f[start + 1:kend].decode("utf-8", "replace"),
+                             f[kend + 4:self._offsets[i + 1]], self._ts, self.stream)
 
     def __repr__(self) -> str:
         return (f"<zeps.MessageBatch stream={self.stream!r} sequences {self.first}..{self.last} "

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Message, MessageBatch, Receipt
-from zeps.clients.batching import MAX_BATCH_BYTES, decode_deliver_batch
+from zeps.clients.batching import MAX_BATCH_BYTES, batch_frames, decode_deliver_batch
 from zeps.protocol import commands as c
 from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
 from zeps.protocol.codec import decode, encode, encode_publish
@@ -239,6 +239,35 @@ def test_a_bad_deliver_batch_is_ignored_and_hands_nothing(frame):
     sent(p)
     p.receive(frame, 0.0)
     assert not p.buffer and p.need_reconnect is None and p.error is None
+
+
+# ------------------------------------------------------------------ publish_batch's frames
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["", "k", "clé", "x" * 200]),
+                          st.one_of(st.binary(max_size=120), st.text(max_size=20))),
+                max_size=60),
+       st.integers(40, 600), st.one_of(st.none(), st.integers(0, 100)))
+def test_batch_frames_carry_every_message_in_order_within_max_batch(items, max_batch, max_body):
+    frames = list(batch_frames(items, max_batch, max_body))
+    cmds = [decode(f) for f, _n in frames]
+    assert [n for _f, n in frames] == [1 if isinstance(x, c.Publish) else x.count for x in cmds]
+    assert messages_of(cmds) == [(k, b if isinstance(b, bytes) else b.encode()) for k, b in items]
+    for (frame, n), cmd in zip(frames, cmds):
+        if n > 1:                                # a batch: within both limits
+            assert len(frame) <= max_batch
+            assert max_body is None or all(len(e) <= max_body for _k, e in messages_of([cmd]))
+
+
+@pytest.mark.parametrize("bad, error", [(("k", 42), TypeError), ((b"k", b"x"), TypeError),
+                                        (("é" * 128, b"x"), ValueError)])
+def test_batch_frames_yield_the_messages_before_a_bad_one_then_raise(bad, error):
+    good = [("a", b"1"), ("b", b"2")]
+    it = batch_frames(good + [bad, ("c", b"3")], 1000, None)
+    frame, n = next(it)
+    assert n == 2 and messages_of([decode(frame)]) == good
+    with pytest.raises(error):
+        next(it)
 
 
 # ------------------------------------------------------------------ reading in bulk

@@ -4,6 +4,8 @@ and in order; a late subscriber replays them as DELIVER-BATCH frames with no gap
 duplicate; a ZEPS/1 peer of the same stream still gets one DELIVER per message."""
 from __future__ import annotations
 
+import pytest
+
 import asyncio
 
 from tests.rawclient import RawClient
@@ -128,6 +130,20 @@ def test_publish_batch_sends_few_frames_and_every_message_arrives_in_order(broke
         got = [sub.next(timeout=10) for _ in range(N)]
         assert sub.poll(0.2) is None
     assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(N)]
+
+
+def test_publish_batch_publishes_the_messages_before_a_bad_one_and_none_after(broker):
+    with Client(broker.endpoint, "pb-bad", **FAST) as pub:
+        items = [("k", b"%d" % i) for i in range(300)] + [("k", 3.5)] + [("k", b"after")]
+        with pytest.raises(TypeError, match="body must be bytes or str"):
+            pub.publish_batch(items)
+        pub.publish("next", b"!")
+        pub.flush()
+    with Client(broker.endpoint, "pb-bad", **FAST) as sub_client:
+        sub = sub_client.subscribe()
+        got = [sub.next(timeout=10) for _ in range(301)]
+        assert sub.poll(0.2) is None
+    assert [m.body for m in got] == [b"%d" % i for i in range(300)] + [b"!"]
 
 
 def test_asyncio_publishes_in_a_loop_leave_in_batches_and_a_lone_one_leaves_at_once(broker):

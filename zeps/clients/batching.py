@@ -32,6 +32,7 @@ order is kept, and whenever the socket is free).
 """
 from __future__ import annotations
 
+import struct
 from typing import List, Optional
 
 from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
@@ -40,8 +41,8 @@ from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
 from ..protocol.commands import Publish
 from ..protocol.deliver import SIGNATURE
 
-__all__ = ["PublishQueue", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD", "MAX_BATCH_BYTES",
-           "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
+__all__ = ["PublishQueue", "batch_frames", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD",
+           "MAX_BATCH_BYTES", "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
 
 #: The first three octets of a PUBLISH-BATCH frame and of a DELIVER-BATCH frame.
 PUBLISH_BATCH_HEAD = SIGNATURE + bytes((PUBLISH_BATCH_ID,))
@@ -56,6 +57,7 @@ _PUBLISH_PREFIX = 3
 #: Octets of an entry besides its key and body (key length, body length).
 _ENTRY_FIXED = 5
 _deliver_head_unpack = DELIVER_HEAD.unpack_from
+_u32_pack = struct.Struct(">I").pack
 
 
 class PublishQueue:
@@ -112,6 +114,72 @@ class PublishQueue:
         self.frames = []
         self.size = PUBLISH_HEAD_SIZE
         return frames
+
+
+def batch_frames(messages, max_batch: int, max_body: Optional[int]):
+    """The frames that carry ``messages`` (``(key, body)`` pairs, in order), as
+    ``Client.publish_batch`` sends them: ``(frame, count)``, PUBLISH-BATCH frames of at most
+    ``max_batch`` bytes, and a plain PUBLISH (count 1) for a message that would not fit in any
+    or whose body is over ``max_body`` (refused alone, as in :class:`PublishQueue`). Entries
+    are laid out straight from the pairs, with no PUBLISH frame per message.
+
+    A message that cannot be sent (a key that is not ``str`` or over 255 bytes in UTF-8, a
+    body that is not bytes or str) raises TypeError / ValueError, after the frames of the
+    messages before it were yielded: those are published, the rest are not."""
+    parts: List[bytes] = []
+    add = parts.append
+    size = PUBLISH_HEAD_SIZE
+    count = 0
+    u32 = _u32_pack
+    for key, body in messages:
+        if type(body) is not bytes:
+            if isinstance(body, str):
+                body = body.encode("utf-8")
+            elif isinstance(body, (bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                if count:
+                    yield _batch_of(parts, count), count
+                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+        if not isinstance(key, str):
+            if count:
+                yield _batch_of(parts, count), count
+            raise TypeError(f"key must be str, not {type(key).__name__}")
+        kb = key.encode("utf-8")
+        if len(kb) > 255:
+            if count:
+                yield _batch_of(parts, count), count
+            raise ValueError("key longer than 255 bytes")
+        entry = _ENTRY_FIXED + len(kb) + len(body)
+        if PUBLISH_HEAD_SIZE + entry > max_batch or (max_body is not None
+                                                     and len(body) > max_body):
+            if count:                      # alone, in its place
+                yield _batch_of(parts, count), count
+                parts = []
+                add = parts.append
+                size, count = PUBLISH_HEAD_SIZE, 0
+            yield b"".join((_PUBLISH, bytes((len(kb),)), kb, u32(len(body)), body)), 1
+            continue
+        if size + entry > max_batch:
+            yield _batch_of(parts, count), count
+            parts = []
+            add = parts.append
+            size, count = PUBLISH_HEAD_SIZE, 0
+        add(bytes((len(kb),)))
+        add(kb)
+        add(u32(len(body)))
+        add(body)
+        size += entry
+        count += 1
+    if count:
+        yield _batch_of(parts, count), count
+
+
+def _batch_of(parts: List[bytes], count: int) -> bytes:
+    """One message: its PUBLISH frame; more: a PUBLISH-BATCH."""
+    if count == 1:
+        return _PUBLISH + b"".join(parts)
+    return publish_batch_head(count) + b"".join(parts)
 
 
 def unbatch(frame: bytes) -> List[bytes]:

@@ -36,6 +36,7 @@ from . import operations as ops
 from .errors import ConcurrentUseError
 from .message import StreamInfo
 from .operations import publish_frame
+from .batching import batch_frames
 from .peering import CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
@@ -226,8 +227,9 @@ class Client(ops.FrontEnd):
                 publish(key, body)
                 n += 1
             return n
-        # Batching, no receipts: every message joins the queue (no socket call per message);
-        # full batches leave as soon as the socket takes them, the rest at the end.
+        # Batching, no receipts: the messages are laid out straight into PUBLISH-BATCH frames
+        # as large as the broker takes (no PUBLISH frame, no peering call per message); each
+        # frame goes out once the one before it was taken by the socket.
         n = 0
         if not self._guard.acquire(False):
             self._concurrent("publish_batch")
@@ -235,17 +237,16 @@ class Client(ops.FrontEnd):
         try:
             conn = self._conn
             now = _monotonic()
-            for key, body in messages:
-                frame = publish_frame(key, body)
-                if not p.publish(frame, now, _DONE):
-                    now = self._run(ops.prepare_publish(self, now))
-                    p.publish(frame, now, _DONE, False)
-                p.unsent(frame)
-                n += 1
-                if p.outbox and conn.writable():
+            for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
+                if not p.may_publish(now):
+                    if p.outbox and conn.writable():
+                        conn.flush()
+                    if not p.may_publish(now):
+                        now = self._run(ops.prepare_publish(self, now))
+                p.publish_frame(frame, count, now)
+                n += count
+                if conn.writable():
                     conn.flush()
-            if conn.writable():
-                conn.flush()
             if conn.readable():
                 conn.service()
         finally:

@@ -404,6 +404,25 @@ class Peering:
             self.pending.append(receipt)
         return True
 
+    def may_publish(self, now: float) -> bool:
+        """Whether publishes may go straight out now (see :meth:`publish`)."""
+        return (self.state is ATTACHED and self.error is None and not self.outbox
+                and self.need_reconnect is None and now - self.last_send < self.heartbeat)
+
+    def publish_frame(self, frame: bytes, count: int, now: float) -> None:
+        """Account for ``count`` publishes without confirms that the shell built into one frame
+        (``batching.batch_frames``: a PUBLISH-BATCH within ``max_batch``, or a PUBLISH) when
+        :meth:`may_publish`: they go out behind what the queue holds, in order. Without
+        batching (the broker changed meanwhile) a PUBLISH-BATCH goes as its PUBLISHes."""
+        self.pubs_since_request += count
+        self.last_send = now
+        if self.queue.frames:
+            self.outbox.append(self.queue.seal())
+        if count > 1 and self.queue.max_batch is None:
+            self.outbox.extend(unbatch(frame))
+        else:
+            self.outbox.append(frame)
+
     def unsent(self, frame: bytes) -> None:
         """The socket did not take a PUBLISH frame (high-water mark), or the shell did not try
         because frames wait (:attr:`waiting`): queue it, in order -- to leave with the next

@@ -131,6 +131,8 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
     size = PUBLISH_HEAD_SIZE
     count = 0
     u32 = _u32_pack
+    heads: dict = {}                 # key -> its length octet and UTF-8 (keys repeat)
+    body_limit = max_batch if max_body is None else max_body
     for key, body in messages:
         if type(body) is not bytes:
             if isinstance(body, str):
@@ -141,33 +143,37 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
                 if count:
                     yield _batch_of(parts, count), count
                 raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
-        if not isinstance(key, str):
-            if count:
-                yield _batch_of(parts, count), count
-            raise TypeError(f"key must be str, not {type(key).__name__}")
-        kb = key.encode("utf-8")
-        if len(kb) > 255:
-            if count:
-                yield _batch_of(parts, count), count
-            raise ValueError("key longer than 255 bytes")
-        entry = _ENTRY_FIXED + len(kb) + len(body)
-        if PUBLISH_HEAD_SIZE + entry > max_batch or (max_body is not None
-                                                     and len(body) > max_body):
+        head = heads.get(key) if type(key) is str else None
+        if head is None:
+            if not isinstance(key, str):
+                if count:
+                    yield _batch_of(parts, count), count
+                raise TypeError(f"key must be str, not {type(key).__name__}")
+            kb = key.encode("utf-8")
+            if len(kb) > 255:
+                if count:
+                    yield _batch_of(parts, count), count
+                raise ValueError("key longer than 255 bytes")
+            if len(heads) >= 4096:
+                heads.clear()
+            head = heads[key] = bytes((len(kb),)) + kb
+        blen = len(body)
+        entry = len(head) + 4 + blen
+        if blen > body_limit or PUBLISH_HEAD_SIZE + entry > max_batch:
             if count:                      # alone, in its place
                 yield _batch_of(parts, count), count
                 parts = []
                 add = parts.append
                 size, count = PUBLISH_HEAD_SIZE, 0
-            yield b"".join((_PUBLISH, bytes((len(kb),)), kb, u32(len(body)), body)), 1
+            yield b"".join((_PUBLISH, head, u32(blen), body)), 1
             continue
         if size + entry > max_batch:
             yield _batch_of(parts, count), count
             parts = []
             add = parts.append
             size, count = PUBLISH_HEAD_SIZE, 0
-        add(bytes((len(kb),)))
-        add(kb)
-        add(u32(len(body)))
+        add(head)
+        add(u32(blen))
         add(body)
         size += entry
         count += 1

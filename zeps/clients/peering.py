@@ -15,7 +15,9 @@ does no I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
 
 and takes from it the frames to send, in order (:attr:`Peering.outbox`: the shell sends from
 the left and leaves what the socket does not take), the messages for the application
-(:attr:`Peering.buffer`, handed out in batches by :meth:`Peering.take`), the outcome of each request (a
+(:attr:`Peering.buffer`, handed out by :meth:`Peering.take` and :meth:`Peering.take_batches`:
+the subscriber's half, DELIVERs in and credit out, is :mod:`zeps.clients.delivery`), the
+outcome of each request (a
 :class:`Request`), of each publish (a receipt, :mod:`zeps.clients.receipt`), and the errors to
 raise (:meth:`Peering.check`).
 
@@ -30,9 +32,9 @@ the credit window re-granted, unconfirmed publishes re-sent).
 
 After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
 (:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing), then
-``BATCH-SELECT`` and ``STREAM-DESCRIBE`` (:mod:`zeps.clients.batching`: DELIVER-BATCH frames are
-decoded into the messages DELIVERs would give, and publishes made while frames wait for the
-socket are queued and sealed into one PUBLISH-BATCH when it is free: :meth:`Peering.next_frame`;
+``BATCH-SELECT`` and ``STREAM-DESCRIBE`` (:mod:`zeps.clients.batching`: DELIVER-BATCH frames
+give the messages DELIVERs would give, and publishes made while frames wait for the socket are
+queued and sealed into one PUBLISH-BATCH when it is free: :meth:`Peering.next_frame`;
 an INVALID answer leaves plain PUBLISH / DELIVER). With
 confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
 (:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
@@ -51,14 +53,13 @@ from typing import Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
-from ..protocol.deliver import (DELIVER_ID, DELIVER_TS_ID, SEQ_OFFSET, SIGNATURE, TS_SHIFT,
-                                deliver_cost, key_body_of)
+from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
 from ..protocol.reasons import NOT_ATTACHED, PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
-from .batching import (DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, MAX_BATCH_BYTES,
-                       PUBLISH_BATCH_HEAD, BadEntries, PublishQueue, decode_deliver_batch,
-                       unbatch)
+from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
+                       PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
+from .delivery import Delivery
 from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
-from .message import Message, MessageBatch, build_message
+from .message import Message, MessageBatch
 from .producer import check_producer_id, new_producer_id, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
 
@@ -72,13 +73,9 @@ CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "clos
 LOST, RECONNECTED = "lost", "reconnected"
 #: Seconds between two reconnects.
 RECONNECT_SPACING = 0.1
-#: Most messages :meth:`Peering.take` hands out at once.
-TAKE_LIMIT = 64
 
 _DELIVER_HEAD = SIGNATURE + bytes((DELIVER_ID,))
 _DELIVER_TS_HEAD = SIGNATURE + bytes((DELIVER_TS_ID,))
-_TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
-_U64_unpack_from = struct.Struct(">Q").unpack_from
 _U32_unpack_from = struct.Struct(">I").unpack_from
 _PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
 _PING = encode(c.Ping())
@@ -150,7 +147,7 @@ class Request:
         self.arg = arg          # subscribe: (pattern, latest, the STREAM-INFO request of live=True)
 
 
-class Peering:
+class Peering(Delivery):
     """One client's peering with a broker, attached to ``stream`` (see the module docs).
 
     Starts connecting: the ATTACH is in :attr:`outbox`.
@@ -463,84 +460,6 @@ class Peering:
         return self.request(c.Subscribe(pattern, c.LATEST_LIVE if live else latest),
                             "subscribe", now, (pattern, latest, info))
 
-    def start_delivery(self) -> None:
-        """Grant the credit window, once: after the patterns of the first subscribe call are
-        in place (with credit the broker starts delivering, moving the position past what a
-        later pattern of the same call would match)."""
-        if self.subscribed:
-            return
-        self.subscribed = True
-        self.last_received = self.last_handed
-        if self.state is ATTACHED:
-            self._send(encode(c.Credit(self.credit_window)))
-
-    def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
-        """Hand the oldest buffered messages to the application: at most ``limit``, and no more
-        than half the credit window's worth (but at least one). Grants credit back once half the window was
-        consumed. A front end takes a batch under one lock and hands it out message by
-        message: the messages count as handed from here on (the position to resubscribe
-        from), and the credit they free goes back to the broker."""
-        buf = self.buffer
-        out: List[Message] = []
-        spent = 0
-        topup = self.topup
-        while buf:
-            item, cost = buf.popleft()
-            if type(item) is MessageBatch:           # handed message by message, as DELIVERs
-                if spent + cost < topup and len(out) + len(item) < limit:
-                    out.extend(item.messages)
-                else:
-                    messages, cost, rest = item.cut(spent, topup, limit - len(out))
-                    out.extend(messages)
-                    if rest is not None:
-                        buf.appendleft((rest, rest.cost))
-                        spent += cost
-                        break
-            else:
-                out.append(item)
-            spent += cost
-            if spent >= topup or len(out) >= limit:
-                break
-        if out:
-            self._handed(spent, len(out), out[-1].sequence)
-        return out
-
-    def take_batches(self) -> List[MessageBatch]:
-        """As :meth:`take`, as :class:`MessageBatch` objects: each DELIVER-BATCH as received
-        (nothing built per message), the DELIVERs between them gathered into one batch."""
-        buf = self.buffer
-        out: List[MessageBatch] = []
-        run: List[Message] = []
-        spent = n = 0
-        topup = self.topup
-        while buf:
-            item, cost = buf.popleft()
-            if type(item) is MessageBatch:
-                if run:
-                    out.append(MessageBatch(run))
-                    run = []
-                out.append(item)
-                n += len(item)
-            else:
-                run.append(item)
-                n += 1
-            spent += cost
-            if spent >= topup:
-                break
-        if run:
-            out.append(MessageBatch(run))
-        if out:
-            self._handed(spent, n, out[-1].last)
-        return out
-
-    def _handed(self, spent: int, count: int, last: int) -> None:
-        self.buffered -= spent
-        self.buffered_messages -= count
-        self.last_handed = last
-        self.consumed += spent
-        if self.consumed >= self.topup:
-            self._grant()
-
     def detach(self, now: float) -> Request:
         """Start closing: DETACH (a peering lost from now on is not re-established)."""
         self.closing = True
@@ -566,108 +485,13 @@ class Peering:
         """One frame from the broker."""
         self.last_recv = now
         if frame.startswith(_DELIVER_TS_HEAD):
-            shift = TS_SHIFT
+            self._on_deliver(frame, TS_SHIFT)
         elif frame.startswith(_DELIVER_HEAD):
-            shift = 0
+            self._on_deliver(frame, 0)
         elif frame.startswith(DELIVER_BATCH_HEAD):
             self._on_deliver_batch(frame)
-            return
         else:
             self._on_command(frame, now)
-            return
-        try:
-            key, body = key_body_of(frame, shift)
-            if shift:
-                ts = _U64_unpack_from(frame, SEQ_OFFSET)[0]
-                seq = _U64_unpack_from(frame, _TS_SEQ_OFFSET)[0]
-            else:
-                ts = None
-                seq = _U64_unpack_from(frame, SEQ_OFFSET)[0]
-            text = key.decode()
-        except (IndexError, struct.error, UnicodeDecodeError) as e:
-            log.warning("zeps: ignoring a bad DELIVER frame: %s", e)
-            return
-        cost = deliver_cost(len(key), len(body))
-        if not self.subscribed or seq <= self.last_received:
-            # Defensive: never hand a duplicate; it still used credit.
-            self.consumed += cost
-            if self.consumed >= self.topup:
-                self._grant()
-            return
-        self.last_received = seq
-        self.buffered += cost
-        if self.buffered + self.consumed > self.credit_window:
-            self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
-                                 f"credit it was given")
-            return
-        self.buffered_messages += 1
-        self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
-
-    def _on_deliver_batch(self, frame: bytes) -> None:
-        """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the
-        batch's timestamp), credit counted per message as for DELIVER. Kept whole (a
-        :class:`MessageBatch`: nothing decoded per message until the application asks) unless
-        it repeats sequences already received."""
-        try:
-            ts, first, offsets = decode_deliver_batch(frame)
-        except (BadEntries, struct.error) as e:
-            log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
-            return
-        count = len(offsets) - 1
-        if count == 0:
-            return
-        total = offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * count
-        if not self.subscribed:
-            self.consumed += total
-            if self.consumed >= self.topup:
-                self._grant()
-            return
-        if first > self.last_received:             # the usual case: all of it is new
-            self.buffered += total
-            if self.buffered + self.consumed > self.credit_window:
-                self.buffered -= total
-                self.connection_lost(f"the broker sent more than the {self.credit_window} "
-                                     f"bytes of credit it was given")
-                return
-            self.last_received = first + count - 1
-            self.buffered_messages += count
-            self.buffer.append((MessageBatch.from_frame(frame, offsets, first, ts, self.stream),
-                                total))
-            return
-        self._deliver_batch_entries(frame, ts, first, offsets)
-
-    def _deliver_batch_entries(self, frame: bytes, ts: int, first: int, offsets) -> None:
-        """A DELIVER-BATCH that repeats sequences already received (defensive: never hand a
-        duplicate): its new entries are buffered one by one, the others still use credit."""
-        stream = self.stream
-        append = self.buffer.append
-        last = self.last_received
-        window = self.credit_window
-        seq = first - 1
-        start = offsets[0]
-        for end in offsets[1:]:
-            seq += 1
-            cost = end - start + ENTRY_COST_EXTRA
-            kend = start + 1 + frame[start]
-            if seq <= last:
-                self.consumed += cost
-                start = end
-                continue
-            key = frame[start + 1:kend].decode("utf-8", "replace")
-            last = seq
-            self.buffered += cost
-            if self.buffered + self.consumed > window:
-                self.buffered -= cost
-                self.last_received = last
-                self.connection_lost(f"the broker sent more than the {window} bytes of "
-                                     f"credit it was given")
-                return
-            self.buffered_messages += 1
-            append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))
-            start = end
-        self.last_received = last
-        if self.consumed >= self.topup:
-            self._grant()
 
     def _on_command(self, frame: bytes, now: float) -> None:
         try:
@@ -919,11 +743,6 @@ class Peering:
         if self.queue.frames:            # publishes queued before this frame leave before it
             self.outbox.append(self.queue.seal())
         (self.outbox if self.state is ATTACHED else self.held).append(frame)
-
-    def _grant(self) -> None:
-        if self.state is ATTACHED and self.consumed:
-            self._send(encode(c.Credit(self.consumed)))
-        self.consumed = 0
 
     def _fail(self, error: Exception) -> None:
         self.fatal = error

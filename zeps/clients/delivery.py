@@ -1,0 +1,229 @@
+"""The subscriber's half of a :class:`~zeps.clients.peering.Peering`: messages in, credit out.
+
+Pure (no socket, no clock), as the rest of the peering. What arrives:
+
+* **DELIVER / DELIVER-TS** frames are decoded into :class:`~zeps.clients.message.Message`
+  objects and buffered with their credit cost (``zeps.protocol.deliver``);
+* a **DELIVER-BATCH** is kept whole as a :class:`~zeps.clients.message.MessageBatch` (its
+  credit is one sum from the entries' offsets; nothing is decoded per message) unless it
+  repeats sequences already received, which are dropped one by one (defensive: never hand a
+  duplicate, but its credit was used).
+
+What leaves: :meth:`Delivery.take` hands messages to the front ends (building a batch's
+messages then, and cutting it at the top-up exactly where DELIVERs would have stopped),
+:meth:`Delivery.take_batches` hands batches as they came. Credit goes back to the broker once
+half the window (``zeps.clients.window``) was handed; a broker that sends beyond the credit it
+was given loses the peering. The peering's position (:attr:`last_handed`, where a
+resubscription starts after a reconnect) moves as messages are handed.
+
+:class:`Delivery` is a mixin of :class:`~zeps.clients.peering.Peering`, which owns the state it
+uses (``buffer``, ``buffered``, ``buffered_messages``, ``consumed``, ``topup``,
+``credit_window``, ``subscribed``, ``last_received``, ``last_handed``, ``stream``) and the
+``attached`` / ``connection_lost`` / ``_send`` it uses.
+"""
+from __future__ import annotations
+
+import logging
+import struct
+from typing import List
+
+from ..protocol import commands as c
+from ..protocol.codec import encode
+from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
+from .batching import ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
+from .message import Message, MessageBatch, build_message
+
+__all__ = ["Delivery", "TAKE_LIMIT"]
+
+log = logging.getLogger("zeps.client")
+
+#: Most messages :meth:`Delivery.take` hands out at once.
+TAKE_LIMIT = 64
+
+_TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
+_U64_unpack_from = struct.Struct(">Q").unpack_from
+
+
+class Delivery:
+    """Messages in, credit out (see the module docs)."""
+
+    __slots__ = ()
+
+    def start_delivery(self) -> None:
+        """Grant the credit window, once: after the patterns of the first subscribe call are
+        in place (with credit the broker starts delivering, moving the position past what a
+        later pattern of the same call would match)."""
+        if self.subscribed:
+            return
+        self.subscribed = True
+        self.last_received = self.last_handed
+        if self.attached:
+            self._send(encode(c.Credit(self.credit_window)))
+
+    def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
+        """Hand the oldest buffered messages to the application: at most ``limit``, and no more
+        than half the credit window's worth (but at least one). Grants credit back once half the window was
+        consumed. A front end takes a batch under one lock and hands it out message by
+        message: the messages count as handed from here on (the position to resubscribe
+        from), and the credit they free goes back to the broker."""
+        buf = self.buffer
+        out: List[Message] = []
+        spent = 0
+        topup = self.topup
+        while buf:
+            item, cost = buf.popleft()
+            if type(item) is MessageBatch:           # handed message by message, as DELIVERs
+                if spent + cost < topup and len(out) + len(item) < limit:
+                    out.extend(item.messages)
+                else:
+                    messages, cost, rest = item.cut(spent, topup, limit - len(out))
+                    out.extend(messages)
+                    if rest is not None:
+                        buf.appendleft((rest, rest.cost))
+                        spent += cost
+                        break
+            else:
+                out.append(item)
+            spent += cost
+            if spent >= topup or len(out) >= limit:
+                break
+        if out:
+            self._handed(spent, len(out), out[-1].sequence)
+        return out
+
+    def take_batches(self) -> List[MessageBatch]:
+        """As :meth:`take`, as :class:`MessageBatch` objects: each DELIVER-BATCH as received
+        (nothing built per message), the DELIVERs between them gathered into one batch."""
+        buf = self.buffer
+        out: List[MessageBatch] = []
+        run: List[Message] = []
+        spent = n = 0
+        topup = self.topup
+        while buf:
+            item, cost = buf.popleft()
+            if type(item) is MessageBatch:
+                if run:
+                    out.append(MessageBatch(run))
+                    run = []
+                out.append(item)
+                n += len(item)
+            else:
+                run.append(item)
+                n += 1
+            spent += cost
+            if spent >= topup:
+                break
+        if run:
+            out.append(MessageBatch(run))
+        if out:
+            self._handed(spent, n, out[-1].last)
+        return out
+
+    def _handed(self, spent: int, count: int, last: int) -> None:
+        self.buffered -= spent
+        self.buffered_messages -= count
+        self.last_handed = last
+        self.consumed += spent
+        if self.consumed >= self.topup:
+            self._grant()
+
+    def _on_deliver(self, frame: bytes, shift: int) -> None:
+        """A DELIVER (``shift`` 0) or DELIVER-TS (``shift`` TS_SHIFT)."""
+        try:
+            key, body = key_body_of(frame, shift)
+            if shift:
+                ts = _U64_unpack_from(frame, SEQ_OFFSET)[0]
+                seq = _U64_unpack_from(frame, _TS_SEQ_OFFSET)[0]
+            else:
+                ts = None
+                seq = _U64_unpack_from(frame, SEQ_OFFSET)[0]
+            text = key.decode()
+        except (IndexError, struct.error, UnicodeDecodeError) as e:
+            log.warning("zeps: ignoring a bad DELIVER frame: %s", e)
+            return
+        cost = deliver_cost(len(key), len(body))
+        if not self.subscribed or seq <= self.last_received:
+            # Defensive: never hand a duplicate; it still used credit.
+            self.consumed += cost
+            if self.consumed >= self.topup:
+                self._grant()
+            return
+        self.last_received = seq
+        self.buffered += cost
+        if self.buffered + self.consumed > self.credit_window:
+            self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
+                                 f"credit it was given")
+            return
+        self.buffered_messages += 1
+        self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
+
+    def _on_deliver_batch(self, frame: bytes) -> None:
+        """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the
+        batch's timestamp), credit counted per message as for DELIVER. Kept whole (a
+        :class:`MessageBatch`: nothing decoded per message until the application asks) unless
+        it repeats sequences already received."""
+        try:
+            ts, first, offsets = decode_deliver_batch(frame)
+        except (BadEntries, struct.error) as e:
+            log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
+            return
+        count = len(offsets) - 1
+        if count == 0:
+            return
+        total = offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * count
+        if not self.subscribed:
+            self.consumed += total
+            if self.consumed >= self.topup:
+                self._grant()
+            return
+        if first > self.last_received:             # the usual case: all of it is new
+            self.buffered += total
+            if self.buffered + self.consumed > self.credit_window:
+                self.buffered -= total
+                self.connection_lost(f"the broker sent more than the {self.credit_window} "
+                                     f"bytes of credit it was given")
+                return
+            self.last_received = first + count - 1
+            self.buffered_messages += count
+            self.buffer.append((MessageBatch.from_frame(frame, offsets, first, ts, self.stream),
+                                total))
+            return
+        self._deliver_batch_entries(frame, ts, first, offsets)
+
+    def _deliver_batch_entries(self, frame: bytes, ts: int, first: int, offsets) -> None:
+        """A DELIVER-BATCH that repeats sequences already received (defensive: never hand a
+        duplicate): its new entries are buffered one by one, the others still use credit."""
+        stream = self.stream
+        append = self.buffer.append
+        last = self.last_received
+        window = self.credit_window
+        seq = first - 1
+        start = offsets[0]
+        for end in offsets[1:]:
+            seq += 1
+            cost = end - start + ENTRY_COST_EXTRA
+            kend = start + 1 + frame[start]
+            if seq <= last:
+                self.consumed += cost
+                start = end
+                continue
+            key = frame[start + 1:kend].decode("utf-8", "replace")
+            last = seq
+            self.buffered += cost
+            if self.buffered + self.consumed > window:
+                self.buffered -= cost
+                self.last_received = last
+                self.connection_lost(f"the broker sent more than the {window} bytes of "
+                                     f"credit it was given")
+                return
+            self.buffered_messages += 1
+            append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))
+            start = end
+        self.last_received = last
+        if self.consumed >= self.topup:
+            self._grant()
+
+    def _grant(self) -> None:
+        if self.attached and self.consumed:
+            self._send(encode(c.Credit(self.consumed)))
+        self.consumed = 0

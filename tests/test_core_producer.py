@@ -189,3 +189,42 @@ def test_producer_sequences_past_2_64_are_refused_and_other_publishers_are_not_h
     h.send(P, c.Producer("edge", 2**64 - 1), c.Publish("last", b"x"))   # exactly 2^64-1: fine
     h.round()
     assert stored_records(h) == [(1, 1, None, None, ["fine"]), (2, 1, "edge", 2**64 - 1, ["last"])]
+
+
+def test_a_retry_queued_with_its_original_is_confirmed_only_once_the_original_is_durable(make):
+    """A producer re-sends on a new connection before its first connection's publishes were
+    appended (both in one round): the retry is not stored again, and its CONFIRM waits, as the
+    original's does, until the journal is durable, then names the original's sequence."""
+    h = make(fsync="interval")
+    other = b"other"
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-d", 1))
+    h.send(other, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-d", 1))
+    h.take(P), h.take(other)
+    h.send(P, c.Publish("k", b"a"), c.Publish("k", b"b"))       # pseqs 1, 2
+    h.send(other, c.Publish("k", b"a"), c.Publish("k", b"b"))   # the retry: pseqs 1, 2
+    h.send(other, c.Publish("k", b"c"))                          # pseq 3: new
+    h.round()
+    journal = h.core.streams["s"].journal
+    assert [r.body for r in journal.read_batch(1)] == [b"a", b"b", b"c"]
+    assert journal.durable_seq < 3
+    assert h.take(P) == [] and h.take(other) == [], "nothing is durable yet"
+    h.sync_and_confirm([h.core.streams["s"]])
+    assert h.take(P) == [c.Confirm(2, 2)]
+    assert h.take(other) == [c.Confirm(3, 3)]                  # its 3 publishes, up to seq 3
+
+
+def test_a_retry_queued_with_its_original_is_refused_with_it_when_the_append_fails(make):
+    """Every publish gets one answer: when the round's append fails, the original and the
+    retry queued with it both get INVALID (nothing holds them), in their queue order."""
+    h = make(fsync="always", max_record_bytes=64)
+    other = b"other"
+    h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-f", 1))
+    h.send(other, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-f", 1))
+    h.take(P), h.take(other)
+    h.send(P, c.Publish("k", b"a"), c.Publish("k", b"x" * 60))   # the second breaks the append
+    h.send(other, c.Publish("k", b"a"))                           # a retry of pseq 1
+    h.round()
+    assert [type(m) for m in h.take(P)] == [c.Invalid, c.Invalid]
+    got = h.take(other)
+    assert len(got) == 1 and got[0].reason.startswith("PUBLISH rejected: journal append failed")
+    assert h.core.streams["s"].journal.last_seq == 0

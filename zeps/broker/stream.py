@@ -293,10 +293,16 @@ class Stream:
         counted and confirmed (at the sequence of that producer's last stored message, once it
         is durable) but not stored again; the rest are returned, with their producer entries.
         A batch whose first entries only are duplicates keeps the rest: its entries sliced at
-        the entry offsets (not re-encoded), with the first new producer sequence."""
+        the entry offsets (not re-encoded), with the first new producer sequence.
+
+        Returns ``(keep, producers, dups)``; ``dups`` lists, in queue order, each duplicate as
+        ``(publisher, count, kept before it, sequence)``: ``sequence`` is where the producer's
+        last stored message is, or, when that message is one kept in this same round (a retry
+        queued with its original), ``-1 - i`` for the last message of ``keep[i]``, known once
+        appended."""
         marks, self.pending_pseq = self.pending_pseq, {}
         state = dict(self.journal.producers())
-        keep, producers = [], []
+        keep, producers, dups = [], [], []
         for i, entry in enumerate(pending):
             mark = marks.get(i)
             if mark is not None:
@@ -307,19 +313,56 @@ class Stream:
                 last_pseq, last_seq = state.get(pid, (0, 0))
                 if pseq <= last_pseq:                  # a retry of what the stream holds
                     dup = min(n, last_pseq - pseq + 1)
-                    pub.published += dup
-                    if pub.confirms:
-                        pub.unconfirmed.append((pub.published, last_seq))
-                        self.confirming[pub.identity] = pub
+                    dups.append((pub, dup, len(keep), last_seq))
                     self.duplicates_total += dup
                     if dup == n:
                         continue
                     entry = (pub, None, _tail(body, dup))
                     mark = (pid, pseq + dup)
-                state[pid] = (last, 0)
+                state[pid] = (last, -1 - len(keep))
             keep.append(entry)
             producers.append(mark)
-        return keep, producers
+        return keep, producers, dups
+
+    def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[bytes] = None) -> int:
+        """Count and queue the confirms of the duplicates of ``dups`` that came before kept
+        publish ``upto`` (``last_seqs[i]``: the last sequence of kept publish ``i``, once
+        appended); returns how many of ``dups`` are done. With ``refused`` (an INVALID: the
+        append failed), a duplicate of a publish of this round is refused with it instead."""
+        done = 0
+        for pub, n, before, seq in dups:
+            if before > upto:
+                break
+            done += 1
+            if seq < 0 and refused is not None:
+                if pub.identity in self.sessions:
+                    self.outbox.extend([(pub.identity, refused)] * n)
+                    self.invalids[label(PUBLISH_REJECTED)] += n
+                continue
+            pub.published += n
+            if pub.confirms:
+                pub.unconfirmed.append((pub.published, seq if seq >= 0 else last_seqs[-1 - seq]))
+                self.confirming[pub.identity] = pub
+        return done
+
+    def _refuse(self, pending, dups, exc: Exception) -> None:
+        """The append failed, nothing was appended: one INVALID per publish (an entry of a
+        PUBLISH-BATCH counts as one), in queue order with the duplicates (those of what the
+        stream holds are still confirmed), so a publisher counting confirms stays exact."""
+        reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
+        kind = label(PUBLISH_REJECTED)
+        n = 0
+        for i, (s, key, body) in enumerate(pending):
+            if dups:
+                del dups[:self._count_duplicates(dups, i, [], reason)]
+            if s.identity in self.sessions:
+                count = 1 if key is not None else body.count
+                self.outbox.extend([(s.identity, reason)] * count)
+                self.invalids[kind] += count
+                n += count
+        self._count_duplicates(dups, len(pending), [], reason)
+        self.log("append_failed", stream=self.name, error=str(exc), messages=n)
+        self.confirm()
 
     def flush(self) -> None:
         """Append the queued publishes to the journal, then route them live."""
@@ -327,9 +370,11 @@ class Stream:
             return
         pending, self.pending = self.pending, []
         producers = None
+        dups: list = []
         if self.pending_pseq:
-            pending, producers = self._drop_duplicates(pending)
+            pending, producers, dups = self._drop_duplicates(pending)
             if not pending:
+                self._count_duplicates(dups, 0, [])
                 self.confirm()
                 return
         try:
@@ -337,21 +382,15 @@ class Stream:
                 [(key, body) if key is not None else body for _s, key, body in pending],
                 producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
-            # One INVALID per rejected PUBLISH (an entry of a PUBLISH-BATCH counts as one), so a
-            # publisher counting confirms stays exact.
-            reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
-            kind = label(PUBLISH_REJECTED)
-            n = 0
-            for s, key, body in pending:
-                if s.identity in self.sessions:
-                    count = 1 if key is not None else body.count
-                    self.outbox.extend([(s.identity, reason)] * count)
-                    self.invalids[kind] += count
-                    n += count
-            self.log("append_failed", stream=self.name, error=str(exc), messages=n)
+            self._refuse(pending, dups, exc)
             return
+        if dups:
+            last_seqs = [rec.sequence + BatchView(rec).count - 1 if key is None else rec.sequence
+                         for (_p, key, _b), rec in zip(pending, records)]
         runs = Runs(self.outbox)
-        for (pub, key, _b), rec in zip(pending, records):
+        for i, ((pub, key, _b), rec) in enumerate(zip(pending, records)):
+            if dups:
+                del dups[:self._count_duplicates(dups, i, last_seqs)]
             if key is None:
                 view = BatchView(rec)
                 n = view.count
@@ -370,6 +409,8 @@ class Stream:
                     pub.unconfirmed.append((pub.published, rec.sequence))
                     self.confirming[pub.identity] = pub
                 self._route(rec, runs)
+        if dups:
+            self._count_duplicates(dups, len(pending), last_seqs)
         runs.close_all()
         if self.bad_regexes:
             self._drop_bad_regexes()

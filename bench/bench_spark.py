@@ -2,8 +2,10 @@
 
     PYSPARK_PYTHON=.venv/bin/python .venv/bin/python -m bench.bench_spark --n 10000000
 
-1. writes N records (100-byte bodies, keys ``eu.fr``/``us.ny``/...) to a journal with
-   :mod:`zeps.journal` (kept in ``--data-dir`` and reused when it already holds N records);
+1. writes N messages (100-byte bodies, keys ``eu.fr``/``us.ny``/...) to a journal with
+   :mod:`zeps.journal` (kept in ``--data-dir`` and reused when it already holds N records):
+   one record per message, or with ``--group G`` batch records of G messages each, as a
+   journal written by the SDK's ``publish_batch`` (``--group 100``);
 2. writes the same rows once as Parquet (``spark.read.format("zeps")...write.parquet``);
 3. on one local[2] session, interleaved, ``--runs`` times each (after two warm-up rounds):
    ``count()`` and a full materialisation ``agg(sum(length(body)))`` over
@@ -24,8 +26,10 @@ import tempfile
 import time
 
 
-def write_journal(data_dir: str, n: int, body: int) -> None:
+def write_journal(data_dir: str, n: int, body: int, group: int = 1) -> None:
     from zeps.journal import DataDir, JournalConfig, JournalReader, stream_dir_name
+    from zeps.protocol import decode
+    from zeps.protocol.batch import encode_publish_batch
     sdir = os.path.join(data_dir, stream_dir_name("bench"))
     if os.path.isdir(sdir):
         try:
@@ -42,8 +46,11 @@ def write_journal(data_dir: str, n: int, body: int) -> None:
     pad = b"x" * body
     batch = 10_000
     for lo in range(0, n, batch):
-        j.append_batch([(keys[i % 5], (b"%012d" % i + pad)[:body])
-                        for i in range(lo, min(n, lo + batch))])
+        items = [(keys[i % 5], (b"%012d" % i + pad)[:body]) for i in range(lo, min(n, lo + batch))]
+        if group > 1:
+            items = [decode(encode_publish_batch(items[g:g + group]))
+                     for g in range(0, len(items), group)]
+        j.append_batch(items)
     j.sync()
     dd.close()
     print(f"wrote {n} records to {data_dir} in {time.monotonic() - t:.1f}s")
@@ -65,14 +72,16 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=10_000_000)
     ap.add_argument("--body", type=int, default=100)
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--group", type=int, default=1,
+                    help="messages per journal record (batch records when > 1)")
     ap.add_argument("--data-dir", default=os.path.join(tempfile.gettempdir(), "zeps-bench-spark"))
     ap.add_argument("--master", default="local[2]")
     args = ap.parse_args(argv)
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
 
-    jdir = os.path.join(args.data_dir, "journal")
+    jdir = os.path.join(args.data_dir, f"journal-g{args.group}")
     pdir = os.path.join(args.data_dir, "parquet")
-    write_journal(jdir, args.n, args.body)
+    write_journal(jdir, args.n, args.body, args.group)
     reader_alone(jdir, True)                              # warm-up (imports, page cache)
     print(f"columnar reader alone, one core: {reader_alone(jdir, True) / 1e6:.2f} M rows/s "
           f"(CRC verified), {reader_alone(jdir, False) / 1e6:.2f} M rows/s (verifyCrc=false)")
@@ -122,8 +131,9 @@ def main(argv=None) -> int:
                     times[(s, o)].append(dt)
     spark.stop()
 
-    print(f"\n{args.n} rows, {args.body}-byte bodies, {args.master}, median of {args.runs} "
-          "interleaved runs after two warm-up rounds\n")
+    print(f"\n{args.n} rows, {args.body}-byte bodies, "
+          f"{'one message' if args.group == 1 else f'{args.group} messages'} per journal record, "
+          f"{args.master}, median of {args.runs} interleaved runs after two warm-up rounds\n")
     print("| source | operation | seconds | rows/s |")
     print("|---|---|---:|---:|")
     for o in ops:

@@ -28,6 +28,7 @@ BENCHMARKS = {
     "bench_broker": ([], ["--n", "2000"]),
     "bench_client": ([], ["--n", "2000"]),
     "bench_latency": ([], ["--rate", "1000", "--seconds", "0.5"]),
+    "bench_wakeup": ([], ["--n", "200", "--rounds", "1"]),
     "suite": ([], ["--quick"]),
     "bench_spark": (["--n", "10000000"], ["--n", "20000"]),
 }

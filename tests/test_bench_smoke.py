@@ -37,7 +37,7 @@ ZEPS = {"ingest": "ZEPS SDK", "fanout": "ZEPS SDK", "replay": "ZEPS SDK", "laten
 
 
 @pytest.mark.parametrize("name", ["bench_codec", "bench_journal", "bench_broker", "bench_client",
-                                  "bench_latency"])
+                                  "bench_latency", "bench_wakeup"])
 def test_benchmark_runs_and_reports_a_table(name, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
                           cwd=str(REPO), capture_output=True, text=True, timeout=600)

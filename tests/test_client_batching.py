@@ -96,6 +96,17 @@ def deliver_batch(first, items, ts=77):
     return deliver_batch_head(ts, first, len(items)) + encode_entries(items)
 
 
+def cut_into_batches(items, cuts):
+    """DELIVER-BATCH frames of ``items`` from sequence 1, of ``cuts[0]``, ``cuts[1]``, ...
+    messages (round and round)."""
+    frames, i, n = [], 0, 0
+    while i < len(items):
+        size = cuts[n % len(cuts)]
+        frames.append(deliver_batch(i + 1, items[i:i + size]))
+        i, n = i + size, n + 1
+    return frames
+
+
 # ------------------------------------------------------------------ negotiation
 
 def test_batch_select_is_pipelined_at_attach_and_its_answer_sets_max_batch():
@@ -183,11 +194,7 @@ def test_deliver_batch_hands_and_credits_exactly_what_delivers_would(items, cuts
         p.start_delivery()
         sent(p)
     frames_plain = [encode_deliver(i + 1, k.encode(), b) for i, (k, b) in enumerate(items)]
-    frames_batch, i, n = [], 0, 0
-    while i < len(items):
-        size = cuts[n % len(cuts)]
-        frames_batch.append(deliver_batch(i + 1, items[i:i + size]))
-        i, n = i + size, n + 1
+    frames_batch = cut_into_batches(items, cuts)
     outs = []
     for p, frames in ((plain, frames_plain), (batched, frames_batch)):
         got, credit, pending = [], 0, list(frames)
@@ -344,11 +351,7 @@ def test_reading_in_batches_gives_and_credits_what_reading_messages_does(items, 
     """The same DELIVER-BATCH frames read message by message (``take``) and read with
     ``take_batches`` and ``take`` mixed: the same messages in the same order, and every
     message's credit goes back to the broker in both (at most a top-up's worth still owed)."""
-    frames, i, n = [], 0, 0
-    while i < len(items):
-        size = cuts[n % len(cuts)]
-        frames.append(deliver_batch(i + 1, items[i:i + size]))
-        i, n = i + size, n + 1
+    frames = cut_into_batches(items, cuts)
     outs = []
     for mode in ("messages", "mixed"):
         p = batching(window=600)

@@ -48,16 +48,20 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
     return n
 
 
+def subscribed(cl, from_start, ready, go):
+    """``cl``'s subscription to every message: live and in place before ``go``, or (replay)
+    from the first message, made right after ``go``, inside the measured time."""
+    sub = None if from_start else cl.subscribe("", live=True)
+    ready()
+    go()
+    return cl.subscribe("") if sub is None else sub
+
+
 def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, ready, go):
     n = 0
     delays = []
     with Client(endpoint, stream, timeout=TIMEOUT) as cl:
-        sub = None if from_start else cl.subscribe("", live=True)   # live: in place before go
-        ready()
-        go()
-        if sub is None:
-            sub = cl.subscribe("")          # replay starts now, inside the measured time
-        nxt = sub.next
+        nxt = subscribed(cl, from_start, ready, go).next
         while expect is None or n < expect:
             msg = nxt(timeout=TIMEOUT)
             if msg.key == END_KEY:

@@ -6,7 +6,7 @@ Publishers are :mod:`bench.systems.zeps_sdk`'s.
 from __future__ import annotations
 
 from bench.systems import END_KEY
-from bench.systems.zeps_sdk import TIMEOUT, publish  # noqa: F401  (this system's publisher)
+from bench.systems.zeps_sdk import TIMEOUT, publish, subscribed  # noqa: F401  (publish: this system's)
 from zeps.clients import Client
 
 
@@ -15,12 +15,7 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, r
         raise ValueError("the bulk reader is not a latency probe: use bench.systems.zeps_sdk")
     n = 0
     with Client(endpoint, stream, timeout=TIMEOUT) as cl:
-        sub = None if from_start else cl.subscribe("", live=True)   # live: in place before go
-        ready()
-        go()
-        if sub is None:
-            sub = cl.subscribe("")          # replay starts now, inside the measured time
-        for batch in sub.batches(timeout=TIMEOUT):
+        for batch in subscribed(cl, from_start, ready, go).batches(timeout=TIMEOUT):
             if expect is None and batch[-1].key == END_KEY:     # the end marker comes last
                 n += len(batch) - 1
                 break

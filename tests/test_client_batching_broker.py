@@ -146,6 +146,28 @@ def test_publish_batch_publishes_the_messages_before_a_bad_one_and_none_after(br
     assert [m.body for m in got] == [b"%d" % i for i in range(300)] + [b"!"]
 
 
+def test_publish_batch_with_confirms_sends_batches_and_survives_a_broker_crash_once(broker):
+    """Confirmed publish_batch: few frames, every message confirmed; a SIGKILL of the broker
+    with a batch unconfirmed: re-sent after the reconnect and stored exactly once."""
+    part = [[("k", b"%d" % i) for i in range(start, start + 2000)] for start in (0, 2000, 4000)]
+    with Client(broker.endpoint, "pbc", confirms=True, **FAST) as pub:
+        seen = counting_sends(pub)
+        assert pub.publish_batch(part[0]) == 2000
+        assert pub.wait_for_confirms(timeout=30) == 2000
+        assert 0 < seen["frames"] <= 2000 // 50, seen              # batches, not one per message
+        pub.publish_batch(part[1])                                    # not waited for
+        broker.kill()
+        broker.restart()
+        pub.publish_batch(part[2])
+        assert pub.wait_for_confirms(timeout=60) == 6000
+        assert pub.reconnects >= 1
+    with Client(broker.endpoint, "pbc", **FAST) as sub_client:
+        sub = sub_client.subscribe()
+        got = [sub.next(timeout=10) for _ in range(6000)]
+        assert sub.poll(0.2) is None                                 # nothing twice
+    assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(6000)]
+
+
 def test_asyncio_publishes_in_a_loop_leave_in_batches_and_a_lone_one_leaves_at_once(broker):
     async def main():
         async with AsyncClient(broker.endpoint, "ab", **FAST) as pub, \

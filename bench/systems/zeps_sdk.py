@@ -1,8 +1,9 @@
 """ZEPS through its SDK, :class:`zeps.clients.Client`: what a Python user's program gets.
 
 Publishers call ``Client.publish_batch`` with 100 messages at a time (as redis-py pipelines 100
-XADDs), or, with confirms, ``Client.publish`` per message (one receipt each), then ``flush()``
-(or ``wait_for_confirms()``); paced publishers (latency) call ``publish`` per message;
+XADDs; with confirms too: each message keeps its receipt inside the client), then ``flush()``
+(or, with confirms, ``wait_for_confirms()``: the time runs until every message is confirmed
+durable); paced publishers (latency) call ``publish`` per message;
 consumers iterate a subscription (live, or from the first message) with the default credit
 window and DELIVER-TS timestamps, as an application would.
 """
@@ -26,11 +27,6 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             for _ in pace(rate, seconds):
                 pub(KEY, stamped(pad))
                 n += 1
-        elif confirms:
-            def burst():
-                for _ in range(BURST):
-                    pub(KEY, pad)
-            n = flat_out(seconds, burst, limit)
         else:                               # 100 at a time, as redis-py's pipeline of 100
             group = [(KEY, pad)] * 100
 

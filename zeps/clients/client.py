@@ -215,18 +215,22 @@ class Client(ops.FrontEnd):
         """Publish every ``(key, body)`` of ``messages`` in order; returns how many.
 
         Same guarantees as :meth:`publish` for each message (if it raises, the messages before
-        the failing one were accepted, the rest were not). With batching and without confirms,
-        the messages leave as PUBLISH-BATCH frames as large as the broker takes, whatever the
-        socket's state: the way to publish many messages fast (like a pipeline in redis-py).
+        the failing one were accepted, the rest were not). With batching, the messages leave as
+        PUBLISH-BATCH frames as large as the broker takes, whatever the socket's state: the way
+        to publish many messages fast (like a pipeline in redis-py). With confirms, each
+        message still has its receipt inside the client (re-sent after a reconnect until
+        confirmed); :meth:`wait_for_confirms` waits for all of them.
         """
         p = self._p
-        if p.confirms or p.queue.max_batch is None:      # receipts, or a ZEPS/1 broker
+        if p.queue.max_batch is None:                    # a ZEPS/1 broker
             n = 0
             publish = self.publish
             for key, body in messages:
                 publish(key, body)
                 n += 1
             return n
+        if p.confirms:
+            return self._publish_batch_confirmed(messages)
         # Batching, no receipts: the messages are laid out straight into PUBLISH-BATCH frames
         # as large as the broker takes (no PUBLISH frame, no peering call per message); each
         # frame goes out once the one before it was taken by the socket.
@@ -247,6 +251,39 @@ class Client(ops.FrontEnd):
                 n += count
                 if conn.writable():
                     conn.flush()
+            if conn.readable():
+                conn.service()
+        finally:
+            self._guard.release()
+        return n
+
+    def _publish_batch_confirmed(self, messages) -> int:
+        """``publish_batch`` with confirms: each message gets its receipt (kept until its
+        CONFIRM, to be re-sent after a reconnect) and joins the publish queue, which leaves as
+        PUBLISH-BATCH frames as large as the broker takes, not one ZeroMQ send per message."""
+        p = self._p
+        n = 0
+        if not self._guard.acquire(False):
+            self._concurrent("publish_batch")
+        self._owner = _get_ident()
+        try:
+            conn = self._conn
+            now = _monotonic()
+            for key, body in messages:
+                frame = publish_frame(key, body)
+                r = Receipt(frame, self)
+                if not p.publish(frame, now, r):
+                    if p.outbox and conn.writable():
+                        conn.flush()
+                    if not p.publish(frame, now, r):
+                        now = self._run(ops.prepare_publish(self, now))
+                        p.publish(frame, now, r, False)
+                p.unsent(frame)
+                n += 1
+                if p.outbox and conn.writable():
+                    conn.flush()
+            if conn.writable():
+                conn.flush()
             if conn.readable():
                 conn.service()
         finally:

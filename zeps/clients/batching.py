@@ -134,29 +134,14 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
     heads: dict = {}                 # key -> its length octet and UTF-8 (keys repeat)
     body_limit = max_batch if max_body is None else max_body
     for key, body in messages:
-        if type(body) is not bytes:
-            if isinstance(body, str):
-                body = body.encode("utf-8")
-            elif isinstance(body, (bytearray, memoryview)):
-                body = bytes(body)
-            else:
-                if count:
-                    yield _batch_of(parts, count), count
-                raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
         head = heads.get(key) if type(key) is str else None
-        if head is None:
-            if not isinstance(key, str):
-                if count:
+        if head is None or type(body) is not bytes:
+            try:
+                head, body = _checked(key, body, heads)
+            except (TypeError, ValueError):
+                if count:                  # the messages before it are published
                     yield _batch_of(parts, count), count
-                raise TypeError(f"key must be str, not {type(key).__name__}")
-            kb = key.encode("utf-8")
-            if len(kb) > 255:
-                if count:
-                    yield _batch_of(parts, count), count
-                raise ValueError("key longer than 255 bytes")
-            if len(heads) >= 4096:
-                heads.clear()
-            head = heads[key] = bytes((len(kb),)) + kb
+                raise
         blen = len(body)
         entry = len(head) + 4 + blen
         if blen > body_limit or PUBLISH_HEAD_SIZE + entry > max_batch:
@@ -179,6 +164,29 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
         count += 1
     if count:
         yield _batch_of(parts, count), count
+
+
+def _checked(key, body, heads: dict):
+    """``(head, body)`` of a message: its key's length octet and UTF-8 (kept in ``heads``), its
+    body as bytes; TypeError / ValueError for what cannot be sent."""
+    if type(body) is not bytes:
+        if isinstance(body, str):
+            body = body.encode("utf-8")
+        elif isinstance(body, (bytearray, memoryview)):
+            body = bytes(body)
+        else:
+            raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
+    if not isinstance(key, str):
+        raise TypeError(f"key must be str, not {type(key).__name__}")
+    head = heads.get(key)
+    if head is None:
+        kb = key.encode("utf-8")
+        if len(kb) > 255:
+            raise ValueError("key longer than 255 bytes")
+        if len(heads) >= 4096:
+            heads.clear()
+        head = heads[key] = bytes((len(kb),)) + kb
+    return head, body
 
 
 def _batch_of(parts: List[bytes], count: int) -> bytes:

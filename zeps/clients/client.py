@@ -229,65 +229,58 @@ class Client(ops.FrontEnd):
                 publish(key, body)
                 n += 1
             return n
-        if p.confirms:
-            return self._publish_batch_confirmed(messages)
-        # Batching, no receipts: the messages are laid out straight into PUBLISH-BATCH frames
-        # as large as the broker takes (no PUBLISH frame, no peering call per message); each
-        # frame goes out once the one before it was taken by the socket.
-        n = 0
         if not self._guard.acquire(False):
             self._concurrent("publish_batch")
         self._owner = _get_ident()
         try:
             conn = self._conn
-            now = _monotonic()
-            for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
-                if not p.may_publish(now):
-                    if p.outbox and conn.writable():
-                        conn.flush()
-                    if not p.may_publish(now):
-                        now = self._run(ops.prepare_publish(self, now))
-                p.publish_frame(frame, count, now)
-                n += count
-                if conn.writable():
-                    conn.flush()
-            if conn.readable():
-                conn.service()
-        finally:
-            self._guard.release()
-        return n
-
-    def _publish_batch_confirmed(self, messages) -> int:
-        """``publish_batch`` with confirms: each message gets its receipt (kept until its
-        CONFIRM, to be re-sent after a reconnect) and joins the publish queue, which leaves as
-        PUBLISH-BATCH frames as large as the broker takes, not one ZeroMQ send per message."""
-        p = self._p
-        n = 0
-        if not self._guard.acquire(False):
-            self._concurrent("publish_batch")
-        self._owner = _get_ident()
-        try:
-            conn = self._conn
-            now = _monotonic()
-            for key, body in messages:
-                frame = publish_frame(key, body)
-                r = Receipt(frame, self)
-                if not p.publish(frame, now, r):
-                    if p.outbox and conn.writable():
-                        conn.flush()
-                    if not p.publish(frame, now, r):
-                        now = self._run(ops.prepare_publish(self, now))
-                        p.publish(frame, now, r, False)
-                p.unsent(frame)
-                n += 1
-                if p.outbox and conn.writable():
-                    conn.flush()
+            send = self._queue_with_receipts if p.confirms else self._send_batch_frames
+            n = send(messages, conn, _monotonic())
             if conn.writable():
                 conn.flush()
             if conn.readable():
                 conn.service()
         finally:
             self._guard.release()
+        return n
+
+    def _send_batch_frames(self, messages, conn, now: float) -> int:
+        """``publish_batch`` without confirms: the messages are laid out straight into
+        PUBLISH-BATCH frames as large as the broker takes (no PUBLISH frame, no peering call
+        per message); each frame goes out once the one before it was taken by the socket."""
+        p = self._p
+        n = 0
+        for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
+            if not p.may_publish(now):
+                if p.outbox and conn.writable():
+                    conn.flush()
+                if not p.may_publish(now):
+                    now = self._run(ops.prepare_publish(self, now))
+            p.publish_frame(frame, count, now)
+            n += count
+            if conn.writable():
+                conn.flush()
+        return n
+
+    def _queue_with_receipts(self, messages, conn, now: float) -> int:
+        """``publish_batch`` with confirms: each message gets its receipt (kept until its
+        CONFIRM, to be re-sent after a reconnect) and joins the publish queue, which leaves as
+        PUBLISH-BATCH frames as large as the broker takes, not one ZeroMQ send per message."""
+        p = self._p
+        n = 0
+        for key, body in messages:
+            frame = publish_frame(key, body)
+            r = Receipt(frame, self)
+            if not p.publish(frame, now, r):
+                if p.outbox and conn.writable():
+                    conn.flush()
+                if not p.publish(frame, now, r):
+                    now = self._run(ops.prepare_publish(self, now))
+                    p.publish(frame, now, r, False)
+            p.unsent(frame)
+            n += 1
+            if p.outbox and conn.writable():
+                conn.flush()
         return n
 
     @_guarded

@@ -39,13 +39,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
 
-from zeps.protocol.batch import DELIVER_HEAD_SIZE, walk
+from zeps.protocol.batch import (DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame,
+                                 walk)
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
 
 from zeps.journal.settings import StreamSettings
-
-from zeps.protocol.batch import batch_cost, batch_first_seq, is_batch_frame
 
 from .batching import BatchView, Runs, replay_chunks, route_batch
 from .session import Session
@@ -60,17 +59,21 @@ COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_
 
 
 
-def _tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
-    """Entries ``k`` on of a PUBLISH-BATCH, sliced out of its entries at their offsets."""
-    return _part(batch, k, batch.count)
+def _offsets(batch: c.PublishBatch):
+    """Where each entry of a PUBLISH-BATCH starts, plus the end (the codec's, else walked)."""
+    return batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
 
 
-def _part(batch: c.PublishBatch, i: int, j: int) -> c.PublishBatch:
-    """Entries ``i`` to ``j - 1`` of a PUBLISH-BATCH, sliced out at their offsets."""
-    offsets = batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
+def _part(batch: c.PublishBatch, i: int, j: int, offsets) -> c.PublishBatch:
+    """Entries ``i`` to ``j - 1`` of a PUBLISH-BATCH, sliced out at their ``offsets``."""
     at = offsets[i]
     return c.PublishBatch(j - i, batch.entries[at:offsets[j]],
                           tuple(o - at for o in offsets[i:j + 1]))
+
+
+def _tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
+    """Entries ``k`` on of a PUBLISH-BATCH."""
+    return _part(batch, k, batch.count, _offsets(batch))
 
 
 def split_batch(batch: c.PublishBatch, max_entries: int) -> List[c.PublishBatch]:
@@ -79,13 +82,13 @@ def split_batch(batch: c.PublishBatch, max_entries: int) -> List[c.PublishBatch]
     stream's limit, which the journal's record limit covers)."""
     if len(batch.entries) <= max_entries:
         return [batch]
-    offsets = batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
+    offsets = _offsets(batch)
     parts, i = [], 0
     for j in range(1, batch.count + 1):
         if offsets[j] - offsets[i] > max_entries and j - 1 > i:
-            parts.append(_part(batch, i, j - 1))
+            parts.append(_part(batch, i, j - 1, offsets))
             i = j - 1
-    parts.append(_part(batch, i, batch.count))
+    parts.append(_part(batch, i, batch.count, offsets))
     return parts
 
 

@@ -62,8 +62,8 @@ class Delivery:
 
     def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
         """Hand the oldest buffered messages to the application: at most ``limit``, and no more
-        than half the credit window's worth (but at least one). Grants credit back once half the window was
-        consumed. A front end takes a batch under one lock and hands it out message by
+        than half the credit window's worth (but at least one). Grants credit back once half
+        the window was consumed. A front end takes a batch under one lock and hands it out message by
         message: the messages count as handed from here on (the position to resubscribe
         from), and the credit they free goes back to the broker."""
         buf = self.buffer
@@ -119,6 +119,11 @@ class Delivery:
             self._handed(spent, n, out[-1].last)
         return out
 
+    def _beyond_credit(self) -> None:
+        """The broker sent more than the credit it was given: drop the peering."""
+        self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
+                             f"credit it was given")
+
     def _handed(self, spent: int, count: int, last: int) -> None:
         self.buffered -= spent
         self.buffered_messages -= count
@@ -151,8 +156,7 @@ class Delivery:
         self.last_received = seq
         self.buffered += cost
         if self.buffered + self.consumed > self.credit_window:
-            self.connection_lost(f"the broker sent more than the {self.credit_window} bytes of "
-                                 f"credit it was given")
+            self._beyond_credit()
             return
         self.buffered_messages += 1
         self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
@@ -180,8 +184,7 @@ class Delivery:
             self.buffered += total
             if self.buffered + self.consumed > self.credit_window:
                 self.buffered -= total
-                self.connection_lost(f"the broker sent more than the {self.credit_window} "
-                                     f"bytes of credit it was given")
+                self._beyond_credit()
                 return
             self.last_received = first + count - 1
             self.buffered_messages += count
@@ -213,8 +216,7 @@ class Delivery:
             if self.buffered + self.consumed > window:
                 self.buffered -= cost
                 self.last_received = last
-                self.connection_lost(f"the broker sent more than the {window} bytes of "
-                                     f"credit it was given")
+                self._beyond_credit()
                 return
             self.buffered_messages += 1
             append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))

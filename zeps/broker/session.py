@@ -30,7 +30,7 @@ NEW = "NEW"
 ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
-_ANY_STATE = (c.Ping, c.ListStreams, c.Limits, c.StreamCreate, c.StreamDelete, c.StreamPurge,
+_ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete, c.StreamPurge,
               c.StreamDescribe, c.BatchSelect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,

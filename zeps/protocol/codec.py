@@ -51,6 +51,8 @@ _LAYOUT = {
     c.StreamInfoOk: (("first", "u64"), ("last", "u64"), ("size", "u64"),
                      ("oldest", "u64"), ("newest", "u64")),
     c.ListStreamsOk: (("streams", "strings"),),
+    c.ListStreamsPage: (("after", "string"),),
+    c.ListStreamsPageOk: (("streams", "strings"), ("next", "string")),
     c.DeliverTs: (("timestamp", "u64"), ("sequence", "u64"), ("key", "string"), ("body", "chunk")),
     c.LimitsOk: (("max_message", "u64"), ("max_credit", "u64")),
     c.Producer: (("producer", "string"), ("next", "u64")),

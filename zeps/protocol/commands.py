@@ -370,6 +370,29 @@ class DeliverBatch(Command):
     offsets: Tuple[int, ...] = field(default=(), compare=False, repr=False)
 
 
+# --- paged stream listing --------------------------------------------------------------------
+
+@_command
+class ListStreamsPage(Command):
+    """C: the streams whose names sort after ``after`` (``""``: from the first). Allowed before
+    ATTACH. The broker answers from memory, one page at a time: LIST-STREAMS-PAGE-OK."""
+    ID: ClassVar[int] = 60
+    NAME: ClassVar[str] = "LIST-STREAMS-PAGE"
+    after: str = ""
+
+
+@_command
+class ListStreamsPageOk(Command):
+    """S: a page of stream names, in order; ``next`` is where the next page starts (send it as
+    ``after``), ``""`` when this was the last page. A page may hold fewer names than fit (even
+    none, where the client may read none of those the broker looked at) and still not be the
+    last: only ``next == ""`` ends the listing."""
+    ID: ClassVar[int] = 61
+    NAME: ClassVar[str] = "LIST-STREAMS-PAGE-OK"
+    streams: Tuple[str, ...] = field(default=())
+    next: str = ""
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
@@ -377,9 +400,10 @@ ALL_COMMANDS = (
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
     Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,
     StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
-    BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch,
+    BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch, ListStreamsPage, ListStreamsPageOk,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
+assert len(BY_ID) == len(ALL_COMMANDS), "two commands share an id"
 BY_NAME = {c.NAME: c for c in ALL_COMMANDS}
 
 from .deliver import deliver_cost  # noqa: E402,F401  (defined with the DELIVER layout)

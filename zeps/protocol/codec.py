@@ -5,7 +5,8 @@ Pure functions, no sockets. Every command is exactly one ZeroMQ frame:
     signature (0xAA 0xA5) | command id (1 octet) | fields in network byte order
 
 ``string`` = 1-octet length + bytes (UTF-8 here, at most 255 bytes); ``chunk`` = 4-octet
-length + bytes; numbers are unsigned big-endian. Like the reference codec (zproto's
+length + bytes; ``text`` = a chunk of UTF-8 (ERROR's texts, never cut); numbers are unsigned
+big-endian. Like the reference codec (zproto's
 zeps_msg), bytes after the last field are ignored (``aaa508ff`` decodes as PING).
 
 Every decoding failure raises :class:`ProtocolError` whose message is a reason fit to send
@@ -36,7 +37,8 @@ class ProtocolError(ValueError):
     """A frame that is not valid ZEPS/1. ``str(err)`` is the reason for INVALID."""
 
 
-# Field layouts: (attribute, kind). kind: "string", "chunk", "u16", "u64", "strings".
+# Field layouts: (attribute, kind). kind: "string", "chunk", "u16", "u64", "strings", "text"
+# (4-octet length + UTF-8), "texts" (2-octet count + that many "text").
 _LAYOUT = {
     c.Attach: (("protocol", "string"), ("version", "u16"), ("stream", "string")),
     c.Subscribe: (("pattern", "string"), ("latest", "u64")),
@@ -53,6 +55,7 @@ _LAYOUT = {
     c.ListStreamsOk: (("streams", "strings"),),
     c.ListStreamsPage: (("after", "string"),),
     c.ListStreamsPageOk: (("streams", "strings"), ("next", "string")),
+    c.Error: (("code", "u16"), ("fields", "texts"), ("text", "text")),
     c.DeliverTs: (("timestamp", "u64"), ("sequence", "u64"), ("key", "string"), ("body", "chunk")),
     c.LimitsOk: (("max_message", "u64"), ("max_credit", "u64")),
     c.Producer: (("producer", "string"), ("next", "u64")),
@@ -122,7 +125,20 @@ def encode(cmd: c.Command) -> bytes:
                 raise ProtocolError(f"{attr}: more than 65535 entries")
             parts.append(_U16.pack(len(value)))
             parts.extend(_enc_string(attr, s) for s in value)
+        elif kind == "text":
+            parts.append(_enc_text(attr, value))
+        elif kind == "texts":
+            if isinstance(value, str) or len(value) > 0xFFFF:
+                raise ProtocolError(f"{attr} must be a sequence of at most 65535 texts")
+            parts.append(_U16.pack(len(value)))
+            parts.extend(_enc_text(attr, s) for s in value)
     return b"".join(parts)
+
+
+def _enc_text(name: str, value: str) -> bytes:
+    if not isinstance(value, str):
+        raise ProtocolError(f"{name} must be text, not {type(value).__name__}")
+    return _enc_chunk(name, value.encode("utf-8"))
 
 
 def _enc_chunk(name: str, value: Buffer) -> bytes:
@@ -164,6 +180,17 @@ def _dec_string(frame: Buffer, pos: int, name: str, attr: str):
     _need(frame, end, name)
     try:
         return bytes(frame[pos + 1:end]).decode("utf-8"), end
+    except UnicodeDecodeError:
+        raise ProtocolError(f"{name} {attr} is not valid UTF-8") from None
+
+
+def _dec_text(frame: Buffer, pos: int, name: str, attr: str):
+    _need(frame, pos + 4, name)
+    n = _U32.unpack_from(frame, pos)[0]
+    end = pos + 4 + n
+    _need(frame, end, name)
+    try:
+        return bytes(frame[pos + 4:end]).decode("utf-8"), end
     except UnicodeDecodeError:
         raise ProtocolError(f"{name} {attr} is not valid UTF-8") from None
 
@@ -215,6 +242,18 @@ def decode(frame: Buffer) -> c.Command:
             items = []
             for _ in range(count):
                 s, pos = _dec_string(frame, pos, name, attr)
+                items.append(s)
+            values[attr] = tuple(items)
+        elif kind == "text":
+            values[attr], pos = _dec_text(frame, pos, name, attr)
+        elif kind == "texts":
+            _need(frame, pos + 2, name)
+            count = _U16.unpack_from(frame, pos)[0]
+            pos += 2
+            _need(frame, pos + 4 * count, name)     # a forged count allocates nothing
+            items = []
+            for _ in range(count):
+                s, pos = _dec_text(frame, pos, name, attr)
                 items.append(s)
             values[attr] = tuple(items)
     if cls is c.Attach:

@@ -5,7 +5,8 @@ this implementation's extensions (13..31 are left unassigned); each one's bytes 
 down in ``docs/protocol.md``.
 
 Text fields (stream, pattern, key, reason) are ``str`` and travel as UTF-8 in a ZEPS
-``string`` (1-octet length, so at most 255 *bytes* once encoded). Bodies are ``bytes``.
+``string`` (1-octet length, so at most 255 *bytes* once encoded); ERROR's texts have a 4-octet
+length. Bodies are ``bytes``.
 """
 from __future__ import annotations
 
@@ -393,6 +394,34 @@ class ListStreamsPageOk(Command):
     next: str = ""
 
 
+# --- structured reasons (zeps/protocol/reasons.py has the codes) -----------------------------
+
+@_command
+class ReasonsSelect(Command):
+    """C: from now on, refuse this client's requests with ERROR (a code, its fields and the text,
+    none of them cut) instead of INVALID. Allowed in any state; lasts for the connection."""
+    ID: ClassVar[int] = 62
+    NAME: ClassVar[str] = "REASONS-SELECT"
+
+
+@_command
+class ReasonsSelectOk(Command):
+    ID: ClassVar[int] = 63
+    NAME: ClassVar[str] = "REASONS-SELECT-OK"
+
+
+@_command
+class Error(Command):
+    """S: an INVALID for a client that sent REASONS-SELECT: ``code`` (a
+    :class:`zeps.protocol.reasons.Code`), ``fields`` (what the code says they are) and ``text``
+    (the INVALID's reason, for people). Texts are UTF-8 with a 4-octet length: never cut."""
+    ID: ClassVar[int] = 64
+    NAME: ClassVar[str] = "ERROR"
+    code: int
+    fields: Tuple[str, ...] = field(default=())
+    text: str = ""
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
@@ -401,6 +430,7 @@ ALL_COMMANDS = (
     Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,
     StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
     BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch, ListStreamsPage, ListStreamsPageOk,
+    ReasonsSelect, ReasonsSelectOk, Error,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 assert len(BY_ID) == len(ALL_COMMANDS), "two commands share an id"

@@ -67,6 +67,8 @@ _LAYOUT = {
     c.StreamPurgeOk: (("first", "u64"),),
     c.StreamDescribe: (("stream", "string"),),
     c.BatchSelectOk: (("max_batch", "u64"),),
+    c.StreamIdOk: (("incarnation", "u64"),),
+    c.StreamExpect: (("incarnation", "u64"),),
     c.StreamDescribeOk: (("first", "u64"), ("last", "u64"), ("size", "u64"), ("oldest", "u64"),
                          ("newest", "u64"), ("retention_bytes", "u64"), ("retention_ms", "u64"),
                          ("max_message", "u64"), ("segment_bytes", "u64")),

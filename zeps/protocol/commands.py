@@ -371,6 +371,41 @@ class DeliverBatch(Command):
     offsets: Tuple[int, ...] = field(default=(), compare=False, repr=False)
 
 
+# --- stream incarnations (a stream deleted and created again is another stream) -------------
+
+@_command
+class StreamId(Command):
+    """C: the incarnation of the attached stream (after ATTACH): STREAM-ID-OK."""
+    ID: ClassVar[int] = 66
+    NAME: ClassVar[str] = "STREAM-ID"
+
+
+@_command
+class StreamIdOk(Command):
+    """S: the stream's ``incarnation``: random, never 0, chosen when the stream is created (by
+    STREAM-CREATE or a first ATTACH) and kept with it. The same name created again after a
+    delete has another one (as Kafka's topic ids)."""
+    ID: ClassVar[int] = 67
+    NAME: ClassVar[str] = "STREAM-ID-OK"
+    incarnation: int
+
+
+@_command
+class StreamExpect(Command):
+    """C: before ATTACH: the next ATTACH of this client attaches only to a stream whose
+    incarnation is ``incarnation`` (0: no condition) and never creates one; otherwise it is
+    refused with INVALID ``no stream: `` (it was deleted) or ``stream recreated: ``."""
+    ID: ClassVar[int] = 68
+    NAME: ClassVar[str] = "STREAM-EXPECT"
+    incarnation: int
+
+
+@_command
+class StreamExpectOk(Command):
+    ID: ClassVar[int] = 69
+    NAME: ClassVar[str] = "STREAM-EXPECT-OK"
+
+
 # --- paged stream listing --------------------------------------------------------------------
 
 @_command
@@ -425,6 +460,7 @@ class Error(Command):
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
+    StreamId, StreamIdOk, StreamExpect, StreamExpectOk,      # (ids 66-69)
     SeqAtTime, SeqAtTimeOk, ConfirmSelect, ConfirmSelectOk, Confirm, StreamInfo,
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
     Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,

@@ -24,11 +24,14 @@ from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
-from zeps.protocol.batch import PUBLISH_HEAD_SIZE, entry_body
+from zeps.protocol.batch import (MAX_BATCH_ENTRIES, MIN_ENTRY, PUBLISH_BATCH_ID, PUBLISH_HEAD,
+                                 PUBLISH_HEAD_SIZE, entry_body)
+from zeps.protocol.deliver import SIGNATURE
 
-from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM, PUBLISH_REJECTED, label
+from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NOT_ATTACHED, NO_STREAM, PUBLISH_REJECTED, label
 
 from .admin import StreamAdministration
+from .catalogue import StreamCatalogue
 from .congestion import Congestion
 from .session import ATTACHED, ProtocolViolation, Session
 from .timers import Timers
@@ -36,11 +39,16 @@ from .stream import COUNTERS, Stream
 
 Outbox = List[Tuple[bytes, bytes]]
 
+#: A listing page looks at this many names at most, and fits in one frame.
+LIST_SCAN = 4096
+LIST_BYTES = 65535 - 16
+
 _PING_OK = encode(c.PingOk())
 _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _DETACH = encode(c.Detach())
+_PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
 
 
 def _pseq_exhausted(pseq: int) -> str:
@@ -48,6 +56,10 @@ def _pseq_exhausted(pseq: int) -> str:
     is past what a journal record can hold (a PRODUCER ``next`` near 2^64-1)."""
     return (f"producer sequence {pseq} is over 2^64-1 (PRODUCER with a lower next, or a new "
             f"producer id)")
+
+
+#: What a client frame may exceed the limits by and still be read (and refused with a reason).
+FRAME_SLACK = 64 << 10
 
 
 @dataclass
@@ -72,9 +84,22 @@ class CoreConfig:
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)
     max_batch: int = 1 << 20              # largest PUBLISH-BATCH frame (BATCH-SELECT-OK tells it)
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
+    max_total_streams: int = 100_000      # streams stored (on disk) at once: creation beyond is refused
+    # Commands whose cost is not per message (listing, stream administration) are paid from a
+    # per-client budget: ``admin_burst`` at once, then ``admin_rate`` a second.
+    admin_rate: float = 50.0
+    admin_burst: int = 100
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
     replay_batch_bytes: int = 1 << 20
+
+    def max_frame(self) -> int:
+        """The largest frame a client may send (the shell sets it as the socket's
+        ``ZMQ_MAXMSGSIZE``: a peer sending more is disconnected before the broker holds it).
+        It is the largest PUBLISH (head, a 255-byte key, ``max_message`` of body) or
+        PUBLISH-BATCH, with room to spare so that a frame just over a limit still gets an
+        INVALID that says which."""
+        return max(3 + 1 + 255 + 4 + self.max_message, self.max_batch) + FRAME_SLACK
 
 
 class BrokerCore(StreamAdministration, Congestion, Timers):
@@ -97,6 +122,9 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
         self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
         self._next_expiry = self._next_retention = self._next_sync = float("-inf")
+        self.queued = 0                    # messages published since the last flush()
+        self.now = float("-inf")           # the time of the message being handled
+        self.catalogue = StreamCatalogue(datadir.streams())   # every stored stream's name
 
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
@@ -111,11 +139,16 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self._receive(identity, frames, now)
 
     def _receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
+        self.now = now
         if len(frames) != 1:
             self._invalid(identity, f"a ZEPS command is exactly one frame, got {len(frames)}")
             return
+        frame = frames[0]
+        if (frame[2:3] == _PUBLISH_BATCH_ID and frame[:2] == SIGNATURE
+                and self._batch_refused(identity, frame)):
+            return
         try:
-            cmd = decode(frames[0])
+            cmd = decode(frame)
         except ProtocolError as exc:
             self._invalid(identity, str(exc))
             self._note_bad_frame(identity, str(exc))
@@ -153,6 +186,34 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                          error=f"{type(exc).__name__}: {exc}")
                 self._invalid(identity, f"{cmd.NAME} failed in the broker: {exc}")
 
+    def _batch_refused(self, identity: bytes, frame: bytes) -> bool:
+        """A PUBLISH-BATCH is judged by its head before one entry is walked: its size against
+        ``max_batch``, its count against :data:`MAX_BATCH_ENTRIES` and what the entries' bytes
+        can hold, and the sender's state (attached) — each refused with *one* INVALID, whatever
+        the count claims. So parsing costs at most one ``max_batch`` frame of at most
+        ``MAX_BATCH_ENTRIES`` entries, and only for an attached client."""
+        size = len(frame) - PUBLISH_HEAD_SIZE
+        if size + PUBLISH_HEAD_SIZE > self.config.max_batch:
+            why = (f"PUBLISH-BATCH of {len(frame)} bytes is over the broker's limit of "
+                   f"{self.config.max_batch} (BATCH-SELECT-OK)")
+        elif size < 0:
+            return False                                  # the codec says why
+        else:
+            count = PUBLISH_HEAD.unpack_from(frame)[2]
+            s = self.sessions.get(identity)
+            if s is None or s.state is not ATTACHED:
+                self._invalid(identity, f"{NOT_ATTACHED}PUBLISH-BATCH before ATTACH")
+                return True
+            if count > MAX_BATCH_ENTRIES:
+                why = f"PUBLISH-BATCH of {count} entries is over the limit of {MAX_BATCH_ENTRIES}"
+            elif count * MIN_ENTRY > size:
+                why = f"PUBLISH-BATCH: {count} entries cannot fit in {size} bytes"
+            else:
+                return False
+        self._invalid(identity, f"{PUBLISH_REJECTED}{why}")
+        self._note_bad_frame(identity, why)
+        return True
+
     def _invalid(self, identity: bytes, reason: str) -> None:
         self.outbox.append((identity, encode_invalid(reason)))
         self.invalids[label(reason)] += 1
@@ -181,16 +242,35 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.outbox.append((s.identity, _PING_OK))
 
     def _on_list_streams(self, s: Session, cmd, _was) -> None:
-        names = sorted(set(self.datadir.streams()) | set(self.streams))
-        if self.acl is not None:          # a stream one may not read is not even named
-            names = [n for n in names if self.acl.may_subscribe(s.user, n)]
-        fitting, size = [], 5
-        for n in names:          # a frame lists as many names as fit in 64 KiB
-            size += 1 + len(n.encode("utf-8"))
-            if size > 65535 or len(fitting) == 65535:
-                break
-            fitting.append(n)
-        self.outbox.append((s.identity, encode(c.ListStreamsOk(tuple(fitting)))))
+        """LIST-STREAMS: the first page of LIST-STREAMS-PAGE (ZEPS/1 has no way to ask for more)."""
+        if self._over_budget(s):
+            return
+        names, _next = self._list_page(s, "")
+        self.outbox.append((s.identity, encode(c.ListStreamsOk(names))))
+
+    def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage, _was) -> None:
+        if self._over_budget(s):
+            return
+        names, after = self._list_page(s, cmd.after)
+        self.outbox.append((s.identity, encode(c.ListStreamsPageOk(names, after))))
+
+    def _list_page(self, s: Session, after: str):
+        """From the catalogue in memory, never the disk: the names after ``after`` the client may
+        read (a stream one may not read is not even named), looking at ``LIST_SCAN`` names at
+        most, as many as fit in one frame."""
+        acl = self.acl
+        visible = (lambda n: True) if acl is None else (lambda n: acl.may_subscribe(s.user, n))
+        return self.catalogue.page(after, visible, scan=LIST_SCAN, max_bytes=LIST_BYTES)
+
+    def _over_budget(self, s: Session) -> bool:
+        """Pay for one command whose cost is not per message; INVALID "limit: ..." if the
+        client's budget is spent (it refills at ``admin_rate`` a second)."""
+        cfg = self.config
+        if s.spend(self.now, cfg.admin_rate, cfg.admin_burst):
+            return False
+        self._invalid(s.identity, f"{LIMIT}at most {cfg.admin_rate:g} listing and stream "
+                                  f"administration commands a second per client")
+        return True
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
         acl = self.acl
@@ -198,11 +278,13 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} has no right on stream "
                                       f"{cmd.stream!r}")
             return
-        if (not self.config.auto_create and cmd.stream not in self.streams
-                and not self.datadir.has_stream(cmd.stream)):
-            self._invalid(s.identity, f"{NO_STREAM}{cmd.stream!r} (the broker creates streams only "
-                                      f"with STREAM-CREATE: 'zeps stream create')")
-            return
+        if cmd.stream not in self.catalogue:
+            if not self.config.auto_create:
+                self._invalid(s.identity, f"{NO_STREAM}{cmd.stream!r} (the broker creates streams "
+                                          f"only with STREAM-CREATE: 'zeps stream create')")
+                return
+            if self._too_many_streams(s):
+                return
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._release_idle_streams(self.config.max_streams - 1)
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
@@ -294,19 +376,19 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             self._reject(s, f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream "
                             f"{s.stream!r}")
             return
-        own = self.streams[s.stream].max_message
-        limit = own or self.config.max_message
+        limit, whose = self._body_limit(self.streams[s.stream])
         if len(cmd.body) > limit:
-            self._reject(s, f"body of {len(cmd.body)} bytes is over the "
-                            f"{'stream' if own else 'broker'}'s limit of {limit}")
+            self._reject(s, f"body of {len(cmd.body)} bytes is over the {whose}'s limit of {limit}")
             return
         if s.producer is not None and s.pseq_next > MAX_PSEQ:
             self._reject(s, _pseq_exhausted(s.pseq_next))
             return
+        self.queued += 1
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
     def _on_publish_batch(self, s: Session, cmd: c.PublishBatch, _was) -> None:
-        """Each entry counts as one PUBLISH: a refused batch gets one INVALID per entry, and a
+        """Each entry counts as one PUBLISH (its size and count were checked before it was
+        parsed: :meth:`_batch_refused`): a refused batch gets one INVALID per entry, and a
         PRODUCER peering's entries take one producer sequence each. An accepted batch is queued
         whole (journalled as one batch record, with its first producer sequence if any)."""
         stream = self.streams[s.stream]
@@ -314,27 +396,31 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         why = None
         if not s.may_publish:
             why = f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream {s.stream!r}"
-        elif len(cmd.entries) + PUBLISH_HEAD_SIZE > self.config.max_batch:
-            why = (f"PUBLISH-BATCH of {len(cmd.entries) + PUBLISH_HEAD_SIZE} bytes is "
-                   f"over the broker's limit of {self.config.max_batch} (BATCH-SELECT-OK)")
         elif s.producer is not None and s.pseq_next + n - 1 > MAX_PSEQ:
             why = _pseq_exhausted(s.pseq_next + n - 1)
         else:
-            own = stream.max_message
-            limit = own or self.config.max_message
+            limit, whose = self._body_limit(stream)
             # No body can be longer than the entries less the 5 fixed bytes of each entry.
             if len(cmd.entries) - 5 * n > limit:
                 for i in range(n):
                     size = len(entry_body(cmd.entries, cmd.offsets[i]))
                     if size > limit:
                         why = (f"entry {i} of the batch: body of {size} bytes is over the "
-                               f"{'stream' if own else 'broker'}'s limit of {limit}")
+                               f"{whose}'s limit of {limit}")
                         break
         if why is not None:
             for _ in range(n):
                 self._reject(s, why)
             return
+        self.queued += n
         stream.publish_batch(s, cmd)
+
+    def _body_limit(self, stream: Stream):
+        """The largest body ``stream`` takes and whose limit it is: the stream's own
+        ``max_message`` where it is set and lower than the broker's ``--max-message``, else the
+        broker's (a stream never takes more than the broker reads)."""
+        own, broker = stream.max_message, self.config.max_message
+        return (own, "stream") if 0 < own < broker else (broker, "broker")
 
     def _on_batch_select(self, s: Session, cmd, _was) -> None:
         s.batches = True
@@ -392,6 +478,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                         regex_strikes=self.config.regex_strikes, log=self.log,
                         invalids=self.invalids, settings=self.datadir.settings(name))
             self.streams[name] = st
+            self.catalogue.add(name)
             if len(self.streams) > self.config.max_open_streams:
                 self._release_idle_streams(self.config.max_open_streams, spare=name)
         return st
@@ -419,6 +506,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
     # ------------------------------------------------------------------ rounds
     def flush(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
+        self.queued = 0
         for st in self.streams.values():
             if st.pending:
                 st.flush()
@@ -488,6 +576,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 _HANDLERS = {
     c.Ping: BrokerCore._on_ping,
     c.ListStreams: BrokerCore._on_list_streams,
+    c.ListStreamsPage: BrokerCore._on_list_streams_page,
     c.Attach: BrokerCore._on_attach,
     c.Detach: BrokerCore._on_detach,
     c.Subscribe: BrokerCore._on_subscribe,

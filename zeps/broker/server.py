@@ -6,7 +6,9 @@ and runs the loop:
 1. wait until the socket is readable, a sync finished, or the core's next deadline
    (:meth:`BrokerCore.next_deadline`) — whichever comes first;
 2. drain up to ``DRAIN_MAX`` messages with NOBLOCK into :meth:`BrokerCore.receive` (per-message
-   ``zmq.green`` calls are several times slower, and a batch of publishes costs one journal write);
+   ``zmq.green`` calls are several times slower, and a batch of publishes costs one journal write),
+   and no more once they published ``DRAIN_PUBLISHED`` messages (a PUBLISH-BATCH counts its
+   entries): the work of a round, and so the wait of every other client, is bounded;
 3. :meth:`~BrokerCore.flush` (journal + live routing), send, :meth:`~BrokerCore.pump` (replay),
    send; :meth:`~BrokerCore.tick` runs the core's timers and names the journals to fsync.
 
@@ -46,6 +48,7 @@ from .core import BrokerCore, CoreConfig
 from .stream import Stream
 
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
+DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches count each entry)
 IDLE_WAIT = 1.0           # longest wait when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 
@@ -97,6 +100,7 @@ class Broker:
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, sndhwm)
         self.sock.setsockopt(zmq.RCVHWM, 10000)
+        self.sock.setsockopt(zmq.MAXMSGSIZE, core_config.max_frame())
         self.curve = curve
         if curve is not None:                          # zeps.broker.security.CurveServer
             curve.apply(self.sock)
@@ -145,7 +149,7 @@ class Broker:
         ident_fd = self._ident_fd
         n = 0
         drained = False
-        while n < DRAIN_MAX:
+        while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED:
             try:
                 ident = _recv_raw(sock, _NB)
             except zmq.Again:

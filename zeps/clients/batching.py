@@ -17,7 +17,8 @@ when nothing waits for the socket. Publishes made while something waits (the soc
 high-water mark refused a frame) join the queue, and whatever the queue holds goes out as *one*
 PUBLISH-BATCH as soon as the socket takes frames again: no linger, so a lone publish at a low
 rate has the latency it had, and a tight loop of publishes (faster than the socket drains)
-goes out in frames as large as ``max_batch`` allows. A message whose entry alone would not fit
+goes out in frames as large as ``max_batch`` allows (and of at most ``MAX_BATCH_ENTRIES``
+messages). A message whose entry alone would not fit
 in ``max_batch`` goes as a plain PUBLISH, in its place. Each entry counts as one PUBLISH at the
 broker (CONFIRM counts, producer sequences, one INVALID per refused entry), so the peering's
 accounting per publish is the same with or without batches.
@@ -35,7 +36,7 @@ from __future__ import annotations
 import struct
 from typing import List, Optional
 
-from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
+from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, MAX_BATCH_ENTRIES,
                               ENTRY_COST_EXTRA, PUBLISH_BATCH_ID, PUBLISH_HEAD, PUBLISH_HEAD_SIZE,
                               BadEntries, publish_batch_head, walk)
 from ..protocol.commands import Publish
@@ -86,7 +87,7 @@ class PublishQueue:
         alone = PUBLISH_HEAD_SIZE + entry > self.max_batch or (
             self.max_body is not None and entry - _ENTRY_FIXED - frame[_PUBLISH_PREFIX]
             > self.max_body)
-        if not alone and self.size + entry <= self.max_batch:
+        if not alone and self.size + entry <= self.max_batch and len(self.frames) < MAX_BATCH_ENTRIES:
             self.frames.append(frame)
             self.size += entry
             return []
@@ -152,7 +153,7 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
                 size, count = PUBLISH_HEAD_SIZE, 0
             yield b"".join((_PUBLISH, head, u32(blen), body)), 1
             continue
-        if size + entry > max_batch:
+        if size + entry > max_batch or count == MAX_BATCH_ENTRIES:
             yield _batch_of(parts, count), count
             parts = []
             add = parts.append

@@ -44,6 +44,11 @@ ENTRY_COST_EXTRA = 4
 #: The smallest entry: an empty key and an empty body (their two lengths).
 MIN_ENTRY = 5
 MAX_COUNT = 2**32 - 1
+#: The most entries a PUBLISH-BATCH may hold (a rule of the extension, like ``max_batch``): the
+#: broker checks it in the frame's head before it walks a single entry, so one frame's parsing,
+#: journalling and routing costs a bounded amount of work whatever its size (a 1 MiB frame of
+#: empty messages would otherwise be 209,715 of them). Clients cut their batches at it.
+MAX_BATCH_ENTRIES = 4096
 
 _U32 = struct.Struct(">I")
 _u32_from = _U32.unpack_from
@@ -196,6 +201,6 @@ _SEQ_pack = struct.Struct(">Q").pack
 __all__ = ["BadEntries", "walk", "entry_key", "entry_body", "entry_key_body", "run_cost",
            "encode_entries", "encode_publish_batch", "publish_batch_head", "deliver_batch_head",
            "deliver_frames", "is_batch_frame", "batch_first_seq", "batch_count", "batch_cost",
-           "PUBLISH_BATCH_ID", "DELIVER_BATCH_ID", "PUBLISH_HEAD",
+           "PUBLISH_BATCH_ID", "DELIVER_BATCH_ID", "PUBLISH_HEAD", "MAX_BATCH_ENTRIES",
            "DELIVER_HEAD", "PUBLISH_HEAD_SIZE", "DELIVER_HEAD_SIZE", "ENTRY_COST_EXTRA", "HEAD",
            "encode_deliver"]

@@ -1,10 +1,23 @@
-"""INVALID reason prefixes: what the broker writes and the client SDK reads, defined once.
+"""Why the broker refuses something: a :class:`Reason` (a :class:`Code`, its fields and the text),
+defined once for the broker that writes it and the client SDK that reads it.
 
-An INVALID's reason is free text for people, but a few prefixes carry meaning a program acts
-on. The broker builds every such reason from these constants, and the SDK recognises them with
-the same constants (``reason.startswith(NOT_ATTACHED)``), so the two cannot drift apart.
+A ZEPS/1 client gets the text in INVALID (cut at 255 bytes); a client that sent REASONS-SELECT
+gets the whole reason in ERROR (docs/protocol.md), so a program acts on the code and the fields,
+never on text parsed back. The text's prefixes below stay what they were, so that a client of
+a broker without the extension can still recognise them (``reason.startswith(NOT_ATTACHED)``:
+best effort, as a cut text may have lost the rest). Broker code builds every reason with one of
+:class:`Reason`'s constructors, so no call site writes a prefix or a field by hand.
 """
 from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Tuple, Union
+
+from . import commands as _c
+from .codec import encode as _encode, encode_invalid as _encode_invalid
 
 #: A command that needs ATTACH came from a client the broker does not know as attached (after a
 #: broker restart, an expiry or a DETACH). The SDK reads it as "re-attach".
@@ -48,3 +61,163 @@ def label(reason: str) -> str:
         if reason.startswith(prefix):
             return _LABELS[prefix]
     return OTHER
+
+
+class Code(enum.IntEnum):
+    """An ERROR's code, and what its ``fields`` are (numbers in decimal). A client treats a code
+    it does not know as :attr:`OTHER`."""
+    #: Nothing a program acts on: read the text. No fields.
+    OTHER = 0
+    #: :data:`NOT_ATTACHED`: (the command that needs ATTACH,).
+    NOT_ATTACHED = 1
+    #: :data:`PUBLISH_REJECTED`: (the cause's label, then the cause's fields), e.g.
+    #: ``("not_allowed", "publish", "s")``; exactly one answers each PUBLISH not stored.
+    PUBLISH_REJECTED = 2
+    #: :data:`LIMIT`: (the limit's name, as the broker's option with ``_``: ``max_clients``, its
+    #: value).
+    LIMIT = 3
+    #: :data:`PATTERN_REMOVED`: (the pattern exactly as subscribed, ``~`` and all,).
+    PATTERN_REMOVED = 4
+    #: :data:`NOT_ALLOWED`: (the right missing: ``attach``, ``subscribe``, ``publish``,
+    #: ``create``, ``purge`` or ``delete``; the stream).
+    NOT_ALLOWED = 5
+    #: :data:`WINDOW_TOO_SMALL`: (the message's sequence, its credit cost, the most credit the
+    #: client ever held at once).
+    WINDOW_TOO_SMALL = 6
+    #: :data:`NO_STREAM`: (the stream,).
+    NO_STREAM = 7
+
+
+_PREFIXES = {NOT_ATTACHED: Code.NOT_ATTACHED, PUBLISH_REJECTED: Code.PUBLISH_REJECTED,
+             LIMIT: Code.LIMIT, PATTERN_REMOVED: Code.PATTERN_REMOVED,
+             NOT_ALLOWED: Code.NOT_ALLOWED, WINDOW_TOO_SMALL: Code.WINDOW_TOO_SMALL,
+             NO_STREAM: Code.NO_STREAM}
+_CODE_PREFIX = {code: prefix for prefix, code in _PREFIXES.items()}
+_CODE_LABELS = {code: _LABELS[prefix] for prefix, code in _PREFIXES.items()}
+
+_LIMITS = {
+    "max_clients": "the broker serves at most {} clients",
+    "max_streams": "the broker holds at most {} streams",
+    "max_subscriptions": "at most {} subscriptions per client",
+    "max_regex_subscriptions": "at most {} regex subscriptions per client",
+    "max_regex_per_stream": "at most {} distinct regex subscriptions per stream",
+}
+_RIGHTS = {
+    "attach": "{} has no right on stream {!r}",
+    "subscribe": "{} may not subscribe to stream {!r}",
+    "publish": "{} may not publish to stream {!r}",
+    "create": "{} may not create stream {!r}",
+    "purge": "{} may not purge stream {!r}",
+    "delete": "{} may not delete stream {!r}",
+}
+
+# An absolute path in an exception's text: quoted (as repr() writes it; spaces and all), or bare
+# up to the next blank or quote (less the punctuation that follows it).
+_PATH = re.compile(r"""'/[^']*'|"/[^"]*"|(?<![\w.~/-])/(?:[^\s'"]*[^\s'":,.;)\]])""")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with every absolute file path replaced by ``<path>``: what a client may be told
+    of a failure in the broker (the broker logs the whole text)."""
+    return _PATH.sub("<path>", text)
+
+
+def code_of(value: int) -> Code:
+    """The :class:`Code` of an ERROR's ``code``: :attr:`Code.OTHER` for one this side does not
+    know (a newer broker's)."""
+    try:
+        return Code(value)
+    except ValueError:
+        return Code.OTHER
+
+
+@dataclass(frozen=True)
+class Reason:
+    """Why the broker refused something: ``code`` and ``fields`` for programs, ``text`` for
+    people (an INVALID's reason). Built with the constructors below, once, and sent to each
+    client as it selected (:meth:`frame`)."""
+    code: Code
+    fields: Tuple[str, ...]
+    text: str
+
+    @property
+    def label(self) -> str:
+        """The short name metrics count it by (see :data:`LABELS`)."""
+        return _CODE_LABELS.get(self.code, OTHER)
+
+    def frame(self, structured: bool) -> bytes:
+        """ERROR for a client that sent REASONS-SELECT (``structured``), else INVALID."""
+        return self.error_frame if structured else self.invalid_frame
+
+    @cached_property
+    def invalid_frame(self) -> bytes:
+        return _encode_invalid(self.text)
+
+    @cached_property
+    def error_frame(self) -> bytes:
+        return _encode(_c.Error(int(self.code), self.fields, self.text))
+
+    # ------------------------------------------------------------------ one constructor per kind
+    @classmethod
+    def of(cls, reason: Union["Reason", str]) -> "Reason":
+        """``reason`` itself, or a text's reason: coded by the prefix it starts with (as
+        :func:`label` reads it), without fields."""
+        if isinstance(reason, Reason):
+            return reason
+        for prefix, code in _PREFIXES.items():
+            if reason.startswith(prefix):
+                return cls(code, (), reason)
+        return cls(Code.OTHER, (), reason)
+
+    @classmethod
+    def other(cls, text: str) -> "Reason":
+        return cls(Code.OTHER, (), text)
+
+    @classmethod
+    def failed(cls, what: str, exc: BaseException) -> "Reason":
+        """``what`` failed in the broker because of ``exc``: told without the server's paths."""
+        return cls(Code.OTHER, (), f"{what}: {without_paths(str(exc))}")
+
+    @classmethod
+    def not_attached(cls, command: str) -> "Reason":
+        return cls(Code.NOT_ATTACHED, (command,), f"{NOT_ATTACHED}{command} before ATTACH")
+
+    @classmethod
+    def publish_rejected(cls, cause: Union["Reason", str]) -> "Reason":
+        cause = cls.of(cause)
+        return cls(Code.PUBLISH_REJECTED, (cause.label, *cause.fields),
+                   f"{PUBLISH_REJECTED}{cause.text}")
+
+    @classmethod
+    def limit(cls, name: str, value: int) -> "Reason":
+        """The broker's limit ``name`` (a key of ``_LIMITS``) of ``value`` refused it."""
+        return cls(Code.LIMIT, (name, str(value)), LIMIT + _LIMITS[name].format(value))
+
+    @classmethod
+    def pattern_removed(cls, pattern: str, strikes: int) -> "Reason":
+        """The regex subscription ``pattern`` (``~...``) was removed: it timed out ``strikes``
+        times."""
+        return cls(Code.PATTERN_REMOVED, (pattern,), f"{PATTERN_REMOVED}regular expression "
+                                                     f"{pattern[1:]!r} timed out {strikes} times")
+
+    @classmethod
+    def not_allowed(cls, who: str, right: str, stream: str, revoked: bool = False) -> "Reason":
+        """The ACL does not give ``who`` the ``right`` (a key of ``_RIGHTS``) on ``stream``;
+        ``revoked``: it had it until the ACL was reloaded (its subscriptions were removed)."""
+        text = (f"{who} may no longer read stream {stream!r}: subscriptions removed" if revoked
+                else _RIGHTS[right].format(who, stream))
+        return cls(Code.NOT_ALLOWED, (right, stream), NOT_ALLOWED + text)
+
+    @classmethod
+    def window_too_small(cls, sequence: int, cost: int, peak: int) -> "Reason":
+        return cls(Code.WINDOW_TOO_SMALL, (str(sequence), str(cost), str(peak)),
+                   f"{WINDOW_TOO_SMALL}message {sequence} needs {cost} bytes of credit, more "
+                   f"than this client ever held at once ({peak})")
+
+    @classmethod
+    def no_stream(cls, stream: str, created_on_attach: bool = True) -> "Reason":
+        """There is no ``stream``; ``created_on_attach=False``: and ATTACH does not create one
+        (``--auto-create no``)."""
+        hint = "" if created_on_attach else (" (the broker creates streams only with "
+                                             "STREAM-CREATE: 'zeps stream create')")
+        return cls(Code.NO_STREAM, (stream,), f"{NO_STREAM}{stream!r}{hint}")

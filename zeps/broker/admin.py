@@ -24,6 +24,8 @@ class StreamAdministration:
     """The handlers of the stream administration commands (see docs/protocol.md)."""
 
     def _admin_refused(self, s: Session, name: str, what: str) -> bool:
+        """Rights first (cheap, and a client without them spends nothing), then the client's
+        budget for administration commands."""
         if not name or "\x00" in name:
             self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
             return True
@@ -32,10 +34,10 @@ class StreamAdministration:
             self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may not {what} stream "
                                       f"{name!r}")
             return True
-        return False
+        return self._over_budget(s)
 
     def _exists(self, name: str) -> bool:
-        return name in self.streams or self.datadir.has_stream(name)
+        return name in self.catalogue
 
     def _no_stream(self, s: Session, name: str) -> bool:
         if not name or "\x00" in name:
@@ -46,28 +48,42 @@ class StreamAdministration:
         self._invalid(s.identity, f"{NO_STREAM}{name!r}")
         return True
 
+    def _too_many_streams(self, s: Session) -> bool:
+        """A new stream would pass ``max_total_streams`` (streams stored): INVALID "limit"."""
+        if len(self.catalogue) < self.config.max_total_streams:
+            return False
+        self._invalid(s.identity, f"{LIMIT}the broker stores at most "
+                                  f"{self.config.max_total_streams} streams")
+        return True
+
     def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
+        """Creates the stream's directory and settings (atomically: ``DataDir.create``) and
+        opens nothing: its journal is opened by the first ATTACH, under ``max_open_streams``.
+        The settings are checked before anything is written; a stream's ``max_message`` may not
+        pass the broker's."""
         if self._admin_refused(s, cmd.stream, "create"):
             return
-        if not self._exists(cmd.stream) and len(self.streams) >= self.config.max_streams:
-            self._release_idle_streams(self.config.max_streams - 1)
-            if len(self.streams) >= self.config.max_streams:
-                self._invalid(s.identity, f"{LIMIT}the broker holds at most "
-                                          f"{self.config.max_streams} streams")
-                return
+        if not self._exists(cmd.stream) and self._too_many_streams(s):
+            return
+        if cmd.max_message > self.config.max_message:
+            self._invalid(s.identity, f"{LIMIT}max_message {cmd.max_message} is over the "
+                                      f"broker's --max-message {self.config.max_message}")
+            return
         try:
             settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
                                       cmd.segment_bytes)
             created = self.datadir.create(cmd.stream, settings)
         except Exception as exc:                 # JournalError, OSError: say why
             self._invalid(s.identity, f"cannot create stream {cmd.stream!r}: {exc}")
+            self.log("stream_create_failed", stream=cmd.stream, error=str(exc))
             return
         if created:
+            self.catalogue.add(cmd.stream)
             self.log("stream_created", stream=cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamCreateOk())))
 
     def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe, _was) -> None:
-        if self._no_stream(s, cmd.stream):
+        if self._no_stream(s, cmd.stream) or self._over_budget(s):
             return
         st = self.stream(cmd.stream)
         info, own = st.info(), st.settings
@@ -104,6 +120,7 @@ class StreamAdministration:
         except Exception as exc:
             self._invalid(s.identity, f"cannot delete stream {cmd.stream!r}: {exc}")
             return
+        self.catalogue.remove(cmd.stream)
         self.log("stream_deleted", stream=cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamDeleteOk())))
 

@@ -30,8 +30,8 @@ NEW = "NEW"
 ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
-_ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete, c.StreamPurge,
-              c.StreamDescribe, c.BatchSelect)
+_ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,
+              c.StreamPurge, c.StreamDescribe, c.BatchSelect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch)
@@ -47,7 +47,7 @@ class Session:
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
-                 "may_subscribe", "producer", "pseq_next", "batches")
+                 "may_subscribe", "producer", "pseq_next", "batches", "budget", "budget_at")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -63,6 +63,8 @@ class Session:
         self.delivered_seen = 0         # ``delivered`` at the last expiry check
         self.user: Optional[str] = None  # the CurveZMQ public key (Z85) it authenticated with
         self.batches = False            # BATCH-SELECT: DELIVER-BATCH, on every later peering too
+        self.budget = float("inf")      # see spend(): starts full
+        self.budget_at = now
         self._reset_stream_state()
 
     def _reset_stream_state(self) -> None:
@@ -105,6 +107,17 @@ class Session:
         raise ProtocolViolation(f"{cmd.NAME} is sent by the broker, not by a client")
 
     # --------------------------------------------------------------- transitions (called by Stream)
+    def spend(self, now: float, rate: float, burst: int) -> bool:
+        """Take one from the client's budget for commands whose cost is not per message (a
+        token bucket: ``burst`` at once, refilled at ``rate`` a second); False if it is empty."""
+        tokens = min(float(burst), self.budget + (now - self.budget_at) * rate)
+        self.budget_at = now
+        if tokens < 1.0:
+            self.budget = tokens
+            return False
+        self.budget = tokens - 1.0
+        return True
+
     def attached(self, stream: str) -> None:
         """NEW -> ATTACHED to ``stream``, with a fresh peering state."""
         self.state = ATTACHED

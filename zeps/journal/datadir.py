@@ -17,7 +17,12 @@ from .lock import release_lock, take_lock
 from .names import NAME_FILE, is_hashed, list_streams, stream_dir_name
 from . import settings as stream_settings
 from .reader import JournalReader
+from .segment import fsync_dir
 from .settings import StreamSettings
+
+
+#: Prefix of the temporary directory a stream is made in before it is renamed into place.
+CREATING = ".creating-"
 
 
 class DataDir:
@@ -40,6 +45,7 @@ class DataDir:
         if not os.path.isdir(self.path):
             raise JournalError(f"data directory {self.path!r} is not a directory")
         self._lock_fd = take_lock(self.path, "data")
+        self.remove_leftovers()
         self._journals: Dict[str, Journal] = {}
         self._mutex = threading.Lock()
         self._closed = False
@@ -84,17 +90,52 @@ class DataDir:
 
     def create(self, name: str, settings: StreamSettings) -> bool:
         """Create a stream with its own settings; True if it was created, False if it existed
-        with the same settings; :class:`JournalError` if it exists with others."""
+        with the same settings; :class:`JournalError` if it exists with others, or if its
+        settings could not make a journal (nothing is left behind then).
+
+        Atomic, and it opens nothing: the settings are checked first (the journal
+        configuration they make must be valid), the directory is made under a hidden temporary
+        name (``.creating-<dir>``: no stream name starts with a dot, so it is never listed),
+        its ``SETTINGS.json`` (and ``NAME``) written and synced, then it is renamed into place
+        and the data directory synced. A crash or a full disk on the way leaves either no
+        stream or the whole one; a leftover temporary directory is removed when the data
+        directory is next opened (:meth:`remove_leftovers`). The journal's files are made when
+        the stream is first opened (the broker opens it on ATTACH, under its open-stream
+        limit)."""
         path = self.stream_path(name)
         if self.has_stream(name):
             current = self.settings(name)
             if not current.same_limits(settings):
                 raise JournalError(f"stream {name!r} exists with other settings")
             return False
-        os.makedirs(path, exist_ok=True)
-        stream_settings.write(path, settings)
-        self.journal(name)
+        try:
+            settings.journal_config(self.config)
+        except ValueError as exc:
+            raise JournalError(f"stream {name!r} cannot be created with these settings: {exc}") \
+                from None
+        tmp = os.path.join(self.path, CREATING + os.path.basename(path))
+        shutil.rmtree(tmp, ignore_errors=True)
+        try:
+            os.mkdir(tmp)
+            stream_settings.write(tmp, settings)
+            if is_hashed(os.path.basename(path)):
+                self._write_name(tmp, name)
+            fsync_dir(tmp)
+            os.rename(tmp, path)
+            fsync_dir(self.path)
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
         return True
+
+    def remove_leftovers(self) -> List[str]:
+        """Remove the temporary directories of creations a crash interrupted; their names."""
+        gone = []
+        for entry in os.listdir(self.path):
+            if entry.startswith(CREATING):
+                shutil.rmtree(os.path.join(self.path, entry), ignore_errors=True)
+                gone.append(entry)
+        return gone
 
     def purge(self, name: str, upto: int) -> int:
         """Drop the messages up to ``upto``: no reader through the broker gets them again, and

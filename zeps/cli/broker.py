@@ -81,6 +81,12 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="clients served at once (default 10000)")
     limits.add_argument("--max-streams", type=_positive(int), default=10_000,
                         help="streams in use at once (default 10000)")
+    limits.add_argument("--max-total-streams", type=_positive(int), default=100_000,
+                        help="streams stored at once: creating one more is refused (default "
+                             "100000)")
+    limits.add_argument("--admin-rate", type=_positive(float), default=50.0,
+                        help="listing and stream administration commands a second per client, "
+                             "after a burst of twice as many (default 50)")
     limits.add_argument("--max-open-streams", type=_positive(int), default=1000,
                         help="journals kept open; idle ones beyond are closed (default 1000)")
     limits.add_argument("--max-subscriptions", type=_positive(int), default=1024,
@@ -161,6 +167,8 @@ def _reload(args, broker, log) -> None:
     except (AclError, SecurityError, OSError) as exc:
         log.error("reload_failed", error=str(exc))
         return
+    if broker.curve is not None:        # connections of keys no longer allowed are closed
+        broker.core.set_allowed_keys(broker.curve.keys)
     if args.acl:
         broker.core.set_acl(acl)
     log.info("reloaded", acl=args.acl, allowed_keys=broker.curve.allowed_count()
@@ -191,7 +199,10 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_subscriptions=args.max_subscriptions,
                              max_regex_subscriptions=args.max_regex_subscriptions,
                              max_regex_per_stream=args.max_regex_per_stream,
-                             max_credit=args.max_credit, auto_create=args.auto_create == "yes")
+                             max_credit=args.max_credit, auto_create=args.auto_create == "yes",
+                             max_total_streams=args.max_total_streams,
+                             admin_rate=args.admin_rate,
+                             admin_burst=max(1, int(2 * args.admin_rate)))
     _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None
@@ -212,6 +223,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         datadir.close()
         print(f"zeps: error: cannot bind {args.endpoint}: {exc}", file=sys.stderr)
         return 1
+    if curve is not None:
+        broker.core.set_allowed_keys(curve.keys)
     if acl is not None:
         broker.core.set_acl(acl)
     if curve is None:

@@ -475,10 +475,18 @@ class Client(ops.FrontEnd):
 
 def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0,
                  context=None, curve=None) -> Tuple[str, ...]:
-    """Names of the streams a broker holds (``LIST-STREAMS``, which needs no ATTACH).
+    """Names of the streams a broker holds, every page of them (``LIST-STREAMS-PAGE``, which
+    needs no ATTACH; the broker answers from memory, a page at a time).
 
     Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
     answers within ``timeout`` seconds, :class:`InvalidError` if the broker refuses.
     """
-    return tuple(request_once(endpoint, c.ListStreams(), c.ListStreamsOk, timeout=timeout,
-                              context=context, curve=curve).streams)
+    names: list = []
+    after = ""
+    while True:
+        page = request_once(endpoint, c.ListStreamsPage(after), c.ListStreamsPageOk,
+                            timeout=timeout, context=context, curve=curve)
+        names.extend(page.streams)
+        if not page.next:
+            return tuple(names)
+        after = page.next

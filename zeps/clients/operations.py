@@ -197,8 +197,15 @@ def seq_at(front, when, timeout: Optional[float]):
 
 
 def list_streams(front, timeout: Optional[float]):
-    r = yield from request(front, c.ListStreams(), "list", timeout)
-    return tuple(r.streams)
+    """Every stream's name, a page (LIST-STREAMS-PAGE) at a time."""
+    names: list = []
+    after = ""
+    while True:
+        r = yield from request(front, c.ListStreamsPage(after), "list", timeout)
+        names.extend(r.streams)
+        if not r.next:
+            return tuple(names)
+        after = r.next
 
 
 def wait_for_confirms(front, timeout: Optional[float]):

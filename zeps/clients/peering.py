@@ -97,6 +97,7 @@ _REPLY_KINDS = {
     c.DetachOk: ("detach",),
     c.PingOk: ("barrier", "ping"),
     c.ListStreamsOk: ("list",),
+    c.ListStreamsPageOk: ("list",),
     c.LimitsOk: ("limits",),
     c.ProducerOk: ("producer",),
     c.BatchSelectOk: ("batch_select",),

@@ -28,7 +28,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.broker import metrics as metrics_module
-from zeps.broker.http import MonitorServer
+from zeps.broker.http import MAX_CONNECTIONS, MonitorServer
 from zeps.broker.metrics import Metrics
 from zeps.broker.monitor import MODES, connz, streamz, varz
 from zeps.cli.top import Sample, render
@@ -487,11 +487,11 @@ def monitor_url(broker) -> str:
     return line.split("monitoring on ", 1)[1]
 
 
-def get(url: str, method: str = "GET"):
+def get(url: str, method: str = "GET", headers=None, timeout: float = 10):
     """(status, headers, body) of one request; errors are answers too."""
-    req = urllib.request.Request(url, method=method)
+    req = urllib.request.Request(url, method=method, headers=headers or {})
     try:
-        with urllib.request.urlopen(req, timeout=10) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.headers, r.read()
     except urllib.error.HTTPError as e:
         return e.code, e.headers, e.read()
@@ -620,6 +620,149 @@ def test_hostile_http_clients_do_not_hurt_zeps_clients(start_broker):
         s.close()
     assert closed == len(idle)
     assert get_json(url + "/varz")["in_msgs"] == 2000
+
+
+class Dribblers(threading.Thread):
+    """The slowloris attacker: ``n`` connections to the monitoring port, each sending one more
+    byte of a request head that never ends whenever ``pace`` seconds have passed (its own
+    select() times out in between; nothing sleeps). A connection the server closes is counted
+    and opened again while ``reconnect`` is set."""
+
+    HEAD = b"GET /varz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 20_000
+
+    def __init__(self, url: str, n: int, pace: float = 0.5):
+        super().__init__(daemon=True)
+        host, port = url[len("http://"):].split(":")
+        self.address = (host, int(port))
+        self.n, self.pace = n, pace
+        self.sent: Dict[socket.socket, int] = {}
+        self.closed = 0                    # connections the server closed
+        self.rounds = 0                    # times a byte was sent on every open connection
+        self.reconnect = True
+        self.halt = threading.Event()
+        self.lock = threading.Lock()
+        for _ in range(n):
+            self._open()
+
+    def _open(self) -> None:
+        s = socket.create_connection(self.address, timeout=5)
+        s.setblocking(False)
+        self.sent[s] = 0
+
+    def _lost(self, s: socket.socket) -> None:
+        with self.lock:
+            del self.sent[s]
+            self.closed += 1
+        s.close()
+        if self.reconnect and not self.halt.is_set():
+            with self.lock:
+                self._open()
+
+    def run(self) -> None:
+        next_byte = time.monotonic()
+        while not self.halt.is_set():
+            socks = list(self.sent)
+            readable, _, _ = select.select(socks, [], [], self.pace)
+            for s in readable:                         # the server answered or closed it
+                try:
+                    if s.recv(65536):
+                        continue                       # an answer: the close comes next
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    pass
+                self._lost(s)
+            if time.monotonic() < next_byte:
+                continue
+            next_byte = time.monotonic() + self.pace
+            for s in list(self.sent):
+                try:
+                    s.send(self.HEAD[self.sent[s]:self.sent[s] + 1])
+                    self.sent[s] += 1
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    self._lost(s)
+            self.rounds += 1
+
+    def open_count(self) -> int:
+        with self.lock:
+            return len(self.sent)
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join(10)
+        for s in list(self.sent):
+            s.close()
+
+
+def raw_exchange(url: str, request: bytes, timeout: float = 20) -> bytes:
+    """Send ``request`` on a new connection and read until the server closes it."""
+    host, port = url[len("http://"):].split(":")
+    with socket.create_connection((host, int(port)), timeout=timeout) as s:
+        try:
+            s.sendall(request)
+        except OSError:                    # it closed before taking it all: read its answer
+            pass
+        got = b""
+        while True:
+            try:
+                chunk = s.recv(65536)
+            except ConnectionResetError:
+                return got
+            if not chunk:
+                return got
+            got += chunk
+
+
+def test_request_heads_are_bounded_and_bodies_never_read(start_broker):
+    """A request line over 8 KiB is 414, a head over 32 KiB 431, more than 100 header lines
+    400, each with the connection closed; a request announcing a 1 GB body it never sends is
+    answered at once (405 for a POST, 200 for a GET) and closed, the body unread."""
+    b = start_broker(None, "--monitor", "127.0.0.1:0")
+    url = monitor_url(b)
+    head = b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+    assert raw_exchange(url, b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n").startswith(
+        b"HTTP/1.1 414 ")
+    answer = raw_exchange(url, head + b"".join(b"X-%d: %s\r\n" % (i, b"v" * 1000)
+                                                 for i in range(40)) + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 ") and b"larger than 32768 bytes" in answer
+    answer = raw_exchange(url, head + b"".join(b"X-%d: v\r\n" % i for i in range(101))
+                          + b"\r\n")
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    answer = raw_exchange(url, b"POST /varz HTTP/1.1\r\nHost: x\r\n"
+                               b"Content-Length: 1000000000\r\n\r\nabc")
+    assert answer.startswith(b"HTTP/1.1 405 ") and answer.count(b"HTTP/1.1") == 1
+    answer = raw_exchange(url, b"GET /healthz HTTP/1.1\r\nHost: x\r\n"
+                               b"Transfer-Encoding: chunked\r\n\r\n5\r\nab")
+    assert answer.startswith(b"HTTP/1.1 200 ") and answer.endswith(b'{"status": "ok"}')
+    assert get(url + "/healthz")[0] == 200
+
+
+@pytest.mark.slow
+def test_slowloris_connections_do_not_keep_healthz_waiting(start_broker):
+    """More connections than the monitor serves at once, each dribbling one byte of a request
+    head every half second (far below any per-read time limit), and reopened when closed: a
+    well-behaved client still gets every /healthz answered (a new connection displaces the
+    oldest incomplete request rather than waiting behind it). Once they stop coming back, each
+    slow connection is closed by the deadline on the whole request head, although it never
+    stopped sending."""
+    b = start_broker(None, "--monitor", "127.0.0.1:0")
+    url = monitor_url(b)
+    attacker = Dribblers(url, n=MAX_CONNECTIONS + 36)
+    attacker.start()
+    try:
+        wait_until(lambda: attacker.rounds >= 2, what="the slow connections dribbling")
+        for _ in range(20):
+            status, _, body = get(url + "/healthz", timeout=10)
+            assert (status, json.loads(body)) == (200, {"status": "ok"})
+        attacker.reconnect = False
+        wait_until(lambda: attacker.open_count() == 0, timeout=60,
+                   what="every slow connection closed by the broker")
+        assert attacker.is_alive()                     # (it dribbled until the end)
+    finally:
+        attacker.stop()
+    assert get_json(url + "/varz")["clients"] == 0
 
 
 def _closed_by_peer(s: socket.socket) -> bool:

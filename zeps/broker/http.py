@@ -21,9 +21,19 @@ HTTP clients can cost the broker's ZeroMQ clients is bounded:
   polling in a loop get the same snapshot);
 * making documents may take at most :data:`BUDGET` of each second (a flood of distinct queries
   gets ``503`` with ``Retry-After: 1`` beyond that);
-* at most :data:`MAX_CONNECTIONS` connections are served at once (more wait in the kernel's
-  accept queue), and one that sends or reads nothing for :data:`IDLE_TIMEOUT` seconds is closed;
-* only GET and HEAD are served.
+* the whole head of a request (request line and headers, at most :data:`MAX_HEAD` bytes) must
+  arrive within :data:`HEAD_TIMEOUT` seconds of the server starting to wait for it (from the
+  connection, or from the previous answer on a kept-alive one), however steadily its bytes
+  trickle in; otherwise the connection is closed. Sending an answer to a client that does not
+  read it may take at most :data:`IDLE_TIMEOUT` seconds;
+* each connection is its own greenlet (no pool that slow clients could fill): at most
+  :data:`MAX_CONNECTIONS` are kept, and when a new one arrives beyond that, the connection
+  that has waited longest for a request head that is still incomplete (or for a client to
+  read its answer) is closed to make room; so a client sending its request at once is
+  served, whatever slow clients hold. Only when every connection is in the middle of making
+  its answer (its turn, then one document) is the new one closed instead;
+* only GET and HEAD are served, and a request body is never read (the connection is closed
+  after the answer).
 
 The port has no authentication: bind it to a loopback or private address (docs/operations.md,
 Monitoring).
@@ -32,16 +42,19 @@ from __future__ import annotations
 
 import json
 import time
+from http.client import HTTPException
 from pathlib import Path
 from typing import Callable, Dict, Optional, Tuple
 from urllib.parse import parse_qs
 
-import gevent.pool
+import gevent
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
 from . import monitor
 
 MAX_CONNECTIONS = 64
+HEAD_TIMEOUT = 10.0
+MAX_HEAD = 32 << 10
 IDLE_TIMEOUT = 10.0
 MIN_REFRESH = 0.25
 BUDGET = 0.25
@@ -88,16 +101,172 @@ def _check_args(query: Dict[str, list], allowed: Tuple[str, ...]) -> None:
                          f"{', '.join(allowed) or 'none'}")
 
 
+class _HeadTooLarge(ValueError):
+    """The request line and headers are more than MAX_HEAD bytes."""
+
+
+def _raw_answer(status: str, reason: str) -> bytes:
+    """A whole answer, for what is refused before the application sees it."""
+    body = json.dumps({"error": reason}).encode()
+    return (f"HTTP/1.1 {status}\r\nConnection: close\r\nContent-Type: {_JSON}\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+
+
+_TOO_LARGE = _raw_answer("431 Request Header Fields Too Large",
+                         f"request line and headers larger than {MAX_HEAD} bytes")
+_BAD_HEAD = _raw_answer("400 Bad Request", "malformed request headers")
+
+
+class _BoundedHead:
+    """The connection's reader while headers are parsed: it hands out at most ``left`` bytes
+    in all (``http.client`` alone would take 100 lines of 64 KiB each)."""
+
+    def __init__(self, rfile, left: int):
+        self.rfile, self.left = rfile, left
+
+    def readline(self, limit: int = -1) -> bytes:
+        if self.left <= 0:
+            raise _HeadTooLarge(f"request head larger than {MAX_HEAD} bytes")
+        line = self.rfile.readline(self.left if limit is None or limit < 0
+                                   else min(limit, self.left))
+        self.left -= len(line)
+        if self.left <= 0 and not line.endswith(b"\n"):
+            raise _HeadTooLarge(f"request head larger than {MAX_HEAD} bytes")
+        return line
+
+
+class _Connection:
+    """What the server knows of one connection: its greenlet, whether it may be
+    closed to make room for a new one (it waits for a request head, or for its client to
+    read an answer: not while its answer is being made), and since when."""
+
+    __slots__ = ("greenlet", "evictable", "since")
+
+    def __init__(self, greenlet, since: float):
+        self.greenlet, self.evictable, self.since = greenlet, True, since
+
+
+class _Server(WSGIServer):
+    """pywsgi's server with one greenlet per connection, at most ``max_connections`` of them:
+    beyond, the connection evictable the longest is closed for the new one (the new one is
+    closed only if none is evictable). Accepts at most half of that in one go, so that a
+    connection accepted runs (and reads what its client sent) before newer ones can displace
+    it."""
+
+    def __init__(self, address, app, *, max_connections: int, head_timeout: float,
+                 idle_timeout: float, clock: Callable[[], float]):
+        self.connections: Dict[object, _Connection] = {}
+        self.max_connections = max_connections
+        self.head_timeout = head_timeout
+        self.idle_timeout = idle_timeout
+        self.clock = clock
+        self.evicted = 0
+        super().__init__(address, app, spawn=self._spawn_connection, handler_class=_Handler,
+                         log=None, error_log=None)
+        self.max_accept = max(1, max_connections // 2)
+
+    def _spawn_connection(self, func, *args):
+        sock = args[-1][0]                 # (handle, close, (client socket, address))
+        if len(self.connections) >= self.max_connections and not self._evict_one():
+            sock.close()                   # every connection is being answered: come back
+            return None
+        g = gevent.Greenlet(func, *args)
+        self.connections[g] = _Connection(g, self.clock())
+        g.link(lambda _g: self._gone(g, sock))
+        g.start()
+        return g
+
+    def _evict_one(self) -> bool:
+        victims = [c for c in self.connections.values() if c.evictable]
+        if not victims:
+            return False
+        victim = min(victims, key=lambda c: c.since)
+        del self.connections[victim.greenlet]
+        self.evicted += 1
+        victim.greenlet.kill(block=False)  # its handler closes the socket (or _gone does)
+        return True
+
+    def _gone(self, g, sock) -> None:
+        """A connection's greenlet ended (or was killed before it ran): forget it, and close
+        its socket if its handler did not."""
+        self.connections.pop(g, None)
+        try:
+            sock.close()
+        except OSError:
+            pass
+
+    def stop(self, timeout=None):
+        """Stop accepting; the connections get ``timeout`` seconds to finish, then are closed."""
+        super().stop(timeout)
+        running = list(self.connections)
+        gevent.joinall(running, timeout=self.stop_timeout if timeout is None else timeout)
+        gevent.killall([g for g in running if not g.dead], block=True, timeout=1)
+
+    def phase(self, evictable: bool) -> None:
+        """The calling connection's greenlet starts waiting (True) or working (False)."""
+        conn = self.connections.get(gevent.getcurrent())
+        if conn is not None:
+            conn.evictable, conn.since = evictable, self.clock()
+
+
 class _Handler(WSGIHandler):
-    """pywsgi's handler with a time limit on each read and write of the connection."""
+    """pywsgi's handler with a deadline on each request head as a whole (not on each read: a
+    client sending a byte now and then is still closed in time), a bound on its size, a time
+    limit on each send, and no request body read."""
+
+    _head_timer = None
 
     def handle(self):
         self.socket.settimeout(self.server.idle_timeout)
-        super().handle()
+        try:
+            super().handle()
+        finally:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+
+    def handle_one_request(self):
+        server = self.server
+        server.phase(True)                 # waiting for a request head
+        self._head_timer = timer = gevent.Timeout(server.head_timeout)
+        timer.start()
+        try:
+            return super().handle_one_request()
+        except gevent.Timeout as t:
+            if t is not timer:
+                raise
+            return None                    # too slow: closed without an answer
+        finally:
+            timer.cancel()
+
+    def read_request(self, raw_requestline):
+        rfile = self.rfile
+        self.rfile = _BoundedHead(rfile, MAX_HEAD - len(raw_requestline))
+        try:
+            ok = super().read_request(raw_requestline)
+        finally:
+            self.rfile = rfile
+            self._head_timer.cancel()      # the head is in: from here, answering
+            self.server.phase(False)
+        if ok and (self.content_length or "chunked" in self.headers.get(
+                "transfer-encoding", "").lower()):
+            # GET and HEAD have no body: none is read (a slow one would hold the connection).
+            del self.headers["transfer-encoding"]
+            del self.headers["content-length"]
+            self.content_length = 0
+            self.close_connection = True
+        return ok
+
+    def process_result(self):
+        self.server.phase(True)            # sending: waits for the client to read
+        super().process_result()
 
     def _handle_client_error(self, ex):
         if isinstance(ex, OSError):        # timed out or reset while sending its request
             return None
+        if isinstance(ex, _HeadTooLarge):
+            return ("431", _TOO_LARGE)
+        if isinstance(ex, HTTPException):  # more than 100 header lines, say
+            return ("400", _BAD_HEAD)
         return super()._handle_client_error(ex)
 
 
@@ -111,6 +280,7 @@ class MonitorServer:
                  clock: Callable[[], float] = time.monotonic,
                  wall_ns: Callable[[], int] = time.time_ns, about: Optional[dict] = None,
                  log=None, max_connections: int = MAX_CONNECTIONS,
+                 head_timeout: float = HEAD_TIMEOUT,
                  idle_timeout: float = IDLE_TIMEOUT, min_refresh: float = MIN_REFRESH,
                  budget: float = BUDGET, max_rate: float = MAX_RATE, burst: int = BURST,
                  sleep: Callable[[float], None] = gevent.sleep,
@@ -132,9 +302,9 @@ class MonitorServer:
         self.sleep = sleep
         self.timer = timer                    # measures the work of making documents
         self._next_turn = float("-inf")       # when the next request may be served
-        self.server = WSGIServer((host, port), self.app, spawn=gevent.pool.Pool(max_connections),
-                                 handler_class=_Handler, log=None, error_log=None)
-        self.server.idle_timeout = idle_timeout
+        self.server = _Server((host, port), self.app, max_connections=max_connections,
+                              head_timeout=head_timeout, idle_timeout=idle_timeout,
+                              clock=time.monotonic)
         self.url = ""
 
     def start(self) -> "MonitorServer":

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 
 from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
@@ -116,6 +116,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
+        self.allowed_keys: Optional[FrozenSet[str]] = None  # CURVE allow-list; None: not known
+        self.revoked: Set[bytes] = set()                   # routing ids of revoked keys
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
         self.bad_frames_other = 0
         self.bad_frames_total = 0                          # since start (stats)
@@ -140,6 +142,9 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 
     def _receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
         self.now = now
+        if self.revoked and identity in self.revoked:     # its key was removed: refuse all
+            self._invalid(identity, self._revoked_reason(self.users.get(identity)))
+            return
         if len(frames) != 1:
             self._invalid(identity, f"a ZEPS command is exactly one frame, got {len(frames)}")
             return
@@ -311,9 +316,33 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         """The shell learnt the key a connection authenticated with (CurveZMQ ``User-Id``)."""
         if user:
             self.users[identity] = user
+            if self.allowed_keys is not None and user not in self.allowed_keys:
+                self.revoked.add(identity)      # revoked between its handshake and now
             s = self.sessions.get(identity)
             if s is not None:
                 s.user = user
+
+    def set_allowed_keys(self, keys) -> None:
+        """The CURVE allow-list (at start, and reloaded on SIGHUP): the public keys (Z85) that
+        may connect. The authenticator judges only new handshakes, so a connection whose key is
+        no longer among them is revoked here, as NATS closes a revoked user's connections: its
+        session is forgotten (detached, subscriptions and peering gone), it is told so with one
+        INVALID ``not allowed: ...``, and every later command on that connection is refused the
+        same way, whatever the state (a new session cannot start on it). A key allowed again
+        is served again (from a new ATTACH). Costs one look per connection, once per reload."""
+        self.allowed_keys = allowed = frozenset(keys)
+        before = self.revoked
+        self.revoked = {i for i, user in self.users.items() if user not in allowed}
+        for identity in self.revoked - before:
+            user = self.users[identity]
+            self.log("key_revoked", client=identity.hex(), key=user)
+            self.forget(identity)
+            self._invalid(identity, self._revoked_reason(user))
+
+    def _revoked_reason(self, user: Optional[str]) -> str:
+        who = self.acl.who(user) if self.acl is not None else f"client {user!r}"
+        return (f"{NOT_ALLOWED}{who}: its key is no longer allowed (the broker's allow-list "
+                f"changed); this connection is closed to every command")
 
     def set_acl(self, acl) -> None:
         """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
@@ -557,6 +586,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
         self.users.pop(identity, None)
+        self.revoked.discard(identity)
         self.forget(identity)
 
     def forget(self, identity: bytes) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from typing import Iterable, Optional, Tuple
+from typing import FrozenSet, Iterable, Optional, Tuple
 
 import zmq
 import zmq.auth
@@ -70,13 +70,18 @@ class CurveServer:
         self.context = context or zmq.Context.instance()
         self._auth: Optional[ThreadAuthenticator] = None
         self._keys_dir: Optional[str] = None
+        self.keys: FrozenSet[str] = frozenset()
         if allow_dir is not None and not os.path.isdir(allow_dir):
             raise SecurityError(f"allow-list {allow_dir} is not a directory")
         self.set_keys(extra_keys)
 
     def set_keys(self, extra_keys: Iterable[str]) -> None:
         """The allowed keys: the allow-list directory's certificates plus ``extra_keys`` (Z85),
-        e.g. the keys an ACL names. Called again on reload."""
+        e.g. the keys an ACL names. Called again on reload. :attr:`keys` is then the set of
+        allowed public keys (Z85 text): the broker core revokes the connections of the others
+        (:meth:`zeps.broker.core.BrokerCore.set_allowed_keys`), since the authenticator only
+        judges new handshakes. A certificate that cannot be read raises SecurityError and
+        changes nothing."""
         keys_dir = tempfile.mkdtemp(prefix="zeps-allowed-")
         if self.allow_dir is not None:
             for entry in os.listdir(self.allow_dir):
@@ -85,6 +90,12 @@ class CurveServer:
         for i, key in enumerate(extra_keys):
             with open(os.path.join(keys_dir, f"acl-{i}.key"), "w") as f:
                 f.write(f'metadata\ncurve\n    public-key = "{key}"\n')
+        try:                           # exactly what the authenticator will admit
+            keys = frozenset(k.decode("ascii") for k in zmq.auth.load_certificates(keys_dir))
+        except (OSError, ValueError) as exc:
+            shutil.rmtree(keys_dir, ignore_errors=True)
+            raise SecurityError(f"allow-list {self.allow_dir}: {exc}") from None
+        self.keys = keys
         old, self._keys_dir = self._keys_dir, keys_dir
         if self._auth is not None:
             self._auth.configure_curve(domain="*", location=keys_dir)

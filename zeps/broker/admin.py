@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c, encode
-from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NO_STREAM
+from zeps.protocol.reasons import LIMIT, Reason
 
 from .session import Session
 
@@ -31,8 +31,7 @@ class StreamAdministration:
             return True
         acl = self.acl
         if acl is not None and not acl.may_admin(s.user, name):
-            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may not {what} stream "
-                                      f"{name!r}")
+            self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), what, name))
             return True
         return self._over_budget(s)
 
@@ -45,15 +44,14 @@ class StreamAdministration:
             return True
         if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
             return False
-        self._invalid(s.identity, f"{NO_STREAM}{name!r}")
+        self._invalid(s.identity, Reason.no_stream(name))
         return True
 
     def _too_many_streams(self, s: Session) -> bool:
         """A new stream would pass ``max_total_streams`` (streams stored): INVALID "limit"."""
         if len(self.catalogue) < self.config.max_total_streams:
             return False
-        self._invalid(s.identity, f"{LIMIT}the broker stores at most "
-                                  f"{self.config.max_total_streams} streams")
+        self._invalid(s.identity, Reason.limit("max_total_streams", self.config.max_total_streams))
         return True
 
     def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
@@ -74,7 +72,7 @@ class StreamAdministration:
                                       cmd.segment_bytes)
             created = self.datadir.create(cmd.stream, settings)
         except Exception as exc:                 # JournalError, OSError: say why
-            self._invalid(s.identity, f"cannot create stream {cmd.stream!r}: {exc}")
+            self._invalid(s.identity, Reason.failed(f"cannot create stream {cmd.stream!r}", exc))
             self.log("stream_create_failed", stream=cmd.stream, error=str(exc))
             return
         if created:
@@ -99,7 +97,8 @@ class StreamAdministration:
         try:
             first = self.datadir.purge(cmd.stream, cmd.upto)
         except Exception as exc:
-            self._invalid(s.identity, f"cannot purge stream {cmd.stream!r}: {exc}")
+            self._invalid(s.identity, Reason.failed(f"cannot purge stream {cmd.stream!r}", exc))
+            self.log("stream_purge_failed", stream=cmd.stream, error=str(exc))
             return
         st.purged(self.datadir.settings(cmd.stream))
         self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
@@ -118,7 +117,8 @@ class StreamAdministration:
         try:
             self.datadir.delete(cmd.stream)
         except Exception as exc:
-            self._invalid(s.identity, f"cannot delete stream {cmd.stream!r}: {exc}")
+            self._invalid(s.identity, Reason.failed(f"cannot delete stream {cmd.stream!r}", exc))
+            self.log("stream_delete_failed", stream=cmd.stream, error=str(exc))
             return
         self.catalogue.remove(cmd.stream)
         self.log("stream_deleted", stream=cmd.stream)

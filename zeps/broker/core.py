@@ -23,12 +23,12 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
 from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
-from zeps.protocol import ProtocolError, commands as c, decode, encode, encode_invalid
+from zeps.protocol import ProtocolError, commands as c, decode, encode
 from zeps.protocol.batch import (MAX_BATCH_ENTRIES, MIN_ENTRY, PUBLISH_BATCH_ID, PUBLISH_HEAD,
                                  PUBLISH_HEAD_SIZE, entry_body)
 from zeps.protocol.deliver import SIGNATURE
 
-from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, NOT_ATTACHED, NO_STREAM, PUBLISH_REJECTED, label
+from zeps.protocol.reasons import NOT_ALLOWED, Reason
 
 from .admin import StreamAdministration
 from .catalogue import StreamCatalogue
@@ -47,6 +47,7 @@ _PING_OK = encode(c.PingOk())
 _ATTACH_OK = encode(c.AttachOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
+_REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
 _DETACH = encode(c.Detach())
 _PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
 
@@ -161,8 +162,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         session = self.sessions.get(identity)
         if session is None:
             if len(self.sessions) >= self.config.max_clients:
-                self._invalid(identity, f"{LIMIT}the broker serves at most "
-                                        f"{self.config.max_clients} clients")
+                self._invalid(identity, Reason.limit("max_clients", self.config.max_clients))
                 return
             session = self.sessions[identity] = Session(identity, now)
             session.user = self.users.get(identity)
@@ -177,7 +177,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         try:
             session.accept(cmd, now)
         except ProtocolViolation as exc:
-            self._invalid(identity, str(exc))
+            self._invalid(identity, exc.reason)
             return
         self._dispatch(_HANDLERS.get(type(cmd)), session, cmd, was_stream)
 
@@ -189,7 +189,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             except Exception as exc:   # one client's request must never stop the broker
                 self.log("internal_error", client=identity.hex(), command=cmd.NAME,
                          error=f"{type(exc).__name__}: {exc}")
-                self._invalid(identity, f"{cmd.NAME} failed in the broker: {exc}")
+                self._invalid(identity, Reason.failed(f"{cmd.NAME} failed in the broker", exc))
 
     def _batch_refused(self, identity: bytes, frame: bytes) -> bool:
         """A PUBLISH-BATCH is judged by its head before one entry is walked: its size against
@@ -207,7 +207,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             count = PUBLISH_HEAD.unpack_from(frame)[2]
             s = self.sessions.get(identity)
             if s is None or s.state is not ATTACHED:
-                self._invalid(identity, f"{NOT_ATTACHED}PUBLISH-BATCH before ATTACH")
+                self._invalid(identity, Reason.not_attached("PUBLISH-BATCH"))
                 return True
             if count > MAX_BATCH_ENTRIES:
                 why = f"PUBLISH-BATCH of {count} entries is over the limit of {MAX_BATCH_ENTRIES}"
@@ -215,13 +215,17 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                 why = f"PUBLISH-BATCH: {count} entries cannot fit in {size} bytes"
             else:
                 return False
-        self._invalid(identity, f"{PUBLISH_REJECTED}{why}")
+        self._invalid(identity, Reason.publish_rejected(why))
         self._note_bad_frame(identity, why)
         return True
 
-    def _invalid(self, identity: bytes, reason: str) -> None:
-        self.outbox.append((identity, encode_invalid(reason)))
-        self.invalids[label(reason)] += 1
+    def _invalid(self, identity: bytes, reason: Reason | str) -> None:
+        """Refuse: INVALID with the reason's text, or to a client that sent REASONS-SELECT, ERROR
+        with its code and fields (a text is coded by its prefix: ``Reason.of``)."""
+        reason = Reason.of(reason)
+        s = self.sessions.get(identity)
+        self.outbox.append((identity, reason.frame(s is not None and s.reasons)))
+        self.invalids[reason.label] += 1
 
     def _note_bad_frame(self, identity: bytes, reason: str) -> None:
         """Log malformed frames aggregated: the first from a client in each expiry-check
@@ -273,33 +277,29 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         cfg = self.config
         if s.spend(self.now, cfg.admin_rate, cfg.admin_burst):
             return False
-        self._invalid(s.identity, f"{LIMIT}at most {cfg.admin_rate:g} listing and stream "
-                                  f"administration commands a second per client")
+        self._invalid(s.identity, Reason.limit("admin_rate", cfg.admin_rate))
         return True
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
         acl = self.acl
         if acl is not None and not acl.may_attach(s.user, cmd.stream):
-            self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} has no right on stream "
-                                      f"{cmd.stream!r}")
+            self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "attach", cmd.stream))
             return
         if cmd.stream not in self.catalogue:
             if not self.config.auto_create:
-                self._invalid(s.identity, f"{NO_STREAM}{cmd.stream!r} (the broker creates streams "
-                                          f"only with STREAM-CREATE: 'zeps stream create')")
+                self._invalid(s.identity, Reason.no_stream(cmd.stream, created_on_attach=False))
                 return
             if self._too_many_streams(s):
                 return
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._release_idle_streams(self.config.max_streams - 1)
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
-            self._invalid(s.identity, f"{LIMIT}the broker holds at most "
-                                      f"{self.config.max_streams} streams")
+            self._invalid(s.identity, Reason.limit("max_streams", self.config.max_streams))
             return
         try:
             stream = self.stream(cmd.stream)
         except Exception as exc:   # JournalError, OSError: say why, stay unattached
-            self._invalid(s.identity, f"cannot open stream {cmd.stream!r}: {exc}")
+            self._invalid(s.identity, Reason.failed(f"cannot open stream {cmd.stream!r}", exc))
             self.log("attach_failed", stream=cmd.stream, error=str(exc))
             return
         stream.attach(s)
@@ -368,8 +368,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 
     def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
         if not s.may_subscribe:
-            self._invalid(s.identity, f"{NOT_ALLOWED}{self.acl.who(s.user)} may not subscribe to "
-                                      f"stream {s.stream!r}")
+            self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "subscribe", s.stream))
             return
         cfg = self.config
         stream = self.streams[s.stream]
@@ -377,15 +376,15 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         if not s.has_pattern(text):        # the limits first: a refusal costs no compile
             why = None
             if len(s.subscriptions) >= cfg.max_subscriptions:
-                why = f"at most {cfg.max_subscriptions} subscriptions per client"
+                why = Reason.limit("max_subscriptions", cfg.max_subscriptions)
             elif text.startswith(REGEX_MARKER):
                 if s.regex_count() >= cfg.max_regex_subscriptions:
-                    why = f"at most {cfg.max_regex_subscriptions} regex subscriptions per client"
+                    why = Reason.limit("max_regex_subscriptions", cfg.max_regex_subscriptions)
                 elif (not stream.index.has_regex(text)
                       and stream.index.regex_count() >= cfg.max_regex_per_stream):
-                    why = f"at most {cfg.max_regex_per_stream} distinct regex subscriptions per stream"
+                    why = Reason.limit("max_regex_per_stream", cfg.max_regex_per_stream)
             if why:
-                self._invalid(s.identity, f"{LIMIT}{why}")
+                self._invalid(s.identity, why)
                 return
         try:
             pattern = compile_pattern(text, timeout=cfg.regex_timeout,
@@ -402,8 +401,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
 
     def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
         if not s.may_publish:
-            self._reject(s, f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream "
-                            f"{s.stream!r}")
+            self._reject(s, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
             return
         limit, whose = self._body_limit(self.streams[s.stream])
         if len(cmd.body) > limit:
@@ -424,7 +422,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         n = cmd.count
         why = None
         if not s.may_publish:
-            why = f"{NOT_ALLOWED}{self.acl.who(s.user)} may not publish to stream {s.stream!r}"
+            why = Reason.not_allowed(self.acl.who(s.user), "publish", s.stream)
         elif s.producer is not None and s.pseq_next + n - 1 > MAX_PSEQ:
             why = _pseq_exhausted(s.pseq_next + n - 1)
         else:
@@ -451,16 +449,20 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         own, broker = stream.max_message, self.config.max_message
         return (own, "stream") if 0 < own < broker else (broker, "broker")
 
+    def _on_reasons_select(self, s: Session, cmd, _was) -> None:
+        s.reasons = True                 # _invalid sends it ERROR from now on
+        self.outbox.append((s.identity, _REASONS_SELECT_OK))
+
     def _on_batch_select(self, s: Session, cmd, _was) -> None:
         s.batches = True
         self.outbox.append((s.identity, encode(c.BatchSelectOk(self.config.max_batch))))
 
-    def _reject(self, s: Session, why: str) -> None:
+    def _reject(self, s: Session, why: Reason | str) -> None:
         """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
         PUBLISH after PRODUCER does (the client numbers them all)."""
         if s.producer is not None:
             s.pseq_next += 1
-        self._invalid(s.identity, f"{PUBLISH_REJECTED}{why}")
+        self._invalid(s.identity, Reason.publish_rejected(why))
 
     def _on_seq_at_time(self, s: Session, cmd: c.SeqAtTime, _was) -> None:
         seq = self.streams[s.stream].seq_at(cmd.timestamp)
@@ -617,6 +619,7 @@ _HANDLERS = {
     c.ConfirmSelect: BrokerCore._on_confirm_select,
     c.DeliverTimestamps: BrokerCore._on_deliver_timestamps,
     c.BatchSelect: BrokerCore._on_batch_select,
+    c.ReasonsSelect: BrokerCore._on_reasons_select,
     c.PublishBatch: BrokerCore._on_publish_batch,
     c.StreamCreate: BrokerCore._on_stream_create,
     c.StreamDescribe: BrokerCore._on_stream_describe,

@@ -24,14 +24,14 @@ from collections import deque
 from typing import Deque, List, Optional, Tuple
 
 from zeps.protocol import commands as c
-from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED  # noqa: F401 (re-exported)
+from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED, Reason  # noqa: F401 (re-exported)
 
 NEW = "NEW"
 ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,
-              c.StreamPurge, c.StreamDescribe, c.BatchSelect)
+              c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch)
@@ -39,13 +39,18 @@ _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.Str
 
 
 class ProtocolViolation(Exception):
-    """A command that is not allowed now; ``str()`` is the reason for INVALID."""
+    """A command that is not allowed now; ``reason`` (a :class:`Reason`, or a text) is what the
+    client is told, ``str()`` its text."""
+
+    def __init__(self, reason):
+        self.reason = Reason.of(reason)
+        super().__init__(self.reason.text)
 
 
 class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
-                 "timestamps", "congested_until", "backoff", "held", "delivered",
+                 "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "batches", "budget", "budget_at")
 
@@ -63,6 +68,7 @@ class Session:
         self.delivered_seen = 0         # ``delivered`` at the last expiry check
         self.user: Optional[str] = None  # the CurveZMQ public key (Z85) it authenticated with
         self.batches = False            # BATCH-SELECT: DELIVER-BATCH, on every later peering too
+        self.reasons = False            # REASONS-SELECT: ERROR instead of INVALID, from then on
         self.budget = float("inf")      # see spend(): starts full
         self.budget_at = now
         self._reset_stream_state()
@@ -102,7 +108,7 @@ class Session:
             return
         if isinstance(cmd, _ATTACHED_ONLY):
             if self.state != ATTACHED:
-                raise ProtocolViolation(f"{NOT_ATTACHED}{cmd.NAME} before ATTACH")
+                raise ProtocolViolation(Reason.not_attached(cmd.NAME))
             return
         raise ProtocolViolation(f"{cmd.NAME} is sent by the broker, not by a client")
 

@@ -37,12 +37,12 @@ from collections import Counter
 from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.protocol import commands as c
-from zeps.protocol import deliver_ts_from_deliver, encode, encode_invalid
+from zeps.protocol import deliver_ts_from_deliver, encode
 
 from zeps.protocol.batch import (DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame,
                                  walk)
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
-from zeps.protocol.reasons import PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL, label
+from zeps.protocol.reasons import Reason
 
 from zeps.journal.settings import StreamSettings
 
@@ -220,15 +220,14 @@ class Stream:
         bad, self.bad_regexes = self.bad_regexes, []
         for text in bad:
             self.regex_strikes.pop(text, None)
-            reason = encode_invalid(f"{PATTERN_REMOVED}regular expression {text[1:]!r} timed out "
-                                    f"{self.regex_strike_limit} times")
-            kind = label(PATTERN_REMOVED)
+            reason = Reason.pattern_removed(text, self.regex_strike_limit)
+            kind = reason.label
             for s in self.sessions.values():
                 for p, _start in s.subscriptions:
                     if p.text == text:
                         self.index.remove(s.identity, p)
                         s.remove_pattern(text)
-                        self.outbox.append((s.identity, reason))
+                        self.outbox.append((s.identity, reason.frame(s.reasons)))
                         self.invalids[kind] += 1
                         break
 
@@ -327,10 +326,10 @@ class Stream:
             producers.append(mark)
         return keep, producers, dups
 
-    def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[bytes] = None) -> int:
+    def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[Reason] = None) -> int:
         """Count and queue the confirms of the duplicates of ``dups`` that came before kept
         publish ``upto`` (``last_seqs[i]``: the last sequence of kept publish ``i``, once
-        appended); returns how many of ``dups`` are done. With ``refused`` (an INVALID: the
+        appended); returns how many of ``dups`` are done. With ``refused`` (a Reason: the
         append failed), a duplicate of a publish of this round is refused with it instead."""
         done = 0
         for pub, n, before, seq in dups:
@@ -339,8 +338,8 @@ class Stream:
             done += 1
             if seq < 0 and refused is not None:
                 if pub.identity in self.sessions:
-                    self.outbox.extend([(pub.identity, refused)] * n)
-                    self.invalids[label(PUBLISH_REJECTED)] += n
+                    self.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
+                    self.invalids[refused.label] += n
                 continue
             pub.published += n
             if pub.confirms:
@@ -352,15 +351,15 @@ class Stream:
         """The append failed, nothing was appended: one INVALID per publish (an entry of a
         PUBLISH-BATCH counts as one), in queue order with the duplicates (those of what the
         stream holds are still confirmed), so a publisher counting confirms stays exact."""
-        reason = encode_invalid(f"{PUBLISH_REJECTED}journal append failed: {exc}")
-        kind = label(PUBLISH_REJECTED)
+        reason = Reason.publish_rejected(Reason.failed("journal append failed", exc))
+        kind = reason.label
         n = 0
         for i, (s, key, body) in enumerate(pending):
             if dups:
                 del dups[:self._count_duplicates(dups, i, [], reason)]
             if s.identity in self.sessions:
                 count = 1 if key is not None else body.count
-                self.outbox.extend([(s.identity, reason)] * count)
+                self.outbox.extend([(s.identity, reason.frame(s.reasons))] * count)
                 self.invalids[kind] += count
                 n += count
         self._count_duplicates(dups, len(pending), [], reason)
@@ -464,10 +463,9 @@ class Stream:
         the client ever held at once, it may never fit — say so, once."""
         if 0 < s.credit_peak < cost and s.told_too_big != seq:
             s.told_too_big = seq
-            reason = (f"{WINDOW_TOO_SMALL}message {seq} needs {cost} bytes of credit, more "
-                      f"than this client ever held at once ({s.credit_peak})")
-            self.outbox.append((s.identity, encode_invalid(reason)))
-            self.invalids[label(reason)] += 1
+            reason = Reason.window_too_small(seq, cost, s.credit_peak)
+            self.outbox.append((s.identity, reason.frame(s.reasons)))
+            self.invalids[reason.label] += 1
 
     # ------------------------------------------------------------------ replay
     def pump(self) -> bool:
@@ -498,9 +496,9 @@ class Stream:
             except Exception as exc:      # CorruptionError, I/O error: say so, stop this replay
                 self.log("replay_failed", stream=self.name, client=s.identity.hex(),
                          sequence=s.next_seq, error=str(exc))
-                reason = f"cannot replay from sequence {s.next_seq}: {exc}"
-                self.outbox.append((s.identity, encode_invalid(reason)))
-                self.invalids[label(reason)] += 1
+                reason = Reason.failed(f"cannot replay from sequence {s.next_seq}", exc)
+                self.outbox.append((s.identity, reason.frame(s.reasons)))
+                self.invalids[reason.label] += 1
                 del self.catching_up[s.identity]
                 return
             if s.batches:

@@ -101,6 +101,8 @@ _LIMITS = {
     "max_subscriptions": "at most {} subscriptions per client",
     "max_regex_subscriptions": "at most {} regex subscriptions per client",
     "max_regex_per_stream": "at most {} distinct regex subscriptions per stream",
+    "max_total_streams": "the broker stores at most {} streams",
+    "admin_rate": "at most {} listing and stream administration commands a second per client",
 }
 _RIGHTS = {
     "attach": "{} has no right on stream {!r}",
@@ -189,9 +191,10 @@ class Reason:
                    f"{PUBLISH_REJECTED}{cause.text}")
 
     @classmethod
-    def limit(cls, name: str, value: int) -> "Reason":
+    def limit(cls, name: str, value: Union[int, float]) -> "Reason":
         """The broker's limit ``name`` (a key of ``_LIMITS``) of ``value`` refused it."""
-        return cls(Code.LIMIT, (name, str(value)), LIMIT + _LIMITS[name].format(value))
+        shown = str(value) if isinstance(value, int) else f"{value:g}"
+        return cls(Code.LIMIT, (name, shown), LIMIT + _LIMITS[name].format(shown))
 
     @classmethod
     def pattern_removed(cls, pattern: str, strikes: int) -> "Reason":

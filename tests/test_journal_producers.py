@@ -336,3 +336,95 @@ def test_encode_batch_puts_the_extension_inside_the_crc():
     ext = bytes([3]) + b"pid" + (7).to_bytes(8, "big")
     assert data[16:] == ext + frame and crc == google_crc32c.value(data[8:])
     assert recs[0].size == len(data) and (recs[0].producer, recs[0].pseq) == ("pid", 7)
+
+
+# ---------------------------------------------------------------------------- issue 15: 4, 5, 6
+
+def test_one_producer_is_looked_up_without_copying_the_table(tmp_path):
+    """``producer(pid)`` is what the broker asks on each PRODUCER: one dictionary lookup, never
+    a copy of the table (``producers()`` copies; a table of 10,000 ids made each PRODUCER cost
+    a 10,000-entry copy, issue 15 finding 4)."""
+    clock = iter(range(10**15, 10**16, 10))
+    with Journal.open(tmp_path / "s", SMALL, clock=lambda: next(clock)) as j:
+        j.append_batch([("k", b"v")] * 3, [("a", 1), ("b", 7), ("a", 2)])
+        pseq, seq, ts, key = j.producer("a")
+        assert (pseq, seq, key) == (2, 3) + (None,) and ts >= 10**15
+        assert j.producer("b")[:2] == (7, 2)
+        assert j.producer("nobody") is None
+        # the copy is never made on the lookup path
+        import zeps.journal.producers as mod
+        calls = []
+        real = mod.ProducerState.as_dict
+        mod.ProducerState.as_dict = lambda self: calls.append(1) or real(self)
+        try:
+            j.producer("a")
+        finally:
+            mod.ProducerState.as_dict = real
+        assert calls == []
+
+
+def test_producers_older_than_the_max_age_are_forgotten(tmp_path):
+    """Eviction by age as well as by count (Kafka's producer.id.expiration.ms): with the
+    journal's clock injected, an id whose last record is older than ``producer_max_age_ms`` is
+    not known to a lookup at once, and dropped at the next append; the rebuilt state after a
+    restart is the same (the records' timestamps are the clock)."""
+    now = [10**18]
+    cfg = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never",
+                        producer_max_age_ms=1000)
+    d = tmp_path / "s"
+    j = Journal.open(d, cfg, clock=lambda: now[0])
+    j.append_batch([("k", b"v")], [("old", 5)])
+    now[0] += 600 * 10**6                                  # 600 ms later
+    j.append_batch([("k", b"v")], [("young", 3)])
+    assert j.producer("old")[0] == 5
+    now[0] += 500 * 10**6                                  # old is 1.1 s old, young 0.5 s
+    assert j.producer("old") is None, "too old for a lookup"
+    assert j.producer("young")[0] == 3
+    assert set(j.producers()) == {"old", "young"}, "a lookup drops nothing"
+    j.append_batch([("k", b"v")])                          # no producer: nothing dropped yet
+    j.append_batch([("k", b"v")], [("new", 1)])            # an append drops it
+    assert list(j.producers()) == ["young", "new"]
+    want = j.producers()
+    c = crash_copy(d, tmp_path / "c")
+    j.close()
+    for path in (d, c):
+        with Journal.open(path, cfg, clock=lambda: now[0]) as j2:
+            assert j2.producers() == want
+    with Journal.open(d, JournalConfig(segment_bytes=2048, producer_max_age_ms=None),
+                      clock=lambda: now[0] + 10**15) as j3:
+        assert j3.producer("young")[0] == 3, "no age limit: kept however old"
+
+
+def test_a_binding_is_kept_in_the_snapshots_and_survives_appends(tmp_path):
+    """``bind_producer`` ties a known id to a key (not one it does not know, and never a second
+    key); appends keep it; a clean restart (the close snapshot) and a roll keep it."""
+    d = tmp_path / "s"
+    with Journal.open(d, SMALL) as j:
+        j.bind_producer("a", "KEY-A")                      # not known yet: nothing
+        j.append_batch([("k", b"v")], [("a", 1)])
+        assert j.producer("a")[3] is None
+        j.bind_producer("a", "KEY-A")
+        j.bind_producer("a", "KEY-B")                      # bound already: unchanged
+        j.append_batch([("k", b"v")], [("a", 2)])
+        assert j.producer("a")[3] == "KEY-A"
+        fill(j, 30)                                        # rolls (snapshots at each)
+        assert j.producer("a")[3] == "KEY-A"
+    with Journal.open(d, SMALL) as j:
+        assert j.producer("a")[:1] + j.producer("a")[3:] == (2, "KEY-A")
+
+
+def test_a_version_1_snapshot_is_still_read(tmp_path):
+    """Snapshots written before timestamps and keys (``ZEPSPRD1``) load: the ids are known,
+    unbound, and as old as the time they are loaded."""
+    import struct
+    body = struct.pack(">8sQI", b"ZEPSPRD1", 10, 2)
+    for pid, pseq, seq in (("x", 4, 3), ("y", 9, 8)):
+        body += bytes((len(pid),)) + pid.encode() + struct.pack(">QQ", pseq, seq)
+    data = body + struct.pack(">I", google_crc32c.value(body))
+    from zeps.journal.producers import ProducerState
+    st = ProducerState.decode(data, 10, 100, max_age_ns=5, v1_ts=777)
+    assert st.as_dict() == {"x": (4, 3), "y": (9, 8)}
+    assert st.get("y") == (9, 8, 777, None)
+    assert st.get("y", now_ns=782) is not None and st.get("y", now_ns=783) is None
+    again = ProducerState.decode(st.encode(10), 10, 100)
+    assert again.get("x") == (4, 3, 777, None)

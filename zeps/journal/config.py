@@ -16,6 +16,9 @@ Decisions:
 * ``max_producers`` (10,000): producer ids whose last sequence the journal keeps (least
   recently used dropped beyond it, :mod:`.producers`); a producer that retries after that many
   others published since its last record is not deduplicated.
+* ``producer_max_age_ms`` (one day, as Kafka's ``producer.id.expiration.ms``): a producer id
+  whose last record is older than that is forgotten too (None: only ``max_producers`` bounds
+  them); a retry after that long is not deduplicated.
 * ``snapshot_interval_bytes`` (8 MiB): the producer state is snapshotted every that many bytes
   of log (and at each roll and close), so opening after a crash applies at most that many
   bytes of records to rebuild it.
@@ -43,6 +46,7 @@ class JournalConfig:
     retention_ms: Optional[int] = None
     max_producers: int = 10_000
     snapshot_interval_bytes: int = 8 << 20
+    producer_max_age_ms: Optional[int] = 24 * 3600 * 1000
 
     def __post_init__(self) -> None:
         if self.fsync not in FSYNC_POLICIES:
@@ -57,6 +61,9 @@ class JournalConfig:
         if self.max_record_bytes > MAX_FRAME:
             raise ValueError(f"max_record_bytes must be at most {MAX_FRAME} (the record "
                              f"length's 31 frame-length bits)")
+        v = self.producer_max_age_ms
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
+            raise ValueError(f"producer_max_age_ms must be None or a positive integer, not {v!r}")
         for name in ("retention_bytes", "retention_ms"):
             v = getattr(self, name)
             if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 0):

@@ -84,7 +84,7 @@ class Journal(StreamView):
         self._unsynced: List[Segment] = []   # rolled segments not yet synced ("never")
         self._last_entry_pos = 0
         self._pending_truncate: Optional[int] = None
-        self._producers = ProducerState(config.max_producers)
+        self._producers = ProducerState(config.max_producers, self._producer_max_age_ns())
         self._loose_snapshot: Optional[int] = None   # the snapshot not at a segment start
         self._snapshot_pos = 0        # position in the active segment of the last snapshot
 
@@ -146,9 +146,14 @@ class Journal(StreamView):
         self._written_seq = self._durable_seq = self._next_seq - 1
         self._load_producers()
 
+    def _producer_max_age_ns(self) -> Optional[int]:
+        ms = self.config.producer_max_age_ms
+        return None if ms is None else ms * 1_000_000
+
     def _load_producers(self) -> None:
         self._producers, upto = rebuild(self, self._dir, self._firsts, self._next_seq,
-                                        self.config.max_producers)
+                                        self.config.max_producers, self._producer_max_age_ns(),
+                                        self._clock())
         if upto not in self._firsts:
             self._loose_snapshot = upto
         if upto == self._next_seq:
@@ -226,6 +231,18 @@ class Journal(StreamView):
         ``config.max_producers`` ids). Survives restarts and retention."""
         self._check_open()
         return self._producers.as_dict()
+
+    def producer(self, pid: str) -> Optional[Tuple[int, int, int, Optional[str]]]:
+        """``(last pseq, stream sequence of that record, its timestamp, bound key or None)`` of
+        one producer id, or None if the journal does not know it (never seen, dropped as least
+        recently used, or older than ``config.producer_max_age_ms`` by the journal's clock).
+        O(1): what the broker asks on PRODUCER and for each producer's publish."""
+        return self._producers.get(pid, self._clock())
+
+    def bind_producer(self, pid: str, key: str) -> None:
+        """Bind a known producer id that is not bound yet to ``key`` (the CurveZMQ key of the
+        client whose records made it); kept in the snapshots (:mod:`.producers`)."""
+        self._producers.bind(pid, key)
 
     # ------------------------------------------------------------------ appending
 

@@ -29,17 +29,33 @@ stream, and retention deletes old records, so the writer keeps snapshots:
 
 File format (big-endian)::
 
-    magic   8 bytes  "ZEPSPRD1"
+    magic   8 bytes  "ZEPSPRD2"
     upto    u64      the sequence the state is taken before (= the number in the file name)
     count   u32
-    entry   count x  pid_len u8 | pid (UTF-8) | pseq u64 | seq u64   least recently used first
+    entry   count x  pid_len u8 | pid (UTF-8) | pseq u64 | seq u64 | ts u64
+                     | key_len u8 | key (UTF-8, empty: not bound)    least recently used first
     crc     u32      CRC-32C of everything before it
 
-Bounded memory: at most ``max_producers`` ids are kept; appending a record of an id makes it the
-most recently used one, and beyond the limit the least recently used id is dropped. A producer
-that retries after ``max_producers`` other producers have published since its last record is
-then not known and its retry is not deduplicated. Only appends (and the rebuild, which applies
-the same records in the same order) change the order, so the rebuilt state equals the writer's.
+A version 1 snapshot (``"ZEPSPRD1"``: entries without ``ts`` and key) is still read; its ids
+count as last used at the time it is loaded, and are not bound.
+
+Bounded memory and age (issue 15, finding 6): at most ``max_producers`` ids are kept;
+appending a record of an id makes it the most recently used one, and beyond the limit the
+least recently used id is dropped. An id whose last record is older than ``max_age_ns``
+(``JournalConfig.producer_max_age_ms``, one day by default, as Kafka's
+``producer.id.expiration.ms``) is dropped too: at the next append (the record timestamps are
+the clock, so the oldest id is always the first, and dropping costs O(1) per id) and, for a
+lookup, as soon as it is that old. A producer that retries after its state was dropped is not
+known and its retry is not deduplicated (the SDK tells the application when it can see it:
+:mod:`zeps.clients.producer`). Only appends (and the rebuild, which applies the same records,
+with the same timestamps, in the same order) change the order, so the rebuilt state equals the
+writer's.
+
+Binding (issue 15, finding 5): an entry may carry the CurveZMQ key of the client whose records
+made it (:meth:`ProducerState.bind`, set by the broker after the first append of an id under a
+key); the broker refuses the id to any other key while the entry lives. Records do not carry
+keys, so a binding is as durable as the snapshots: one made after the newest snapshot is lost
+in a crash (the id is then bound again by the next key that publishes with it).
 """
 from __future__ import annotations
 
@@ -57,35 +73,77 @@ from .segment import PRODUCERS_SUFFIX, SEQ_DIGITS, fsync_dir, segment_base
 
 log = logging.getLogger("zeps.journal")
 
-MAGIC = b"ZEPSPRD1"
+MAGIC = b"ZEPSPRD2"
+MAGIC_V1 = b"ZEPSPRD1"
 _HEAD = struct.Struct(">8sQI")
-_TAIL = struct.Struct(">QQ")
+_TAIL = struct.Struct(">QQQ")          # pseq, seq, ts
+_TAIL_V1 = struct.Struct(">QQ")        # pseq, seq
 _CRC = struct.Struct(">I")
 _NAME_RE = re.compile(r"^(\d{%d})%s$" % (SEQ_DIGITS, re.escape(PRODUCERS_SUFFIX)))
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class ProducerState:
-    """``pid -> (last pseq, seq)`` for at most ``max_producers`` ids, least recently used
-    first. Pure: no files, no clock."""
+    """``pid -> (last pseq, seq, ts, key)`` for at most ``max_producers`` ids, least recently
+    used first: the producer sequence and stream sequence of the id's last record, that
+    record's timestamp (ns), and the key the id is bound to (None: not bound). Ids whose last
+    record is older than ``max_age_ns`` (None: no age limit) are dropped. Pure: no files; the
+    time is the records' timestamps, or the ``now_ns`` a lookup is given."""
 
-    __slots__ = ("_d", "max_producers")
+    __slots__ = ("_d", "max_producers", "max_age_ns")
 
-    def __init__(self, max_producers: int):
-        self._d: "OrderedDict[str, Tuple[int, int]]" = OrderedDict()
+    def __init__(self, max_producers: int, max_age_ns: Optional[int] = None):
+        self._d: "OrderedDict[str, Entry]" = OrderedDict()
         self.max_producers = max_producers
+        self.max_age_ns = max_age_ns
 
     def __len__(self) -> int:
         return len(self._d)
 
-    def observe(self, pid: str, pseq: int, seq: int) -> None:
-        """The record ``seq`` was appended by ``pid`` with ``pseq``: it becomes the id's last
-        record and the id the most recently used one."""
+    def observe(self, pid: str, pseq: int, seq: int, ts: int = 0) -> None:
+        """The record ``seq`` (timestamp ``ts``) was appended by ``pid`` with ``pseq``: it
+        becomes the id's last record and the id the most recently used one; then the least
+        recently used ids beyond ``max_producers``, and those older than ``max_age_ns`` at
+        ``ts``, are dropped (O(1) per id dropped)."""
         d = self._d
-        d[pid] = (pseq, seq)
-        d.move_to_end(pid)
+        old = d.pop(pid, None)
+        d[pid] = (pseq, seq, ts, None if old is None else old[3])
         if len(d) > self.max_producers:
             d.popitem(last=False)
+        if self.max_age_ns is not None:
+            self.expire(ts)
+
+    def expire(self, now_ns: int) -> int:
+        """Drop the ids whose last record is older than ``max_age_ns`` at ``now_ns`` (from the
+        least recently used on: stops at the first one young enough). Returns how many."""
+        if self.max_age_ns is None:
+            return 0
+        d = self._d
+        oldest = now_ns - self.max_age_ns
+        n = 0
+        while d:
+            pid = next(iter(d))
+            if d[pid][2] >= oldest:
+                break
+            del d[pid]
+            n += 1
+        return n
+
+    def get(self, pid: str, now_ns: Optional[int] = None) -> "Optional[Entry]":
+        """``(last pseq, seq, ts, key)`` of ``pid``, or None if it is not known, or (with
+        ``now_ns``) its last record is older than ``max_age_ns`` then. O(1), changes nothing."""
+        e = self._d.get(pid)
+        if (e is not None and now_ns is not None and self.max_age_ns is not None
+                and e[2] < now_ns - self.max_age_ns):
+            return None
+        return e
+
+    def bind(self, pid: str, key: str) -> None:
+        """Bind a known id that is not bound yet to ``key`` (the CurveZMQ key whose records
+        made it); nothing otherwise. Does not change the order."""
+        e = self._d.get(pid)
+        if e is not None and e[3] is None:
+            self._d[pid] = (e[0], e[1], e[2], key)
 
     def observe_records(self, records: Iterable) -> None:
         """:meth:`observe` each record that has a producer, in order: a
@@ -94,53 +152,82 @@ class ProducerState:
         for r in records:
             if r.producer is not None:
                 last = r.last_sequence
-                self.observe(r.producer, r.pseq + last - r.sequence, last)
+                self.observe(r.producer, r.pseq + last - r.sequence, last, r.timestamp)
 
     def as_dict(self) -> Dict[str, Tuple[int, int]]:
-        """A copy: ``{pid: (last pseq, seq)}``, least recently used first."""
-        return dict(self._d)
+        """A copy: ``{pid: (last pseq, seq)}``, least recently used first. O(ids): for tests
+        and inspection, never on a request's path (:meth:`get` is)."""
+        return {pid: e[:2] for pid, e in self._d.items()}
 
     def encode(self, upto: int) -> bytes:
         """The snapshot file's bytes for the state before sequence ``upto``."""
         parts: List[bytes] = [_HEAD.pack(MAGIC, upto, len(self._d))]
         pack = _TAIL.pack
-        for pid, (pseq, seq) in self._d.items():
+        for pid, (pseq, seq, ts, key) in self._d.items():
             pb = pid.encode("utf-8")
-            parts.append(bytes((len(pb),)) + pb + pack(pseq, seq))
+            kb = b"" if key is None else key.encode("utf-8")
+            parts.append(bytes((len(pb),)) + pb + pack(pseq, seq, ts) + bytes((len(kb),)) + kb)
         body = b"".join(parts)
         return body + _CRC.pack(google_crc32c.value(body))
 
     @classmethod
-    def decode(cls, data: bytes, upto: int, max_producers: int) -> "ProducerState":
+    def decode(cls, data: bytes, upto: int, max_producers: int,
+               max_age_ns: Optional[int] = None, v1_ts: int = 0) -> "ProducerState":
         """The state in a snapshot's bytes; ValueError saying why they are not a valid
-        snapshot of the state before ``upto``."""
+        snapshot of the state before ``upto``. A version 1 snapshot's ids get timestamp
+        ``v1_ts`` and no key. Nothing is dropped by age while loading."""
         if len(data) < _HEAD.size + _CRC.size:
             raise ValueError(f"{len(data)} bytes is too short")
         if _CRC.unpack_from(data, len(data) - 4)[0] != google_crc32c.value(data[:-4]):
             raise ValueError("CRC-32C mismatch")
         magic, got, count = _HEAD.unpack_from(data, 0)
-        if magic != MAGIC:
+        if magic not in (MAGIC, MAGIC_V1):
             raise ValueError("not a producer snapshot")
         if got != upto:
             raise ValueError(f"it holds the state before sequence {got}, not {upto}")
+        v1 = magic == MAGIC_V1
+        tail = _TAIL_V1 if v1 else _TAIL
         state = cls(max_producers)
+        d = state._d
         p, end = _HEAD.size, len(data) - 4
         for _ in range(count):
-            if p >= end or p + 1 + data[p] + _TAIL.size > end:
+            if p >= end or p + 1 + data[p] + tail.size > end:
                 raise ValueError("entries run past the end")
             n = data[p]
             try:
                 pid = data[p + 1:p + 1 + n].decode("utf-8")
             except UnicodeDecodeError:
                 raise ValueError("a producer id is not UTF-8") from None
-            pseq, seq = _TAIL.unpack_from(data, p + 1 + n)
+            if v1:
+                (pseq, seq), ts = tail.unpack_from(data, p + 1 + n), v1_ts
+            else:
+                pseq, seq, ts = tail.unpack_from(data, p + 1 + n)
             if not n or not pseq or not 1 <= seq < upto:
                 raise ValueError("an entry is out of range")
-            state.observe(pid, pseq, seq)
-            p += 1 + n + _TAIL.size
+            p += 1 + n + tail.size
+            key = None
+            if not v1:
+                if p >= end or p + 1 + data[p] > end:
+                    raise ValueError("entries run past the end")
+                k = data[p]
+                try:
+                    key = data[p + 1:p + 1 + k].decode("utf-8") or None
+                except UnicodeDecodeError:
+                    raise ValueError("a key is not UTF-8") from None
+                p += 1 + k
+            d.pop(pid, None)
+            d[pid] = (pseq, seq, ts, key)
+            if len(d) > max_producers:
+                d.popitem(last=False)
         if p != end:
             raise ValueError("bytes after the last entry")
+        state.max_age_ns = max_age_ns
         return state
+
+
+#: A producer state entry: (last pseq, stream sequence of that record, its timestamp in ns,
+#: the key the id is bound to or None).
+Entry = Tuple[int, int, int, Optional[str]]
 
 
 # ----------------------------------------------------------------------------- files
@@ -189,12 +276,14 @@ def _discard(path: str, why: str) -> None:
 
 
 def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
-                  max_producers: int) -> Tuple[Optional[ProducerState], int]:
+                  max_producers: int, max_age_ns: Optional[int] = None,
+                  v1_ts: int = 0) -> Tuple[Optional[ProducerState], int]:
     """``(state, upto)`` from the newest valid snapshot with ``firsts[0] <= upto <= next_seq``
     (the records from ``upto`` on are those to apply); ``(None, firsts[0])`` if there is none.
     ``firsts``: the segments' first sequences. Deletes the snapshots that cannot be used
     (invalid, past ``next_seq``, or before ``firsts[0]``) and the older ones not at a segment
-    start (superseded). Writer only."""
+    start (superseded). ``max_age_ns``, ``v1_ts``: as :meth:`ProducerState.decode`. Writer
+    only."""
     first = firsts[0]
     starts = set(firsts)
     chosen: Tuple[Optional[ProducerState], int] = (None, first)
@@ -211,7 +300,8 @@ def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
             try:
                 with open(path, "rb") as f:
                     data = f.read()
-                chosen = (ProducerState.decode(data, upto, max_producers), upto)
+                chosen = (ProducerState.decode(data, upto, max_producers, max_age_ns, v1_ts),
+                          upto)
             except (OSError, ValueError) as e:
                 _discard(path, str(e))
                 continue
@@ -224,15 +314,17 @@ def load_snapshot(stream_dir: str, firsts: List[int], next_seq: int,
 
 
 def rebuild(view, stream_dir: str, firsts: List[int], next_seq: int,
-            max_producers: int) -> Tuple[ProducerState, int]:
+            max_producers: int, max_age_ns: Optional[int] = None,
+            v1_ts: int = 0) -> Tuple[ProducerState, int]:
     """The producer state of the records a (just recovered) writer's ``view`` holds: the newest
     usable snapshot, then the records after it; and the sequence of that snapshot (``firsts[0]``
     if none). A corrupt sealed segment is skipped with an error logged (the records it hides
-    cannot count)."""
-    state, seq = load_snapshot(stream_dir, firsts, next_seq, max_producers)
+    cannot count). ``max_age_ns``: ids older than that are dropped as the records' timestamps
+    pass it; ``v1_ts``: the timestamp of the ids of a version 1 snapshot."""
+    state, seq = load_snapshot(stream_dir, firsts, next_seq, max_producers, max_age_ns, v1_ts)
     upto = seq
     if state is None:
-        state = ProducerState(max_producers)
+        state = ProducerState(max_producers, max_age_ns)
         if firsts[0] > 1:
             log.warning("journal %s: no usable producer snapshot; producer state rebuilt from "
                         "records %d on only", stream_dir, firsts[0])

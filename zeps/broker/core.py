@@ -40,7 +40,7 @@ from .stream import COUNTERS, Stream
 Outbox = List[Tuple[bytes, bytes]]
 
 #: A listing page looks at this many names at most, and fits in one frame.
-LIST_SCAN = 4096
+LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
 LIST_BYTES = 65535 - 16
 
 _PING_OK = encode(c.PingOk())
@@ -88,8 +88,8 @@ class CoreConfig:
     max_total_streams: int = 100_000      # streams stored (on disk) at once: creation beyond is refused
     # Commands whose cost is not per message (listing, stream administration) are paid from a
     # per-client budget: ``admin_burst`` at once, then ``admin_rate`` a second.
-    admin_rate: float = 50.0
-    admin_burst: int = 100
+    admin_rate: float = 20.0
+    admin_burst: int = 20
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
     replay_batch_bytes: int = 1 << 20

@@ -84,9 +84,9 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-total-streams", type=_positive(int), default=100_000,
                         help="streams stored at once: creating one more is refused (default "
                              "100000)")
-    limits.add_argument("--admin-rate", type=_positive(float), default=50.0,
+    limits.add_argument("--admin-rate", type=_positive(float), default=20.0,
                         help="listing and stream administration commands a second per client, "
-                             "after a burst of twice as many (default 50)")
+                             "after a burst of as many (default 20)")
     limits.add_argument("--max-open-streams", type=_positive(int), default=1000,
                         help="journals kept open; idle ones beyond are closed (default 1000)")
     limits.add_argument("--max-subscriptions", type=_positive(int), default=1024,
@@ -202,7 +202,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              admin_rate=args.admin_rate,
-                             admin_burst=max(1, int(2 * args.admin_rate)))
+                             admin_burst=max(1, int(args.admin_rate)))
     _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None

@@ -364,7 +364,9 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
                              heartbeat=30)
         try:
             connecting = asyncio.ensure_future(client.connect())
-            ident, _ = await expect(c.Attach)
+            ident, _ = await expect(c.ReasonsSelect)
+            await answer(ident, c.Invalid("unknown command 62"))   # a broker without it
+            await expect(c.Attach)
             await answer(ident, c.AttachOk())
             await expect(c.Limits)
             await answer(ident, c.Invalid("unknown command 44"))   # a broker without LIMITS
@@ -384,8 +386,10 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             assert [m.sequence for m in await read(sub, 2)] == [1, 2]
 
             await answer(ident, forget)                       # the broker forgets the client
-            again, _ = await expect(c.Attach)
+            again, _ = await expect(c.ReasonsSelect)
             assert again != ident                             # a new connection
+            await answer(again, c.ReasonsSelectOk())               # a broker with it
+            await expect(c.Attach)
             await answer(again, c.AttachOk())
             await expect(c.Limits)
             await answer(again, c.LimitsOk(100, 1 << 20))           # a broker with LIMITS

@@ -5,7 +5,8 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
 
 * :class:`InvalidError` -- the broker answered ``INVALID``; ``err.reason`` is the broker's text
   (for example ``bad regular expression: ...`` for a subscription pattern that does not
-  compile, or the journal's reason for a rejected PUBLISH).
+  compile, or the journal's reason for a rejected PUBLISH), ``err.code`` and ``err.fields`` what
+  a program acts on (:class:`zeps.protocol.reasons.Code`).
 * :class:`PatternRemoved` -- an :class:`InvalidError` the broker sends on its own: it removed
   one of the subscription's regular expressions because matching it kept timing out
   (``err.pattern``; the other patterns go on; raised once by the next call on the client).
@@ -22,6 +23,10 @@ that is not bytes or str) raise the usual :class:`ValueError` / :class:`TypeErro
 """
 from __future__ import annotations
 
+from typing import Optional, Tuple
+
+from ..protocol.reasons import Code, Reason
+
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
            "ConnectionLost", "ClientClosed",
            "ConcurrentUseError"]
@@ -36,12 +41,18 @@ class InvalidError(ZepsError):
 
     ``reason`` is the broker's explanation, verbatim. ``command`` names the request it
     answered when the SDK knows it (``"SUBSCRIBE"``, ``"ATTACH"``, ...), or ``"PUBLISH"``
-    for an INVALID that answered an (asynchronous) publish.
+    for an INVALID that answered an (asynchronous) publish. ``code`` (a
+    :class:`~zeps.protocol.reasons.Code`) and ``fields`` say what it is for a program: in full
+    from a broker that offers REASONS-SELECT (the SDK asks for it); from an older one the code
+    is read from the text's prefix and ``fields`` is empty.
     """
 
-    def __init__(self, reason: str, command: str | None = None):
+    def __init__(self, reason: str, command: str | None = None, code: Optional[Code] = None,
+                 fields: Tuple[str, ...] = ()):
         self.reason = reason
         self.command = command
+        self.code = Reason.of(reason).code if code is None else code
+        self.fields = tuple(fields)
         if command:
             text = reason
             if text.startswith(f"{command} rejected: "):     # don't say it twice
@@ -56,13 +67,20 @@ class PatternRemoved(InvalidError):
     timing out; None if the reason does not name it in full). The subscription goes on with
     its other patterns; the client no longer re-subscribes this one after a reconnect."""
 
-    def __init__(self, reason: str, pattern: str | None):
-        super().__init__(reason)
+    def __init__(self, reason: str, pattern: str | None, fields: Tuple[str, ...] = ()):
+        super().__init__(reason, None, Code.PATTERN_REMOVED, fields)
         self.pattern = pattern
 
 
 class NoStream(InvalidError):
     """The broker has no such stream (or the client may not know of it): ``no stream: ...``."""
+
+
+def invalid_error(reason: Reason, command: str | None = None) -> InvalidError:
+    """The exception for a refusal: :class:`NoStream` for :attr:`Code.NO_STREAM`, else
+    :class:`InvalidError`."""
+    cls = NoStream if reason.code is Code.NO_STREAM else InvalidError
+    return cls(reason.text, command, reason.code, reason.fields)
 
 
 class ZepsTimeout(ZepsError, TimeoutError):

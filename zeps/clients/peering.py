@@ -21,6 +21,12 @@ outcome of each request (a
 :class:`Request`), of each publish (a receipt, :mod:`zeps.clients.receipt`), and the errors to
 raise (:meth:`Peering.check`).
 
+Each ATTACH goes after ``REASONS-SELECT``: a broker that offers it refuses with ERROR (a code
+and fields, :mod:`zeps.protocol.reasons`) instead of INVALID, and the peering acts on the code
+and the fields; from a broker that does not (its INVALID answers the REASONS-SELECT), an INVALID's
+code is read from its text's prefix and what the fields would say is parsed from the text, best
+effort (INVALID's text is cut at 255 bytes). Below, "an INVALID" is either.
+
 Replies to requests come back in request order, so a reply answers the oldest outstanding
 request. An INVALID answers that request too, unless it says ``PUBLISH rejected: ...`` (it then
 answers a publish) or publishes were sent since the last request: a PING (a *barrier*) is sent
@@ -54,11 +60,11 @@ from typing import Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
-from ..protocol.reasons import NOT_ATTACHED, PATTERN_REMOVED, PUBLISH_REJECTED, WINDOW_TOO_SMALL
+from ..protocol.reasons import Code, Reason
 from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
 from .delivery import Delivery
-from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved
+from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved, invalid_error
 from .message import Message, MessageBatch
 from .producer import check_producer_id, new_producer_id, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
@@ -83,8 +89,9 @@ _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
 _LIMITS = c.Limits()
 _BATCH_SELECT = c.BatchSelect()
-#: The pattern a PATTERN_REMOVED reason names (the broker writes the regex, without its ``~``,
-#: as a Python string literal).
+_REASONS_SELECT = encode(c.ReasonsSelect())
+#: The pattern the text of a PATTERN_REMOVED reason names, from a broker without REASONS-SELECT
+#: (it writes the regex, without its ``~``, as a Python string literal).
 _REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
 # Reply command -> the request kinds it may answer.
@@ -102,6 +109,7 @@ _REPLY_KINDS = {
     c.ProducerOk: ("producer",),
     c.BatchSelectOk: ("batch_select",),
     c.StreamDescribeOk: ("batch_limits",),
+    c.ReasonsSelectOk: ("reasons_select",),
 }
 
 
@@ -157,7 +165,7 @@ class Peering(Delivery):
     def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
                  producer_id: Optional[str] = None, idempotent: bool = True,
-                 batching: bool = True):
+                 batching: bool = True, reasons: bool = True):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
         self.stream = stream
@@ -167,6 +175,8 @@ class Peering(Delivery):
         self.timestamps = bool(timestamps)
         #: Ask BATCH-SELECT after each ATTACH (zeps.clients.batching).
         self.batching = bool(batching)
+        #: Ask REASONS-SELECT before each ATTACH (refusals as codes and fields).
+        self.reasons = bool(reasons)
         #: Publishes waiting to leave as one PUBLISH-BATCH; its ``max_batch`` is the broker's
         #: answer to BATCH-SELECT on this connection (None: plain PUBLISH only).
         self.queue = PublishQueue()
@@ -503,8 +513,8 @@ class Peering(Delivery):
         cls = type(cmd)
         if cls is c.Confirm:
             self._on_confirm(cmd)
-        elif cls is c.Invalid:
-            self._on_invalid(cmd.reason)
+        elif cls is c.Invalid or cls is c.Error:
+            self._on_invalid(Reason.received(cmd))
         elif cls in _REPLY_KINDS:
             self._on_reply(cmd, _REPLY_KINDS[cls], now)
         elif cls is c.Ping:
@@ -638,23 +648,25 @@ class Peering(Delivery):
             if i == k - 1:
                 self.anchor = s if r.pseq > last_dup else None
 
-    def _on_invalid(self, reason: str) -> None:
-        if reason.startswith(NOT_ATTACHED) and self.state is ATTACHED:
+    def _on_invalid(self, why: Reason) -> None:
+        """An INVALID, or an ERROR (``why`` has its code and fields then)."""
+        code, reason = why.code, why.text
+        if code is Code.NOT_ATTACHED and self.state is ATTACHED:
             self.connection_lost(f"the broker does not know this client ({reason})")
             return
         # Advice the broker sends on its own, answering no request:
-        if reason.startswith(WINDOW_TOO_SMALL):
-            self._window_too_small(reason)
+        if code is Code.WINDOW_TOO_SMALL:
+            self._window_too_small(why)
             return
-        if reason.startswith(PATTERN_REMOVED):
-            self._pattern_removed(reason)
+        if code is Code.PATTERN_REMOVED:
+            self._pattern_removed(why)
             return
-        rejected = reason.startswith(PUBLISH_REJECTED)
+        rejected = code is Code.PUBLISH_REJECTED
         head = self.outstanding[0] if self.outstanding else None
         if head is not None and head.kind != "barrier" and not rejected:
             # The answer to the request at the head (no publish was sent before it unanswered).
             self.outstanding.popleft()
-            head.error = InvalidError(reason, head.name)
+            head.error = invalid_error(why, head.name)
             head.done = True
             if head.kind == "attach":
                 if self.reconnects == 0:
@@ -667,6 +679,9 @@ class Peering(Delivery):
                 self._fail(head.error)
             elif head.kind == "resubscribe":
                 self.error = self.error or head.error
+            elif head.kind == "reasons_select":
+                log.debug("zeps: the broker at %s does not offer REASONS-SELECT (%s): refusals "
+                          "are read from INVALID's text", self.endpoint, reason)
             elif head.kind == "batch_select":
                 log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
                           self.endpoint, reason)
@@ -679,7 +694,7 @@ class Peering(Delivery):
                 self.producer = None
             return
         # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
-        err = InvalidError(reason, "PUBLISH" if rejected else None)
+        err = invalid_error(why, "PUBLISH" if rejected else None)
         if self.error is None:
             self.error = err
         if rejected and self.confirms and self.pending:
@@ -699,6 +714,9 @@ class Peering(Delivery):
         self.attach_error = None
         self.connecting_since = now
         self.last_send = self.last_recv = now
+        if self.reasons:                 # first: ATTACH's own refusal comes as ERROR too
+            self.outstanding.append(Request("reasons_select", "REASONS-SELECT", now))
+            self.outbox.append(_REASONS_SELECT)
         self.outstanding.append(Request("attach", "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
 
@@ -724,21 +742,28 @@ class Peering(Delivery):
             self.consumed += more
             self._grant()
 
-    def _window_too_small(self, reason: str) -> None:
-        self._fit(advised_cost(reason, self.credit_window), reason)
+    def _window_too_small(self, why: Reason) -> None:
+        # fields: (sequence, cost, peak); from a broker without REASONS-SELECT, the text's figure
+        cost = why.fields[1] if len(why.fields) > 1 else ""
+        self._fit(int(cost) if cost.isdigit() else advised_cost(why.text, self.credit_window),
+                  why.text)
 
-    def _pattern_removed(self, reason: str) -> None:
-        m = _REMOVED_REGEX.search(reason)
-        pattern = None
-        if m:
-            try:
-                pattern = "~" + ast.literal_eval(m.group(1))
-            except (ValueError, SyntaxError):
-                pattern = None
+    def _pattern_removed(self, why: Reason) -> None:
+        reason = why.text
+        if why.fields:                   # (the pattern as subscribed,)
+            pattern = why.fields[0]
+        else:                            # a broker without REASONS-SELECT: the text, if not cut
+            m = _REMOVED_REGEX.search(reason)
+            pattern = None
+            if m:
+                try:
+                    pattern = "~" + ast.literal_eval(m.group(1))
+                except (ValueError, SyntaxError):
+                    pattern = None
         if pattern is not None and self.patterns.pop(pattern, None) is None:
             pattern = None
         log.warning("zeps: stream %r: %s", self.stream, reason)
-        self.error = self.error or PatternRemoved(reason, pattern)
+        self.error = self.error or PatternRemoved(reason, pattern, why.fields)
 
     def _send(self, frame: bytes) -> None:
         if self.queue.frames:            # publishes queued before this frame leave before it
@@ -778,6 +803,6 @@ def list_streams_answer(frame: bytes) -> Optional[Tuple[str, ...]]:
     cmd = decode(frame)
     if isinstance(cmd, c.ListStreamsOk):
         return tuple(cmd.streams)
-    if isinstance(cmd, c.Invalid):
-        raise InvalidError(cmd.reason, "LIST-STREAMS")
+    if isinstance(cmd, (c.Invalid, c.Error)):
+        raise invalid_error(Reason.received(cmd), "LIST-STREAMS")
     return None

@@ -276,12 +276,13 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
 
     Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
     answers within ``timeout`` seconds, :class:`NoStream` / :class:`InvalidError` when it refuses,
-    :class:`ZepsError` for an answer that does not decode."""
+    :class:`ZepsError` for an answer that does not decode. ``REASONS-SELECT`` goes first: a
+    refusal comes as ERROR (code and fields) from a broker that offers it, else as INVALID."""
     from zeps.protocol import ProtocolError, decode, encode
     from zeps.protocol import commands as c
-    from zeps.protocol.reasons import NO_STREAM
+    from zeps.protocol.reasons import Reason
 
-    from .errors import InvalidError, NoStream, ZepsError, ZepsTimeout
+    from .errors import ZepsError, ZepsTimeout, invalid_error
 
     check_endpoint(endpoint)
     _z, ctx = zmq_for(context)
@@ -294,7 +295,9 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
             sock.connect(endpoint)
         except zmq.ZMQError as e:
             raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
+        sock.send(encode(c.ReasonsSelect()))
         sock.send(encode(cmd))
+        selected = False                  # the first answer is REASONS-SELECT's (OK or INVALID)
         deadline = time.monotonic() + timeout
         while True:
             left = deadline - time.monotonic()
@@ -309,9 +312,11 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
                 continue
             except ProtocolError as e:
                 raise ZepsError(f"bad answer from {endpoint}: {e}") from None
-            if isinstance(reply, c.Invalid):
-                error = NoStream if reply.reason.startswith(NO_STREAM) else InvalidError
-                raise error(reply.reason, cmd.NAME)
+            if not selected:
+                selected = isinstance(reply, (c.ReasonsSelectOk, c.Invalid, c.Error))
+                continue
+            if isinstance(reply, (c.Invalid, c.Error)):
+                raise invalid_error(Reason.received(reply), cmd.NAME)
             if isinstance(reply, answer):
                 return reply
     finally:

@@ -42,14 +42,27 @@ WINDOW_TOO_SMALL = "credit window too small: "
 #: The stream named does not exist (a reader never creates one; ATTACH with --auto-create no).
 NO_STREAM = "no stream: "
 
+#: The stream was deleted and created again since the client attached to it (STREAM-EXPECT named
+#: another incarnation): its sequences start again and are not the ones the client knew.
+STREAM_RECREATED = "stream recreated: "
+
+#: An idempotent producer's id or sequence is refused (docs/protocol.md, Idempotent
+#: producers): ``fenced: `` (a newer PRODUCER of the id took it from this peering),
+#: ``out of order: `` (the peering's producer sequences start past the producer's last + 1),
+#: ``bound: `` (the id belongs to another CurveZMQ key).
+PRODUCER_REFUSED = "producer refused: "
+#: The kinds of :data:`PRODUCER_REFUSED` (the first field of its code).
+FENCED, OUT_OF_ORDER, BOUND = "fenced", "out of order", "bound"
+
 ALL = (NOT_ATTACHED, PUBLISH_REJECTED, LIMIT, PATTERN_REMOVED, NOT_ALLOWED, WINDOW_TOO_SMALL,
-       NO_STREAM)
+       NO_STREAM, STREAM_RECREATED, PRODUCER_REFUSED)
 
 #: The label of a reason that starts with none of the prefixes.
 OTHER = "other"
 _LABELS = {p: p[:-2].lower().replace(" ", "_") for p in ALL}
 #: Every label :func:`label` returns: ``not_attached``, ``publish_rejected``, ``limit``,
-#: ``pattern_removed``, ``not_allowed``, ``credit_window_too_small``, ``no_stream``, ``other``.
+#: ``pattern_removed``, ``not_allowed``, ``credit_window_too_small``, ``no_stream``,
+#: ``stream_recreated``, ``producer_refused``, ``other``.
 LABELS = (*_LABELS.values(), OTHER)
 
 
@@ -79,19 +92,28 @@ class Code(enum.IntEnum):
     #: :data:`PATTERN_REMOVED`: (the pattern exactly as subscribed, ``~`` and all,).
     PATTERN_REMOVED = 4
     #: :data:`NOT_ALLOWED`: (the right missing: ``attach``, ``subscribe``, ``publish``,
-    #: ``create``, ``purge`` or ``delete``; the stream).
+    #: ``create``, ``purge`` or ``delete``; the stream), or ``connect`` and no stream: the
+    #: connection's key was removed from the allow-list.
     NOT_ALLOWED = 5
     #: :data:`WINDOW_TOO_SMALL`: (the message's sequence, its credit cost, the most credit the
     #: client ever held at once).
     WINDOW_TOO_SMALL = 6
     #: :data:`NO_STREAM`: (the stream,).
     NO_STREAM = 7
+    #: :data:`STREAM_RECREATED`: (the stream, the incarnation expected, the stream's; both as
+    #: 16 hex digits).
+    STREAM_RECREATED = 8
+    #: :data:`PRODUCER_REFUSED`: (the kind: :data:`FENCED`, :data:`OUT_OF_ORDER` or
+    #: :data:`BOUND`; the producer id; for OUT_OF_ORDER the producer's last sequence and the
+    #: peering's first).
+    PRODUCER_REFUSED = 9
 
 
 _PREFIXES = {NOT_ATTACHED: Code.NOT_ATTACHED, PUBLISH_REJECTED: Code.PUBLISH_REJECTED,
              LIMIT: Code.LIMIT, PATTERN_REMOVED: Code.PATTERN_REMOVED,
              NOT_ALLOWED: Code.NOT_ALLOWED, WINDOW_TOO_SMALL: Code.WINDOW_TOO_SMALL,
-             NO_STREAM: Code.NO_STREAM}
+             NO_STREAM: Code.NO_STREAM, STREAM_RECREATED: Code.STREAM_RECREATED,
+             PRODUCER_REFUSED: Code.PRODUCER_REFUSED}
 _CODE_PREFIX = {code: prefix for prefix, code in _PREFIXES.items()}
 _CODE_LABELS = {code: _LABELS[prefix] for prefix, code in _PREFIXES.items()}
 
@@ -103,6 +125,7 @@ _LIMITS = {
     "max_regex_per_stream": "at most {} distinct regex subscriptions per stream",
     "max_total_streams": "the broker stores at most {} streams",
     "admin_rate": "at most {} listing and stream administration commands a second per client",
+    "max_producer_ids": "at most {} producer ids per connection",
 }
 _RIGHTS = {
     "attach": "{} has no right on stream {!r}",
@@ -172,6 +195,14 @@ class Reason:
         return cls(Code.OTHER, (), reason)
 
     @classmethod
+    def received(cls, cmd) -> "Reason":
+        """The reason of an INVALID (coded by its text's prefix, no fields: best effort, as the
+        text may be cut) or of an ERROR (a code this side does not know is OTHER)."""
+        if type(cmd) is _c.Error:
+            return cls(code_of(cmd.code), tuple(cmd.fields), cmd.text)
+        return cls.of(cmd.reason)
+
+    @classmethod
     def other(cls, text: str) -> "Reason":
         return cls(Code.OTHER, (), text)
 
@@ -224,3 +255,50 @@ class Reason:
         hint = "" if created_on_attach else (" (the broker creates streams only with "
                                              "STREAM-CREATE: 'zeps stream create')")
         return cls(Code.NO_STREAM, (stream,), f"{NO_STREAM}{stream!r}{hint}")
+
+    @classmethod
+    def stream_deleted(cls, stream: str) -> "Reason":
+        """An ATTACH after STREAM-EXPECT: the stream the client knew was deleted (and it is
+        not created again by that ATTACH)."""
+        return cls(Code.NO_STREAM, (stream,), f"{NO_STREAM}{stream!r} (deleted since this "
+                                              f"client attached to it; not created again)")
+
+    @classmethod
+    def stream_recreated(cls, stream: str, expected: int, actual: int) -> "Reason":
+        """An ATTACH after STREAM-EXPECT ``expected``: ``stream`` is incarnation ``actual``."""
+        return cls(Code.STREAM_RECREATED, (stream, f"{expected:016x}", f"{actual:016x}"),
+                   f"{STREAM_RECREATED}{stream!r} was deleted and created again since this "
+                   f"client attached to it (incarnation {actual:016x}, not {expected:016x})")
+
+    @classmethod
+    def key_revoked(cls, who: str) -> "Reason":
+        """The allow-list no longer has the key of ``who``'s connection: every command on it is
+        refused (``right`` ``connect``, no stream)."""
+        return cls(Code.NOT_ALLOWED, ("connect", ""),
+                   f"{NOT_ALLOWED}{who}: its key is no longer allowed (the broker's allow-list "
+                   f"changed); this connection is closed to every command")
+
+    @classmethod
+    def producer_fenced(cls, producer: str) -> "Reason":
+        """A newer PRODUCER of ``producer`` (another peering) took the id: this peering may no
+        longer publish with it (Kafka's ProducerFenced)."""
+        return cls(Code.PRODUCER_REFUSED, (FENCED, producer),
+                   f"{PRODUCER_REFUSED}{FENCED}: producer id {producer!r} was taken by a newer "
+                   f"PRODUCER on another connection")
+
+    @classmethod
+    def producer_out_of_order(cls, producer: str, last: int, first: int) -> "Reason":
+        """The peering's producer sequences start at ``first``, past the ``last`` the stream
+        holds + 1 (Kafka's OutOfOrderSequence): its publishes are refused until a PRODUCER
+        from ``last + 1`` or below."""
+        return cls(Code.PRODUCER_REFUSED, (OUT_OF_ORDER, producer, str(last), str(first)),
+                   f"{PRODUCER_REFUSED}{OUT_OF_ORDER}: producer id {producer!r} is at producer "
+                   f"sequence {last}; its next cannot be {first} (PRODUCER from {last + 1} or "
+                   f"below)")
+
+    @classmethod
+    def producer_bound(cls, producer: str, who: str) -> "Reason":
+        """``producer`` is bound to another CurveZMQ key than ``who``'s."""
+        return cls(Code.PRODUCER_REFUSED, (BOUND, producer),
+                   f"{PRODUCER_REFUSED}{BOUND}: producer id {producer!r} belongs to another key "
+                   f"than {who}")

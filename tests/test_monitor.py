@@ -19,6 +19,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Dict, List
 
 import pytest
@@ -30,7 +31,7 @@ from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.broker import metrics as metrics_module
 from zeps.broker.http import MAX_CONNECTIONS, MonitorServer
 from zeps.broker.metrics import Metrics
-from zeps.broker.monitor import MODES, connz, streamz, varz
+from zeps.broker.monitor import MODES, Redactor, connz, streamz, varz
 from zeps.cli.top import Sample, render
 from zeps.clients import Client
 from zeps.journal import DataDir, JournalConfig
@@ -287,7 +288,8 @@ def _tally(h: Core, attached: Dict[bytes, str], invalid: Dict[str, int],
 
 def test_reason_labels():
     assert LABELS == ("not_attached", "publish_rejected", "limit", "pattern_removed",
-                      "not_allowed", "credit_window_too_small", "no_stream", "other")
+                      "not_allowed", "credit_window_too_small", "no_stream", "stream_recreated",
+                      "producer_refused", "other")
     assert label("PUBLISH rejected: not allowed: key ... may not publish") == "publish_rejected"
     assert label("limit: at most 1 subscriptions per client") == "limit"
     assert label("expected ATTACH") == "other"
@@ -323,6 +325,44 @@ def test_a_broken_journal_is_reported_not_raised(core):
         assert "closed" in doc["error"] and doc["in_msgs"] == 3
     finally:
         core.core.streams.pop("s")
+
+
+def test_redaction_is_stable_under_one_key_and_chosen_by_the_options(core):
+    """Redacted documents are the same under the same key and share nothing with another
+    key's; ``--monitor-redact auto`` redacts with CURVE and no token, its key derived from the
+    broker's secret (the same at every start), while ``yes`` without CURVE draws one."""
+    from types import SimpleNamespace
+
+    from zeps.cli.broker import monitor_redactor
+    core.publish(3, stream="payroll")
+    core.send(b"sub", c.Attach("payroll"), c.Subscribe("salary.", 0), c.Credit(1 << 20))
+    core.round()
+    one, same, other = Redactor(b"k" * 32), Redactor(b"k" * 32), Redactor(b"j" * 32)
+    docs = [(connz(core.core, core.now, redact=r), streamz(core.core, redact=r))
+            for r in (one, same, other)]
+    assert docs[0] == docs[1]
+    names = [{row["client"] for row in cz["connections"]} | {st["name"] for st in sz["streams"]}
+             for cz, sz in docs]
+    assert names[0] & names[2] == set() and len(names[0]) == 3
+    assert "payroll" not in json.dumps(docs[0]) and "salary" not in json.dumps(docs[0])
+    v = varz(core.core, core.now, about={"data_dir": "/srv/zeps", "pid": 1}, redact=one)
+    assert "data_dir" not in v and v["pid"] == 1 and v["redacted"] is True
+
+    curve = SimpleNamespace(secret=b"broker secret key in z85 form.........")
+    for mode, has_curve, token, redacted in (("auto", False, None, False),
+                                             ("auto", True, b"t" * 16, False),
+                                             ("auto", True, None, True), ("yes", True, None, True),
+                                             ("yes", False, b"t" * 16, True),
+                                             ("no", True, None, False)):
+        r = monitor_redactor(SimpleNamespace(monitor_redact=mode), curve if has_curve else None,
+                             token)
+        assert (r is not None) == redacted, (mode, has_curve, token)
+    auto = SimpleNamespace(monitor_redact="auto")
+    assert monitor_redactor(auto, curve, None).stream("s") == \
+        monitor_redactor(auto, curve, None).stream("s")
+    yes = SimpleNamespace(monitor_redact="yes")
+    assert monitor_redactor(yes, None, None).stream("s") != \
+        monitor_redactor(yes, None, None).stream("s")
 
 
 # ---------------------------------------------------------------------------- metrics
@@ -763,6 +803,169 @@ def test_slowloris_connections_do_not_keep_healthz_waiting(start_broker):
     finally:
         attacker.stop()
     assert get_json(url + "/varz")["clients"] == 0
+
+
+MONITOR_ACL = """
+[clients]
+alice = "../keys/alice.key"
+bob = "../keys/bob.key"
+
+[[allow]]
+clients = ["alice"]
+publish = ["orders"]
+subscribe = ["orders"]
+
+[[allow]]
+clients = ["bob"]
+publish = ["payroll.secret"]
+subscribe = ["payroll.secret"]
+"""
+
+
+@pytest.fixture
+def curve_broker(start_broker, tmp_path):
+    """A factory of brokers with CurveZMQ, an allow-list, an ACL and ``--monitor``: alice may
+    use "orders" only; bob uses "payroll.secret" (hidden from alice's LIST-STREAMS), with a
+    subscription to "salary.ceo"; each has published and subscribed when it returns."""
+    from zeps.clients import CurveKeys
+    keydir = tmp_path / "keys"
+    for name in ("broker", "alice", "bob"):
+        r = zeps("keys", "new", name, "--dir", str(keydir))
+        assert r.returncode == 0, r.stderr
+    allow = tmp_path / "allow"
+    allow.mkdir()
+    acl = tmp_path / "acl" / "acl.toml"
+    acl.parent.mkdir()
+    acl.write_text(MONITOR_ACL)
+    clients = []
+
+    def start(*monitor_args):
+        b = start_broker(None, "--curve-secret", str(keydir / "broker.key_secret"), "--allow",
+                         str(allow), "--acl", str(acl), "--monitor", "127.0.0.1:0",
+                         *monitor_args)
+        b.url = monitor_url(b)
+        b.auth = {}
+        if "--monitor-token" in monitor_args:
+            token = Path(monitor_args[monitor_args.index("--monitor-token") + 1])
+            b.auth = {"Authorization": "Bearer " + token.read_text().strip()}
+        b.keys = {n: (keydir / f"{n}.key").read_text().split('public-key = "')[1].split('"')[0]
+                  for n in ("alice", "bob")}
+        for name, stream, pattern in (("alice", "orders", "eu."),
+                                      ("bob", "payroll.secret", "salary.ceo")):
+            curve = CurveKeys.from_files(str(keydir / "broker.key"),
+                                         str(keydir / f"{name}.key_secret"))
+            client = Client(b.endpoint, stream, confirms=True, curve=curve, timeout=10)
+            clients.append(client)
+            client.publish(pattern + "x", b"1")
+            client.wait_for_confirms(timeout=10)
+            client.subscribe(pattern, from_seq=1)
+        wait_until(lambda: sum(bool(row["subscriptions"]) for row in get_json_auth(
+            b.url + "/connz", b.auth)["connections"]) == 2, what="both clients subscribed")
+        return b
+
+    yield start
+    for client in clients:
+        client.close()
+
+
+def test_with_curve_the_monitor_redacts_names_keys_patterns_and_paths(curve_broker, tmp_path):
+    """CURVE and an ACL, no token: by default the JSON documents and /metrics name no stream
+    (not even one the ACL hides from LIST-STREAMS), no client key or routing id, no pattern or
+    path. Streams and clients are still told apart by stable hashes, which ``?stream=`` takes;
+    a real name there finds nothing (no probing for hidden streams)."""
+    b = curve_broker()
+    pages = {path: get(b.url + path) for path in (
+        "/varz", "/connz", "/streamz", "/metrics", "/connz?sort=stream", "/connz?sort=client",
+        "/streamz?limit=1&offset=1")}
+    assert {path: status for path, (status, _, _) in pages.items()} == dict.fromkeys(pages, 200)
+    text = "\n".join(body.decode() for _, _, body in pages.values())
+    secrets = ["payroll", "orders", "salary", "eu.", b.keys["alice"], b.keys["bob"],
+               str(tmp_path), "data_dir"]
+    assert [word for word in secrets if word in text] == []
+
+    varz = json.loads(pages["/varz"][2])
+    assert varz["redacted"] is True and varz["in_msgs"] == 2 and varz["clients"] == 2
+    streams = json.loads(pages["/streamz"][2])["streams"]
+    assert len(streams) == 2 and all(st["name"].startswith("stream:") for st in streams)
+    assert sorted(st["head_seq"] for st in streams) == [1, 1]
+    rows = json.loads(pages["/connz"][2])["connections"]
+    assert {row["stream"] for row in rows} == {st["name"] for st in streams}
+    assert all(row["user"].startswith("key:") and row["client"].startswith("client:")
+               and len(row["subscriptions"]) == 1
+               and row["subscriptions"][0].startswith("pattern:") for row in rows)
+    assert len({row["user"] for row in rows}) == 2
+    hashed = rows[0]["stream"]
+    assert [r["stream"] for r in get_json(b.url + "/connz?stream=" + hashed)["connections"]] \
+        == [hashed]
+    for name in ("payroll.secret", "orders"):
+        assert get_json(b.url + "/connz?stream=" + name)["total"] == 0
+    metrics = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for fam in text_string_to_metric_families(pages["/metrics"][2].decode())
+               for s in fam.samples}
+    assert {dict(labels)["stream"] for name, labels in metrics
+            if name == "zeps_stream_head_sequence"} == {st["name"] for st in streams}
+    assert b.stop() == 0
+
+
+def test_the_monitoring_token_is_required_when_set(curve_broker, tmp_path):
+    """With --monitor-token, every page but /healthz and the dashboard's own files answers 401
+    without ``Authorization: Bearer TOKEN`` (or with another token), 200 with it; with a token
+    and CURVE, names are shown (the reader is known): --monitor-redact yes hides them too."""
+    token = tmp_path / "monitor.token"
+    token.write_text("s3cr3t-token-0123456789abcdef\n")
+    b = curve_broker("--monitor-token", str(token))
+    good = {"Authorization": "Bearer s3cr3t-token-0123456789abcdef"}
+    for path in ("/varz", "/connz", "/streamz", "/metrics", "/nosuch"):
+        for headers in ({}, {"Authorization": "Bearer s3cr3t-token-0123456789abcdeF"},
+                        {"Authorization": "Basic czNjcjN0LXRva2Vu"},
+                        {"Authorization": "Bearer"}):
+            status, answer, body = get(b.url + path, headers=headers)
+            assert (status, answer["WWW-Authenticate"]) == (401, 'Bearer realm="zeps"'), path
+            assert b"payroll" not in body and "needs the monitoring token" in json.loads(
+                body)["error"]
+        assert get(b.url + path, headers=good)[0] == (404 if path == "/nosuch" else 200)
+    assert get(b.url + "/varz", method="POST")[0] == 401
+    for path in ("/healthz", "/", "/dashboard.js", "/dashboard.css"):
+        assert get(b.url + path)[0] == 200
+    streams = get_json_auth(b.url + "/streamz", good)["streams"]
+    assert sorted(st["name"] for st in streams) == ["orders", "payroll.secret"]
+    varz = get_json_auth(b.url + "/varz", good)
+    assert varz["redacted"] is False and varz["data_dir"].startswith(str(tmp_path))
+    assert b.stop() == 0
+
+    both = curve_broker("--monitor-token", str(token), "--monitor-redact", "yes")
+    assert get(both.url + "/streamz")[0] == 401
+    text = get(both.url + "/streamz", headers=good)[2].decode()
+    assert "payroll" not in text and text.count('"name": "stream:') == 2
+    assert both.stop() == 0
+
+
+def get_json_auth(url: str, headers) -> dict:
+    status, _, body = get(url, headers=headers)
+    assert status == 200, body
+    return json.loads(body)
+
+
+def test_bad_monitoring_tokens_are_one_line_and_exit_2(tmp_path):
+    """A token file that is missing, too short or not one visible ASCII token: one line and
+    exit status 2, before anything is opened."""
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    spaced = tmp_path / "spaced"
+    spaced.write_text("two words in a token file\n")
+    for path, why in ((tmp_path / "missing", "cannot read"), (short, "16 to 1024 visible"),
+                      (spaced, "16 to 1024 visible")):
+        r = subprocess.run([sys.executable, "-m", "zeps.broker", "--data-dir",
+                            str(tmp_path / "d"), "--endpoint", "tcp://127.0.0.1:*",
+                            "--monitor", "127.0.0.1:0", "--monitor-token", str(path)],
+                           capture_output=True, text=True, cwd=REPO, timeout=60,
+                           env=dict(os.environ, PYTHONPATH=str(REPO)))
+        assert r.returncode == 2 and r.stdout == ""
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("zeps: error: --monitor-token: ")
+        assert why in lines[0]
+    r = zeps("top", "--monitor", "127.0.0.1:1", "--monitor-token", str(short), "--once")
+    assert r.returncode == 2 and "16 to 1024 visible" in r.stderr
 
 
 def _closed_by_peer(s: socket.socket) -> bool:

@@ -11,6 +11,10 @@ const MODE_NAMES = {
   not_subscribed: "not subscribed", unattached: "unattached",
 };
 
+// With `zeps broker --monitor-token`, the broker's pages need its token: open the dashboard as
+// /#token=TOKEN (what follows # stays in the browser: it is not sent in the page's request).
+const TOKEN = new URLSearchParams(location.hash.slice(1)).get("token");
+
 let previous = null;              // {t, totals: varz, streams: {name: doc}}
 const history = [];               // [{in, out}] messages per second
 let polls = 0;
@@ -184,8 +188,13 @@ function drawChart() {
 }
 
 async function getJSON(path) {
-  const r = await fetch(path, { cache: "no-store" });
-  if (!r.ok) throw new Error(`${path}: HTTP ${r.status}`);
+  const headers = TOKEN ? { Authorization: `Bearer ${TOKEN}` } : {};
+  const r = await fetch(path, { cache: "no-store", headers });
+  if (!r.ok) {
+    const err = new Error(`${path}: HTTP ${r.status}`);
+    err.unauthorized = r.status === 401;
+    throw err;
+  }
   return r.json();
 }
 
@@ -219,7 +228,9 @@ async function poll() {
     updated.dataset.polls = String(polls);
   } catch (err) {
     const status = $("status");
-    status.textContent = "broker not answering";
+    status.textContent = err.unauthorized
+      ? (TOKEN ? "token refused" : "token needed: open this page as /#token=TOKEN")
+      : "broker not answering";
     status.className = "status down";
     status.title = String(err);
   } finally {

@@ -35,11 +35,16 @@ HTTP clients can cost the broker's ZeroMQ clients is bounded:
 * only GET and HEAD are served, and a request body is never read (the connection is closed
   after the answer).
 
-The port has no authentication: bind it to a loopback or private address (docs/operations.md,
-Monitoring).
+What the port shows, and to whom (docs/operations.md, Monitoring): given a ``token``, every page
+but ``/healthz`` and the dashboard's own files (which show nothing of the broker) needs
+``Authorization: Bearer TOKEN`` (compared in constant time; ``401`` otherwise). Given a
+``redact`` (:class:`zeps.broker.monitor.Redactor`), the documents and ``/metrics`` name no
+stream, client, key, pattern or path, only stable hashes of them. Neither encrypts: bind the
+port to a loopback or private address, or put it behind a TLS proxy.
 """
 from __future__ import annotations
 
+import hmac
 import json
 import time
 from http.client import HTTPException
@@ -68,6 +73,8 @@ _STATIC = {
     "/dashboard.js": ("dashboard.js", "text/javascript; charset=utf-8"),
     "/dashboard.css": ("dashboard.css", "text/css; charset=utf-8"),
 }
+#: Served without the token: they show nothing of the broker (the page asks for the token).
+_OPEN = frozenset(_STATIC) | {"/healthz"}
 _HERE = Path(__file__).resolve().parent
 _JSON = "application/json"
 #: The dashboard loads nothing but its own files and talks to nothing but this port: even a
@@ -274,7 +281,10 @@ class MonitorServer:
     """Serves the monitoring pages of one broker core. ``clock`` is the core's clock (uptime,
     idleness, the refresh, budget and rate schedules), ``wall_ns`` the time of day, ``timer``
     measures the work of making a document, ``sleep`` waits for a request's turn; ``about`` is
-    shown at the top of ``/varz`` (version, endpoint, data dir...)."""
+    shown at the top of ``/varz`` (version, endpoint, data dir...). ``token`` (bytes): the
+    bearer token every page but :data:`_OPEN` needs; ``redact``: a
+    :class:`~zeps.broker.monitor.Redactor` that hashes names in every document (``metrics``
+    is given its own)."""
 
     def __init__(self, core, host: str, port: int, *, metrics=None,
                  clock: Callable[[], float] = time.monotonic,
@@ -284,8 +294,13 @@ class MonitorServer:
                  idle_timeout: float = IDLE_TIMEOUT, min_refresh: float = MIN_REFRESH,
                  budget: float = BUDGET, max_rate: float = MAX_RATE, burst: int = BURST,
                  sleep: Callable[[float], None] = gevent.sleep,
-                 timer: Callable[[], float] = time.perf_counter):
+                 timer: Callable[[], float] = time.perf_counter,
+                 token: Optional[bytes] = None, redact: Optional[monitor.Redactor] = None):
+        if token is not None and not token:
+            raise ValueError("an empty monitoring token")
         self.core = core
+        self.token = token
+        self.redact = redact
         self.metrics = metrics
         self.clock = clock
         self.wall_ns = wall_ns
@@ -334,6 +349,10 @@ class MonitorServer:
         self._wait_turn()
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/")
+        if self.token is not None and path not in _OPEN and not self._authorized(environ):
+            return self._reply(start_response, "401 Unauthorized", self._error(
+                "this page needs the monitoring token: Authorization: Bearer TOKEN"), _JSON,
+                extra=[("WWW-Authenticate", 'Bearer realm="zeps"')], head=method == "HEAD")
         if method not in ("GET", "HEAD"):
             return self._reply(start_response, "405 Method Not Allowed",
                                self._error("only GET and HEAD are served"), _JSON,
@@ -349,8 +368,17 @@ class MonitorServer:
             if self.log is not None:
                 self.log.error("monitor_failed", path=path, error=f"{type(exc).__name__}: {exc}")
             status, body, ctype = "500 Internal Server Error", self._error(
-                f"{type(exc).__name__}: {exc}"), _JSON
+                monitor.Redactor.error(exc) if self.redact else f"{type(exc).__name__}: {exc}"
+            ), _JSON
         return self._reply(start_response, status, body, ctype, head=method == "HEAD")
+
+    def _authorized(self, environ) -> bool:
+        """Whether the request carries ``Authorization: Bearer <the token>`` (the comparison
+        takes the same time wherever the two differ)."""
+        scheme, _, given = environ.get("HTTP_AUTHORIZATION", "").strip().partition(" ")
+        if scheme.lower() != "bearer":
+            return False
+        return hmac.compare_digest(given.strip().encode("latin-1", "replace"), self.token)
 
     @staticmethod
     def _error(reason: str) -> bytes:
@@ -384,7 +412,7 @@ class MonitorServer:
             _check_args(query, ())
             return "200 OK", self._cached(("varz",), lambda: self._json(monitor.varz(
                 self.core, self.clock(), started=self.started, wall_ns=self.wall_ns(),
-                about=self.about))), _JSON
+                about=self.about, redact=self.redact))), _JSON
         if path == "/connz":
             _check_args(query, ("sort", "limit", "offset", "stream"))
             sort = (query.get("sort") or ["lag"])[-1]
@@ -395,13 +423,14 @@ class MonitorServer:
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(("connz", sort, stream, limit, offset), lambda: self._json(
                 monitor.connz(self.core, self.clock(), sort=sort, limit=limit, offset=offset,
-                              stream=stream))), _JSON
+                              stream=stream, redact=self.redact))), _JSON
         if path == "/streamz":
             _check_args(query, ("limit", "offset"))
             limit = _int_arg(query, "limit", None)
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(("streamz", limit, offset), lambda: self._json(
-                monitor.streamz(self.core, limit=limit, offset=offset))), _JSON
+                monitor.streamz(self.core, limit=limit, offset=offset,
+                                redact=self.redact))), _JSON
         return "404 Not Found", self._error(
             f"no page {path!r}: try /, /varz, /connz, /streamz, /metrics, /healthz"), _JSON
 

@@ -31,6 +31,9 @@ Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 
 plus the ``process_*`` metrics of ``prometheus-client`` (CPU, memory, open files).
 
+With a :class:`~zeps.broker.monitor.Redactor`, the ``stream`` and ``client`` labels are its
+stable hashes, as in the redacted ``/streamz`` and ``/connz``.
+
 Per-subscriber series are capped at :data:`MAX_LAG_SERIES`, the subscribers most behind: a
 broker with 10,000 clients would otherwise spend ~0.4 s of its only thread on each scrape
 (``prometheus-client`` writes ~30 µs per series), and Prometheus would keep a series per
@@ -58,11 +61,12 @@ MAX_LAG_SERIES = 100
 class _CoreCollector:
     """Reads the core at scrape time (the registry calls :meth:`collect`)."""
 
-    def __init__(self, core):
+    def __init__(self, core, redact=None):
         self.core = core
+        self.redact = redact
 
     def collect(self):
-        core = self.core
+        core, redact = self.core, self.redact
         totals = monitor.traffic(core)
         for name, key, doc in (("zeps_messages_in", "in_msgs", "Messages appended to journals"),
                                ("zeps_messages_out", "out_msgs", "DELIVERs produced"),
@@ -103,14 +107,15 @@ class _CoreCollector:
                                 f"{MAX_LAG_SERIES} most behind)", labels=["stream", "client"])
         pending = 0
         for st in core.streams.values():
-            doc = monitor.stream_doc(core, st)
+            doc = monitor.stream_doc(core, st, redact)
             for key, family in per_stream.items():
                 if key in doc:
-                    family.add_metric([st.name], doc[key])
+                    family.add_metric([doc["name"]], doc[key])
             pending += doc["confirms_pending"]
             for mode, n in doc["modes"].items():
-                clients.add_metric([st.name, mode], n)
-        for row in monitor.connz(core, 0.0, sort="lag", limit=MAX_LAG_SERIES)["connections"]:
+                clients.add_metric([doc["name"], mode], n)
+        for row in monitor.connz(core, 0.0, sort="lag", limit=MAX_LAG_SERIES,
+                                 redact=redact)["connections"]:
             if row["lag"] is None:                     # the rest do not subscribe
                 break
             lag.add_metric([row["stream"], row["client"]], row["lag"])
@@ -133,11 +138,13 @@ class _CoreCollector:
 
 
 class Metrics:
-    """The broker's Prometheus registry: the core's numbers, fsync latency, the process."""
+    """The broker's Prometheus registry: the core's numbers, fsync latency, the process;
+    stream and client labels hashed by ``redact`` (a :class:`~zeps.broker.monitor.Redactor`)
+    if given."""
 
-    def __init__(self, core):
+    def __init__(self, core, redact=None):
         self.registry = CollectorRegistry()
-        self.registry.register(_CoreCollector(core))
+        self.registry.register(_CoreCollector(core, redact))
         self.fsync = Histogram("zeps_fsync_seconds", "Duration of one journal fsync "
                                "(group commit, --fsync interval)", buckets=FSYNC_BUCKETS,
                                registry=self.registry)

@@ -25,10 +25,17 @@ A subscriber's *lag* is the number of messages between its position and the jour
 (``head - next_seq + 1``; 0 when it has everything). Traffic is counted by the streams
 (``zeps.broker.stream.COUNTERS``): messages in are appended records, messages out are DELIVERs
 produced, bytes are what ZEPS/1 counts as credit (sequence, key and body).
+
+Given a :class:`Redactor`, the documents name no stream, client routing id, CurveZMQ key,
+pattern or path: each is replaced by a keyed hash, stable while the key is (a monitoring
+reader can still tell the streams and clients apart and follow them from poll to poll, not
+learn or confirm a name the ACL hides from it); error texts are reduced to their kind.
 """
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import hmac
 from collections import Counter
 from typing import Any, Dict, Optional
 
@@ -42,6 +49,62 @@ MODES = ("live", "catching_up", "historical", "congested", "not_subscribed", "un
 SORTS = ("lag", "client", "stream", "idle", "credit")
 #: JSON names of the stream counters, in the order of ``COUNTERS``.
 _TRAFFIC = dict(zip(COUNTERS, ("in_msgs", "out_msgs", "in_bytes", "out_bytes")))
+
+
+class Redactor:
+    """Stands for names in the monitoring documents: ``kind:`` and 16 hex digits of an
+    HMAC-SHA256 under ``key``, so the same name always reads the same, and nobody without the
+    key can compute (or test a guess of) a name's stand-in. :data:`PATHS` are the entries of
+    the broker's ``about`` (``/varz``) that hold file system paths: they are left out."""
+
+    PATHS = ("data_dir",)
+
+    def __init__(self, key: bytes):
+        if len(key) < 16:
+            raise ValueError("a redaction key needs at least 16 bytes")
+        self._key = key
+        self._memo: Dict[tuple, str] = {}
+
+    def _hash(self, kind: str, value: bytes) -> str:
+        memo = self._memo.get((kind, value))
+        if memo is None:
+            if len(self._memo) >= 65536:          # bounded however many names come and go
+                self._memo.clear()
+            digest = hmac.new(self._key, kind.encode() + b"\0" + value, hashlib.sha256)
+            memo = self._memo[(kind, value)] = f"{kind}:{digest.hexdigest()[:16]}"
+        return memo
+
+    def stream(self, name: Optional[str]) -> Optional[str]:
+        return None if name is None else self._hash("stream", name.encode("utf-8", "replace"))
+
+    def client(self, identity: bytes) -> str:
+        return self._hash("client", identity)
+
+    def key(self, user: Optional[str]) -> Optional[str]:
+        return None if user is None else self._hash("key", user.encode("utf-8", "replace"))
+
+    def pattern(self, text: str) -> str:
+        return self._hash("pattern", text.encode("utf-8", "replace"))
+
+    @staticmethod
+    def error(exc: BaseException) -> str:
+        return type(exc).__name__                 # messages name files and streams
+
+
+def read_token(path: str) -> bytes:
+    """The monitoring token in ``path`` (``--monitor-token FILE``; surrounding white space
+    ignored); ValueError with a one-line reason if it cannot be read or is not 16 to 1024
+    visible ASCII characters."""
+    try:
+        with open(path, "rb") as f:
+            token = f.read(4096).strip()
+    except OSError as exc:
+        raise ValueError(f"--monitor-token: cannot read {path}: {exc.strerror or exc}") from None
+    if not 16 <= len(token) <= 1024 or any(not 0x21 <= b <= 0x7E for b in token):
+        raise ValueError(f"--monitor-token: {path} must hold one token of 16 to 1024 visible "
+                         "ASCII characters (e.g. python3 -c 'import secrets; "
+                         "print(secrets.token_urlsafe(32))')")
+    return token
 
 
 def _mode(s: Session, congested, catching_up) -> str:
@@ -84,20 +147,23 @@ def lag_of(core, s: Session) -> Optional[int]:
     return _lag(s, _head(core.streams.get(s.stream)) if s.stream is not None else None)
 
 
-def client_doc(core, s: Session, now: float, head: Optional[int] = None) -> Dict[str, Any]:
-    """One client's document (an entry of :func:`connz`); ``head`` is its stream's, if known."""
+def client_doc(core, s: Session, now: float, head: Optional[int] = None,
+               redact: Optional[Redactor] = None) -> Dict[str, Any]:
+    """One client's document (an entry of :func:`connz`); ``head`` is its stream's, if known;
+    names hashed by ``redact`` if given."""
     st = core.streams.get(s.stream) if s.stream is not None else None
     if head is None:
         head = _head(st)
+    patterns = [p.text for p, _start in s.subscriptions]
     return {
-        "client": s.identity.hex(),
-        "user": s.user,
-        "stream": s.stream,
+        "client": redact.client(s.identity) if redact else s.identity.hex(),
+        "user": redact.key(s.user) if redact else s.user,
+        "stream": redact.stream(s.stream) if redact else s.stream,
         "mode": _mode(s, core.congested, st.catching_up if st is not None else ()),
         "credit": s.credit,
         "next_seq": s.next_seq or None,
         "lag": _lag(s, head),
-        "subscriptions": [p.text for p, _start in s.subscriptions],
+        "subscriptions": [redact.pattern(p) for p in patterns] if redact else patterns,
         "delivered": s.delivered,
         "published": s.published,
         "confirms_pending": len(s.unconfirmed),
@@ -106,10 +172,11 @@ def client_doc(core, s: Session, now: float, head: Optional[int] = None) -> Dict
     }
 
 
-def stream_doc(core, st: Stream) -> Dict[str, Any]:
-    """One open stream's document (an entry of :func:`streamz`)."""
+def stream_doc(core, st: Stream, redact: Optional[Redactor] = None) -> Dict[str, Any]:
+    """One open stream's document (an entry of :func:`streamz`); its name hashed and an error
+    reduced to its kind by ``redact`` if given."""
     j = st.journal
-    doc: Dict[str, Any] = {"name": st.name}
+    doc: Dict[str, Any] = {"name": redact.stream(st.name) if redact else st.name}
     try:
         info = j.info()
         doc.update(first_seq=info.first_seq, head_seq=info.last_seq,
@@ -118,7 +185,7 @@ def stream_doc(core, st: Stream) -> Dict[str, Any]:
                    oldest_ts=info.oldest_ts or None, newest_ts=info.newest_ts or None,
                    durable_seq=j.durable_seq)
     except Exception as exc:          # a broken or closed journal: say so, show the rest
-        doc["error"] = f"{type(exc).__name__}: {exc}"
+        doc["error"] = redact.error(exc) if redact else f"{type(exc).__name__}: {exc}"
     for counter, name in _TRAFFIC.items():
         doc[name] = getattr(st, counter)
     head = doc.get("head_seq")
@@ -146,11 +213,15 @@ def traffic(core) -> Dict[str, int]:
 
 
 def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional[int] = None,
-         about: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+         about: Optional[Dict[str, Any]] = None,
+         redact: Optional[Redactor] = None) -> Dict[str, Any]:
     """The broker as a whole. ``now`` and ``started`` are the core's clock (monotonic seconds);
-    ``wall_ns`` the time of day to show; ``about`` what the shell knows (version, endpoint...)."""
+    ``wall_ns`` the time of day to show; ``about`` what the shell knows (version, endpoint...),
+    without its paths if ``redact`` is given; ``redacted`` says whether names are hashed."""
     modes = Counter(mode_of(core, s) for s in core.sessions.values())
-    doc: Dict[str, Any] = dict(about or {})
+    doc: Dict[str, Any] = {k: v for k, v in (about or {}).items()
+                           if not (redact and k in Redactor.PATHS)}
+    doc["redacted"] = redact is not None
     if wall_ns is not None:
         doc["now_ns"] = wall_ns
     if started is not None:
@@ -175,44 +246,53 @@ def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional
 
 
 def connz(core, now: float, *, sort: str = "lag", limit: Optional[int] = 1024, offset: int = 0,
-          stream: Optional[str] = None) -> Dict[str, Any]:
+          stream: Optional[str] = None, redact: Optional[Redactor] = None) -> Dict[str, Any]:
     """The clients, ordered by ``sort`` (one of :data:`SORTS`), ``limit`` of them from
     ``offset`` (``limit=None``: all), only those attached to ``stream`` if given. Ordering
-    looks at every client; documents are made for the page only."""
+    looks at every client; documents are made for the page only. With ``redact``, names are
+    hashed, ``stream`` is a hashed name and orders by name follow the hashes (the order of
+    the names would tell something of them)."""
     if sort not in SORTS:
         raise ValueError(f"sort must be one of {', '.join(SORTS)}, not {sort!r}")
     sessions = list(core.sessions.values())
+    ident = redact.client if redact else bytes
+    name = redact.stream if redact else (lambda n: n)
     if stream is not None:
-        sessions = [s for s in sessions if s.stream == stream]
-    heads = {name: _head(st) for name, st in core.streams.items()}
+        sessions = [s for s in sessions if s.stream is not None and name(s.stream) == stream]
+    heads = {n: _head(st) for n, st in core.streams.items()}
     if sort == "lag":                 # most behind first; clients that do not subscribe last
         def key(s):
             lag = _lag(s, heads.get(s.stream))
-            return (1 if lag is None else -lag, s.identity)
+            return (1 if lag is None else -lag, ident(s.identity))
     elif sort == "client":
         def key(s):
-            return s.identity
+            return ident(s.identity)
     elif sort == "stream":
         def key(s):
-            return (s.stream or "", s.identity)
+            return (name(s.stream) or "", ident(s.identity))
     elif sort == "idle":
         def key(s):
-            return (s.last_seen, s.identity)
+            return (s.last_seen, ident(s.identity))
     else:
         def key(s):
-            return (-s.credit, s.identity)
+            return (-s.credit, ident(s.identity))
     sessions.sort(key=key)
     page = sessions[offset:] if limit is None else sessions[offset:offset + limit]
     return {"total": len(sessions), "offset": offset, "limit": limit, "sort": sort,
-            "connections": [client_doc(core, s, now, heads.get(s.stream)) for s in page]}
+            "connections": [client_doc(core, s, now, heads.get(s.stream), redact)
+                            for s in page]}
 
 
-def streamz(core, *, limit: Optional[int] = None, offset: int = 0) -> Dict[str, Any]:
-    """The open streams by name, ``limit`` of them from ``offset`` (``None``: all). Streams
-    on disk that no client used lately are closed (``--max-open-streams``) and not listed;
-    :func:`varz` counts them in ``streams``."""
-    names = sorted(core.streams)
+def streamz(core, *, limit: Optional[int] = None, offset: int = 0,
+            redact: Optional[Redactor] = None) -> Dict[str, Any]:
+    """The open streams by name (by hashed name with ``redact``), ``limit`` of them from
+    ``offset`` (``None``: all). Streams on disk that no client used lately are closed
+    (``--max-open-streams``) and not listed; :func:`varz` counts them in ``streams``."""
+    if redact:
+        names = [n for _h, n in sorted((redact.stream(n), n) for n in core.streams)]
+    else:
+        names = sorted(core.streams)
     total = len(names)
     names = names[offset:] if limit is None else names[offset:offset + limit]
     return {"total": total, "offset": offset, "limit": limit,
-            "streams": [stream_doc(core, core.streams[n]) for n in names]}
+            "streams": [stream_doc(core, core.streams[n], redact) for n in names]}

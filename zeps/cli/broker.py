@@ -114,7 +114,20 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         type=_arg(units.parse_address), default=None,
                         help="serve the dashboard, /varz /connz /streamz (JSON) and /metrics "
                              f"(Prometheus) over HTTP here (default off; alone: {DEFAULT_MONITOR};"
-                             " port 0 picks a free one). No authentication: keep it private")
+                             " port 0 picks a free one). Plain HTTP that shows stream names, "
+                             "client keys and patterns (even those the ACL hides from "
+                             "LIST-STREAMS) unless --monitor-redact: keep it private, see "
+                             "--monitor-token")
+    parser.add_argument("--monitor-token", metavar="FILE",
+                        default=os.environ.get("ZEPS_MONITOR_TOKEN_FILE"),
+                        help="a file holding a token (16 to 1024 visible ASCII characters): "
+                             "every monitoring page but /healthz and the dashboard's files then "
+                             "needs 'Authorization: Bearer TOKEN' (401 without; the dashboard "
+                             "takes it as /#token=TOKEN). Default $ZEPS_MONITOR_TOKEN_FILE")
+    parser.add_argument("--monitor-redact", choices=("auto", "yes", "no"), default="auto",
+                        help="yes: monitoring pages and metrics show stable hashes instead of "
+                             "stream names, client ids, keys and patterns, and no paths; auto "
+                             "(default): yes with --curve-secret unless --monitor-token is given")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -178,6 +191,14 @@ def _reload(args, broker, log) -> None:
 def run_from_args(args: argparse.Namespace) -> int:
     configure_logging(args.log_json, args.log_level)
     log = structlog.get_logger("zeps.broker")
+    monitor_token = None
+    if args.monitor is not None and args.monitor_token:
+        from zeps.broker.monitor import read_token
+        try:
+            monitor_token = read_token(args.monitor_token)
+        except ValueError as exc:
+            print(f"zeps: error: {exc}", file=sys.stderr)
+            return 2
     jconf = JournalConfig(
         segment_bytes=args.segment_bytes, fsync=args.fsync, fsync_interval_ms=args.fsync_interval_ms,
         max_record_bytes=args.max_message + 512,
@@ -237,7 +258,7 @@ def run_from_args(args: argparse.Namespace) -> int:
     monitor = None
     if args.monitor is not None:
         try:
-            monitor = _start_monitor(args, broker, log)
+            monitor = _start_monitor(args, broker, log, monitor_token)
         except OSError as exc:
             broker.stop()
             broker.serve_forever()          # stopped: returns at once, closing socket and journals
@@ -259,7 +280,21 @@ def run_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-def _start_monitor(args, broker, log):
+def monitor_redactor(args, curve, token):
+    """The :class:`~zeps.broker.monitor.Redactor` of ``--monitor-redact`` (None: names shown).
+    Its key comes from the broker's CurveZMQ secret when there is one (the hashes stay the
+    same across restarts), else it is random (they change at each start)."""
+    import hashlib
+    from zeps.broker.monitor import Redactor
+    redact = args.monitor_redact
+    if redact == "no" or (redact == "auto" and (curve is None or token is not None)):
+        return None
+    if curve is not None:
+        return Redactor(hashlib.sha256(b"zeps monitor redaction\0" + curve.secret).digest())
+    return Redactor(os.urandom(32))
+
+
+def _start_monitor(args, broker, log, token=None):
     """The monitoring HTTP server (``--monitor``), started; its fsync histogram is fed by the
     broker's sync greenlet."""
     from zeps.broker.http import MonitorServer
@@ -269,14 +304,20 @@ def _start_monitor(args, broker, log):
         zeps_version = version("zeps")
     except PackageNotFoundError:
         zeps_version = None
-    metrics = Metrics(broker.core)
+    redact = monitor_redactor(args, broker.curve, token)
+    if token is None and redact is None and broker.curve is not None:
+        log.warning("monitor_open", detail="--monitor-redact no without --monitor-token: "
+                                           "whoever reaches the monitoring port sees every "
+                                           "stream name, client key and pattern")
+    metrics = Metrics(broker.core, redact)
     broker.on_fsync = metrics.observe_fsync
     host, port = args.monitor
     about = {"server": "zeps", "version": zeps_version, "pid": os.getpid(),
              "endpoint": broker.endpoint, "data_dir": os.path.abspath(args.data_dir),
              "fsync": args.fsync}
+    log.info("monitor_access", token=token is not None, redacted=redact is not None)
     return MonitorServer(broker.core, host, port, metrics=metrics, clock=broker.clock,
-                         about=about, log=log).start()
+                         about=about, log=log, token=token, redact=redact).start()
 
 
 def main(argv=None) -> int:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 from urllib.parse import urlsplit
 
-from zeps.broker.monitor import MODES
+from zeps.broker.monitor import MODES, read_token
 from zeps.units import DEFAULT_MONITOR
 
 from .common import _add_common, _positive_int, _seconds
@@ -63,6 +63,10 @@ def add_parser(sub) -> None:
                    help="print one frame (rates over one --interval) and exit")
     p.add_argument("--clients", type=_positive_int, default=20, metavar="N",
                    help="clients listed, most behind first (default 20)")
+    p.add_argument("--monitor-token", metavar="FILE",
+                   default=os.environ.get("ZEPS_MONITOR_TOKEN_FILE"),
+                   help="the file holding the broker's monitoring token (zeps broker "
+                        "--monitor-token; default $ZEPS_MONITOR_TOKEN_FILE)")
     _add_common(p)
     p.set_defaults(func=cmd_top, interrupt_rc=130)
 
@@ -80,9 +84,11 @@ class Sample:
     connz: dict
 
 
-def _get(url: str, timeout: float) -> dict:
+def _get(url: str, timeout: float, token: Optional[bytes] = None) -> dict:
+    headers = {"Authorization": f"Bearer {token.decode('ascii')}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
+                                    timeout=timeout) as r:
             return json.load(r)
     except urllib.error.HTTPError as exc:
         try:
@@ -99,11 +105,13 @@ def _get(url: str, timeout: float) -> dict:
                            f"monitoring port?") from None
 
 
-def fetch(base: str, clients: int, timeout: float, clock=time.monotonic) -> Sample:
-    """Poll ``/varz``, ``/streamz`` and ``/connz`` (the ``clients`` most behind) once."""
-    varz = _get(f"{base}/varz", timeout)
-    streamz = _get(f"{base}/streamz", timeout)
-    connz = _get(f"{base}/connz?sort=lag&limit={clients}", timeout)
+def fetch(base: str, clients: int, timeout: float, clock=time.monotonic,
+          token: Optional[bytes] = None) -> Sample:
+    """Poll ``/varz``, ``/streamz`` and ``/connz`` (the ``clients`` most behind) once, with
+    the monitoring ``token`` if given."""
+    varz = _get(f"{base}/varz", timeout, token)
+    streamz = _get(f"{base}/streamz", timeout, token)
+    connz = _get(f"{base}/connz?sort=lag&limit={clients}", timeout, token)
     return Sample(clock(), varz, streamz, connz)
 
 
@@ -211,8 +219,15 @@ def _width(out) -> int:
 def cmd_top(args) -> int:
     out = sys.stdout
     timeout = args.connect_timeout
+    token = None
+    if args.monitor_token:
+        try:
+            token = read_token(args.monitor_token)
+        except ValueError as exc:
+            sys.stderr.write(f"zeps: error: {exc}\n")
+            return 2
     try:
-        cur = fetch(args.monitor, args.clients, timeout)
+        cur = fetch(args.monitor, args.clients, timeout, token=token)
     except MonitorError as exc:
         sys.stderr.write(f"zeps: error: {exc}\n")
         return 1
@@ -220,7 +235,7 @@ def cmd_top(args) -> int:
     if args.once:
         time.sleep(args.interval)
         try:
-            prev, cur = cur, fetch(args.monitor, args.clients, timeout)
+            prev, cur = cur, fetch(args.monitor, args.clients, timeout, token=token)
         except MonitorError as exc:
             sys.stderr.write(f"zeps: error: {exc}\n")
             return 1
@@ -234,7 +249,7 @@ def cmd_top(args) -> int:
         out.flush()
         time.sleep(args.interval)
         try:
-            prev, cur = cur, fetch(args.monitor, args.clients, timeout)
+            prev, cur = cur, fetch(args.monitor, args.clients, timeout, token=token)
             note = ""
         except MonitorError as exc:          # the broker went away: say so, keep trying
             note = f"broker not answering: {exc}"

@@ -80,6 +80,7 @@ class CoreConfig:
     max_subscriptions: int = 1024         # patterns per client
     max_regex_subscriptions: int = 16     # regex patterns per client
     max_regex_per_stream: int = 128       # distinct regexes matched per published key on a stream
+    max_producer_ids: int = 16            # distinct producer ids one connection may register
     max_credit: int = 64 << 20            # the credit window the broker advises (LIMITS-OK)
     regex_strikes: int = 3                # timeouts before a regex subscription is removed
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)
@@ -407,9 +408,11 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         if len(cmd.body) > limit:
             self._reject(s, f"body of {len(cmd.body)} bytes is over the {whose}'s limit of {limit}")
             return
-        if s.producer is not None and s.pseq_next > MAX_PSEQ:
-            self._reject(s, _pseq_exhausted(s.pseq_next))
-            return
+        if s.producer is not None:
+            why = self._producer_refusal(s, 1)
+            if why is not None:
+                self._reject(s, why)
+                return
         self.queued += 1
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
@@ -423,8 +426,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         why = None
         if not s.may_publish:
             why = Reason.not_allowed(self.acl.who(s.user), "publish", s.stream)
-        elif s.producer is not None and s.pseq_next + n - 1 > MAX_PSEQ:
-            why = _pseq_exhausted(s.pseq_next + n - 1)
+        elif s.producer is not None and (refused := self._producer_refusal(s, n)) is not None:
+            why = refused
         else:
             limit, whose = self._body_limit(stream)
             # No body can be longer than the entries less the 5 fixed bytes of each entry.
@@ -482,14 +485,36 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                                                           self.config.max_credit))))
 
     def _on_producer(self, s: Session, cmd: c.Producer, _was) -> None:
+        """Rights first (a client that may not publish has no use for a producer id), then the
+        connection's limit of distinct ids (one client cannot fill the stream's producer table
+        or evict others' state), then the stream's O(1) registration: binding, fencing, the
+        out-of-order check (``Stream.register_producer``)."""
+        if not s.may_publish:
+            self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
+            return
         if not cmd.producer or cmd.next < 1:
             self._invalid(s.identity, "PRODUCER needs a producer id and a sequence from 1")
             return
-        stream = self.streams[s.stream]
-        stream.flush()                   # what this producer queued is in the state first
-        s.producer = cmd.producer
-        s.pseq_next = cmd.next
-        self.outbox.append((s.identity, encode(c.ProducerOk(stream.producer_last(cmd.producer)))))
+        ids = s.producer_ids
+        if cmd.producer not in ids and len(ids) >= self.config.max_producer_ids:
+            self._invalid(s.identity, Reason.limit("max_producer_ids", self.config.max_producer_ids))
+            return
+        why, last = self.streams[s.stream].register_producer(s, cmd.producer, cmd.next)
+        if why is not None:
+            self._invalid(s.identity, why)
+            return
+        ids.add(cmd.producer)
+        self.outbox.append((s.identity, encode(c.ProducerOk(last))))
+
+    @staticmethod
+    def _producer_refusal(s: Session, n: int):
+        """Why the next ``n`` publishes of a PRODUCER peering are refused (fenced, out of
+        order, or producer sequences past 2^64-1), or None."""
+        if s.producer_refusal is not None:
+            return s.producer_refusal
+        if s.pseq_next + n - 1 > MAX_PSEQ:
+            return _pseq_exhausted(s.pseq_next + n - 1)
+        return None
 
     def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
         s.timestamps = True

@@ -52,7 +52,8 @@ class Session:
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
-                 "may_subscribe", "producer", "pseq_next", "batches", "budget", "budget_at")
+                 "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
+                 "batches", "budget", "budget_at")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -70,6 +71,7 @@ class Session:
         self.batches = False            # BATCH-SELECT: DELIVER-BATCH, on every later peering too
         self.reasons = False            # REASONS-SELECT: ERROR instead of INVALID, from then on
         self.budget = float("inf")      # see spend(): starts full
+        self.producer_ids: set = set()  # producer ids registered on this connection (capped)
         self.budget_at = now
         self._reset_stream_state()
 
@@ -89,6 +91,9 @@ class Session:
         self.may_subscribe = True
         self.producer: Optional[str] = None   # idempotent producer id (PRODUCER), or None
         self.pseq_next = 0              # producer sequence of this peering's next PUBLISH
+        #: Why this peering's publishes are refused (fenced, out of order: a reasons.Reason),
+        #: until a PRODUCER that is accepted; None: they are not.
+        self.producer_refusal = None
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:

@@ -116,6 +116,8 @@ class Stream:
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
         self.pending_pseq: Dict[int, Tuple[str, int]] = {}    # pending index -> producer, pseq
+        self.pending_pids: set = set()                         # producer ids with publishes queued
+        self.producer_owners: Dict[str, Session] = {}          # producer id -> its newest PRODUCER
         self.duplicates_total = 0                              # producer retries not stored again
         self.published_total = 0
         self.delivered_total = 0
@@ -141,6 +143,8 @@ class Stream:
         self.sessions.pop(ident, None)
         self.catching_up.pop(ident, None)
         self.confirming.pop(ident, None)
+        if session.producer is not None and self.producer_owners.get(session.producer) is session:
+            del self.producer_owners[session.producer]
         session.detached()
 
     def unsubscribe_all(self, session: Session) -> None:
@@ -270,6 +274,7 @@ class Stream:
         sequence."""
         if session.producer is not None:
             self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
+            self.pending_pids.add(session.producer)
             session.pseq_next += 1
         self.pending.append((session, key, body))
 
@@ -283,12 +288,52 @@ class Stream:
         for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
             if session.producer is not None:
                 self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
+                self.pending_pids.add(session.producer)
                 session.pseq_next += part.count
             self.pending.append((session, None, part))
 
     def producer_last(self, producer: str) -> int:
-        """The highest producer sequence the stream holds for ``producer`` (0: none)."""
-        return self.journal.producers().get(producer, (0, 0))[0]
+        """The highest producer sequence the stream holds for ``producer`` (0: none). O(1)."""
+        e = self.journal.producer(producer)
+        return 0 if e is None else e[0]
+
+    def register_producer(self, session: Session, producer: str,
+                          first: int) -> Tuple[Optional[Reason], int]:
+        """PRODUCER ``producer first`` from ``session`` (rights and the per-connection limit
+        were checked): ``(refusal, last)`` - the refusal (the id is bound to another key) or
+        None, and the producer's last sequence the stream holds. O(1) whatever the number of
+        producers known (issue 15, finding 4); the publishes the id has queued are appended
+        first, so ``last`` counts them.
+
+        Accepted, the session owns the id on this stream: a session that owned it before is
+        fenced (its later publishes are refused, never confirmed: Kafka's epochs), and if
+        ``first`` is past ``last + 1`` the session's publishes are refused as out of order until
+        a PRODUCER from ``last + 1`` or below (no peering can make another's future producer
+        sequences look stored). With CurveZMQ keys, an id is bound to the key whose records made
+        it (the journal keeps the binding) or whose peering owns it now: another key is
+        refused."""
+        if producer in self.pending_pids:
+            self.flush()
+        entry = self.journal.producer(producer)
+        owner = self.producer_owners.get(producer)
+        user = session.user
+        if user is not None and ((owner is not None and owner is not session
+                                  and owner.user != user)
+                                 or (entry is not None and entry[3] is not None
+                                     and entry[3] != user)):
+            return Reason.producer_bound(producer, f"key {user}"), 0
+        if owner is not None and owner is not session:
+            owner.producer_refusal = Reason.producer_fenced(producer)
+        old = session.producer
+        if old is not None and old != producer and self.producer_owners.get(old) is session:
+            del self.producer_owners[old]
+        self.producer_owners[producer] = session
+        last = 0 if entry is None else entry[0]
+        session.producer = producer
+        session.pseq_next = first
+        session.producer_refusal = (Reason.producer_out_of_order(producer, last, first)
+                                    if first > last + 1 else None)
+        return None, last
 
     def _drop_duplicates(self, pending):
         """Split the queued publishes: the ones an idempotent producer already stored are
@@ -303,7 +348,8 @@ class Stream:
         queued with its original), ``-1 - i`` for the last message of ``keep[i]``, known once
         appended."""
         marks, self.pending_pseq = self.pending_pseq, {}
-        state = dict(self.journal.producers())
+        state: Dict[str, Tuple[int, int]] = {}      # this round's, over the journal's (O(1) each)
+        lookup = self.journal.producer
         keep, producers, dups = [], [], []
         for i, entry in enumerate(pending):
             mark = marks.get(i)
@@ -312,7 +358,11 @@ class Stream:
                 pub, key, body = entry
                 n = 1 if key is not None else body.count
                 last = pseq + n - 1                    # this publish's last producer sequence
-                last_pseq, last_seq = state.get(pid, (0, 0))
+                known = state.get(pid)
+                if known is None:
+                    e = lookup(pid)
+                    known = (0, 0) if e is None else (e[0], e[1])
+                last_pseq, last_seq = known
                 if pseq <= last_pseq:                  # a retry of what the stream holds
                     dup = min(n, last_pseq - pseq + 1)
                     dups.append((pub, dup, len(keep), last_seq))
@@ -325,6 +375,14 @@ class Stream:
             keep.append(entry)
             producers.append(mark)
         return keep, producers, dups
+
+    def _bind_producers(self, pending, producers) -> None:
+        """With CurveZMQ keys, the producer ids just appended are bound to their publishers'
+        keys (those not bound yet: the first key to store records under an id keeps it)."""
+        bind = self.journal.bind_producer
+        for (pub, _key, _body), mark in zip(pending, producers):
+            if mark is not None and pub.user is not None:
+                bind(mark[0], pub.user)
 
     def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[Reason] = None) -> int:
         """Count and queue the confirms of the duplicates of ``dups`` that came before kept
@@ -371,6 +429,8 @@ class Stream:
         if not self.pending:
             return
         pending, self.pending = self.pending, []
+        if self.pending_pids:
+            self.pending_pids.clear()
         producers = None
         dups: list = []
         if self.pending_pseq:
@@ -386,6 +446,8 @@ class Stream:
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             self._refuse(pending, dups, exc)
             return
+        if producers is not None:
+            self._bind_producers(pending, producers)
         if dups:
             last_seqs = [rec.sequence + BatchView(rec).count - 1 if key is None else rec.sequence
                          for (_p, key, _b), rec in zip(pending, records)]

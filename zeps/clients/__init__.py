@@ -91,14 +91,19 @@ How it works (what you can rely on, with either client)
   for the largest message the broker accepts (or, with a broker without ``LIMITS``, when it
   advises ``credit window too small``): see :mod:`zeps.clients.window`. A ``~regex`` pattern
   the broker removes (its matches kept timing out) raises :class:`PatternRemoved` once, from
-  the next call; the other patterns go on.
+  the next call, naming it (``err.pattern``); the other patterns go on, and that one is not
+  subscribed again after a reconnect.
+* **Refusals.** The client sends ``REASONS-SELECT`` before each ATTACH: a broker that offers it
+  refuses with ``ERROR``, a code and fields (:class:`zeps.protocol.reasons.Code`, on every
+  :class:`InvalidError` as ``err.code`` / ``err.fields``), which the client acts on; from an older
+  broker it reads ``INVALID``'s text, best effort (cut at 255 bytes).
 * **Connection events.** ``on_connection=callback`` is called with a
   :class:`~zeps.clients.peering.ConnectionEvent` when the peering is lost and when it is back
   (``zeps subscribe -v`` prints them).
 * **Reconnect.** A lost peering is detected by (1) a ZeroMQ socket-monitor ``DISCONNECTED``
   event (a broker that dies closes the TCP connection: detection is immediate), (2) an
-  ``INVALID`` whose reason says the broker does not know this client (it starts with
-  :data:`zeps.protocol.reasons.NOT_ATTACHED`, e.g. after expiry or when ZeroMQ reconnected the
+  ``INVALID`` whose reason says the broker does not know this client (code ``NOT_ATTACHED``,
+  text :data:`zeps.protocol.reasons.NOT_ATTACHED`, e.g. after expiry or when ZeroMQ reconnected the
   socket to a restarted broker) or a ``DETACH`` sent by the broker, and (3) a
   heartbeat: when the peering has been silent for ``heartbeat`` seconds the client sends
   ``STREAM-INFO`` (valid only while attached, unlike ``PING`` which a broker answers even to a

@@ -8,7 +8,7 @@ ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: run test soak java chromium bench bench-peers bench-smoke clean
+.PHONY: run test check soak java chromium bench bench-peers bench-smoke clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,13 @@ run: $(RUN_STAMP)
 test: $(TEST_STAMP) java chromium bench-peers
 	$(VENV)/bin/ruff check zeps tests bench examples
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+
+# `make check`: the fast loop: lint and every unit and in-process test (no process, fault, Spark
+# or benchmark test: tests/conftest.py applies those markers), in seconds.
+CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
+check: $(TEST_STAMP)
+	$(VENV)/bin/ruff check zeps tests bench examples
+	$(PY) -m pytest -q -m "$(CHECK_MARKERS)"
 
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.

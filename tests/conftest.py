@@ -130,3 +130,36 @@ def start_broker(tmp_path):
 @pytest.fixture
 def broker(start_broker, tmp_path) -> BrokerProcess:
     return start_broker(tmp_path / "data")
+
+
+# ------------------------------------------------------------------ levels
+# Every test has a level a reader can see with `pytest --markers` and select with -m:
+#   (none)    unit and in-process core: pure code, real files in a temp dir; `make check` runs these
+#   process   starts a real broker (or another process: the CLI, a second broker, a namespace)
+#   fault     crash, damage and soak scenarios (heavy even in-process: every byte of a record)
+#   spark     a local Spark session
+# `process` and `fault` are applied here, by the fixtures a test uses or the module it is in, so
+# that no test has to remember its marker.
+PROCESS_FIXTURES = frozenset({
+    "broker", "start_broker", "secure_broker", "allow_broker", "mbroker", "clients",
+    "clients_factory", "keys", "netns", "ram_dir", "small_disk", "spark"})
+#: Modules whose tests start processes themselves (subprocess, BrokerProcess, the CLI).
+PROCESS_MODULES = frozenset({
+    "test_bench_smoke", "test_cli", "test_cli_resilience", "test_makefile",
+    "test_journal_processes", "test_multicast_net", "test_multicast_cli", "test_exactly_once",
+    "test_reliability", "test_spark", "test_monitor", "test_security", "test_key_revocation",
+    "test_client", "test_client_asyncio", "test_client_batching_broker", "test_client_producer",
+    "test_client_receipts", "test_large_messages", "test_streams", "test_broker",
+    "test_isolation", "test_hostile_commands", "test_journal_batch", "test_journal_columnar",
+    "test_multicast_receiver"})
+#: In-process, but each test walks every byte of a record: the damage suite.
+FAULT_MODULES = frozenset({"test_journal_damage"})
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        module = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        if module in FAULT_MODULES:
+            item.add_marker(pytest.mark.fault)
+        if module in PROCESS_MODULES or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)

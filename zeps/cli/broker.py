@@ -95,6 +95,13 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="regex patterns per client (default 16)")
     limits.add_argument("--max-regex-per-stream", type=_positive(int), default=128,
                         help="distinct regexes per stream (default 128)")
+    limits.add_argument("--max-producer-ids", type=_positive(int), default=16,
+                        help="distinct idempotent producer ids one connection may register "
+                             "(PRODUCER; default 16)")
+    limits.add_argument("--producer-max-age", type=_positive(parse_duration), default=86400.0,
+                        help="an idempotent producer whose last message is older than this is "
+                             "forgotten: its retries are no longer de-duplicated (default 1d; "
+                             "at most 10,000 producers per stream are kept in any case)")
     limits.add_argument("--max-credit", type=_positive(parse_size), default=64 << 20,
                         help="the largest credit window the broker advises clients (LIMITS); "
                              "memory per client is bounded by --client-queue (default 64M)")
@@ -203,7 +210,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         segment_bytes=args.segment_bytes, fsync=args.fsync, fsync_interval_ms=args.fsync_interval_ms,
         max_record_bytes=args.max_message + 512,
         retention_bytes=args.retention_bytes,
-        retention_ms=int(args.retention_age * 1000) if args.retention_age else None)
+        retention_ms=int(args.retention_age * 1000) if args.retention_age else None,
+        producer_max_age_ms=max(1, int(args.producer_max_age * 1000)))
     try:
         datadir = DataDir(args.data_dir, jconf)
     except JournalLockedError as exc:
@@ -220,6 +228,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_subscriptions=args.max_subscriptions,
                              max_regex_subscriptions=args.max_regex_subscriptions,
                              max_regex_per_stream=args.max_regex_per_stream,
+                             max_producer_ids=args.max_producer_ids,
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              admin_rate=args.admin_rate,

@@ -187,6 +187,7 @@ def test_invalids_are_counted_by_reason_prefix(tmp_path):
         v = varz(h.core, h.now)
         assert v["invalid"] == {"not_attached": 1, "publish_rejected": 1, "limit": 2,
                                 "pattern_removed": 1, "not_allowed": 0, "no_stream": 0,
+                                "stream_recreated": 0, "producer_refused": 0,
                                 "credit_window_too_small": 1, "other": 2}
         assert sum(v["invalid"].values()) == h.invalids_sent() == 8
         assert v["invalid_frames"] == 1

@@ -45,6 +45,7 @@ LIST_BYTES = 65535 - 16
 
 _PING_OK = encode(c.PingOk())
 _ATTACH_OK = encode(c.AttachOk())
+_STREAM_EXPECT_OK = encode(c.StreamExpectOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
@@ -282,11 +283,15 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         return True
 
     def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
+        expect, s.expect = s.expect, 0          # STREAM-EXPECT holds for this ATTACH only
         acl = self.acl
         if acl is not None and not acl.may_attach(s.user, cmd.stream):
             self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "attach", cmd.stream))
             return
         if cmd.stream not in self.catalogue:
+            if expect:           # the stream this client knew was deleted: not made again
+                self._invalid(s.identity, Reason.stream_deleted(cmd.stream))
+                return
             if not self.config.auto_create:
                 self._invalid(s.identity, Reason.no_stream(cmd.stream, created_on_attach=False))
                 return
@@ -299,13 +304,27 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             return
         try:
             stream = self.stream(cmd.stream)
+            actual = self.datadir.incarnation(cmd.stream) if expect else 0
         except Exception as exc:   # JournalError, OSError: say why, stay unattached
             self._invalid(s.identity, Reason.failed(f"cannot open stream {cmd.stream!r}", exc))
             self.log("attach_failed", stream=cmd.stream, error=str(exc))
             return
+        if actual != expect:       # deleted and made again since the client knew it
+            self._invalid(s.identity, Reason.stream_recreated(cmd.stream, expect, actual))
+            return
         stream.attach(s)
         self._set_rights(s)
         self.outbox.append((s.identity, _ATTACH_OK))
+
+    def _on_stream_id(self, s: Session, cmd, _was) -> None:
+        """The attached stream's incarnation (kept in memory while the stream is open)."""
+        inc = self.datadir.incarnation(s.stream)
+        self.outbox.append((s.identity, encode(c.StreamIdOk(inc))))
+
+    def _on_stream_expect(self, s: Session, cmd: c.StreamExpect, _was) -> None:
+        """The next ATTACH joins incarnation ``cmd.incarnation`` only, and creates nothing."""
+        s.expect = cmd.incarnation
+        self.outbox.append((s.identity, _STREAM_EXPECT_OK))
 
     def _set_rights(self, s: Session) -> None:
         acl = self.acl
@@ -340,10 +359,9 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             self.forget(identity)
             self._invalid(identity, self._revoked_reason(user))
 
-    def _revoked_reason(self, user: Optional[str]) -> str:
-        who = self.acl.who(user) if self.acl is not None else f"client {user!r}"
-        return (f"{NOT_ALLOWED}{who}: its key is no longer allowed (the broker's allow-list "
-                f"changed); this connection is closed to every command")
+    def _revoked_reason(self, user: Optional[str]) -> Reason:
+        return Reason.key_revoked(self.acl.who(user) if self.acl is not None
+                                  else f"client {user!r}")
 
     def set_acl(self, acl) -> None:
         """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
@@ -635,6 +653,8 @@ _HANDLERS = {
     c.ListStreams: BrokerCore._on_list_streams,
     c.ListStreamsPage: BrokerCore._on_list_streams_page,
     c.Attach: BrokerCore._on_attach,
+    c.StreamId: BrokerCore._on_stream_id,
+    c.StreamExpect: BrokerCore._on_stream_expect,
     c.Detach: BrokerCore._on_detach,
     c.Subscribe: BrokerCore._on_subscribe,
     c.Credit: BrokerCore._on_credit,

@@ -31,10 +31,10 @@ ATTACHED = "ATTACHED"
 
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,
-              c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect)
+              c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect, c.StreamExpect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
-                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch)
+                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId)
 
 
 
@@ -48,7 +48,7 @@ class ProtocolViolation(Exception):
 
 
 class Session:
-    __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq",
+    __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq", "expect",
                  "credit", "live", "future_start", "confirms", "published", "unconfirmed",
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
@@ -60,6 +60,7 @@ class Session:
         self.state = NEW
         self.stream: Optional[str] = None
         self.last_seen = now
+        self.expect = 0                 # STREAM-EXPECT: the incarnation the next ATTACH must find
         # Congestion (the connection's send pipe was full): no DELIVER is produced for the client
         # before ``congested_until``; replies meanwhile wait in ``held`` (bounded by the core).
         self.congested_until = 0.0

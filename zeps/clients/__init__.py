@@ -130,7 +130,8 @@ from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
-                     PatternRemoved, ZepsError, ZepsTimeout)
+                     PatternRemoved, StreamDeleted, StreamGone, StreamRecreated, ZepsError,
+                     ZepsTimeout)
 from .curve import CurveKeys
 from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
@@ -140,7 +141,8 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
            "list_streams",
            "errors", "ZepsError",
-           "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "ClientClosed",
+           "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
+           "StreamDeleted", "StreamRecreated", "ClientClosed",
            "ConcurrentUseError",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401,E402  (last: it imports Client)

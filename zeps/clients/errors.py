@@ -14,6 +14,10 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
   :class:`TimeoutError`, so generic code that catches ``TimeoutError`` works.
 * :class:`ConnectionLost` -- the peering was lost and could not be restored (for example the
   broker refused the re-ATTACH after a restart).
+* :class:`StreamDeleted`, :class:`StreamRecreated` (both :class:`StreamGone`, a
+  :class:`ConnectionLost`) -- the stream the client was attached to was deleted, or deleted and
+  created again (another *incarnation*, whose sequences start again): the client does not
+  re-attach to it, its subscription ends and its unconfirmed publishes fail with this error.
 * :class:`ClientClosed` -- the client (or its subscription) was used after ``close()``.
 * :class:`ConcurrentUseError` -- one blocking client was called from two threads (or
   greenlets) at once; its message names both.
@@ -28,7 +32,7 @@ from typing import Optional, Tuple
 from ..protocol.reasons import Code, Reason
 
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
-           "ConnectionLost", "ClientClosed",
+           "ConnectionLost", "StreamGone", "StreamDeleted", "StreamRecreated", "ClientClosed",
            "ConcurrentUseError"]
 
 
@@ -89,6 +93,31 @@ class ZepsTimeout(ZepsError, TimeoutError):
 
 class ConnectionLost(ZepsError):
     """The peering with the broker was lost and cannot be restored."""
+
+
+class StreamGone(ConnectionLost):
+    """The stream this client was attached to is not there any more as the client knew it:
+    :class:`StreamDeleted` or :class:`StreamRecreated`. ``stream`` names it, ``incarnation`` is
+    the one the client knew (``STREAM-ID``), ``reason`` the broker's refusal of the re-ATTACH.
+    The client never re-attaches to another incarnation by itself: a subscription raises this
+    error, and so do the receipts of the publishes not confirmed (they were never stored in a
+    stream that still exists) and every later call; make a new client to use the stream as it
+    is now."""
+
+    def __init__(self, message: str, stream: str, incarnation: int, reason: str = ""):
+        super().__init__(message)
+        self.stream = stream
+        self.incarnation = incarnation
+        self.reason = reason
+
+
+class StreamDeleted(StreamGone):
+    """The stream was deleted (``STREAM-DELETE``, ``zeps stream delete``) and does not exist."""
+
+
+class StreamRecreated(StreamGone):
+    """The stream was deleted and created again under the same name: its sequences are not the
+    ones this client knew."""
 
 
 class ClientClosed(ZepsError):

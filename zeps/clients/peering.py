@@ -64,7 +64,8 @@ from ..protocol.reasons import Code, Reason
 from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
 from .delivery import Delivery
-from .errors import ClientClosed, ConnectionLost, InvalidError, PatternRemoved, invalid_error
+from .errors import (ClientClosed, ConnectionLost, InvalidError, PatternRemoved, StreamDeleted,
+                     StreamRecreated, invalid_error)
 from .message import Message, MessageBatch
 from .producer import check_producer_id, new_producer_id, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
@@ -90,6 +91,7 @@ _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
 _LIMITS = c.Limits()
 _BATCH_SELECT = c.BatchSelect()
 _REASONS_SELECT = encode(c.ReasonsSelect())
+_STREAM_ID = c.StreamId()
 #: The pattern the text of a PATTERN_REMOVED reason names, from a broker without REASONS-SELECT
 #: (it writes the regex, without its ``~``, as a Python string literal).
 _REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
@@ -110,6 +112,8 @@ _REPLY_KINDS = {
     c.BatchSelectOk: ("batch_select",),
     c.StreamDescribeOk: ("batch_limits",),
     c.ReasonsSelectOk: ("reasons_select",),
+    c.StreamIdOk: ("stream_id",),
+    c.StreamExpectOk: ("stream_expect",),
 }
 
 
@@ -165,7 +169,7 @@ class Peering(Delivery):
     def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
                  producer_id: Optional[str] = None, idempotent: bool = True,
-                 batching: bool = True, reasons: bool = True):
+                 batching: bool = True, reasons: bool = True, incarnations: bool = True):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
         self.stream = stream
@@ -182,6 +186,10 @@ class Peering(Delivery):
         self.queue = PublishQueue()
         self.batch_setup: Optional[Request] = None    # the last request batching waits for
         self.offered_batch: Optional[int] = None      # BATCH-SELECT-OK's max_batch
+        #: The incarnation of the stream at the first ATTACH (STREAM-ID); every re-ATTACH says
+        #: STREAM-EXPECT with it, so it joins that stream or none. None: not known yet; 0: the
+        #: broker does not tell (or ``incarnations`` is off: tests of the session set-up).
+        self.incarnation: Optional[int] = None if incarnations else 0
         self.heartbeat = float(heartbeat)
         #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
         self.probe_timeout = max(self.heartbeat, float(timeout))
@@ -541,6 +549,9 @@ class Peering(Delivery):
             self.confirm_ready = True
         elif kind == "anchor":
             self.anchor = cmd.last
+        elif kind == "stream_id":
+            if self.incarnation is None:
+                self.incarnation = cmd.incarnation
         elif kind == "batch_select":
             self.offered_batch = min(cmd.max_batch, MAX_BATCH_BYTES)
         elif kind == "batch_limits":
@@ -566,6 +577,8 @@ class Peering(Delivery):
         self.connecting_since = 0.0
         held = list(self.held)
         self.held.clear()
+        if self.incarnation is None:     # which stream this is (a re-ATTACH expects it)
+            self.request(_STREAM_ID, "stream_id", now)
         self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
         if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
             self.offered_batch = None
@@ -673,8 +686,15 @@ class Peering(Delivery):
                     self.attach_error = head.error
                 else:
                     self.state = FAILED
-                    self._fail(ConnectionLost(f"the broker refused to re-attach stream "
-                                              f"{self.stream!r}: {reason}"))
+                    self._fail(self._reattach_refused(code, reason))
+            elif head.kind == "stream_id":
+                log.debug("zeps: the broker at %s does not tell stream incarnations (%s)",
+                          self.endpoint, reason)
+                self.incarnation = 0
+            elif head.kind == "stream_expect":
+                log.warning("zeps: the broker at %s does not check stream incarnations (%s): "
+                            "re-attaching to stream %r without knowing whether it is the same "
+                            "stream", self.endpoint, reason, self.stream)
             elif head.kind == "confirm_select":
                 self._fail(head.error)
             elif head.kind == "resubscribe":
@@ -709,6 +729,19 @@ class Peering(Delivery):
 
     # ------------------------------------------------------------------ helpers
 
+    def _reattach_refused(self, code: Code, reason: str) -> ConnectionLost:
+        """The error a refused re-ATTACH ends the peering with: the stream it knew was deleted
+        (``no stream``), or is another incarnation, or (any other reason) the peering is lost."""
+        inc = self.incarnation or 0
+        if code is Code.NO_STREAM:
+            return StreamDeleted(f"stream {self.stream!r} was deleted (the broker said: "
+                                 f"{reason})", self.stream, inc, reason)
+        if code is Code.STREAM_RECREATED:
+            return StreamRecreated(f"stream {self.stream!r} was deleted and created again: its "
+                                   f"sequences are not the ones this client knew (the broker "
+                                   f"said: {reason})", self.stream, inc, reason)
+        return ConnectionLost(f"the broker refused to re-attach stream {self.stream!r}: {reason}")
+
     def _attach(self, now: float) -> None:
         self.state = CONNECTING
         self.attach_error = None
@@ -717,6 +750,9 @@ class Peering(Delivery):
         if self.reasons:                 # first: ATTACH's own refusal comes as ERROR too
             self.outstanding.append(Request("reasons_select", "REASONS-SELECT", now))
             self.outbox.append(_REASONS_SELECT)
+        if self.incarnation:             # re-ATTACH: to the stream it knew, or to none
+            self.outstanding.append(Request("stream_expect", "STREAM-EXPECT", now))
+            self.outbox.append(encode(c.StreamExpect(self.incarnation)))
         self.outstanding.append(Request("attach", "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
 

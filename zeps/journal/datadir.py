@@ -47,6 +47,7 @@ class DataDir:
         self._lock_fd = take_lock(self.path, "data")
         self.remove_leftovers()
         self._journals: Dict[str, Journal] = {}
+        self._incarnations: Dict[str, int] = {}       # of the open journals' streams
         self._mutex = threading.Lock()
         self._closed = False
 
@@ -67,8 +68,24 @@ class DataDir:
                 j = Journal.open(path, config, self._clock)
                 if is_hashed(os.path.basename(path)):
                     self._write_name(path, name)
+                try:                  # a stream a first ATTACH made gets its incarnation here
+                    self._incarnations[name] = stream_settings.ensure_incarnation(path)
+                except BaseException:
+                    j.close()
+                    raise
                 self._journals[name] = j
             return j
+
+    def incarnation(self, name: str) -> int:
+        """The stream's incarnation (settings.py): chosen when it was made, another one if it is
+        deleted and made again. Opens the stream (creating it) if it is not open."""
+        with self._mutex:
+            value = self._incarnations.get(name)
+        if value is None:
+            self.journal(name)
+            with self._mutex:
+                value = self._incarnations[name]
+        return value
 
     @staticmethod
     def _write_name(path: str, name: str) -> None:
@@ -161,6 +178,7 @@ class DataDir:
         freed); the next :meth:`journal` call opens it again."""
         with self._mutex:
             j = self._journals.pop(name, None)
+            self._incarnations.pop(name, None)
         if j is not None:
             try:
                 j.sync()

@@ -7,12 +7,19 @@ broker's default): retention by bytes and by age, the largest message, the segme
 the segment that holds it is still on disk (the segments wholly below it are deleted at once).
 
 The file is replaced atomically (write, fsync, rename), so it is either the old or the new one.
+
+Every stream also has an *incarnation* (``<stream dir>/INCARNATION``: 16 hex digits), random and
+never 0, written when the stream is made (by :func:`write` for a created one, by the data
+directory when a first ATTACH makes one) and never changed: a stream deleted and created again
+under the same name has another one, so a client can tell it is not the stream it knew (as
+Kafka's topic ids; STREAM-ID in docs/protocol.md).
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import secrets
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,6 +27,7 @@ from .config import JournalConfig
 from .errors import JournalError
 
 FILE = "SETTINGS.json"
+INCARNATION_FILE = "INCARNATION"
 
 
 @dataclass(frozen=True)
@@ -76,3 +84,46 @@ def write(stream_dir: str, settings: StreamSettings) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+    ensure_incarnation(stream_dir)
+
+
+def read_incarnation(stream_dir: str) -> Optional[int]:
+    """The stream's incarnation, or None when it has none yet (made before they existed, or a
+    crash between making its directory and writing it)."""
+    path = os.path.join(stream_dir, INCARNATION_FILE)
+    try:
+        with open(path, "rb") as f:
+            text = f.read(64)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        raise JournalError(f"unreadable stream incarnation {path}: {exc}") from None
+    try:
+        value = int(text.strip(), 16)
+    except ValueError:
+        value = 0
+    if not 0 < value < 2**64:
+        raise JournalError(f"unreadable stream incarnation {path}: {text[:20]!r}")
+    return value
+
+
+def ensure_incarnation(stream_dir: str) -> int:
+    """The stream's incarnation, chosen now (random, never 0) and written atomically (write,
+    fsync, rename, directory fsync) if it has none."""
+    value = read_incarnation(stream_dir)
+    if value is not None:
+        return value
+    value = secrets.randbits(64) or 1
+    path = os.path.join(stream_dir, INCARNATION_FILE)
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(f"{value:016x}\n".encode("ascii"))
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fd = os.open(stream_dir, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return value

@@ -368,6 +368,8 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             await answer(ident, c.Invalid("unknown command 62"))   # a broker without it
             await expect(c.Attach)
             await answer(ident, c.AttachOk())
+            await expect(c.StreamId)
+            await answer(ident, c.StreamIdOk(9))                    # the stream's incarnation
             await expect(c.Limits)
             await answer(ident, c.Invalid("unknown command 44"))   # a broker without LIMITS
             await expect(c.BatchSelect)
@@ -389,6 +391,9 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             again, _ = await expect(c.ReasonsSelect)
             assert again != ident                             # a new connection
             await answer(again, c.ReasonsSelectOk())               # a broker with it
+            _, cmd = await expect(c.StreamExpect)             # the same stream, or none
+            assert cmd.incarnation == 9
+            await answer(again, c.StreamExpectOk())
             await expect(c.Attach)
             await answer(again, c.AttachOk())
             await expect(c.Limits)

@@ -113,6 +113,12 @@ How it works (what you can rely on, with either client)
   every pattern from the last sequence it handed to the application, re-grants the credit
   window, and re-sends unconfirmed publishes. Messages received but not yet handed to the
   application are discarded and fetched again from the journal.
+* **A deleted stream.** The client re-attaches only to the stream it first attached to (its
+  *incarnation*, ``STREAM-ID``; docs/protocol.md), never creating it: if it was deleted, or
+  deleted and created again, the subscription and every later call raise
+  :class:`StreamDeleted` or :class:`StreamRecreated` (both :class:`ConnectionLost`), and the
+  receipts of unconfirmed publishes fail with it -- they are never confirmed with the sequences
+  of a new stream.
 
 Layers: :mod:`zeps.clients.peering` is the protocol as a pure state machine (no sockets, no
 clock); :mod:`zeps.clients.transport` owns the socket; :mod:`zeps.clients.operations` writes
@@ -123,7 +129,8 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
 :class:`MessageBatch`, :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
 :class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
-:class:`ClientClosed`, :class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
+:class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`, :class:`ClientClosed`,
+:class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
 """
 from . import errors
 from .aio import AsyncClient

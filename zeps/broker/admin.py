@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 
 from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c, encode
-from zeps.protocol.reasons import LIMIT, Reason
+from zeps.protocol.reasons import Reason
 
 from .session import Session
 
@@ -64,8 +64,7 @@ class StreamAdministration:
         if not self._exists(cmd.stream) and self._too_many_streams(s):
             return
         if cmd.max_message > self.config.max_message:
-            self._invalid(s.identity, f"{LIMIT}max_message {cmd.max_message} is over the "
-                                      f"broker's --max-message {self.config.max_message}")
+            self._invalid(s.identity, Reason.limit("max_message", self.config.max_message))
             return
         try:
             settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,

@@ -125,6 +125,7 @@ _LIMITS = {
     "max_regex_per_stream": "at most {} distinct regex subscriptions per stream",
     "max_total_streams": "the broker stores at most {} streams",
     "admin_rate": "at most {} listing and stream administration commands a second per client",
+    "max_message": "a stream's max_message is at most the broker's --max-message, {}",
     "max_producer_ids": "at most {} producer ids per connection",
 }
 _RIGHTS = {

@@ -129,6 +129,31 @@ def test_a_key_allowed_again_may_work_again_on_its_connection(allow_broker):
 
 
 
+
+def test_sdk_clients_of_a_revoked_key_fail_clearly_the_others_go_on(allow_broker):
+    """The SDK asks for ERROR (REASONS-SELECT): the revocation's code and fields end its peering
+    with ConnectionLost at once, instead of a reconnect that can never complete."""
+    from zeps.clients import Client, ConnectionLost, CurveKeys
+    b = allow_broker
+
+    def keys(name):
+        return CurveKeys.from_files(str(b.keydir / "broker.key"),
+                                    str(b.keydir / f"{name}.key_secret"))
+    with Client(b.endpoint, "feed", curve=keys("alice"), confirms=True, timeout=5) as pub, \
+            Client(b.endpoint, "feed", curve=keys("alice"), timeout=5) as calm, \
+            Client(b.endpoint, "feed", curve=keys("bob"), timeout=5) as revoked_sub:
+        pub.publish("k", b"1")
+        pub.wait_for_confirms()
+        calm_sub, bob_sub = calm.subscribe("", from_seq=1), revoked_sub.subscribe("", from_seq=1)
+        assert calm_sub.next(timeout=10).body == bob_sub.next(timeout=10).body == b"1"
+        (b.allow / "bob.key").unlink()
+        b.proc.send_signal(signal.SIGHUP)
+        with pytest.raises(ConnectionLost, match="no longer accepts this client's key"):
+            bob_sub.next(timeout=20)
+        pub.publish("k", b"2")
+        assert pub.wait_for_confirms() == 2
+        assert calm_sub.next(timeout=10).body == b"2"
+
 # ---------------------------------------------------------------- the core alone (no sockets)
 
 def test_core_revokes_held_sessions_and_connections_revoked_before_they_spoke(core):

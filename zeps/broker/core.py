@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Set, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
 
 from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
@@ -120,7 +120,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
         self.allowed_keys: Optional[FrozenSet[str]] = None  # CURVE allow-list; None: not known
-        self.revoked: Set[bytes] = set()                   # routing ids of revoked keys
+        self.revoked: Dict[bytes, bool] = {}               # ids of revoked keys -> ERROR chosen
         self.bad_frames: Dict[bytes, int] = {}            # malformed frames not yet logged
         self.bad_frames_other = 0
         self.bad_frames_total = 0                          # since start (stats)
@@ -146,7 +146,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
     def _receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
         self.now = now
         if self.revoked and identity in self.revoked:     # its key was removed: refuse all
-            self._invalid(identity, self._revoked_reason(self.users.get(identity)))
+            self._refuse_revoked(identity)
             return
         if len(frames) != 1:
             self._invalid(identity, f"a ZEPS command is exactly one frame, got {len(frames)}")
@@ -337,7 +337,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         if user:
             self.users[identity] = user
             if self.allowed_keys is not None and user not in self.allowed_keys:
-                self.revoked.add(identity)      # revoked between its handshake and now
+                self.revoked[identity] = False  # revoked between its handshake and now
             s = self.sessions.get(identity)
             if s is not None:
                 s.user = user
@@ -351,17 +351,24 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         same way, whatever the state (a new session cannot start on it). A key allowed again
         is served again (from a new ATTACH). Costs one look per connection, once per reload."""
         self.allowed_keys = allowed = frozenset(keys)
-        before = self.revoked
-        self.revoked = {i for i, user in self.users.items() if user not in allowed}
-        for identity in self.revoked - before:
-            user = self.users[identity]
-            self.log("key_revoked", client=identity.hex(), key=user)
+        before, self.revoked = self.revoked, {}
+        for identity, user in self.users.items():
+            if user not in allowed:          # its refusals stay ERROR if it chose them
+                s = self.sessions.get(identity)
+                self.revoked[identity] = before.get(identity, s is not None and s.reasons)
+        for identity in self.revoked.keys() - before.keys():
+            self.log("key_revoked", client=identity.hex(), key=self.users[identity])
             self.forget(identity)
-            self._invalid(identity, self._revoked_reason(user))
+            self._refuse_revoked(identity)
 
-    def _revoked_reason(self, user: Optional[str]) -> Reason:
-        return Reason.key_revoked(self.acl.who(user) if self.acl is not None
-                                  else f"client {user!r}")
+    def _refuse_revoked(self, identity: bytes) -> None:
+        """INVALID (or ERROR, code NOT_ALLOWED, fields ``connect`` and no stream) to a
+        connection whose key was revoked; it has no session to hold the choice."""
+        user = self.users.get(identity)
+        reason = Reason.key_revoked(self.acl.who(user) if self.acl is not None
+                                    else f"client {user!r}")
+        self.outbox.append((identity, reason.frame(self.revoked[identity])))
+        self.invalids[reason.label] += 1
 
     def set_acl(self, acl) -> None:
         """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
@@ -631,7 +638,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
         self.users.pop(identity, None)
-        self.revoked.discard(identity)
+        self.revoked.pop(identity, None)
         self.forget(identity)
 
     def forget(self, identity: bytes) -> None:

@@ -667,6 +667,13 @@ class Peering(Delivery):
         if code is Code.NOT_ATTACHED and self.state is ATTACHED:
             self.connection_lost(f"the broker does not know this client ({reason})")
             return
+        if code is Code.NOT_ALLOWED and why.fields[:1] == ("connect",):
+            # This connection's key was removed from the broker's allow-list: every command on
+            # it is refused, and a new connection could not complete the handshake.
+            self.state = FAILED
+            self._fail(ConnectionLost(f"the broker no longer accepts this client's key: "
+                                      f"{reason}"))
+            return
         # Advice the broker sends on its own, answering no request:
         if code is Code.WINDOW_TOO_SMALL:
             self._window_too_small(why)

@@ -496,8 +496,11 @@ def test_batched_publishes_take_consecutive_producer_sequences_and_are_resent_af
     feed(p, c.AttachOk())
     out = sent(p)
     assert c.Producer(p.producer, 2) in out
-    assert [x for x in out if isinstance(x, c.Publish)] == [c.Publish("k", b"%d" % i)
-                                                            for i in (1, 2, 3)]
+    assert not [x for x in out if isinstance(x, c.Publish)], "the re-sends wait for PRODUCER-OK"
+    for reply in (OLD_BROKER_LIMITS, c.BatchSelectOk(MAX_BATCH), DESCRIBED, c.ConfirmSelectOk(0),
+                  c.StreamInfoOk(1, 1, 0, 0, 0), c.ProducerOk(1)):
+        feed(p, reply)
+    assert sent(p) == [c.Publish("k", b"%d" % i) for i in (1, 2, 3)]
 
 
 def test_without_confirms_publishes_queued_or_batched_survive_a_reconnect_as_plain_publishes():

@@ -1,15 +1,21 @@
 """Exactly-once publishing in the client's pure peering (zeps/clients/producer.py): producer
-ids, producer sequences across reconnects, re-sends after PRODUCER, duplicates the broker
-confirms without storing. No sockets, no clock."""
+ids, producer sequences across reconnects, re-sends after PRODUCER-OK (numbered again past what
+the broker holds), duplicates the broker confirms without storing, a producer fenced by a newer
+one, and a broker that forgot the producer. No sockets, no clock."""
 from __future__ import annotations
+
+import logging
 
 import pytest
 
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, publish, sent
+from zeps.clients.errors import ProducerFenced, ProducerStateLost
 from zeps.clients.peering import Peering
 from zeps.clients.producer import runs
+from zeps.clients.receipt import Receipt
 from zeps.protocol import commands as c
-from zeps.protocol.reasons import PUBLISH_REJECTED
+from zeps.protocol import encode_publish
+from zeps.protocol.reasons import PUBLISH_REJECTED, Reason
 
 
 def producer(producer_id=None):
@@ -64,34 +70,75 @@ def test_after_a_reconnect_it_resends_from_the_first_unconfirmed_producer_sequen
     feed(p, c.Confirm(2, 12))
     assert [r.sequence for r in rs[:2]] == [11, 12]
     out = reattach(p)
-    # 3, 4 and 5 again, after PRODUCER saying they are 3, 4, 5
-    assert out[-4:] == [c.Producer(p.producer, 3), c.Publish("k", b"m3"), c.Publish("k", b"m4"),
-                        c.Publish("k", b"m5")]
+    # PRODUCER from 3, alone: the re-sends wait for its answer
+    assert out[-1] == c.Producer(p.producer, 3) and not p.ready
     feed(p, c.StreamInfoOk(0, 13, 0, 0, 0))                 # anchor: 3 was stored (13)
     feed(p, c.ProducerOk(3))                                # ... and the broker knows it
+    assert p.ready
+    assert sent(p) == [c.Publish("k", b"m3"), c.Publish("k", b"m4"), c.Publish("k", b"m5")]
     feed(p, c.Confirm(3, 15))                               # 3 a duplicate; 4, 5 stored
     assert all(r.done() for r in rs)
-    assert rs[2].sequence is None                          # stored before, under 13
-    assert rs[4].sequence == 15
+    assert rs[2].sequence is None and rs[2].duplicate      # stored before, under 13
+    assert rs[4].sequence == 15 and not rs[4].duplicate
     r6 = publish(p, b"m6")
     assert r6.pseq == 6                                     # counting goes on across reconnects
     feed(p, c.Confirm(4, 16))
     assert r6.sequence == 16
 
 
-def test_a_rejected_publish_leaves_a_hole_each_run_gets_its_own_producer():
+def holed():
+    """A producer that published a, b (rejected: producer sequence 2 is a hole) and c, none
+    confirmed, then reconnected: PRODUCER from 1, the re-sends waiting for its answer."""
     p = producer()
     feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
     feed(p, c.ProducerOk(0))
-    publish(p, b"a")
+    a = publish(p, b"a")
     big = publish(p, b"b" * 100)
-    publish(p, b"c")
+    cc = publish(p, b"c")
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 100 bytes is over the broker's limit of 99"))
     assert big.exception() is not None and big.pseq == 2
+    p.heard(big.exception())
     assert [(first, len(rs)) for first, rs in runs(p.pending)] == [(1, 1), (3, 1)]
     out = reattach(p)
-    assert out[-5:] == [c.Producer(p.producer, 1), c.Publish("k", b"a"), c.Ping(),
-                        c.Producer(p.producer, 3), c.Publish("k", b"c")]
+    assert out[-1] == c.Producer(p.producer, 1)
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    return p, a, cc
+
+
+def test_a_rejected_publish_leaves_a_hole_each_stored_run_gets_its_own_producer():
+    """Both a and c were stored (the broker holds up to 3): each run of duplicates is re-sent
+    after its own PRODUCER, as numbered."""
+    p, a, cc = holed()
+    feed(p, c.ProducerOk(3))
+    assert sent(p) == [c.Publish("k", b"a"), c.Ping(), c.Producer(p.producer, 3),
+                       c.Publish("k", b"c")]
+    assert (a.pseq, cc.pseq, p.next_pseq) == (1, 3, 4)
+
+
+@pytest.mark.parametrize("last", [0, 1])
+def test_what_the_broker_does_not_hold_is_numbered_again_after_its_last(last):
+    """Issue 15, finding 5: a peering may not start past the producer's last + 1. What the
+    broker does not hold (c, after the hole of the rejected b, and a too if last is 0: a broker
+    crash lost it) is numbered again from last + 1, so the re-sends follow on without a
+    hole and are stored."""
+    p, a, cc = holed()
+    feed(p, c.ProducerOk(last))
+    assert sent(p) == [c.Publish("k", b"a"), c.Publish("k", b"c")]     # no other PRODUCER
+    assert (a.pseq, cc.pseq, p.next_pseq) == (1, 2, 3)
+    r = publish(p, b"d")
+    assert r.pseq == 3
+
+
+def test_publishes_wait_for_the_producer_ok_after_an_attach():
+    """Until PRODUCER-OK says what the broker holds, a publish cannot be numbered: it waits
+    (the shells wait for ``ready`` / ``producer_sync``)."""
+    p = producer()
+    frame = encode_publish("k", b"x")
+    assert not p.ready and not p.may_publish(0.0)
+    assert not p.publish(frame, 0.0, Receipt(frame, None))
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    assert p.ready and p.publish(frame, 0.0, Receipt(frame, None))
 
 
 def test_a_new_client_taking_over_the_producer_id_has_its_duplicates_confirmed_not_stored():
@@ -102,6 +149,7 @@ def test_a_new_client_taking_over_the_producer_id_has_its_duplicates_confirmed_n
     rs = [publish(p, b"row%d" % i) for i in (1, 2, 3)]
     feed(p, c.Confirm(3, 41))                               # all counted; only row3 stored
     assert [r.sequence for r in rs] == [None, None, 41]
+    assert [r.duplicate for r in rs] == [True, True, False], "told, not given another's sequence"
     assert all(r.exception() is None for r in rs)
 
 
@@ -109,7 +157,7 @@ def test_a_broker_that_refuses_producer_leaves_at_least_once_without_an_error():
     p = producer()
     feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
     feed(p, c.Invalid("PRODUCER is sent by the broker, not by a client"))
-    assert p.producer is None and p.error is None
+    assert p.producer is None and p.error is None and p.ready
     publish(p)
     out = reattach(p)
     assert not any(isinstance(x, c.Producer) for x in out)
@@ -122,3 +170,82 @@ def test_without_confirms_nothing_is_numbered_and_no_producer_is_sent():
     sent(p)
     feed(p, c.AttachOk())
     assert sent(p) == [c.Limits()]
+
+
+# ---------------------------------------------------------------------------- issue 15: 5, 6
+
+def test_a_broker_that_forgot_the_producer_is_noticed_and_nothing_is_sent_twice(caplog):
+    """Finding 6: 10,000 other producer ids evicted a producer's state; its retry got
+    PRODUCER-OK last=0 and everything was stored twice, silently. The client knows what the
+    broker confirmed (producer sequence 3): a ``last`` below it means the broker forgot. The
+    unconfirmed publishes are not re-sent: their receipts fail with ProducerStateLost (also
+    raised once by the next call), a warning says so, and numbering starts again after
+    ``last``."""
+    p = producer()
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    rs = [publish(p, b"m%d" % i) for i in range(1, 6)]
+    feed(p, c.Confirm(3, 3))
+    assert [r.sequence for r in rs[:3]] == [1, 2, 3]
+    assert reattach(p)[-1] == c.Producer(p.producer, 4)
+    feed(p, c.StreamInfoOk(0, 3, 0, 0, 0))
+    with caplog.at_level(logging.WARNING, logger="zeps.client"):
+        feed(p, c.ProducerOk(0))
+    assert "forgot producer" in caplog.text
+    assert sent(p) == [c.Producer(p.producer, 1)], "nothing re-sent; numbering from 1"
+    for r in rs[3:]:
+        assert isinstance(r.exception(), ProducerStateLost)
+        assert (r.exception().last, r.exception().confirmed) == (0, 3)
+    p.error = None if isinstance(p.error, ProducerStateLost) else p.error  # heard (owner None)
+    feed(p, c.ProducerOk(0))
+    r = publish(p, b"new")
+    assert r.pseq == 1 and p.ready
+
+
+def test_the_next_call_raises_producer_state_lost_when_no_receipt_was_looked_at():
+    p = producer()
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    publish(p, b"a")
+    feed(p, c.Confirm(1, 1))
+    publish(p, b"b")
+    reattach(p)
+    feed(p, c.StreamInfoOk(0, 1, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    with pytest.raises(ProducerStateLost):
+        p.check()
+    p.check()                                              # once
+
+
+def test_fenced_by_a_newer_producer_every_unconfirmed_publish_fails_and_the_client_stops():
+    """Finding 5: a takeover of the producer id made the old client's publishes "duplicates",
+    confirmed and never stored. The broker now refuses them as fenced: the client fails every
+    unconfirmed receipt with ProducerFenced (none of them resolves as stored) and every later
+    call raises it (as Kafka's ProducerFencedException is final)."""
+    p = producer("shared")
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    rs = [publish(p, b"m%d" % i) for i in range(3)]
+    why = Reason.publish_rejected(Reason.producer_fenced("shared"))
+    for _ in rs:
+        feed(p, c.Invalid(why.text))
+    assert all(isinstance(r.exception(), ProducerFenced) for r in rs)
+    assert not p.pending
+    with pytest.raises(ProducerFenced, match="fenced"):
+        p.check()
+    # an ERROR (REASONS-SELECT) says the same with its code and fields
+    q = producer("shared")
+    feed(q, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(q, c.ProducerOk(0))
+    r = publish(q)
+    feed(q, c.Error(int(why.code), why.fields, why.text))
+    assert isinstance(r.exception(), ProducerFenced) and isinstance(q.fatal, ProducerFenced)
+
+
+def test_a_producer_id_bound_to_another_key_is_final():
+    """With CurveZMQ, PRODUCER of an id another key's records made is refused ("bound"): the
+    client does not fall back to at-least-once under someone else's id; it stops."""
+    p = producer("theirs")
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.Invalid(Reason.producer_bound("theirs", "key X").text))
+    assert isinstance(p.fatal, ProducerFenced) and p.producer_sync is None

@@ -130,15 +130,16 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`MessageBatch`, :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
 :class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
 :class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`, :class:`ClientClosed`,
-:class:`ConcurrentUseError` (also as the module ``zeps.clients.errors``).
+:class:`ConcurrentUseError`, :class:`ProducerFenced`, :class:`ProducerStateLost` (also as the
+module ``zeps.clients.errors``).
 """
 from . import errors
 from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
-                     PatternRemoved, StreamDeleted, StreamGone, StreamRecreated, ZepsError,
-                     ZepsTimeout)
+                     PatternRemoved, ProducerFenced, ProducerStateLost, StreamDeleted, StreamGone,
+                     StreamRecreated, ZepsError, ZepsTimeout)
 from .curve import CurveKeys
 from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
@@ -150,7 +151,7 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "errors", "ZepsError",
            "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
            "StreamDeleted", "StreamRecreated", "ClientClosed",
-           "ConcurrentUseError",
+           "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401,E402  (last: it imports Client)
 from zeps.multicast.aio import AsyncMulticastSubscriber  # noqa: F401,E402

@@ -18,6 +18,12 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
   :class:`ConnectionLost`) -- the stream the client was attached to was deleted, or deleted and
   created again (another *incarnation*, whose sequences start again): the client does not
   re-attach to it, its subscription ends and its unconfirmed publishes fail with this error.
+* :class:`ProducerFenced` (an :class:`InvalidError`) -- exactly-once publishing: another
+  client took this client's producer id over (or, with CurveZMQ, it belongs to another key);
+  final, as Kafka's ProducerFencedException.
+* :class:`ProducerStateLost` -- exactly-once publishing: the broker forgot this client's
+  producer id; the unconfirmed publishes were not re-sent (they might be stored twice) and
+  their receipts fail with it.
 * :class:`ClientClosed` -- the client (or its subscription) was used after ``close()``.
 * :class:`ConcurrentUseError` -- one blocking client was called from two threads (or
   greenlets) at once; its message names both.
@@ -33,7 +39,7 @@ from ..protocol.reasons import Code, Reason
 
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
            "ConnectionLost", "StreamGone", "StreamDeleted", "StreamRecreated", "ClientClosed",
-           "ConcurrentUseError"]
+           "ConcurrentUseError", "ProducerFenced", "ProducerStateLost"]
 
 
 class ZepsError(Exception):
@@ -118,6 +124,31 @@ class StreamDeleted(StreamGone):
 class StreamRecreated(StreamGone):
     """The stream was deleted and created again under the same name: its sequences are not the
     ones this client knew."""
+
+
+class ProducerFenced(InvalidError):
+    """Exactly-once publishing cannot go on with this client's producer id: another client
+    took it over (a newer ``PRODUCER`` of the same id fenced this one, as Kafka fences a
+    producer whose transactional id a newer one initialised), or, with CurveZMQ, the id belongs
+    to another key. Final, as Kafka's ``ProducerFencedException``: the unconfirmed publishes
+    fail with it (none of them was stored by this client after the fence), and so does every
+    later call; make a new client (with another ``producer_id``) to publish again."""
+
+
+class ProducerStateLost(ZepsError):
+    """The broker no longer knows this client's producer id: its ``PRODUCER-OK`` after a
+    reconnect says it holds fewer of the producer's messages than it already confirmed (it
+    forgot the producer: silent for longer than ``--producer-max-age``, more than 10,000 other
+    producers on the stream, or the stream was created again). Whether the unconfirmed
+    publishes were stored cannot be known then, so they are not re-sent (which could store
+    them twice): their receipts fail with this error, raised once by the next call too.
+    Publishing goes on, exactly-once again from the next message. ``last`` is what the broker
+    said it holds, ``confirmed`` the highest producer sequence it had confirmed."""
+
+    def __init__(self, message: str, last: int = 0, confirmed: int = 0):
+        super().__init__(message)
+        self.last = last
+        self.confirmed = confirmed
 
 
 class ClientClosed(ZepsError):

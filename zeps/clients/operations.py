@@ -136,7 +136,8 @@ def prepare_publish(front, now: float):
             front._flush()
             yield (lambda: probe.done or p.need_reconnect is not None or not p.attached,
                    deadline)
-    ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None)
+    ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None
+                         and p.producer_sync is None)
                 or p.error is not None or p.fatal is not None, deadline)
     p.check()
     if not ok:

@@ -60,14 +60,14 @@ from typing import Deque, Dict, List, NamedTuple, Optional, Tuple, Union
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
-from ..protocol.reasons import Code, Reason
+from ..protocol.reasons import FENCED, Code, Reason
 from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
 from .delivery import Delivery
-from .errors import (ClientClosed, ConnectionLost, InvalidError, PatternRemoved, StreamDeleted,
-                     StreamRecreated, invalid_error)
+from .errors import (ClientClosed, ConnectionLost, InvalidError, PatternRemoved, ProducerFenced,
+                     ProducerStateLost, StreamDeleted, StreamRecreated, invalid_error)
 from .message import Message, MessageBatch
-from .producer import check_producer_id, new_producer_id, runs
+from .producer import check_producer_id, new_producer_id, refusal_kind, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
 
 __all__ = ["Peering", "Request", "ConnectionEvent", "CONNECTING", "ATTACHED", "FAILED", "CLOSED",
@@ -221,6 +221,11 @@ class Peering(Delivery):
         if self.confirms and (idempotent or producer_id is not None):
             self.producer = producer_id if producer_id is not None else new_producer_id()
         self.next_pseq = 1                            # producer sequence of the next publish
+        #: The PRODUCER after an ATTACH while its answer is awaited: re-sends and new publishes
+        #: wait for it (_producer_synced).
+        self.producer_sync: Optional[Request] = None
+        self.producer_at = 0                          # the broker's next pseq for this peering
+        self.producer_confirmed = 0                   # highest pseq the broker confirmed
         self.producer_last = 0                        # the broker's last PRODUCER-OK: up to it,
         #                                               a publish is a duplicate the broker had
         #: Lost / reconnected, for the shell to hand on (the oldest dropped if nobody reads).
@@ -251,9 +256,10 @@ class Peering(Delivery):
     @property
     def ready(self) -> bool:
         """Attached, confirms selected (when asked for), BATCH-SELECT answered (when asked),
-        not about to reconnect."""
+        the producer's state known (PRODUCER-OK, with exactly-once), not about to reconnect."""
         return (self.state is ATTACHED and self.confirm_ready and self.need_reconnect is None
-                and (self.batch_setup is None or self.batch_setup.done))
+                and (self.batch_setup is None or self.batch_setup.done)
+                and self.producer_sync is None)
 
     @property
     def broken(self) -> bool:
@@ -344,6 +350,7 @@ class Peering(Delivery):
             r.cancelled = True
             r.done = True
         self.outstanding.clear()
+        self.producer_sync = None
         self.probe = None
         self.pubs_since_request = 0
         # Publishes never handed to the old socket reached no broker: keep them. With confirms
@@ -409,7 +416,7 @@ class Peering(Delivery):
         if checked and (self.state is not ATTACHED or self.error is not None
                         or (self.outbox and (self.queue.max_batch is None or self.queue.size
                                              + len(frame) > self.queue.max_batch))
-                        or self.need_reconnect is not None
+                        or self.need_reconnect is not None or self.producer_sync is not None
                         or now - self.last_send >= self.heartbeat):
             return False
         self.pubs_since_request += 1
@@ -423,7 +430,8 @@ class Peering(Delivery):
     def may_publish(self, now: float) -> bool:
         """Whether publishes may go straight out now (see :meth:`publish`)."""
         return (self.state is ATTACHED and self.error is None and not self.outbox
-                and self.need_reconnect is None and now - self.last_send < self.heartbeat)
+                and self.need_reconnect is None and self.producer_sync is None
+                and now - self.last_send < self.heartbeat)
 
     def publish_frame(self, frame: bytes, count: int, now: float) -> None:
         """Account for ``count`` publishes without confirms that the shell built into one frame
@@ -563,8 +571,8 @@ class Peering(Delivery):
             self.queue.max_body = cmd.max_message
             self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
         elif kind == "producer":
-            if cmd.last > self.producer_last:
-                self.producer_last = cmd.last
+            if r is self.producer_sync:
+                self._producer_synced(cmd.last, now)
         elif kind == "subscribe":
             pattern, latest, info = r.arg
             if info is not None:       # live: what comes after the stream's last is "from now"
@@ -598,13 +606,11 @@ class Peering(Delivery):
         if self.subscribed:
             self._send(encode(c.Credit(self.credit_window)))
         if self.producer is not None:
-            # Each run of consecutive producer sequences goes after its own PRODUCER; with
-            # nothing to re-send, PRODUCER says where the next publish's sequence starts.
-            for first, receipts in runs(self.pending) or [(self.next_pseq, ())]:
-                self.request(c.Producer(self.producer, first), "producer", now)
-                for r in receipts:
-                    self._send(r.frame)
-                self.pubs_since_request += len(receipts)
+            # PRODUCER alone: what is re-sent, and how it is numbered, depends on its answer
+            # (_producer_synced); publishes wait for it too (ready).
+            first = self.pending[0].pseq if self.pending else self.next_pseq
+            self.producer_at = first
+            self.producer_sync = self.request(c.Producer(self.producer, first), "producer", now)
         elif self.confirms:
             for r in self.pending:
                 self._send(r.frame)
@@ -642,6 +648,7 @@ class Peering(Delivery):
                     r = pending.popleft()
                     r._outcome = s if k == n else None
                     r.frame = None
+                    self.producer_confirmed = r.pseq
                 self.anchor = s
             self.peer_confirmed = cmd.count
         if cmd.sequence > self.last_confirmed:
@@ -656,10 +663,13 @@ class Peering(Delivery):
         last_dup = self.producer_last
         for i in range(k):
             r = pending.popleft()
-            r._outcome = s if (i == k - 1 and k == n and r.pseq > last_dup) else None
+            r.duplicate = dup = r.pseq <= last_dup
+            r._outcome = s if (i == k - 1 and k == n and not dup) else None
             r.frame = None
             if i == k - 1:
-                self.anchor = s if r.pseq > last_dup else None
+                self.anchor = None if dup else s
+                if r.pseq > self.producer_confirmed:
+                    self.producer_confirmed = r.pseq
 
     def _on_invalid(self, why: Reason) -> None:
         """An INVALID, or an ERROR (``why`` has its code and fields then)."""
@@ -715,12 +725,12 @@ class Peering(Delivery):
             elif head.kind == "batch_limits":       # the broker's own limit stands
                 self.queue.max_batch = self.offered_batch
             elif head.kind == "producer":
-                log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream "
-                            "%r is at-least-once, not exactly-once", self.endpoint, reason,
-                            self.stream)
-                self.producer = None
+                self._producer_refused(head, why)
             return
         # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
+        if rejected and refusal_kind(why) == FENCED:
+            self._fenced(why)
+            return
         err = invalid_error(why, "PUBLISH" if rejected else None)
         if self.error is None:
             self.error = err
@@ -733,6 +743,86 @@ class Peering(Delivery):
             r = pending[biggest]
             del pending[biggest]
             r._fail(err)
+
+    # ------------------------------------------------------------------ exactly-once
+
+    def _producer_synced(self, last: int, now: float) -> None:
+        """The answer to the PRODUCER after ATTACH: the broker holds this producer's messages
+        up to ``last``. The unconfirmed publishes up to it are re-sent as they were numbered,
+        after their own PRODUCERs (duplicates: confirmed, not stored again); the others are
+        numbered again from ``last + 1`` (a peering may not start past it: a rejected publish,
+        or records a broker crash lost, leave holes) and re-sent after one PRODUCER.
+
+        If ``last`` is below a producer sequence the broker already confirmed, it forgot this
+        producer (too old, evicted, the stream created again): the unconfirmed publishes may
+        or may not be stored, so they are not re-sent (they would be stored twice); they fail
+        with :class:`ProducerStateLost`, said once (receipt or next call) and logged, and the
+        next publishes are numbered from ``last + 1``."""
+        self.producer_sync = None
+        pending = self.pending
+        at = self.producer_at
+        if last < self.producer_confirmed:
+            n = len(pending)
+            err = ProducerStateLost(
+                f"the broker at {self.endpoint} forgot producer {self.producer!r} on stream "
+                f"{self.stream!r}: it holds its messages up to producer sequence {last}, yet "
+                f"it had confirmed {self.producer_confirmed} (its producer state was dropped: "
+                f"too old, too many producers, or the stream was created again); {n} "
+                f"unconfirmed message(s) were not re-sent, as they may be stored already: "
+                f"publish them again only if a duplicate does no harm", last,
+                self.producer_confirmed)
+            log.warning("zeps: %s", err)
+            if n:
+                self._fail_pending(err)
+                self.error = self.error or err
+            self.producer_confirmed = self.producer_last = last
+            self.next_pseq = last + 1
+            if at != last + 1:
+                self.request(c.Producer(self.producer, last + 1), "producer", now)
+            return
+        self.producer_last = last
+        k = 0
+        while k < len(pending) and pending[k].pseq <= last:
+            k += 1
+        dups, new = list(pending)[:k], list(pending)[k:]
+        for i, r in enumerate(new):                   # the broker holds none of them
+            r.pseq = last + 1 + i
+        if new:
+            self.next_pseq = last + 1 + len(new)
+        elif self.next_pseq > last + 1:
+            self.next_pseq = last + 1
+        for first, receipts in runs(dups) + [(self.next_pseq - len(new), new)]:
+            if first != at:
+                self.request(c.Producer(self.producer, first), "producer", now)
+            for r in receipts:
+                self._send(r.frame)
+            self.pubs_since_request += len(receipts)
+            at = first + len(receipts)
+
+    def _producer_refused(self, head: Request, why: Reason) -> None:
+        """PRODUCER was refused: the id is another key's (final: :class:`ProducerFenced`),
+        or the broker does not do exactly-once here (an older broker, no right to publish, a
+        limit): publishing goes on at-least-once (the unconfirmed publishes are re-sent)."""
+        if refusal_kind(why) is not None:
+            self._fenced(why)
+            return
+        log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream %r is "
+                    "at-least-once, not exactly-once", self.endpoint, why.text, self.stream)
+        self.producer = None
+        if head is self.producer_sync:
+            self.producer_sync = None
+            for r in self.pending:
+                self._send(r.frame)
+            self.pubs_since_request += len(self.pending)
+
+    def _fenced(self, why: Reason) -> None:
+        """Another client took this producer id over (or it is another key's): final."""
+        if self.fatal is not None:                   # one INVALID per publish in flight
+            return
+        err = ProducerFenced(why.text, "PRODUCER", why.code, why.fields)
+        log.warning("zeps: stream %r: exactly-once publishing stops: %s", self.stream, why.text)
+        self.producer_sync = None
+        self._fail(err)
 
     # ------------------------------------------------------------------ helpers
 

@@ -3,13 +3,30 @@
 With ``confirms=True`` a client is an *idempotent producer* (``PRODUCER``, docs/protocol.md):
 it has a producer id (random per client unless the application gives one) and numbers every
 publish it ever makes 1, 2, 3, ... (the *producer sequence*, kept on the publish's receipt),
-across reconnects. After each ATTACH it says ``PRODUCER id next`` before publishing: the
-broker then gives that peering's PUBLISHes the producer sequences ``next``, ``next + 1``, ...
-in order, stores a publish only if its producer sequence is above the highest it holds for
-that producer on that stream, and counts and confirms a duplicate as if stored. So after a
-reconnect the client re-sends every unconfirmed publish from the first one's producer
-sequence, and the broker drops those it already has (their CONFIRM came too late, or never:
-the broker crashed after writing them).
+across reconnects. After each ATTACH it says ``PRODUCER id next`` and waits for the answer,
+``PRODUCER-OK last``: the highest producer sequence the broker holds for that producer on that
+stream. The broker gives the peering's PUBLISHes the producer sequences ``next``, ``next + 1``,
+... in order, stores a publish only if its producer sequence is above ``last``, and counts and
+confirms a duplicate without storing it. So after a reconnect the client re-sends its
+unconfirmed publishes: those up to ``last`` as they were numbered (the broker drops them: their
+CONFIRM came too late, or never: the broker crashed after writing them; their receipts resolve
+with ``duplicate`` True and no sequence), the others numbered again from ``last + 1`` (the
+broker refuses a peering whose sequences start past ``last + 1``: "out of order"; a rejected
+publish, or records a broker crash lost before they were durable, leave such holes).
+
+What protects one producer from another (issue 15, finding 5): a newer ``PRODUCER`` of an id
+*fences* the peering that had it (its later publishes are refused, never confirmed as stored:
+this client then fails with :class:`~zeps.clients.errors.ProducerFenced`, as Kafka's producer
+does); no peering can start past ``last + 1``, so nobody can make another producer's future
+sequences look stored; with CurveZMQ an id is bound to the key that first stored records under
+it (another key's ``PRODUCER`` gets INVALID, ``ProducerFenced`` here).
+
+When the broker *forgot* the producer -- ``last`` is below a producer sequence it already
+confirmed to this client: it keeps at most 10,000 producers per stream and forgets one silent
+for a day (``--producer-max-age``), or the stream was deleted and created again -- the client
+cannot tell which unconfirmed publishes are stored. It does not re-send them: their receipts
+fail with :class:`~zeps.clients.errors.ProducerStateLost` (raised once by the next call, unless
+a receipt reported it), it logs a warning, and it numbers its next publishes from ``last + 1``.
 
 The guarantee: **exactly-once among confirmed messages** -- every message whose receipt
 resolved (or that ``wait_for_confirms()`` covered) is in the stream exactly once -- across
@@ -17,11 +34,11 @@ broker crashes (SIGKILL included: the broker's producer state is in its journal)
 of the SDK, and a new client that takes over the producer id (a retried Spark task re-sending
 the same rows in the same order). It does not cover:
 
-* two clients publishing with the same producer id at the same time (their sequences
-  interleave: the broker keeps whichever comes first and drops the other's as duplicates);
-* a retry that comes after the broker forgot the producer: it keeps the state of its
-  ``max_producers`` most recent producers per stream (10,000 by default), so more than that
-  many other producers between a publish and its retry make the retry a new message;
+* two clients publishing with the same producer id at the same time: the later one's
+  ``PRODUCER`` fences the earlier (it fails with ``ProducerFenced``);
+* a retry by a *new* client that comes after the broker forgot the producer (silent for
+  longer than ``--producer-max-age``, or 10,000 other producers on the stream since): it is
+  stored again, as the new client has no confirmed sequence to compare ``last`` with;
 * a retry whose messages differ (other rows, another order): the broker compares producer
   sequences, not bodies.
 
@@ -36,7 +53,10 @@ from __future__ import annotations
 import uuid
 from typing import Iterable, List, Optional, Tuple
 
-__all__ = ["new_producer_id", "check_producer_id", "runs"]
+from ..protocol.reasons import (BOUND, FENCED, OUT_OF_ORDER, PRODUCER_REFUSED, PUBLISH_REJECTED,
+                                Code, Reason)
+
+__all__ = ["new_producer_id", "check_producer_id", "runs", "refusal_kind"]
 
 
 def new_producer_id() -> str:
@@ -69,3 +89,24 @@ def runs(receipts: Iterable) -> List[Tuple[int, list]]:
         out[-1][1].append(r)
         expect = r.pseq + 1
     return out
+
+
+def refusal_kind(why: Reason) -> Optional[str]:
+    """What a refusal says about this client's producer id: ``FENCED``, ``OUT_OF_ORDER`` or
+    ``BOUND`` (:data:`zeps.protocol.reasons.PRODUCER_REFUSED`, alone or as the cause of a
+    ``PUBLISH rejected``), or None. From its code and fields (ERROR), or from the text of an
+    INVALID."""
+    fields = why.fields
+    if why.code is Code.PRODUCER_REFUSED and fields:
+        return fields[0]
+    if why.code is Code.PUBLISH_REJECTED and len(fields) > 1 and fields[0] == "producer_refused":
+        return fields[1]
+    text = why.text
+    if text.startswith(PUBLISH_REJECTED):
+        text = text[len(PUBLISH_REJECTED):]
+    if text.startswith(PRODUCER_REFUSED):
+        text = text[len(PRODUCER_REFUSED):]
+        for kind in (FENCED, OUT_OF_ORDER, BOUND):
+            if text.startswith(kind + ":"):
+                return kind
+    return None

@@ -15,7 +15,9 @@ client knows from the stream's last sequence at attach time and from the previou
 otherwise its sequence is ``None`` -- the message is durable, its place in the stream is not
 on the wire. One publisher per stream therefore always gets exact sequences. A message the
 broker already held (re-sent after a reconnect, or by a client that took over the producer id:
-:mod:`zeps.clients.producer`) is confirmed without being stored again: its sequence is ``None``.
+:mod:`zeps.clients.producer`) is confirmed without being stored again: its sequence is ``None``
+and its :attr:`~_BaseReceipt.duplicate` is True -- it never resolves with the sequence of another
+message.
 
 A rejection is reported once: by the receipt if the application looks at it (``result()``,
 ``exception()``) before its next call on the client, else by that call, as without receipts.
@@ -40,7 +42,7 @@ class _BaseReceipt:
     """State shared by both receipts. The peering sets ``_outcome`` (and drops ``frame``) when
     the CONFIRM arrives -- in place, it runs once per message -- or calls :meth:`_fail`."""
 
-    __slots__ = ("frame", "_owner", "_outcome", "pseq")
+    __slots__ = ("frame", "_owner", "_outcome", "pseq", "duplicate")
 
     def __init__(self, frame: Optional[bytes], owner):
         self.frame = frame              # the PUBLISH frame, re-sent after a reconnect
@@ -48,6 +50,9 @@ class _BaseReceipt:
         self._outcome = PENDING         # then the sequence (int or None), or the exception
         #: The message's producer sequence (exactly-once publishing, :mod:`zeps.clients.producer`).
         self.pseq = 0
+        #: True once confirmed as a message the broker already held (a re-sent duplicate, not
+        #: stored again: its sequence is None).
+        self.duplicate = False
 
     def _fail(self, error: BaseException) -> None:
         self._outcome = error
@@ -89,7 +94,7 @@ class _BaseReceipt:
     def __repr__(self) -> str:
         out = self._outcome
         state = ("pending" if out is PENDING else f"failed: {out}" if isinstance(out, BaseException)
-                 else f"sequence={out}")
+                 else "duplicate" if self.duplicate else f"sequence={out}")
         return f"<zeps.{type(self).__name__} {state}>"
 
 

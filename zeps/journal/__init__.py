@@ -60,7 +60,9 @@ Decisions and known limits (details in each module's docstring):
   ``snapshot_interval_bytes`` of log and at close) plus the records after it, so it is exactly
   what the recovered log holds, survives retention, and costs at most
   ``snapshot_interval_bytes`` of records to rebuild after a crash. At most ``max_producers``
-  ids are kept (LRU): a retry after that many other producers published is not deduplicated.
+  ids are kept (LRU), none older than ``producer_max_age_ms`` (one day): a retry after that
+  many other producers published, or that long, is not deduplicated. :meth:`Journal.producer`
+  looks one id up (O(1)); :meth:`Journal.bind_producer` binds one to a CurveZMQ key.
 * Every valid stream name (1 to 255 bytes of UTF-8) has a directory: one whose escaped form
   would exceed 255 bytes is stored under a hashed directory name with the real name in its
   ``NAME`` file (``names.py``); the data directory's own ``LOCK`` is never a stream's name.

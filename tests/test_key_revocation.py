@@ -136,12 +136,12 @@ def test_sdk_clients_of_a_revoked_key_fail_clearly_the_others_go_on(allow_broker
     from zeps.clients import Client, ConnectionLost, CurveKeys
     b = allow_broker
 
-    def keys(name):
+    def curve_of(name):
         return CurveKeys.from_files(str(b.keydir / "broker.key"),
                                     str(b.keydir / f"{name}.key_secret"))
-    with Client(b.endpoint, "feed", curve=keys("alice"), confirms=True, timeout=5) as pub, \
-            Client(b.endpoint, "feed", curve=keys("alice"), timeout=5) as calm, \
-            Client(b.endpoint, "feed", curve=keys("bob"), timeout=5) as revoked_sub:
+    with Client(b.endpoint, "feed", curve=curve_of("alice"), confirms=True, timeout=5) as pub, \
+            Client(b.endpoint, "feed", curve=curve_of("alice"), timeout=5) as calm, \
+            Client(b.endpoint, "feed", curve=curve_of("bob"), timeout=5) as revoked_sub:
         pub.publish("k", b"1")
         pub.wait_for_confirms()
         calm_sub, bob_sub = calm.subscribe("", from_seq=1), revoked_sub.subscribe("", from_seq=1)

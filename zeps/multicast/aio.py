@@ -2,9 +2,10 @@
 
 The same receiver as :class:`~zeps.multicast.subscriber.MulticastSubscriber` — the pure
 :class:`~zeps.multicast.receiver.Receiver` makes every decision (gaps, reordering, duplicates,
-the broker feed, fallback and return) — with asyncio I/O: the group's socket is read through the
-event loop (``loop.add_reader``), and history, repairs and fallback come from an
-:class:`~zeps.clients.AsyncClient` subscription::
+the broker feed, head checks, fallback and return) — with asyncio I/O: the group's socket is read
+through the event loop (``loop.add_reader``), history, repairs and fallback come from an
+:class:`~zeps.clients.AsyncClient` subscription, and head checks are STREAM-INFO on a second
+:class:`~zeps.clients.AsyncClient` (closed when unused for a while)::
 
     async with AsyncMulticastSubscriber("239.1.2.3:5000", "tcp://127.0.0.1:7470", "orders",
                                         "eu.") as sub:
@@ -28,7 +29,7 @@ from zeps.clients.message import Message
 from zeps.units import TimeLike
 
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
-from .subscriber import check_start
+from .subscriber import CHECKER_IDLE, check_start, note_deceived
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
@@ -66,6 +67,9 @@ class AsyncMulticastSubscriber:
         self._feed: Optional[AsyncClient] = None
         self._feed_sub = None
         self._feed_retry_at = 0.0
+        self._checker: Optional[AsyncClient] = None
+        self._checker_used = 0.0
+        self._deceived = 0
         self._handed = 0
         self._closed = False
 
@@ -97,6 +101,7 @@ class AsyncMulticastSubscriber:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
         await self._close_feed()
+        await self._close_checker()
 
     async def __aenter__(self) -> "AsyncMulticastSubscriber":
         return await self.start()
@@ -137,6 +142,8 @@ class AsyncMulticastSubscriber:
                 return msg
             now = time.monotonic()
             await self._reconcile(now)
+            if core.ready:                  # a head check let messages through
+                continue
             if deadline is not None and now >= deadline:
                 return None
             wait = core.next_deadline() - now
@@ -243,10 +250,45 @@ class AsyncMulticastSubscriber:
             self._feed = feed
         elif not want and self._feed is not None:
             await self._close_feed()
+        if self._core.want_check:
+            await self._check(now)
+        elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
+            await self._close_checker()
+        self._deceived = note_deceived(self._core, self._deceived)
+
+    async def _check(self, now: float) -> None:
+        """Ask the broker for the stream's last sequence: multicast entries up to it may go."""
+        core = self._core
+        core.check_started(now)
+        try:
+            if self._checker is None:
+                checker = AsyncClient(self.endpoint, self.stream, **self._client_args)
+                try:
+                    await checker.connect()
+                except BaseException:
+                    await _close(checker)
+                    raise
+                self._checker = checker
+            last = (await self._checker.info()).last
+        except (ZepsTimeout, ConnectionLost) as e:
+            log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
+                        "head (%s); retrying", self.endpoint, e)
+            await self._close_checker()
+            core.check_failed(time.monotonic())
+            return
+        except BaseException:
+            core.check_failed(time.monotonic())
+            raise
+        self._checker_used = time.monotonic()
+        core.on_broker_head(last, self._checker_used)
 
     async def _close_feed(self) -> None:
         feed, self._feed, self._feed_sub = self._feed, None, None
         await _close(feed)
+
+    async def _close_checker(self) -> None:
+        checker, self._checker = self._checker, None
+        await _close(checker)
 
 
 async def _close(feed: Optional[AsyncClient]) -> None:

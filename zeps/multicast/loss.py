@@ -6,15 +6,25 @@ after all: reordering) or duplicate, and sums per time window how many datagrams
 (the numbers the highest seen advanced over) and how many arrived. Memory is bounded: the
 missing numbers it remembers per session lie within ``track`` of the highest, and it keeps the
 last ``sessions`` sessions.
+
+Numbers are not authenticated, so one forged datagram must not be able to move a session's
+numbers far: a number more than ``track`` away from the session's highest is *far* -- neither
+counted nor remembered (its datagram is still used, as any other) -- unless the session has sent
+nothing near its highest for ``hold`` seconds (a receiver that stopped reading for long comes
+back far behind the bridge: the session starts over at that number). A late datagram counts as
+expected and received in the window it arrives in when its number went missing in an earlier
+one, so windows go on being judged while real datagrams fill numbers a forged one skipped. When
+a new session would make more than ``sessions``, the least used one is forgotten (a flood of
+one-datagram sessions does not push out the bridge's).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
 
-__all__ = ["DUPLICATE", "LATE", "NEW", "LossMeter", "Window"]
+__all__ = ["DUPLICATE", "FAR", "LATE", "NEW", "LossMeter", "Window"]
 
-NEW, LATE, DUPLICATE = "new", "late", "duplicate"
+NEW, LATE, DUPLICATE, FAR = "new", "late", "duplicate", "far"
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,51 +46,74 @@ class Window:
 
 
 class _Session:
-    __slots__ = ("high", "missing")
+    __slots__ = ("high", "missing", "near", "seen")
 
-    def __init__(self, number: int):
+    def __init__(self, number: int, now: float):
         self.high = number
-        self.missing: set[int] = set()
+        #: Skipped numbers not yet arrived -> the window (index) in which they went missing.
+        self.missing: dict[int, int] = {}
+        #: When a number within ``track`` of ``high`` last came.
+        self.near = now
+        self.seen = 1
 
 
 class LossMeter:
     """Counts expected and received datagrams per window of ``window`` seconds."""
 
-    def __init__(self, window: float, now: float, *, track: int = 4096, sessions: int = 4):
+    def __init__(self, window: float, now: float, *, track: int = 4096, sessions: int = 4,
+                 hold: float | None = None):
         if not window > 0:
             raise ValueError("loss window must be more than zero seconds")
         self.window = window
         self.track = track
         self.max_sessions = sessions
+        #: Seconds without a number near a session's highest before a far one restarts it.
+        self.hold = 2 * window if hold is None else hold
         self._sessions: OrderedDict[int, _Session] = OrderedDict()
         self._ends = now + window
+        self._index = 0
         self._expected = 0
         self._received = 0
         #: Datagrams lost since the start (late arrivals taken back).
         self.lost_total = 0
 
-    def observe(self, session: int, number: int) -> str:
-        """Classify one datagram: :data:`NEW`, :data:`LATE` or :data:`DUPLICATE`."""
-        s = self._sessions.get(session)
+    def observe(self, session: int, number: int, now: float) -> str:
+        """Classify one datagram: :data:`NEW`, :data:`LATE`, :data:`DUPLICATE` or :data:`FAR`."""
+        sessions = self._sessions
+        s = sessions.get(session)
         if s is None:
-            s = self._sessions[session] = _Session(number)
-            if len(self._sessions) > self.max_sessions:
-                self._sessions.popitem(last=False)
+            if len(sessions) >= self.max_sessions:
+                del sessions[min(sessions, key=lambda k: sessions[k].seen)]   # least used
+            sessions[session] = _Session(number, now)
             self._count(1)
             return NEW
-        self._sessions.move_to_end(session)
+        sessions.move_to_end(session)
+        s.seen += 1
+        if abs(number - s.high) > self.track:
+            if now - s.near < self.hold:
+                return FAR
+            s.high, s.near = number, now         # nothing near for long: start over here
+            s.missing.clear()
+            self._count(1)
+            return NEW
+        s.near = now
         if number > s.high:
             skipped = number - s.high - 1
             if skipped:
-                floor = number - self.track
-                s.missing.update(range(max(s.high + 1, floor), number))
-                if len(s.missing) > self.track:
-                    s.missing = {n for n in s.missing if n > floor}
+                index = self._index
+                missing = s.missing
+                for n in range(s.high + 1, number):
+                    missing[n] = index
+                if len(missing) > self.track:
+                    floor = number - self.track
+                    s.missing = {n: w for n, w in missing.items() if n > floor}
             s.high = number
             self._count(skipped + 1)
             return NEW
-        if number in s.missing:
-            s.missing.discard(number)
+        went = s.missing.pop(number, None)
+        if went is not None:
+            if went != self._index:             # counted as lost in an earlier window
+                self._expected += 1
             self._received += 1
             self.lost_total -= 1
             return LATE
@@ -99,6 +132,7 @@ class LossMeter:
             return None
         w = Window(self._expected, self._received)
         self._expected = self._received = 0
+        self._index += 1
         self._ends += self.window
         if self._ends <= now:
             self._ends = now + self.window

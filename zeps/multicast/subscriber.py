@@ -3,9 +3,13 @@
 It joins a multicast group fed by a bridge (``zeps bridge multicast``), and hands the application
 the stream's messages in order -- no gap, no duplicate -- fetching from the broker, over a
 unicast :class:`~zeps.clients.Client`, whatever multicast did not bring: history before the first
-datagram, lost datagrams, messages too large for a datagram, everything while loss is heavy. The
-decisions are the pure :class:`~zeps.multicast.receiver.Receiver`'s; this shell only does the
-socket I/O. Like :class:`~zeps.clients.Client` it has no thread: it works inside your calls.
+datagram, lost datagrams, messages too large for a datagram, everything while loss is heavy.
+Datagrams are not authenticated, so it hands no multicast message beyond the stream's last
+sequence as the broker confirmed it: a second client (the *checker*) asks STREAM-INFO when
+datagrams go beyond it (one round trip for all that came before), and is closed after
+``CHECKER_IDLE`` seconds without use. The decisions are the pure
+:class:`~zeps.multicast.receiver.Receiver`'s; this shell only does the I/O. Like
+:class:`~zeps.clients.Client` it has no thread: it works inside your calls.
 """
 from __future__ import annotations
 
@@ -34,6 +38,8 @@ _DRAIN = 512
 _FEED_SLICE = 0.005
 #: Seconds before a feed that could not be opened (broker unreachable) is tried again.
 _FEED_RETRY = 1.0
+#: Seconds without a head check after which the checker's connection is closed.
+CHECKER_IDLE = 15.0
 
 
 def check_start(pattern, from_seq, from_time, live) -> None:
@@ -111,6 +117,9 @@ class MulticastSubscriber:
         self._feed: Client | None = None
         self._feed_sub = None
         self._feed_retry_at = 0.0
+        self._checker: Client | None = None
+        self._checker_used = 0.0
+        self._deceived = 0
         self._closed = False
 
     # ------------------------------------------------------------------ public API
@@ -161,6 +170,7 @@ class MulticastSubscriber:
             return
         self._closed = True
         self._close_feed()
+        self._close_checker()
         self._sock.close()
 
     def __enter__(self):
@@ -187,6 +197,8 @@ class MulticastSubscriber:
                 return msg
             now = time.monotonic()
             self._reconcile(now)
+            if core.ready:                  # a head check let messages through
+                continue
             if deadline is not None and now >= deadline:
                 return None
             wait = core.next_deadline() - now
@@ -261,10 +273,51 @@ class MulticastSubscriber:
             self._feed = feed
         elif not want and self._feed is not None:
             self._close_feed()
+        if self._core.want_check:
+            self._check(now)
+        elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
+            self._close_checker()
+        self._deceived = note_deceived(self._core, self._deceived)
+
+    def _check(self, now: float) -> None:
+        """Ask the broker for the stream's last sequence: multicast entries up to it may go."""
+        core = self._core
+        core.check_started(now)
+        try:
+            if self._checker is None:
+                self._checker = Client(self.endpoint, self.stream, **self._client_args)
+            last = self._checker.info().last
+        except (ZepsTimeout, ConnectionLost) as e:
+            log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
+                        "head (%s); retrying", self.endpoint, e)
+            self._close_checker()
+            core.check_failed(time.monotonic())
+            return
+        except BaseException:
+            core.check_failed(time.monotonic())
+            raise
+        self._checker_used = time.monotonic()
+        core.on_broker_head(last, self._checker_used)
 
     def _close_feed(self) -> None:
         feed, self._feed, self._feed_sub = self._feed, None, None
         _close(feed)
+
+    def _close_checker(self) -> None:
+        checker, self._checker = self._checker, None
+        _close(checker)
+
+
+def note_deceived(core: Receiver, seen: int) -> int:
+    """Log real entries that came after a forged one had been handed in their place (the
+    receiver noticed afterwards); return the count now logged."""
+    deceived = core.stats.deceived
+    if deceived > seen:
+        log.warning("zeps multicast: stream %r: %d real message(s) came after a forged "
+                    "datagram had been handed in their place (%d in all): someone else sends "
+                    "to the group; authenticate it or keep it on a network you control",
+                    core.stream, deceived - seen, deceived)
+    return deceived
 
 
 def _close(feed: Client | None) -> None:

@@ -28,6 +28,7 @@ from zeps.journal import JournalReader, stream_dir_name
 from zeps.matching import compile_pattern
 from zeps.multicast import ReceiverConfig
 from zeps.multicast import datagram as dg
+from zeps.multicast.transport import open_receiver, parse_group
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -369,6 +370,124 @@ def hostile(work):
     return out
 
 
+class Forger:
+    """Someone else on the group: reads the bridge's datagrams (to learn its session and
+    numbers) and sends forged ones beside them."""
+
+    SESSION = 0x0BAD
+
+    def __init__(self):
+        self.rx = open_receiver(parse_group(GROUP))
+        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.tx.setsockopt(socket.IPPROTO_IP, socket.IP_MULTICAST_LOOP, 1)
+        host, port = GROUP.split(":")
+        self.addr = (host, int(port))
+        self.bridge = None              # (session, highest number seen)
+        self.number = 0
+        self.sent = 0
+
+    def sniff(self) -> bool:
+        """Read what the group carried; True once the bridge's session is known."""
+        while True:
+            try:
+                d = dg.decode(self.rx.recv(65536))
+            except BlockingIOError:
+                return self.bridge is not None
+            except dg.DatagramError:
+                continue
+            if d.session != self.SESSION and (self.bridge is None or d.number > self.bridge[1]):
+                self.bridge = (d.session, d.number)
+
+    def send(self, payload: bytes) -> None:
+        self.tx.sendto(payload, self.addr)
+        self.sent += 1
+
+    def data(self, sequence: int, after: int) -> None:
+        self.number += 1
+        self.send(dg.encode_data(dg.header(dg.DATA, self.SESSION, self.number, STREAM, ""),
+                                 [dg.encode_entry(sequence, after, 0, b"k", b"forged")]))
+
+    def head(self, head: int, *, in_bridge_session: bool = False, interval_ms: int = 1000):
+        """A HEAD claiming ``head``; in the bridge's session, numbered 1000 past its datagrams."""
+        self.sniff()
+        if in_bridge_session:
+            session, number = self.bridge[0], self.bridge[1] + 1000
+        else:
+            self.number += 1
+            session, number = self.SESSION, self.number
+        self.send(dg.encode_head(session, number, STREAM, "", head, interval_ms))
+
+    def close(self):
+        self.rx.close()
+        self.tx.close()
+
+
+def forged(work):
+    """Forged datagrams beside a real bridge: an entry 2^64-1, an entry 50 ahead, HEADs beyond
+    the broker's head, HEADs numbered 1000 ahead in the bridge's own session; then one forged
+    HEAD or entry with every batch published while the stream is busy."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    r = Reader(GROUP, b.endpoint, STREAM, live=True)
+    f = Forger()
+    publish(b.endpoint, numbered(0, 20))
+    r.wait(20)
+    wait_until(f.sniff, "the forger to see the bridge's datagrams")
+    f.data(2**64 - 1, 20)                                   # "the stream goes on at 2^64-1"
+    f.data(70, 20)                                          # "nothing matches from 21 to 69"
+    f.head(2**64 - 1)                                       # "the bridge has sent up to 2^64-1"
+    f.head(20, in_bridge_session=True, interval_ms=2**32 - 1)   # numbers skipped, "49 days"
+
+    def forged_seen():              # (a receiver that hands forged entries counts none)
+        return getattr(r.sub.stats, "forged", 0)
+
+    wait_until(lambda: forged_seen() >= 3 or len(r.got) > 20,
+               "the receiver to see through the forgeries (or hand them)")
+    after_first = dataclasses.asdict(r.sub.stats)
+    n = 20
+    batches = 0
+
+    def batch():                    # 10 messages, one forgery, all 10 at the receiver
+        nonlocal n, batches
+        publish(b.endpoint, numbered(n, 10))
+        n += 10
+        kind = batches % 3
+        if kind == 0:
+            f.head(2**64 - 1, in_bridge_session=True)
+        elif kind == 1:
+            f.data(n + 50, n)
+        else:
+            f.head(2**64 - 1)
+        batches += 1
+        r.wait(n)
+
+    # Busy, forging with every batch: the HEAD numbered 1000 past the bridge's pushes the
+    # receiver into fallback once; it must come back while the forger goes on ...
+    while not (r.sub.stats.returns and r.sub.mode == "multicast" and not r.sub.feed_open):
+        if batches == 300:
+            break
+        batch()
+    returned = dataclasses.asdict(r.sub.stats)
+    returned_after = batches
+    # ... and stay on multicast for 30 more batches.
+    modes = []
+    for _ in range(30):
+        batch()
+        modes.append((r.sub.mode, r.sub.feed_open))
+    wait_until(lambda: forged_seen() >= returned.get("forged", 0) + 30,
+               "the receiver to see through the last forgeries")
+    busy = {"batches": batches, "returned_after": returned_after, "returned": returned,
+            "modes": modes, "end": dataclasses.asdict(r.sub.stats)}
+    publish(b.endpoint, numbered(n, 50))                    # the forger has stopped
+    r.wait(n + 50)
+    f.close()
+    out = {"r": r.result(), "journal": journal(b), "after_first": after_first, "busy": busy,
+           "forgeries": f.sent}
+    bridge.stop()
+    b.stop()
+    return out
+
+
 def fallback(work):
     """Sustained loss: the receiver falls back to the broker, then returns to multicast."""
     b = start_broker(work)
@@ -412,7 +531,7 @@ def oversize(work):
 
 
 SCENARIOS = {f.__name__: f for f in (ordered, loss, asyncio_loss, reorder_dup, late_join, bridge_restart,
-                                     broker_restart, hostile, fallback, oversize)}
+                                     broker_restart, hostile, forged, fallback, oversize)}
 
 if __name__ == "__main__":
     name, work = sys.argv[1], Path(sys.argv[2])

@@ -148,6 +148,24 @@ def test_foreign_and_malformed_datagrams_are_counted_and_ignored(tmp_path):
     assert st["foreign"] == r["sent_foreign"] and st["malformed"] == r["sent_malformed"]
 
 
+def test_forged_datagrams_beside_the_bridge_cost_no_gap_no_stall_no_lasting_fallback(tmp_path):
+    """Issue 15 #7: an entry 2^64-1 was handed and nothing came after it; an entry 50 ahead
+    skipped 49 real messages; forged HEADs kept receivers on the broker for good."""
+    r = scenario("forged", tmp_path)
+    check_whole(r["r"], r["journal"])           # no forged message, no gap, nothing after stalled
+    assert len(r["journal"]) == r["busy"]["batches"] * 10 + 70
+    assert r["after_first"]["forged"] >= 3 and r["after_first"]["multicast"] == 20
+    busy = r["busy"]
+    assert busy["returned_after"] < 300, busy   # back on multicast, feed closed, while forging
+    assert busy["returned"]["fallbacks"] <= 1   # the HEAD in the bridge's session, once
+    assert busy["modes"] == [["multicast", False]] * 30     # 30 forged batches: no effect
+    assert busy["end"]["fallbacks"] == busy["returned"]["fallbacks"]
+    assert busy["end"]["forged"] >= busy["returned"]["forged"] + 30
+    st = r["r"]["stats"]
+    assert st["checks"] > 0 and st["deceived"] == 0
+    assert r["r"]["mode"] == "multicast"
+
+
 def test_sustained_loss_falls_back_to_the_broker_and_returns(tmp_path):
     r = scenario("fallback", tmp_path)
     check_whole(r["r"], r["journal"])

@@ -6,18 +6,12 @@ check the name and the ACL's ``admin`` right, then act on the data directory and
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c, encode
 from zeps.protocol.reasons import Reason
 
-from .session import Session
+from .session import DETACH_FRAME, Session
 
-if TYPE_CHECKING:
-    pass
-
-_DETACH = encode(c.Detach())
 
 
 class StreamAdministration:
@@ -54,7 +48,7 @@ class StreamAdministration:
         self._invalid(s.identity, Reason.limit("max_total_streams", self.config.max_total_streams))
         return True
 
-    def _on_stream_create(self, s: Session, cmd: c.StreamCreate, _was) -> None:
+    def _on_stream_create(self, s: Session, cmd: c.StreamCreate) -> None:
         """Creates the stream's directory and settings (atomically: ``DataDir.create``) and
         opens nothing: its journal is opened by the first ATTACH, under ``max_open_streams``.
         The settings are checked before anything is written; a stream's ``max_message`` may not
@@ -79,7 +73,7 @@ class StreamAdministration:
             self.log("stream_created", stream=cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamCreateOk())))
 
-    def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe, _was) -> None:
+    def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe) -> None:
         if self._no_stream(s, cmd.stream) or self._over_budget(s):
             return
         st = self.stream(cmd.stream)
@@ -88,7 +82,7 @@ class StreamAdministration:
             info.first, info.last, info.size, info.oldest, info.newest, own.retention_bytes,
             own.retention_ms, own.max_message, own.segment_bytes))))
 
-    def _on_stream_purge(self, s: Session, cmd: c.StreamPurge, _was) -> None:
+    def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
         if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
             return
         st = self.stream(cmd.stream)
@@ -103,7 +97,7 @@ class StreamAdministration:
         self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
         self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
 
-    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete, _was) -> None:
+    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
         if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
             return
         st = self.streams.pop(cmd.stream, None)
@@ -112,7 +106,7 @@ class StreamAdministration:
             for other in list(st.sessions.values()):    # its clients are told it is gone
                 st.detach(other)
                 self._end_peering(other)
-                self.outbox.append((other.identity, _DETACH))
+                self.outbox.append((other.identity, DETACH_FRAME))
         try:
             self.datadir.delete(cmd.stream)
         except Exception as exc:

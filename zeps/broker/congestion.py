@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from zeps.protocol import commands as c, encode
 from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 
@@ -20,7 +19,6 @@ from .session import ATTACHED, Session
 if TYPE_CHECKING:
     pass
 
-_DETACH = encode(c.Detach())
 _DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID)
 
 

@@ -49,7 +49,6 @@ _STREAM_EXPECT_OK = encode(c.StreamExpectOk())
 _DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
-_DETACH = encode(c.Detach())
 _PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
 
 
@@ -171,23 +170,22 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         elif session.state is ATTACHED and (type(cmd) is c.Publish or type(cmd) is c.PublishBatch):
             session.last_seen = now                   # hot path: the grammar allows it
             if type(cmd) is c.Publish:
-                self._on_publish(session, cmd, None)
+                self._on_publish(session, cmd)
             else:
-                self._on_publish_batch(session, cmd, None)
+                self._on_publish_batch(session, cmd)
             return
-        was_stream = session.stream
         try:
             session.accept(cmd, now)
         except ProtocolViolation as exc:
             self._invalid(identity, exc.reason)
             return
-        self._dispatch(_HANDLERS.get(type(cmd)), session, cmd, was_stream)
+        self._dispatch(_HANDLERS.get(type(cmd)), session, cmd)
 
-    def _dispatch(self, handler, session: Session, cmd, was_stream) -> None:
+    def _dispatch(self, handler, session: Session, cmd) -> None:
         identity = session.identity
         if handler is not None:
             try:
-                handler(self, session, cmd, was_stream)
+                handler(self, session, cmd)
             except Exception as exc:   # one client's request must never stop the broker
                 self.log("internal_error", client=identity.hex(), command=cmd.NAME,
                          error=f"{type(exc).__name__}: {exc}")
@@ -244,7 +242,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.bad_frames_total += 1
 
     # ------------------------------------------------------------------ handlers
-    def _on_ping(self, s: Session, cmd, _was) -> None:
+    def _on_ping(self, s: Session, cmd) -> None:
         # A barrier: every PUBLISH before it has its answer (CONFIRM count or INVALID) first.
         if s.stream is not None:
             st = self.streams.get(s.stream)
@@ -252,14 +250,14 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                 st.flush()
         self.outbox.append((s.identity, _PING_OK))
 
-    def _on_list_streams(self, s: Session, cmd, _was) -> None:
+    def _on_list_streams(self, s: Session, cmd) -> None:
         """LIST-STREAMS: the first page of LIST-STREAMS-PAGE (ZEPS/1 has no way to ask for more)."""
         if self._over_budget(s):
             return
         names, _next = self._list_page(s, "")
         self.outbox.append((s.identity, encode(c.ListStreamsOk(names))))
 
-    def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage, _was) -> None:
+    def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage) -> None:
         if self._over_budget(s):
             return
         names, after = self._list_page(s, cmd.after)
@@ -282,7 +280,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self._invalid(s.identity, Reason.limit("admin_rate", cfg.admin_rate))
         return True
 
-    def _on_attach(self, s: Session, cmd: c.Attach, _was) -> None:
+    def _on_attach(self, s: Session, cmd: c.Attach) -> None:
         expect, s.expect = s.expect, 0          # STREAM-EXPECT holds for this ATTACH only
         acl = self.acl
         if acl is not None and not acl.may_attach(s.user, cmd.stream):
@@ -316,12 +314,12 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self._set_rights(s)
         self.outbox.append((s.identity, _ATTACH_OK))
 
-    def _on_stream_id(self, s: Session, cmd, _was) -> None:
+    def _on_stream_id(self, s: Session, cmd) -> None:
         """The attached stream's incarnation (kept in memory while the stream is open)."""
         inc = self.datadir.incarnation(s.stream)
         self.outbox.append((s.identity, encode(c.StreamIdOk(inc))))
 
-    def _on_stream_expect(self, s: Session, cmd: c.StreamExpect, _was) -> None:
+    def _on_stream_expect(self, s: Session, cmd: c.StreamExpect) -> None:
         """The next ATTACH joins incarnation ``cmd.incarnation`` only, and creates nothing."""
         s.expect = cmd.incarnation
         self.outbox.append((s.identity, _STREAM_EXPECT_OK))
@@ -386,13 +384,13 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                 self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may no longer read "
                                           f"stream {s.stream!r}: subscriptions removed")
 
-    def _on_detach(self, s: Session, cmd, _was) -> None:
+    def _on_detach(self, s: Session, cmd) -> None:
         self.streams[s.stream].detach(s)     # routes what was queued first
         self._end_peering(s)
         self.outbox.append((s.identity, _DETACH_OK))
         self._to_free.append(s)          # a clean DETACH frees the session once DETACH-OK is out
 
-    def _on_subscribe(self, s: Session, cmd: c.Subscribe, _was) -> None:
+    def _on_subscribe(self, s: Session, cmd: c.Subscribe) -> None:
         if not s.may_subscribe:
             self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "subscribe", s.stream))
             return
@@ -420,12 +418,12 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             return
         stream.subscribe(s, pattern, cmd.latest)
 
-    def _on_credit(self, s: Session, cmd: c.Credit, _was) -> None:
+    def _on_credit(self, s: Session, cmd: c.Credit) -> None:
         # Credit is additive and only a number here: what the broker queues for a client is
         # bounded by its connection's high-water mark (--client-queue), whatever it granted.
         self.streams[s.stream].credit(s, cmd.credit)
 
-    def _on_publish(self, s: Session, cmd: c.Publish, _was) -> None:
+    def _on_publish(self, s: Session, cmd: c.Publish) -> None:
         if not s.may_publish:
             self._reject(s, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
             return
@@ -441,7 +439,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.queued += 1
         self.streams[s.stream].publish(s, cmd.key, cmd.body)
 
-    def _on_publish_batch(self, s: Session, cmd: c.PublishBatch, _was) -> None:
+    def _on_publish_batch(self, s: Session, cmd: c.PublishBatch) -> None:
         """Each entry counts as one PUBLISH (its size and count were checked before it was
         parsed: :meth:`_batch_refused`): a refused batch gets one INVALID per entry, and a
         PRODUCER peering's entries take one producer sequence each. An accepted batch is queued
@@ -477,11 +475,11 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         own, broker = stream.max_message, self.config.max_message
         return (own, "stream") if 0 < own < broker else (broker, "broker")
 
-    def _on_reasons_select(self, s: Session, cmd, _was) -> None:
+    def _on_reasons_select(self, s: Session, cmd) -> None:
         s.reasons = True                 # _invalid sends it ERROR from now on
         self.outbox.append((s.identity, _REASONS_SELECT_OK))
 
-    def _on_batch_select(self, s: Session, cmd, _was) -> None:
+    def _on_batch_select(self, s: Session, cmd) -> None:
         s.batches = True
         self.outbox.append((s.identity, encode(c.BatchSelectOk(self.config.max_batch))))
 
@@ -492,24 +490,24 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             s.pseq_next += 1
         self._invalid(s.identity, Reason.publish_rejected(why))
 
-    def _on_seq_at_time(self, s: Session, cmd: c.SeqAtTime, _was) -> None:
+    def _on_seq_at_time(self, s: Session, cmd: c.SeqAtTime) -> None:
         seq = self.streams[s.stream].seq_at(cmd.timestamp)
         self.outbox.append((s.identity, encode(c.SeqAtTimeOk(seq))))
 
-    def _on_stream_info(self, s: Session, cmd, _was) -> None:
+    def _on_stream_info(self, s: Session, cmd) -> None:
         self.outbox.append((s.identity, encode(self.streams[s.stream].info())))
 
-    def _on_confirm_select(self, s: Session, cmd, _was) -> None:
+    def _on_confirm_select(self, s: Session, cmd) -> None:
         s.confirms = True
         stream = self.streams[s.stream]
         stream.flush()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
 
-    def _on_limits(self, s: Session, cmd, _was) -> None:
+    def _on_limits(self, s: Session, cmd) -> None:
         self.outbox.append((s.identity, encode(c.LimitsOk(self.config.max_message,
                                                           self.config.max_credit))))
 
-    def _on_producer(self, s: Session, cmd: c.Producer, _was) -> None:
+    def _on_producer(self, s: Session, cmd: c.Producer) -> None:
         """Rights first (a client that may not publish has no use for a producer id), then the
         connection's limit of distinct ids (one client cannot fill the stream's producer table
         or evict others' state), then the stream's O(1) registration: binding, fencing, the
@@ -541,7 +539,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             return _pseq_exhausted(s.pseq_next + n - 1)
         return None
 
-    def _on_deliver_timestamps(self, s: Session, cmd, _was) -> None:
+    def _on_deliver_timestamps(self, s: Session, cmd) -> None:
         s.timestamps = True
         self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
 

@@ -23,11 +23,15 @@ from __future__ import annotations
 from collections import deque
 from typing import Deque, List, Optional, Tuple
 
-from zeps.protocol import commands as c
+from zeps.protocol import commands as c, encode
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED, Reason  # noqa: F401 (re-exported)
 
 NEW = "NEW"
 ATTACHED = "ATTACHED"
+
+#: The broker's DETACH (the grammar's S:DETACH): a client is told its peering is over (expired, or
+#: its stream deleted).
+DETACH_FRAME = encode(c.Detach())
 
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
-from zeps.protocol import commands as c, encode
-
+from .session import DETACH_FRAME
 
 if TYPE_CHECKING:
     from .stream import Stream
 
-_DETACH = encode(c.Detach())
 
 
 class Timers:
@@ -86,7 +84,7 @@ class Timers:
             congested = self.sessions[ident].congested_until
             self.forget(ident)
             if not congested:                  # a full pipe would not take it anyway
-                self.outbox.append((ident, _DETACH))
+                self.outbox.append((ident, DETACH_FRAME))
             self.log("client_expired", client=ident.hex())
         return gone
 

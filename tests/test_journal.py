@@ -368,7 +368,7 @@ def test_roll_makes_old_segment_durable(tmp_path):
 
 
 def test_sync_from_worker_thread(tmp_path):
-    cfg = JournalConfig(fsync="interval", fsync_interval_ms=1, segment_bytes=16384)
+    cfg = JournalConfig(fsync="interval", segment_bytes=16384)
     with Journal.open(tmp_path / "s", cfg) as j:
         stop = threading.Event()
         seen = []

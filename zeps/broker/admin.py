@@ -10,7 +10,7 @@ from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c, encode
 from zeps.protocol.reasons import Reason
 
-from .session import DETACH_FRAME, Session
+from .session import DETACH_FRAME, Session, bad_stream_name
 
 
 
@@ -20,8 +20,9 @@ class StreamAdministration:
     def _admin_refused(self, s: Session, name: str, what: str) -> bool:
         """Rights first (cheap, and a client without them spends nothing), then the client's
         budget for administration commands."""
-        if not name or "\x00" in name:
-            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
+        why = bad_stream_name(name)
+        if why:
+            self._invalid(s.identity, why)
             return True
         acl = self.acl
         if acl is not None and not acl.may_admin(s.user, name):
@@ -33,8 +34,9 @@ class StreamAdministration:
         return name in self.catalogue
 
     def _no_stream(self, s: Session, name: str) -> bool:
-        if not name or "\x00" in name:
-            self._invalid(s.identity, "stream name must be 1 to 255 bytes and contain no NUL")
+        why = bad_stream_name(name)
+        if why:
+            self._invalid(s.identity, why)
             return True
         if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
             return False

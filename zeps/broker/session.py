@@ -42,6 +42,14 @@ _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.Str
 
 
 
+def bad_stream_name(name: str) -> Optional[str]:
+    """Why ``name`` cannot name a stream (the one check of ATTACH and the administration
+    commands; the codec already bounds it to 255 bytes), or None."""
+    if not name or "\x00" in name:
+        return "stream name must be 1 to 255 bytes and contain no NUL"
+    return None
+
+
 class ProtocolViolation(Exception):
     """A command that is not allowed now; ``reason`` (a :class:`Reason`, or a text) is what the
     client is told, ``str()`` its text."""
@@ -113,8 +121,9 @@ class Session:
         if isinstance(cmd, c.Attach):
             if self.state == ATTACHED:
                 raise ProtocolViolation(f"ATTACH while attached to stream {self.stream!r}; DETACH first")
-            if not cmd.stream or "\x00" in cmd.stream:
-                raise ProtocolViolation("stream name must be 1 to 255 bytes and contain no NUL")
+            why = bad_stream_name(cmd.stream)
+            if why:
+                raise ProtocolViolation(why)
             return
         if isinstance(cmd, _ATTACHED_ONLY):
             if self.state != ATTACHED:

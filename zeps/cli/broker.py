@@ -207,7 +207,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             print(f"zeps: error: {exc}", file=sys.stderr)
             return 2
     jconf = JournalConfig(
-        segment_bytes=args.segment_bytes, fsync=args.fsync, fsync_interval_ms=args.fsync_interval_ms,
+        segment_bytes=args.segment_bytes, fsync=args.fsync,
         max_record_bytes=args.max_message + 512,
         retention_bytes=args.retention_bytes,
         retention_ms=int(args.retention_age * 1000) if args.retention_age else None,

@@ -8,10 +8,9 @@ Decisions:
   ``segment_bytes`` by at most one batch.
 * ``index_interval_bytes`` (4 KiB): one sparse-index entry per ~4 KiB of log, so a lookup
   reads at most ~4 KiB (plus one record) after its binary search.
-* ``fsync`` = ``"interval"`` by default: the broker calls :meth:`Journal.sync` every
-  ``fsync_interval_ms`` (group commit) and confirms publishers up to ``durable_seq``. The
-  journal has no timer and does not read ``fsync_interval_ms``: it is the broker's setting,
-  kept here beside the policy it belongs to.
+* ``fsync`` = ``"interval"`` by default: the broker calls :meth:`Journal.sync` on its own
+  timer (``--fsync-interval-ms``, group commit) and confirms publishers up to ``durable_seq``.
+  The journal has no timer.
 * retention is off unless ``retention_bytes`` / ``retention_ms`` are set.
 * ``max_producers`` (10,000): producer ids whose last sequence the journal keeps (least
   recently used dropped beyond it, :mod:`.producers`); a producer that retries after that many
@@ -40,7 +39,6 @@ class JournalConfig:
     segment_bytes: int = 256 << 20
     index_interval_bytes: int = 4096
     fsync: str = "interval"
-    fsync_interval_ms: int = 50
     max_record_bytes: int = 16 << 20
     retention_bytes: Optional[int] = None
     retention_ms: Optional[int] = None
@@ -56,8 +54,6 @@ class JournalConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
-        if not isinstance(self.fsync_interval_ms, (int, float)) or self.fsync_interval_ms < 0:
-            raise ValueError(f"fsync_interval_ms must be >= 0, not {self.fsync_interval_ms!r}")
         if self.max_record_bytes > MAX_FRAME:
             raise ValueError(f"max_record_bytes must be at most {MAX_FRAME} (the record "
                              f"length's 31 frame-length bits)")

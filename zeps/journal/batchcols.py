@@ -18,8 +18,8 @@ from typing import Optional
 
 import numpy as np
 
-from ..protocol.batch import DELIVER_HEAD_SIZE, BadEntries, walk as walk_entries
-from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, MAX_PSEQ, MIN_ENTRY, PID_LEN_OFFSET, TS_OFFSET
+from ..protocol.batch import DELIVER_HEAD_SIZE, MIN_ENTRY, BadEntries, walk as walk_entries
+from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, MAX_PSEQ, PID_LEN_OFFSET, TS_OFFSET
 from .blockcrc import first_bad_crc
 from .walk import be_view
 

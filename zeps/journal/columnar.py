@@ -427,8 +427,8 @@ def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str
     """What :func:`parse_records` (the journal's one definition of a valid record) says is
     wrong with the record at ``p``; ``otherwise`` if it finds nothing (a check only this reader
     makes: UTF-8 keys, the 2^-32 case of the block CRC check)."""
-    status, _, _, _, info, _, _ = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
-    return info if status == BAD else otherwise
+    res = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
+    return res.info if res.status == BAD else otherwise
 
 
 def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bool = True,

@@ -22,7 +22,7 @@ from typing import List, Optional, Tuple
 
 from .errors import CorruptionError, JournalError, JournalNotFoundError
 from .index import FileIndex
-from .record import BAD, END, HEADER_SIZE, SHORT, Record, parse_records
+from .record import END, HEADER_SIZE, SHORT, Record, ScanResult, parse_records
 
 SEQ_DIGITS = 20
 LOG_SUFFIX = ".log"
@@ -67,26 +67,6 @@ def check_dir(path: str) -> None:
         raise JournalNotFoundError(f"{path!r} is not a directory")
     if not os.access(path, os.R_OK | os.X_OK):
         raise JournalError(f"stream directory {path!r} is not readable (permission denied)")
-
-
-class ScanResult:
-    """Where a scan stopped: ``status`` (END/LIMIT/SHORT/BAD from :mod:`.record`), ``pos`` and
-    ``seq`` of the first record not consumed, ``last_ts`` of the last consumed one (or of the
-    record before the scan, or None), ``info`` (bytes needed for SHORT, reason for BAD);
-    ``n``/``nbytes``: messages and frame bytes the read emitted in all (limits' counts)."""
-
-    __slots__ = ("status", "pos", "seq", "last_ts", "info", "n", "nbytes")
-
-    def __init__(self, status, pos, seq, last_ts, info, n=0, nbytes=0):
-        self.status, self.pos, self.seq, self.last_ts, self.info = status, pos, seq, last_ts, info
-        self.n, self.nbytes = n, nbytes
-
-    def describe(self) -> str:
-        if self.status == SHORT:
-            return "incomplete record"
-        if self.status == BAD:
-            return str(self.info)
-        return "end"
 
 
 class Segment:
@@ -194,22 +174,23 @@ class Segment:
             want = min(limit - pos, block)
             buf = os.pread(fd, want, pos)
             end = len(buf)
-            status, npos, seq, last_ts, info, n, nbytes = parse_records(
-                buf, 0, end, seq, out, max_records, max_bytes, want_seq, stop_ts, n, nbytes,
-                last_ts, chunks)
-            pos += npos
+            res = parse_records(buf, 0, end, seq, out, max_records, max_bytes, want_seq,
+                                stop_ts, n, nbytes, last_ts, chunks)
+            pos += res.pos
+            res.pos = pos
+            status, seq, last_ts, n, nbytes = res.status, res.seq, res.last_ts, res.n, res.nbytes
             if status == END:
                 if end < want:                 # the file is shorter than limit said
                     return ScanResult(SHORT if pos < limit else END, pos, seq, last_ts,
                                       HEADER_SIZE, n, nbytes)
                 continue
             if status == SHORT:
+                info = res.info
                 if pos + info <= limit and end == want:
                     if info > block:
                         block = info
                     continue
-                return ScanResult(SHORT, pos, seq, last_ts, info, n, nbytes)
-            return ScanResult(status, pos, seq, last_ts, info, n, nbytes)
+            return res
 
     def read_first_ts(self) -> Optional[int]:
         """Timestamp of the first record (cached), None if the segment is empty/unreadable."""

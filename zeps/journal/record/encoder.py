@@ -1,0 +1,170 @@
+"""Encoding records (as LevelDB's ``log_writer``): the bytes of an append, built all or
+nothing before anything is written. The layout is in :mod:`.format`."""
+from __future__ import annotations
+
+from itertools import repeat
+from typing import List, Optional, Sequence, Tuple
+
+import google_crc32c
+
+from ...protocol.batch import DELIVER_HEAD_SIZE, MIN_ENTRY, BadEntries, deliver_batch_head, walk
+from ...protocol.commands import PublishBatch
+from ...protocol.deliver import MIN_FRAME, encode_deliver
+from ..errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
+from .format import (HEADER, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PRODUCER_FLAG, U64, BatchRecord,
+                     ProducerRecord, Record)
+
+_crc_value = google_crc32c.value
+_crc_extend = google_crc32c.extend
+
+
+def check_producers(producers, n: int) -> List[Optional[Tuple[bytes, int]]]:
+    """Validate ``append_batch``'s ``producers`` (a list parallel to the ``n`` items, each None
+    or ``(producer id, pseq)``); return each as ``(UTF-8 id, pseq)`` or None. Raises
+    :class:`InvalidRecordError` saying which entry is wrong and why."""
+    if not isinstance(producers, (list, tuple)) or len(producers) != n:
+        raise InvalidRecordError(
+            f"producers must be a list of {n} entries (one per item, None or (producer id, "
+            f"pseq)), not {producers!r:.60}; nothing of the batch was appended")
+    out: List[Optional[Tuple[bytes, int]]] = []
+    for i, p in enumerate(producers):
+        if p is None:
+            out.append(None)
+            continue
+        try:
+            pid, pseq = p
+        except (TypeError, ValueError):
+            raise InvalidRecordError(f"producers[{i}] must be None or a (producer id, pseq) "
+                                     f"pair, not {p!r:.60}") from None
+        if not isinstance(pid, str):
+            raise InvalidRecordError(f"producers[{i}]: producer id must be str, not "
+                                     f"{type(pid).__name__}")
+        try:
+            pb = pid.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRecordError(f"producers[{i}]: producer id {pid!r:.60} is not valid "
+                                     f"Unicode text") from None
+        if not 1 <= len(pb) <= MAX_PRODUCER_ID:
+            raise InvalidRecordError(f"producers[{i}]: producer id is {len(pb)} bytes in UTF-8; "
+                                     f"it must be 1 to {MAX_PRODUCER_ID}")
+        if not isinstance(pseq, int) or isinstance(pseq, bool) or not 1 <= pseq <= MAX_PSEQ:
+            raise InvalidRecordError(f"producers[{i}]: pseq must be an integer from 1 to 2^64-1, "
+                                     f"not {pseq!r:.40}")
+        out.append((pb, pseq))
+    return out
+
+
+def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_bytes: int,
+                 producers=None) -> Tuple[List[bytes], List[Record]]:
+    """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
+    header, frame..., records parallel to ``items``). An item is a ``(key, body)`` pair (one
+    :class:`Record`) or a :class:`~zeps.protocol.commands.PublishBatch` (one
+    :class:`BatchRecord` holding its entries verbatim, sequences ``seq .. seq + count - 1``).
+    ``producers``: None or a list parallel to ``items`` of None or ``(producer id, pseq)``
+    (checked by :func:`check_producers`; for a PublishBatch the pseq is that of its first
+    message, and ``pseq + count - 1`` must not pass 2^64-1); a record with one gets the
+    producer extension (header, extension, frame). Raises before anything is written if any
+    item is invalid (all or nothing). Frames are built by
+    :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`."""
+    ts_bytes = U64.pack(timestamp)
+    ts_crc = _crc_value(ts_bytes)
+    pack = HEADER.pack
+    prods = repeat(None) if producers is None else check_producers(producers, len(items))
+    parts: List[bytes] = []
+    records: List = []
+    seq = first_seq
+    for i, (item, prod) in enumerate(zip(items, prods)):
+        if isinstance(item, PublishBatch):
+            batch = _batch_record(item, i, seq, timestamp, max_record_bytes)
+            entries = item.entries
+            head = batch.frame
+            flen = len(head) + len(entries)
+            if prod is None:
+                parts.append(pack(flen, _crc_extend(_crc_extend(ts_crc, head), entries),
+                                  timestamp))
+            else:
+                pb, pseq = prod
+                if pseq + batch.count - 1 > MAX_PSEQ:
+                    raise InvalidRecordError(
+                        f"producers[{i}]: pseq {pseq} + {batch.count} messages passes 2^64-1; "
+                        f"nothing of the batch was appended")
+                ext = bytes((len(pb),)) + pb + U64.pack(pseq)
+                parts.append(pack(flen | PRODUCER_FLAG, _crc_extend(_crc_extend(
+                    _crc_extend(ts_crc, ext), head), entries), timestamp))
+                parts.append(ext)
+                batch.producer, batch.pseq = pb.decode("utf-8"), pseq
+            parts.append(head)
+            parts.append(entries)
+            batch.frame = head + entries
+            records.append(batch)
+            seq += batch.count
+            continue
+        try:
+            key, body = item
+        except (TypeError, ValueError):
+            raise InvalidRecordError(f"batch item {i} must be a (key, body) pair or a "
+                                     f"PublishBatch, not {item!r:.60}") from None
+        if not isinstance(key, str):
+            raise InvalidRecordError(f"key must be str, not {type(key).__name__}")
+        if not isinstance(body, bytes):
+            if isinstance(body, (bytearray, memoryview)):
+                body = bytes(body)
+            else:
+                raise InvalidRecordError(f"body must be bytes, not {type(body).__name__}")
+        kb = key.encode("utf-8")
+        if len(kb) > MAX_KEY:
+            raise KeyTooLongError(f"key is {len(kb)} bytes in UTF-8; the limit is {MAX_KEY} "
+                                  f"(key starts {key[:40]!r}); nothing of the batch was appended")
+        flen = MIN_FRAME + len(kb) + len(body)
+        if flen > max_record_bytes:
+            raise RecordTooLargeError(
+                f"record {i} of the batch has a {flen}-byte frame, over "
+                f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
+        frame = encode_deliver(seq, kb, body)
+        if prod is None:
+            parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
+            parts.append(frame)
+            records.append(Record(seq, timestamp, frame, key, body))
+        else:
+            pb, pseq = prod
+            ext = bytes((len(pb),)) + pb + U64.pack(pseq)
+            parts.append(pack(flen | PRODUCER_FLAG,
+                              _crc_extend(_crc_extend(ts_crc, ext), frame), timestamp))
+            parts.append(ext)
+            parts.append(frame)
+            records.append(ProducerRecord(seq, timestamp, frame, key, body, pb.decode("utf-8"),
+                                          pseq))
+        seq += 1
+    if seq > 1 << 64:
+        raise InvalidRecordError("sequence would exceed 2^64-1")
+    return parts, records
+
+
+def _batch_record(item, i: int, seq: int, timestamp: int, max_record_bytes: int) -> BatchRecord:
+    """The :class:`BatchRecord` for PublishBatch ``item`` (item ``i`` of an append) at ``seq``,
+    its ``frame`` holding only the DELIVER-BATCH head (the caller appends the entries).
+    Checks the count, the entries (walked unless the codec's ``offsets`` are given) and the
+    size."""
+    count, entries = item.count, item.entries
+    if not isinstance(entries, bytes):
+        raise InvalidRecordError(f"item {i}: PublishBatch entries must be bytes, not "
+                                 f"{type(entries).__name__}")
+    if not isinstance(count, int) or not 1 <= count <= len(entries) // MIN_ENTRY:
+        raise InvalidRecordError(f"item {i}: PublishBatch count {count!r:.20} does not fit "
+                                 f"its {len(entries)} bytes of entries")
+    flen = DELIVER_HEAD_SIZE + len(entries)
+    if flen > max_record_bytes:
+        raise RecordTooLargeError(
+            f"item {i} of the batch (a PublishBatch of {count} messages) has a {flen}-byte "
+            f"frame, over max_record_bytes={max_record_bytes}; nothing of the batch was appended")
+    offsets = item.offsets
+    if not offsets:
+        try:
+            offsets = walk(entries, 0, len(entries), count)
+        except BadEntries as e:
+            raise InvalidRecordError(f"item {i}: PublishBatch entries: {e}") from None
+    elif len(offsets) != count + 1 or offsets[-1] != len(entries):
+        raise InvalidRecordError(f"item {i}: PublishBatch offsets do not match its count and "
+                                 f"entries")
+    return BatchRecord(seq, count, timestamp, deliver_batch_head(timestamp, seq, count),
+                       offsets, DELIVER_HEAD_SIZE)

@@ -1,0 +1,166 @@
+"""Writing for the ``zeps`` data source: each task publishes its rows through a broker with
+confirms, as a producer id that every attempt of the task shares (docs/spark.md).
+
+Everything Spark pickles here (writers, commit messages) is defined in an importable module:
+Spark workers import ``zeps.spark.writer`` instead of receiving code from ``__main__``.
+"""
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import Optional
+
+from pyspark.sql.datasource import (DataSourceArrowWriter, DataSourceStreamArrowWriter,
+                                    WriterCommitMessage)
+from pyspark.sql import types as T
+
+from .options import ZepsOptions, ZepsSparkError, parse_options
+
+log = logging.getLogger("zeps.spark")
+
+__all__ = ["ZepsWriter", "ZepsStreamWriter", "ZepsCommitMessage", "check_sink_schema",
+           "publish_batches", "task_producer_id"]
+
+
+# ============================================================================ writing
+
+class ZepsCommitMessage(WriterCommitMessage):
+    def __init__(self, count: int, last_seq: int, partition_id: Optional[int] = None):
+        self.count = count
+        self.last_seq = last_seq
+        self.partition_id = partition_id
+
+    def __repr__(self):
+        return f"ZepsCommitMessage(count={self.count}, last_seq={self.last_seq})"
+
+
+_SINK_COLUMNS = ("key", "body")
+_IGNORED_COLUMNS = ("stream", "sequence", "timestamp")   # what a zeps read produces
+
+
+def check_sink_schema(schema: T.StructType) -> None:
+    names = [f.name for f in schema.fields]
+    lower = {n.lower(): f for n, f in zip(names, schema.fields)}
+    if "body" not in lower:
+        raise ZepsSparkError("the zeps sink needs a column 'body' (binary or string) and "
+                             f"optionally 'key' (string); the DataFrame has: {', '.join(names)}")
+    bt = lower["body"].dataType
+    if not isinstance(bt, (T.BinaryType, T.StringType)):
+        raise ZepsSparkError(f"column 'body' must be binary or string, not {bt.simpleString()} "
+                             "(serialize it first, e.g. to_json(struct(...)) AS body)")
+    if "key" in lower and not isinstance(lower["key"].dataType, T.StringType):
+        raise ZepsSparkError(f"column 'key' must be a string, not "
+                             f"{lower['key'].dataType.simpleString()}")
+    extra = [n for n in names if n.lower() not in _SINK_COLUMNS + _IGNORED_COLUMNS]
+    if extra:
+        raise ZepsSparkError(f"unexpected column '{extra[0]}': the zeps sink publishes 'key' "
+                             "(string) and 'body' (binary or string); select those")
+
+
+#: Local properties Spark sets on the tasks of a streaming query's micro-batch.
+_QUERY_ID = "sql.streaming.queryId"
+_BATCH_ID = "streaming.sql.batchId"
+
+
+def task_producer_id(write_id: str, task) -> str:
+    """The producer id of one write task (exactly-once publishing, docs/spark.md): the same for
+    every attempt of the task, different for every other task. ``task`` is the task's
+    ``pyspark.TaskContext``. Made of the query id (a streaming query's, which its checkpoint
+    keeps across restarts; else ``write_id``, made once per write on the driver), the epoch (the
+    micro-batch id; 0 for a batch write) and the partition id -- not the attempt number."""
+    query = task.getLocalProperty(_QUERY_ID) or write_id
+    epoch = task.getLocalProperty(_BATCH_ID) or "0"
+    return f"spark:{query}:{epoch}:{task.partitionId()}"
+
+
+def _this_task_producer_id(write_id: str) -> Optional[str]:
+    from pyspark import TaskContext
+    task = TaskContext.get()
+    return None if task is None else task_producer_id(write_id, task)
+
+
+def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) -> ZepsCommitMessage:
+    """Publish every row of ``batches`` (pyarrow RecordBatches with ``key``/``body``) with
+    confirms, as producer ``producer_id`` (None: a random one), and wait until all are durable.
+    Raises if anything was refused or not confirmed in time, so the task fails rather than
+    committing a partial write."""
+    from ..clients import Client, ZepsError
+    count = 0
+    last = 0
+    try:
+        with Client(o.endpoint, o.stream, confirms=True, timeout=o.timeout, curve=o.curve,
+                    producer_id=producer_id) as c:
+            for rb in batches:
+                if rb.num_rows == 0:
+                    continue
+                names = {n.lower(): i for i, n in enumerate(rb.schema.names)}
+                body = rb.column(names["body"])
+                bodies = body.to_pylist()
+                if "key" in names:
+                    keys = rb.column(names["key"]).to_pylist()
+                else:
+                    keys = [""] * rb.num_rows
+                items = [("" if k is None else k,
+                          b"" if b is None else (b.encode("utf-8") if isinstance(b, str) else b))
+                         for k, b in zip(keys, bodies)]
+                c.publish_batch(items)
+                count += len(items)
+            if count:
+                last = c.wait_for_confirms(timeout=max(o.timeout, 30.0))
+    except ZepsError as e:
+        raise ZepsSparkError(f"publishing to stream {o.stream!r} at {o.endpoint} failed after "
+                             f"{count} rows of this task were sent: {e}") from None
+    return ZepsCommitMessage(count, last)
+
+
+def _report_abort(o: ZepsOptions, messages, batch_id=None) -> None:
+    done = [m for m in messages if isinstance(m, ZepsCommitMessage)]
+    n = sum(m.count for m in done)
+    what = f"micro-batch {batch_id}" if batch_id is not None else "write job"
+    log.error("zeps: %s to stream %r aborted: %d task(s) had committed %d row(s), which stay "
+              "published (a journal cannot take them back); failed tasks may have published "
+              "part of their rows too (a retry of the same job or micro-batch re-sends them "
+              "under the same producer ids: docs/spark.md).", what, o.stream,
+              len(done), n)
+
+
+class ZepsWriter(DataSourceArrowWriter):
+    """``df.write.format("zeps")``: each task publishes its rows with confirms, as the producer
+    :func:`task_producer_id` names (so that a retried attempt's rows land once), and commits
+    only once all of them are durable."""
+
+    def __init__(self, options, schema: T.StructType, overwrite: bool):
+        self.o = parse_options(options, "write")
+        if overwrite:
+            raise ZepsSparkError("mode 'overwrite' is not possible: a ZEPS stream is "
+                                 "append-only; use mode('append')")
+        check_sink_schema(schema)
+        self.write_id = uuid.uuid4().hex        # made on the driver: every task attempt sees it
+
+    def write(self, iterator) -> ZepsCommitMessage:
+        return publish_batches(self.o, iterator, _this_task_producer_id(self.write_id))
+
+    def commit(self, messages) -> None:
+        n = sum(m.count for m in messages if isinstance(m, ZepsCommitMessage))
+        log.info("zeps: published %d rows to stream %r", n, self.o.stream)
+
+    def abort(self, messages) -> None:
+        _report_abort(self.o, messages)
+
+
+class ZepsStreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("zeps")``: same as :class:`ZepsWriter` per micro-batch."""
+
+    def __init__(self, options, schema: T.StructType, overwrite: bool):
+        self.o = parse_options(options, "write")
+        check_sink_schema(schema)
+        self.write_id = uuid.uuid4().hex        # used only if Spark names no query id
+
+    def write(self, iterator) -> ZepsCommitMessage:
+        return publish_batches(self.o, iterator, _this_task_producer_id(self.write_id))
+
+    def commit(self, messages, batchId: int) -> None:
+        pass
+
+    def abort(self, messages, batchId: int) -> None:
+        _report_abort(self.o, messages, batchId)

@@ -329,8 +329,8 @@ def test_producer_needs_the_right_to_publish_checked_before_anything(make):
         assert "publish" in r.reason
     stream = h.core.streams["s"]
     assert len(stream.pending) == 1, "a refused PRODUCER did no work (no flush)"
-    assert h.core.sessions[reader].producer is None and "w" in stream.producer_owners
-    assert stream.producer_owners["w"] is h.core.sessions[writer], "the writer was not fenced"
+    assert h.core.sessions[reader].producer is None and "w" in stream.dedup.owners
+    assert stream.dedup.owners["w"] is h.core.sessions[writer], "the writer was not fenced"
     h.round()
     assert h.take(writer) == [c.Confirm(1, 1)]
 

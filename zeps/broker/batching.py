@@ -1,5 +1,6 @@
-"""Batches in the broker: routing a journal batch record, and DELIVER-BATCH for subscribers that
-chose it (BATCH-SELECT). Pure logic, no sockets; used by :class:`~zeps.broker.stream.Stream`.
+"""Batches in the broker: routing a journal batch record, DELIVER-BATCH for subscribers that
+chose it (BATCH-SELECT), and a PUBLISH-BATCH cut into parts (:func:`split_batch`). Pure logic,
+no sockets; used by :class:`~zeps.broker.stream.Stream`.
 
 Every message still costs the credit ZEPS/1 defines and still moves a subscriber's position one
 sequence at a time; batching only changes how many messages share a frame:
@@ -18,9 +19,10 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver
 from zeps.protocol.batch import (DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, deliver_batch_head,
-                                 deliver_frames, entry_key, is_batch_frame)
+                                 deliver_frames, entry_key, is_batch_frame, walk)
 from zeps.protocol.deliver import KEYLEN_OFFSET, sequence_of
 
 #: Entry bytes of one DELIVER frame start after its signature, id and sequence.
@@ -292,3 +294,38 @@ def replay_chunks(stream, s, chunks, runs: Runs) -> bool:
         stream.window_advice(s, s.next_seq, cost)
         return False
     return True
+
+
+# --------------------------------------------------------------------------- PUBLISH-BATCH parts
+
+def _offsets(batch: c.PublishBatch):
+    """Where each entry of a PUBLISH-BATCH starts, plus the end (the codec's, else walked)."""
+    return batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
+
+
+def _part(batch: c.PublishBatch, i: int, j: int, offsets) -> c.PublishBatch:
+    """Entries ``i`` to ``j - 1`` of a PUBLISH-BATCH, sliced out at their ``offsets``."""
+    at = offsets[i]
+    return c.PublishBatch(j - i, batch.entries[at:offsets[j]],
+                          tuple(o - at for o in offsets[i:j + 1]))
+
+
+def batch_tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
+    """Entries ``k`` on of a PUBLISH-BATCH (sliced, not re-encoded)."""
+    return _part(batch, k, batch.count, _offsets(batch))
+
+
+def split_batch(batch: c.PublishBatch, max_entries: int) -> List[c.PublishBatch]:
+    """A PUBLISH-BATCH cut into consecutive parts whose entries take at most ``max_entries``
+    bytes each (a part of one entry may take more: the caller checked every body against the
+    stream's limit, which the journal's record limit covers)."""
+    if len(batch.entries) <= max_entries:
+        return [batch]
+    offsets = _offsets(batch)
+    parts, i = [], 0
+    for j in range(1, batch.count + 1):
+        if offsets[j] - offsets[i] > max_entries and j - 1 > i:
+            parts.append(_part(batch, i, j - 1, offsets))
+            i = j - 1
+    parts.append(_part(batch, i, batch.count, offsets))
+    return parts

@@ -39,14 +39,14 @@ from typing import Callable, Dict, List, Optional, Tuple
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode
 
-from zeps.protocol.batch import (DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame,
-                                 walk)
+from zeps.protocol.batch import DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
 from zeps.protocol.reasons import Reason
 
 from zeps.journal.settings import StreamSettings
 
-from .batching import BatchView, Runs, replay_chunks, route_batch
+from .batching import BatchView, Runs, replay_chunks, route_batch, split_batch
+from .dedup import ProducerDedup
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -57,39 +57,6 @@ MIN_COST = 9
 #: and their bytes as ZEPS/1 counts credit (sequence, key and body: ``frame_cost``).
 COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_bytes")
 
-
-
-def _offsets(batch: c.PublishBatch):
-    """Where each entry of a PUBLISH-BATCH starts, plus the end (the codec's, else walked)."""
-    return batch.offsets or walk(batch.entries, 0, len(batch.entries), batch.count)
-
-
-def _part(batch: c.PublishBatch, i: int, j: int, offsets) -> c.PublishBatch:
-    """Entries ``i`` to ``j - 1`` of a PUBLISH-BATCH, sliced out at their ``offsets``."""
-    at = offsets[i]
-    return c.PublishBatch(j - i, batch.entries[at:offsets[j]],
-                          tuple(o - at for o in offsets[i:j + 1]))
-
-
-def _tail(batch: c.PublishBatch, k: int) -> c.PublishBatch:
-    """Entries ``k`` on of a PUBLISH-BATCH."""
-    return _part(batch, k, batch.count, _offsets(batch))
-
-
-def split_batch(batch: c.PublishBatch, max_entries: int) -> List[c.PublishBatch]:
-    """A PUBLISH-BATCH cut into consecutive parts whose entries take at most ``max_entries``
-    bytes each (a part of one entry may take more: the caller checked every body against the
-    stream's limit, which the journal's record limit covers)."""
-    if len(batch.entries) <= max_entries:
-        return [batch]
-    offsets = _offsets(batch)
-    parts, i = [], 0
-    for j in range(1, batch.count + 1):
-        if offsets[j] - offsets[i] > max_entries and j - 1 > i:
-            parts.append(_part(batch, i, j - 1, offsets))
-            i = j - 1
-    parts.append(_part(batch, i, batch.count, offsets))
-    return parts
 
 
 class Stream:
@@ -115,10 +82,7 @@ class Stream:
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
-        self.pending_pseq: Dict[int, Tuple[str, int]] = {}    # pending index -> producer, pseq
-        self.pending_pids: set = set()                         # producer ids with publishes queued
-        self.producer_owners: Dict[str, Session] = {}          # producer id -> its newest PRODUCER
-        self.duplicates_total = 0                              # producer retries not stored again
+        self.dedup = ProducerDedup(journal)                    # idempotent producers
         self.published_total = 0
         self.delivered_total = 0
         self.published_bytes = 0
@@ -143,8 +107,7 @@ class Stream:
         self.sessions.pop(ident, None)
         self.catching_up.pop(ident, None)
         self.confirming.pop(ident, None)
-        if session.producer is not None and self.producer_owners.get(session.producer) is session:
-            del self.producer_owners[session.producer]
+        self.dedup.forget(session)
         session.detached()
 
     def unsubscribe_all(self, session: Session) -> None:
@@ -273,9 +236,7 @@ class Stream:
         A PUBLISH of an idempotent producer (PRODUCER) takes the peering's next producer
         sequence."""
         if session.producer is not None:
-            self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
-            self.pending_pids.add(session.producer)
-            session.pseq_next += 1
+            self.dedup.queue(session, len(self.pending), 1)
         self.pending.append((session, key, body))
 
     def publish_batch(self, session: Session, batch: c.PublishBatch) -> None:
@@ -287,15 +248,17 @@ class Stream:
         first)."""
         for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
             if session.producer is not None:
-                self.pending_pseq[len(self.pending)] = (session.producer, session.pseq_next)
-                self.pending_pids.add(session.producer)
-                session.pseq_next += part.count
+                self.dedup.queue(session, len(self.pending), part.count)
             self.pending.append((session, None, part))
+
+    @property
+    def duplicates_total(self) -> int:
+        """Producer retries not stored again, since the stream was opened."""
+        return self.dedup.duplicates_total
 
     def producer_last(self, producer: str) -> int:
         """The highest producer sequence the stream holds for ``producer`` (0: none). O(1)."""
-        e = self.journal.producer(producer)
-        return 0 if e is None else e[0]
+        return self.dedup.last(producer)
 
     def register_producer(self, session: Session, producer: str,
                           first: int) -> Tuple[Optional[Reason], int]:
@@ -312,69 +275,9 @@ class Stream:
         sequences look stored). With CurveZMQ keys, an id is bound to the key whose records made
         it (the journal keeps the binding) or whose peering owns it now: another key is
         refused."""
-        if producer in self.pending_pids:
+        if self.dedup.has_queued(producer):
             self.flush()
-        entry = self.journal.producer(producer)
-        owner = self.producer_owners.get(producer)
-        user = session.user
-        if user is not None and ((owner is not None and owner is not session
-                                  and owner.user != user)
-                                 or (entry is not None and entry[3] is not None
-                                     and entry[3] != user)):
-            return Reason.producer_bound(producer, f"key {user}"), 0
-        if owner is not None and owner is not session:
-            owner.producer_refusal = Reason.producer_fenced(producer)
-        old = session.producer
-        if old is not None and old != producer and self.producer_owners.get(old) is session:
-            del self.producer_owners[old]
-        self.producer_owners[producer] = session
-        last = 0 if entry is None else entry[0]
-        session.producer = producer
-        session.pseq_next = first
-        session.producer_refusal = (Reason.producer_out_of_order(producer, last, first)
-                                    if first > last + 1 else None)
-        return None, last
-
-    def _drop_duplicates(self, pending):
-        """Split the queued publishes: the ones an idempotent producer already stored are
-        counted and confirmed (at the sequence of that producer's last stored message, once it
-        is durable) but not stored again; the rest are returned, with their producer entries.
-        A batch whose first entries only are duplicates keeps the rest: its entries sliced at
-        the entry offsets (not re-encoded), with the first new producer sequence.
-
-        Returns ``(keep, producers, dups)``; ``dups`` lists, in queue order, each duplicate as
-        ``(publisher, count, kept before it, sequence)``: ``sequence`` is where the producer's
-        last stored message is, or, when that message is one kept in this same round (a retry
-        queued with its original), ``-1 - i`` for the last message of ``keep[i]``, known once
-        appended."""
-        marks, self.pending_pseq = self.pending_pseq, {}
-        state: Dict[str, Tuple[int, int]] = {}      # this round's, over the journal's (O(1) each)
-        lookup = self.journal.producer
-        keep, producers, dups = [], [], []
-        for i, entry in enumerate(pending):
-            mark = marks.get(i)
-            if mark is not None:
-                pid, pseq = mark
-                pub, key, body = entry
-                n = 1 if key is not None else body.count
-                last = pseq + n - 1                    # this publish's last producer sequence
-                known = state.get(pid)
-                if known is None:
-                    e = lookup(pid)
-                    known = (0, 0) if e is None else (e[0], e[1])
-                last_pseq, last_seq = known
-                if pseq <= last_pseq:                  # a retry of what the stream holds
-                    dup = min(n, last_pseq - pseq + 1)
-                    dups.append((pub, dup, len(keep), last_seq))
-                    self.duplicates_total += dup
-                    if dup == n:
-                        continue
-                    entry = (pub, None, _tail(body, dup))
-                    mark = (pid, pseq + dup)
-                state[pid] = (last, -1 - len(keep))
-            keep.append(entry)
-            producers.append(mark)
-        return keep, producers, dups
+        return self.dedup.register(session, producer, first)
 
     def _bind_producers(self, pending, producers) -> None:
         """With CurveZMQ keys, the producer ids just appended are bound to their publishers'
@@ -385,23 +288,25 @@ class Stream:
                 bind(mark[0], pub.user)
 
     def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[Reason] = None) -> int:
-        """Count and queue the confirms of the duplicates of ``dups`` that came before kept
-        publish ``upto`` (``last_seqs[i]``: the last sequence of kept publish ``i``, once
-        appended); returns how many of ``dups`` are done. With ``refused`` (a Reason: the
-        append failed), a duplicate of a publish of this round is refused with it instead."""
+        """Count and queue the confirms of the duplicates (:class:`~.dedup.Duplicate`) of
+        ``dups`` that came before kept publish ``upto`` (``last_seqs[i]``: the last sequence of
+        kept publish ``i``, once appended); returns how many of ``dups`` are done. With
+        ``refused`` (a Reason: the append failed), a duplicate of a publish of this round is
+        refused with it instead."""
         done = 0
-        for pub, n, before, seq in dups:
-            if before > upto:
+        for dup in dups:
+            if dup.before > upto:
                 break
             done += 1
-            if seq < 0 and refused is not None:
+            pub, n = dup.publisher, dup.count
+            if dup.same_round is not None and refused is not None:
                 if pub.identity in self.sessions:
                     self.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
                     self.invalids[refused.label] += n
                 continue
             pub.published += n
             if pub.confirms:
-                pub.unconfirmed.append((pub.published, seq if seq >= 0 else last_seqs[-1 - seq]))
+                pub.unconfirmed.append((pub.published, dup.sequence(last_seqs)))
                 self.confirming[pub.identity] = pub
         return done
 
@@ -429,16 +334,11 @@ class Stream:
         if not self.pending:
             return
         pending, self.pending = self.pending, []
-        if self.pending_pids:
-            self.pending_pids.clear()
-        producers = None
-        dups: list = []
-        if self.pending_pseq:
-            pending, producers, dups = self._drop_duplicates(pending)
-            if not pending:
-                self._count_duplicates(dups, 0, [])
-                self.confirm()
-                return
+        pending, producers, dups = self.dedup.split(pending)
+        if not pending:
+            self._count_duplicates(dups, 0, [])
+            self.confirm()
+            return
         try:
             records = self.journal.append_batch(
                 [(key, body) if key is not None else body for _s, key, body in pending],

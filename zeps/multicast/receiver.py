@@ -61,13 +61,13 @@ beyond ``position`` -- then drops it.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_left
 from collections import deque
-from dataclasses import dataclass
 
 from zeps.clients.message import Message
 
+from .config import ReceiverConfig, ReceiverStats
 from .datagram import Data, ForeignDatagram, Head, MalformedDatagram, decode
+from .handed import HandedLog
 from .loss import DUPLICATE, FAR, LATE, LossMeter, Window
 from .sender import DEFAULT_HEAD_INTERVAL
 
@@ -90,87 +90,6 @@ _MAX_CLAIMS = 64
 _MAX_SAMPLES = 1 << 16
 #: Multicast entries handed (their spans and contents) and sequences disputed, remembered.
 _MAX_SPANS = 1024
-
-
-@dataclass(frozen=True)
-class ReceiverConfig:
-    """Tuning of a :class:`Receiver` (times in seconds, rates as fractions)."""
-
-    reorder_wait: float = 0.02
-    loss_window: float = 1.0
-    fallback_loss: float = 0.2
-    min_datagrams: int = 10
-    return_loss: float = 0.02
-    return_windows: int = 3
-    #: Seconds without any datagram before falling back; ``None``: three HEAD intervals of the
-    #: bridge (as its HEADs announce; 3 s before the first HEAD), at least 1 s.
-    silence: float | None = None
-    max_pending_bytes: int = 64 << 20
-    #: Seconds a HEAD or REF claim keeps the feed open without the feed getting closer to it.
-    claim_hold: float = 2.0
-    #: Seconds HEAD and REF claims are ignored after one the broker did not bear out.
-    claim_holdoff: float = 10.0
-    #: Seconds after a fallback for loss before loss can cause another (silence always can).
-    fallback_holdoff: float = 30.0
-
-    def __post_init__(self):
-        for name in ("reorder_wait", "loss_window"):
-            value = getattr(self, name)
-            if not (value >= 0 if name == "reorder_wait" else value > 0):
-                raise ValueError(f"{name} must be a positive number of seconds")
-        for name in ("fallback_loss", "return_loss"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be a fraction from 0 to 1")
-        if self.return_loss >= self.fallback_loss:
-            raise ValueError("return_loss must be below fallback_loss")
-        if self.min_datagrams < 1 or self.return_windows < 1:
-            raise ValueError("min_datagrams and return_windows must be at least 1")
-        if self.silence is not None and not self.silence > 0:
-            raise ValueError("silence must be a positive number of seconds")
-        if self.max_pending_bytes < 1:
-            raise ValueError("max_pending_bytes must be positive")
-        if not self.claim_hold > 0:
-            raise ValueError("claim_hold must be a positive number of seconds")
-        for name in ("claim_holdoff", "fallback_holdoff"):
-            if not getattr(self, name) >= 0:
-                raise ValueError(f"{name} must be zero or more seconds")
-
-
-@dataclass
-class ReceiverStats:
-    """What a receiver saw. Datagram counts: ``datagrams`` accepted (this stream and pattern,
-    not duplicated), ``reordered`` (arrived after a later one), ``duplicates``, ``foreign``
-    (another protocol, version, stream or pattern), ``malformed`` (did not decode), ``lost``
-    (estimated from the numbers), ``far`` (a number far from its session's, not counted for
-    loss). Message counts: ``multicast`` and ``unicast`` (handed, by the way they came),
-    ``stale`` (entries already handed), ``refs`` (too large to be carried), ``overflow`` (entries
-    dropped because the buffer was full; fetched from the broker), ``forged`` (entries and HEAD
-    or REF claims that cannot be real: beyond the broker's head, or denying a handed message),
-    ``deceived`` (a real entry came after a forged one had been handed in its place: one that
-    said the real message did not exist, or carried other contents; the shells log it).
-    Events: ``checks`` (head checks answered by the broker), ``repairs`` (feed opened for a gap),
-    ``unfulfilled`` (HEAD or REF claims dropped because the feed did not bear them out),
-    ``fallbacks``, ``returns``."""
-
-    datagrams: int = 0
-    reordered: int = 0
-    duplicates: int = 0
-    foreign: int = 0
-    malformed: int = 0
-    lost: int = 0
-    far: int = 0
-    multicast: int = 0
-    unicast: int = 0
-    stale: int = 0
-    refs: int = 0
-    overflow: int = 0
-    forged: int = 0
-    deceived: int = 0
-    checks: int = 0
-    repairs: int = 0
-    unfulfilled: int = 0
-    fallbacks: int = 0
-    returns: int = 0
 
 
 class Receiver:
@@ -234,12 +153,9 @@ class Receiver:
         self._mc_seen: set[int] = set()
         self._fed: list[int] = []
         self._fed_before: list[int] = []
-        # (start, end) of the spans handed multicast entries said held no matching message,
-        # the contents they carried, and sequences two entries disagreed on (fetched instead).
-        self._span_starts: list[int] = []
-        self._span_ends: list[int] = []
-        self._handed_seqs: list[int] = []
-        self._handed_digests: list[int] = []
+        # What handed multicast entries said and carried, and sequences two entries disagreed
+        # on (fetched instead).
+        self._handed = HandedLog(_MAX_SPANS)
         self._disputed: set[int] = set()
         self._update(now)
 
@@ -500,36 +416,15 @@ class Receiver:
 
     def _hand_entry(self, after: int, msg: Message) -> None:
         """Hand a multicast entry that follows on; remember the span it says is empty."""
-        start = max(after, self.position)
-        if msg.sequence - start > 1:
-            starts, ends = self._span_starts, self._span_ends
-            if len(ends) >= _MAX_SPANS:
-                del starts[:_MAX_SPANS // 2], ends[:_MAX_SPANS // 2]
-            starts.append(start)
-            ends.append(msg.sequence)
-        seqs, digests = self._handed_seqs, self._handed_digests
-        if len(seqs) >= _MAX_SPANS:
-            del seqs[:_MAX_SPANS // 2], digests[:_MAX_SPANS // 2]
-        seqs.append(msg.sequence)
-        digests.append(hash((msg.key, msg.body, msg.timestamp)))
+        self._handed.note(max(after, self.position), msg)
         self._hand(msg)
         self.stats.multicast += 1
 
     def _check_deceived(self, e) -> None:
-        """A stale entry. If a handed entry said no message lies where it does, or one was
-        handed for its sequence with other contents, a forged entry was handed (and this real
-        one passed over): counted, the shells log it."""
-        seq = e.sequence
-        ends = self._span_ends
-        i = bisect_left(ends, seq)
-        if i < len(ends) and self._span_starts[i] < seq < ends[i]:
+        """A stale entry: if it shows that a forged entry was handed in its place (this real
+        one passed over), counted; the shells log it."""
+        if self._handed.deceived(e):
             self.stats.deceived += 1
-        elif not e.ref:
-            seqs = self._handed_seqs
-            i = bisect_left(seqs, seq)
-            if (i < len(seqs) and seqs[i] == seq
-                    and self._handed_digests[i] != hash((e.key, e.body, e.timestamp))):
-                self.stats.deceived += 1
 
     def _dispute(self, seq: int, now: float) -> None:
         """Two entries for ``seq`` disagree: drop both, take ``seq`` from the broker."""

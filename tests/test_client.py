@@ -14,8 +14,10 @@ import pytest
 import zmq
 
 from tests.measure import wait_for
+from tests.rawclient import RawClient
 from zeps.clients import (Client, ClientClosed, ConcurrentUseError, InvalidError, Message,
                           MessageBatch, StreamInfo, ZepsError, ZepsTimeout, list_streams)
+from zeps.protocol.commands import Detach
 
 REPO = Path(__file__).resolve().parent.parent
 FAST = dict(timeout=5.0, heartbeat=1.0)
@@ -214,39 +216,41 @@ def test_batches_ends_when_the_client_is_closed(broker):
 # ------------------------------------------------------------------ credit
 
 def test_tiny_credit_window_slow_subscriber_gets_everything_fast_one_unaffected(broker):
+    """A subscriber with a tiny credit window that stops reading does not hold back a fast one:
+    the slow one reads a few messages, then reads nothing more until the fast one has had all
+    600 (a broker that held the fast one back would never get there: the deadline fails it);
+    then the slow one gets everything too, in order."""
     n, body = 600, b"x" * 100                      # cost of one message: 8 + 1 + 1 + 100 = 110
     results = {}
+    fast_done = threading.Event()
 
-    def consume(name, window, delay):
+    def consume(name, window, stall_after):
         with Client(broker.endpoint, "s", credit_window=window, **FAST) as c:
             sub = c.subscribe()
             subscribed.wait()                      # both subscribed before anything is published
             got = []
-            for m in sub:
-                got.append(m.sequence)
-                if delay and len(got) % 50 == 0:
-                    time.sleep(delay)
-                if len(got) == n:
-                    break
-            results[name] = (got, time.monotonic())
+            while len(got) < n:
+                got.append(sub.next(timeout=30).sequence)
+                if len(got) == stall_after:        # stops reading, its window full
+                    results["fast done while the slow one stalled"] = fast_done.wait(30)
+            results[name] = got
+            if name == "fast":
+                fast_done.set()
 
     subscribed = threading.Barrier(3, timeout=30)
-    threads = [threading.Thread(target=consume, args=("slow", 300, 0.05)),
-               threading.Thread(target=consume, args=("fast", 8 << 20, 0))]
+    threads = [threading.Thread(target=consume, args=("slow", 300, 5), daemon=True),
+               threading.Thread(target=consume, args=("fast", 8 << 20, None), daemon=True)]
     for t in threads:
         t.start()
     subscribed.wait()
     with Client(broker.endpoint, "s", confirms=True, **FAST) as pub:
         pub.publish_batch(("k", body) for _ in range(n))
         assert pub.wait_for_confirms() == n
-    done = time.monotonic()
     for t in threads:
-        t.join(30)
-    assert results["slow"][0] == list(range(1, n + 1))
-    assert results["fast"][0] == list(range(1, n + 1))
-    # The fast subscriber is not held back by the slow one (which sleeps >= 0.55 s in total).
-    assert results["fast"][1] < results["slow"][1]
-    assert results["fast"][1] - done < 1.0
+        t.join(90)
+    assert results["fast done while the slow one stalled"] is True
+    assert results["fast"] == list(range(1, n + 1))
+    assert results["slow"] == list(range(1, n + 1))
 
 
 def test_message_larger_than_half_window_still_flows(broker):
@@ -508,14 +512,27 @@ def test_publish_blocks_then_times_out_while_broker_down(broker):
     assert bodies[0] == b"before" and bodies[-1] == b"after"
 
 
+def _expired(b) -> int:
+    """How many clients the broker forgot for their silence (its ``client_expired`` log lines)."""
+    return b.log_path.read_text(errors="replace").count("client_expired")
+
+
 def test_expired_client_recovers_transparently(start_broker, tmp_path):
-    b = start_broker(tmp_path / "d", "--expiry", "1")
+    """Two clients the broker forgot while neither called (no call, no heartbeat) recover at
+    their next call with exactly one reconnect each, and the message published then arrives.
+
+    No sleep "long enough": the test waits until the broker has logged both expiries. The
+    heartbeat (0.3 s) is well under the expiry (2 s), so a client inside a call is not forgotten
+    again meanwhile (the next test)."""
+    b = start_broker(tmp_path / "d", "--expiry", "2")
     with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as sub_client, \
             Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as pub:
         sub = sub_client.subscribe()
         pub.publish("k", b"0")
         assert drain(sub, 1)[0].body == b"0"
-        time.sleep(2.5)                    # neither client calls: the broker forgets both
+        # neither client calls: the broker forgets both
+        assert wait_for(lambda: _expired(b), lambda n: n >= 2, timeout=30) == 2, b.log()
+        assert pub.reconnects == 0 and sub_client.reconnects == 0
         pub.publish("k", b"1")             # checks the peering first: re-attaches, not lost
         pub.flush()
         m = sub.next(timeout=5)
@@ -524,11 +541,28 @@ def test_expired_client_recovers_transparently(start_broker, tmp_path):
 
 
 def test_heartbeat_keeps_a_waiting_subscriber_attached(start_broker, tmp_path):
-    b = start_broker(tmp_path / "d", "--expiry", "1")
+    """A subscriber waiting inside the client (poll) heartbeats, so the broker does not forget
+    it, while a client attached after it that makes no call is forgotten.
+
+    No poll "long enough": the subscriber polls until the broker has expired the silent client
+    (attached after the subscriber's last call, so a subscriber that did not heartbeat would
+    be forgotten no later than it); by then the subscriber has outlived an expiry."""
+    b = start_broker(tmp_path / "d", "--expiry", "2")
     with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as c:
         sub = c.subscribe()
-        assert sub.poll(2.5) is None       # waiting inside the client: it heartbeats
-        assert c.reconnects == 0
+        assert sub.poll(0) is None
+        silent = RawClient(b.endpoint).attach("s")         # makes no call from here on
+        try:
+            def poll_and_count() -> int:
+                assert sub.poll(0.2) is None               # waiting inside the client
+                return _expired(b)
+
+            assert wait_for(poll_and_count, lambda n: n >= 1, timeout=30, interval=0) == 1, b.log()
+            assert isinstance(silent.recv(5), Detach)     # the silent one was told
+            assert sub.poll(0.2) is None and _expired(b) == 1
+            assert c.reconnects == 0
+        finally:
+            silent.close()
 
 
 # ------------------------------------------------------------------ gevent

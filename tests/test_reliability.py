@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -142,11 +143,17 @@ def test_hostile_storm_leaves_a_well_behaved_pair_unharmed(start_broker, ram_dir
     0.6 and 10-15 ms). So the latency bound is met by the best of up to STORM_ATTEMPTS storms
     on the same broker; each is reported with the broker's CPU use and the machine's steal, and
     a broker that cannot keep the bound fails all of them. Everything else (no crash, nothing
-    lost, the answers) is checked after every storm."""
+    lost, the answers) is checked after every storm.
+
+    Where SCHED_FIFO is refused (no CAP_SYS_NICE; ``realtime()`` yields False), the latency
+    figures are whatever the other jobs on the machine leave over, so no bound on them is
+    trusted: one storm runs, its figures are reported (``realtime=False``) with a warning
+    saying that the bound was not asserted, and the test asserts correctness only."""
     b = _storm_broker(start_broker, ram_dir / "data")
     pid = b.proc.pid
     pair = Pair(b.endpoint)
     attempts: list = []
+    rt = False
     try:
         pair.start_paced(0.002)                              # warm up: pages in, threads run
         assert wait_for(lambda: len(pair.received), lambda n: n >= 300, timeout=30) >= 300
@@ -186,13 +193,20 @@ def test_hostile_storm_leaves_a_well_behaved_pair_unharmed(start_broker, ram_dir
                              "PUBLISH rejected"):
                 assert any(k.startswith(expected) for k in reasons), (expected, reasons)
             assert not pair.problems, pair.problems[:5]
-            if p99 < 50:
+            if p99 < 50 or not rt:         # without SCHED_FIFO more storms prove nothing
                 break
         pair.stop_paced()
         assert pair.wait_all(), f"the pair lost messages: {len(pair.received)} of {pair.sent}"
         assert not pair.problems, pair.problems[:5]
-        assert p99 < 50, ("p99 publish->deliver latency during every storm is over 50 ms: "
-                          + "; ".join(attempts))
+        if rt:
+            assert p99 < 50, ("p99 publish->deliver latency during every storm is over 50 ms: "
+                              + "; ".join(attempts))
+        else:
+            unchecked = ("latency bound (p99 < 50 ms) not asserted: SCHED_FIFO was refused, so "
+                         "the figures measure the machine's other jobs as much as the broker ("
+                         + "; ".join(attempts) + "); correctness only")
+            print(f"\n[reliability] hostile storm: {unchecked}")
+            warnings.warn(unchecked, stacklevel=1)
         assert "internal_error" not in b.log_path.read_text(), b.log()
     finally:
         pair.close()

@@ -9,14 +9,17 @@ The broker side of the security the docs describe (docs/operations.md, Security)
   names keys, those too; an unknown key cannot complete the handshake, and a plaintext client
   cannot talk to a CURVE broker at all;
 * the ZAP ``User-Id`` of each connection is the client's public key (Z85 text): the broker's
-  ACL (:mod:`zeps.broker.acl`) is keyed by it.
+  ACL (:mod:`zeps.broker.acl`) is keyed by it;
+* every refusal of the authenticator (the client's address, its key, the ZAP status) is kept
+  for the broker's log (:meth:`CurveServer.take_refusals`, :mod:`zeps.broker.handshakes`).
 """
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import tempfile
-from typing import FrozenSet, Iterable, Optional, Tuple
+from typing import Deque, FrozenSet, Iterable, List, Optional, Tuple
 
 import zmq
 import zmq.auth
@@ -60,6 +63,44 @@ def new_keys(directory: str, name: str) -> Tuple[str, str]:
     return public, secret
 
 
+#: Refusals kept for the broker's log between two looks (a flood beyond is only counted).
+MAX_REFUSALS = 1024
+
+
+class _Authenticator(ThreadAuthenticator):
+    """pyzmq's ZAP authenticator (in its thread), also recording each refusal as ``(address,
+    key, status, text)``: the address and the public key (Z85) from the ZAP request, the status
+    and text of the reply. The deque is thread-safe; the broker's loop takes them out."""
+
+    def __init__(self, context):
+        super().__init__(context)
+        self.refusals: Deque[Tuple[str, Optional[str], str, str]] = collections.deque(
+            maxlen=MAX_REFUSALS)
+        self.lost = 0                                # refusals beyond MAX_REFUSALS
+        self._requests: dict = {}                    # request id -> (address, key)
+
+    async def handle_zap_message(self, msg: List[bytes]) -> None:
+        if len(msg) >= 6:
+            key = None
+            if msg[5] == b"CURVE" and len(msg) >= 7 and len(msg[6]) == 32:
+                key = zmq.utils.z85.encode(msg[6]).decode("ascii")
+            self._requests[msg[1]] = (msg[3].decode("utf-8", "replace"), key)
+        try:
+            await super().handle_zap_message(msg)
+        finally:
+            if len(msg) >= 2:
+                self._requests.pop(msg[1], None)
+
+    def _send_zap_reply(self, request_id, status_code, status_text, user_id="anonymous"):
+        if status_code != b"200":
+            address, key = self._requests.get(request_id, ("", None))
+            if len(self.refusals) == MAX_REFUSALS:
+                self.lost += 1
+            self.refusals.append((address, key, status_code.decode("ascii", "replace"),
+                                  status_text.decode("utf-8", "replace")))
+        super()._send_zap_reply(request_id, status_code, status_text, user_id)
+
+
 class CurveServer:
     """The broker's CURVE settings and its ZAP authenticator (a thread with its own socket)."""
 
@@ -68,7 +109,7 @@ class CurveServer:
         self.public, self.secret = load_secret(secret_file)
         self.allow_dir = allow_dir
         self.context = context or zmq.Context.instance()
-        self._auth: Optional[ThreadAuthenticator] = None
+        self._auth: Optional[_Authenticator] = None
         self._keys_dir: Optional[str] = None
         self.keys: FrozenSet[str] = frozenset()
         if allow_dir is not None and not os.path.isdir(allow_dir):
@@ -107,12 +148,25 @@ class CurveServer:
 
     def apply(self, sock: zmq.Socket) -> None:
         """Make ``sock`` a CURVE server and start the authenticator (before bind)."""
-        self._auth = ThreadAuthenticator(self.context)
+        self._auth = _Authenticator(self.context)
         self._auth.start()
         self._auth.configure_curve(domain="*", location=self._keys_dir)
         sock.curve_secretkey = self.secret
         sock.curve_publickey = self.public
         sock.curve_server = True
+
+    def take_refusals(self) -> Tuple[List[Tuple[str, Optional[str], str, str]], int]:
+        """The handshakes the authenticator refused since the last call, oldest first, as
+        ``(address, key or None, ZAP status, status text)``, and how many more it refused (at
+        most MAX_REFUSALS are kept between two calls; the others are only counted)."""
+        auth = self._auth
+        if auth is None or not auth.refusals:
+            return [], 0
+        out = []
+        while auth.refusals:
+            out.append(auth.refusals.popleft())
+        lost, auth.lost = auth.lost, 0
+        return out, lost
 
     def stop(self) -> None:
         if self._auth is not None:

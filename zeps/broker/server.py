@@ -23,7 +23,9 @@ meant for it. The shell learns each id's connection (the ``SRCFD`` of the id's f
 read once per id) and watches the socket's monitor for ``DISCONNECTED`` (which names the closed
 descriptor); the sessions of a closed connection are forgotten (:meth:`BrokerCore.gone`) once the
 messages it sent before closing have been read, so an id claimed later meets a fresh, unattached
-session.
+session. The same monitor reports handshakes that fail (``HANDSHAKE_FAILED_*``: a plaintext client
+at a CurveZMQ broker, a wrong server key, a key the authenticator refused): the loop waits on it
+too and logs them, rate-limited (:mod:`zeps.broker.handshakes`).
 
 fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a second greenlet
 that never touches the socket (a send from another greenlet can consume the edge-triggered
@@ -45,6 +47,7 @@ import zmq
 from zmq.utils.monitor import recv_monitor_message
 
 from .core import BrokerCore, CoreConfig
+from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
 from .stream import Stream
 
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
@@ -107,7 +110,10 @@ class Broker:
         self.sock.bind(endpoint)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.fd = self.sock.getsockopt(zmq.FD)
-        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | HANDSHAKE_EVENTS)
+        self._monitor_fd = self._monitor.getsockopt(zmq.FD)
+        #: Refused handshakes (wrong keys, plaintext clients), logged rate-limited.
+        self._refusals = HandshakeRefusals(self.log.warning, curve is not None)
         self._ident_fd: Dict[bytes, int] = {}        # routing id -> its connection's descriptor
         self._fd_idents: Dict[int, Set[bytes]] = {}
         self._closed_fds: Set[int] = set()           # DISCONNECTED seen, ids not yet forgotten
@@ -170,6 +176,8 @@ class Broker:
         if drained and (self._dead or self._closed_fds
                         or _getsockopt(self._monitor, _EVENTS) & _POLLIN):
             self._disconnects()
+        if self._refusals.pending:
+            self._refusals.tick(now)
         core.flush()
         self._send(now)
         more = core.pump(now)
@@ -187,10 +195,11 @@ class Broker:
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
         # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
-        if _getsockopt(self.sock, _EVENTS) & _POLLIN:
+        if (_getsockopt(self.sock, _EVENTS) | _getsockopt(self._monitor, _EVENTS)) & _POLLIN:
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
-        ready, _, _ = gevent.select.select([self.fd, self._wake_r], [], [], timeout)
+        ready, _, _ = gevent.select.select([self.fd, self._monitor_fd, self._wake_r], [], [],
+                                           timeout)
         if self._wake_r in ready:
             try:
                 os.read(self._wake_r, 4096)
@@ -249,10 +258,25 @@ class Broker:
         self._fd_idents.setdefault(fd, set()).add(ident)
 
     def _read_monitor(self) -> None:
+        refusals = None
         while _getsockopt(self._monitor, _EVENTS) & _POLLIN:
             event = recv_monitor_message(self._monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self._closed_fds.add(event["value"])
+            else:                                      # a handshake failed: logged, no session
+                refusals = self._refusals
+                refusals.monitor_event(event["event"], event["value"], self.clock())
+        if refusals is not None and self.curve is not None:
+            self._log_zap_refusals()
+
+    def _log_zap_refusals(self) -> None:
+        """The keys the ZAP authenticator refused (its replies come before the monitor's
+        HANDSHAKE_FAILED_AUTH events), into the rate-limited log."""
+        records, lost = self.curve.take_refusals()
+        now = self.clock()
+        for address, key, status, text in records:
+            self._refusals.zap_refused(address, key, status, text, now)
+        self._refusals.lost(lost, now)
 
     def _disconnects(self) -> None:
         """Forget the sessions of connections that closed (all they sent was read before)."""

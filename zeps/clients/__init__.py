@@ -113,6 +113,12 @@ How it works (what you can rely on, with either client)
   every pattern from the last sequence it handed to the application, re-grants the credit
   window, and re-sends unconfirmed publishes. Messages received but not yet handed to the
   application are discarded and fetched again from the journal.
+* **A failed security handshake.** The socket monitor also sees ZeroMQ's
+  ``HANDSHAKE_FAILED_*`` events: when the first connection to the broker is accepted but its
+  handshake fails (a plaintext client at a CurveZMQ broker or the reverse, a wrong server key,
+  a client key the broker does not allow), the constructor (and :func:`list_streams`, the
+  admin calls) raise :class:`HandshakeFailed` at once, naming the mistake, instead of
+  :class:`ZepsTimeout` after ``timeout`` seconds.
 * **A deleted stream.** The client re-attaches only to the stream it first attached to (its
   *incarnation*, ``STREAM-ID``; docs/protocol.md), never creating it: if it was deleted, or
   deleted and created again, the subscription and every later call raise
@@ -129,7 +135,8 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
 :class:`MessageBatch`, :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
 :class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
-:class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`, :class:`ClientClosed`,
+:class:`HandshakeFailed`, :class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`,
+:class:`ClientClosed`,
 :class:`ConcurrentUseError`, :class:`ProducerFenced`, :class:`ProducerStateLost` (also as the
 module ``zeps.clients.errors``).
 """
@@ -137,9 +144,9 @@ from . import errors
 from .aio import AsyncClient
 from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
                      list_streams, to_timestamp_ns)
-from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, InvalidError,
-                     PatternRemoved, ProducerFenced, ProducerStateLost, StreamDeleted, StreamGone,
-                     StreamRecreated, ZepsError, ZepsTimeout)
+from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, HandshakeFailed,
+                     InvalidError, PatternRemoved, ProducerFenced, ProducerStateLost,
+                     StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
 from .curve import CurveKeys
 from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
@@ -150,7 +157,7 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
-           "StreamDeleted", "StreamRecreated", "ClientClosed",
+           "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401,E402  (last: it imports Client)

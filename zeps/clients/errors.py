@@ -14,6 +14,9 @@ Every exception the SDK raises on purpose derives from :class:`ZepsError`, so
   :class:`TimeoutError`, so generic code that catches ``TimeoutError`` works.
 * :class:`ConnectionLost` -- the peering was lost and could not be restored (for example the
   broker refused the re-ATTACH after a restart).
+* :class:`HandshakeFailed` (a :class:`ConnectionLost`) -- the broker answered at the TCP level
+  but the security (CurveZMQ) handshake failed: a plaintext client at a CurveZMQ broker, a
+  wrong server key, a client key the broker does not allow. Raised at once, not after a timeout.
 * :class:`StreamDeleted`, :class:`StreamRecreated` (both :class:`StreamGone`, a
   :class:`ConnectionLost`) -- the stream the client was attached to was deleted, or deleted and
   created again (another *incarnation*, whose sequences start again): the client does not
@@ -38,7 +41,8 @@ from typing import Optional, Tuple
 from ..protocol.reasons import Code, Reason
 
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
-           "ConnectionLost", "StreamGone", "StreamDeleted", "StreamRecreated", "ClientClosed",
+           "ConnectionLost", "HandshakeFailed", "StreamGone", "StreamDeleted", "StreamRecreated",
+           "ClientClosed",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost"]
 
 
@@ -99,6 +103,20 @@ class ZepsTimeout(ZepsError, TimeoutError):
 
 class ConnectionLost(ZepsError):
     """The peering with the broker was lost and cannot be restored."""
+
+
+class HandshakeFailed(ConnectionLost):
+    """The broker at ``endpoint`` accepted the TCP connection but the ZeroMQ security handshake
+    failed, so no ZEPS command can reach it: the message says what the broker answered and what
+    to check (its public key, ``--server-key``; the client's key on the broker's allow-list).
+    ``event`` is the socket monitor's event (``"HANDSHAKE_FAILED_AUTH"``, ``"..._PROTOCOL"``,
+    ``"..._NO_DETAIL"``), ``status`` the ZAP status (400) or libzmq's protocol error code."""
+
+    def __init__(self, message: str, endpoint: str = "", event: str = "", status: int = 0):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.event = event
+        self.status = status
 
 
 class StreamGone(ConnectionLost):

@@ -27,7 +27,7 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _backend_send = zmq.backend.Socket.send
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
-_MON_EVENT = struct.Struct("=H")       # first 2 bytes of a socket-monitor event frame
+_MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
 _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
@@ -97,6 +97,70 @@ def zmq_for(context, asyncio: bool = False):
     return zgreen, (context if context is not None else _own_context(zgreen))
 
 
+_HANDSHAKE_FAILED = int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                        | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+_EVENT_NAMES = {int(zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL): "HANDSHAKE_FAILED_NO_DETAIL",
+                int(zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL): "HANDSHAKE_FAILED_PROTOCOL",
+                int(zmq.EVENT_HANDSHAKE_FAILED_AUTH): "HANDSHAKE_FAILED_AUTH"}
+_KEYS_HINT = ("check the broker's public key (--server-key; CurveKeys' server key in the SDK) "
+              "and that this client's key is on the broker's allow-list (--allow) or in its ACL")
+
+_CURVE_HINT = ("give the broker's public key (--server-key FILE) and this client's key pair "
+               "(--client-key FILE; curve=CurveKeys.from_files(...) in the SDK)")
+
+
+class HandshakeWatch:
+    """What the socket monitor's ``HANDSHAKE_FAILED_*`` events mean for a client that has not
+    reached the broker yet (its ``curve``: :class:`~zeps.clients.curve.CurveKeys` or None).
+
+    :meth:`event` returns the :class:`~zeps.clients.errors.HandshakeFailed` to raise, or None
+    to keep trying. A refused key (AUTH: the ZAP status) and a security mechanism mismatch are
+    final at once; a failure without detail (what a client with a wrong server key sees: the
+    broker cannot read its HELLO and closes the connection) once it happened twice in a row,
+    so that a connection cut once mid-handshake (a broker stopping) is not taken for a mistake.
+    """
+
+    NO_DETAIL_STRIKES = 2
+
+    def __init__(self, endpoint: str, curve=None):
+        self.endpoint = endpoint
+        self.curve = curve
+        self.strikes = 0
+
+    def event(self, event: int, value: int):
+        from .errors import HandshakeFailed
+        ep, name = self.endpoint, _EVENT_NAMES.get(event, str(event))
+        head = f"the broker at {ep} answered"
+        if event == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            public = self.curve.public.decode("ascii", "replace") if self.curve else "?"
+            text = (f"{head} but refused this client's CurveZMQ key (ZAP status {value}): its "
+                    f"public key {public} must be on the broker's allow-list (--allow DIR) or "
+                    f"named in its ACL's [clients]")
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL:
+            if value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH and self.curve is None:
+                text = f"{head} but requires CurveZMQ: {_CURVE_HINT}"
+            elif value == zmq.PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH:
+                text = (f"{head} but does not use CurveZMQ (it runs without --curve-secret): "
+                        f"connect without --server-key and --client-key")
+            else:
+                text = (f"{head} but the {'CurveZMQ' if self.curve else 'ZeroMQ'} handshake "
+                        f"failed (protocol error 0x{value:08x}): {_KEYS_HINT}")
+        elif event == zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+            self.strikes += 1
+            if self.strikes < self.NO_DETAIL_STRIKES:
+                return None
+            if self.curve is not None:
+                text = (f"{head} but the CurveZMQ handshake failed (the broker closed the "
+                        f"connection, as it does when the client's HELLO is encrypted for "
+                        f"another key, or when it does not use CurveZMQ): {_KEYS_HINT}")
+            else:
+                text = (f"{head} but closed the connection during the handshake: it probably "
+                        f"requires CurveZMQ: {_CURVE_HINT}")
+        else:
+            return None
+        return HandshakeFailed(text, ep, name, value)
+
+
 class Connection:
     """One DEALER socket to ``endpoint`` and its monitor, serving ``peering``.
 
@@ -122,6 +186,8 @@ class Connection:
         self.send = None
         self._owned = ()            # the sockets to close: the flavour's own objects
         self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
+        #: Judges failed handshakes until the broker first answered (then None).
+        self.handshakes = HandshakeWatch(endpoint, curve)
 
     # ------------------------------------------------------------------ socket lifecycle
 
@@ -142,7 +208,8 @@ class Connection:
             raw.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(p.probe_timeout * 1000))
         except (AttributeError, zmq.ZMQError):
             pass
-        raw_mon = raw.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED)
+        raw_mon = raw.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
+                                         | _HANDSHAKE_FAILED)
         try:
             raw.connect(self.endpoint)
         except zmq.ZMQError as e:
@@ -188,9 +255,13 @@ class Connection:
                 parts = mon.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 break
-            if (parts and len(parts[0]) >= 2
-                    and _MON_EVENT.unpack_from(parts[0], 0)[0] == zmq.EVENT_DISCONNECTED):
+            if not parts or len(parts[0]) < 6:
+                continue
+            event, value = _MON_EVENT.unpack_from(parts[0], 0)
+            if event == zmq.EVENT_DISCONNECTED:
                 p.connection_lost("connection closed by the broker")
+            elif event & _HANDSHAKE_FAILED:
+                self._handshake_failed(event, value)
         if p.need_reconnect is None:
             self._drain()
             if self._hwm != PLAIN_SNDHWM and p.ready and p.max_batch is None:
@@ -207,6 +278,18 @@ class Connection:
             self.flush()
         if p.events:
             self._emit()
+
+    def _handshake_failed(self, event: int, value: int) -> None:
+        """Until the broker's first answer a failed handshake is a mistake in the security
+        settings: the peering fails with :class:`~zeps.clients.errors.HandshakeFailed` (see
+        :class:`HandshakeWatch`). Once the broker answered (then restarted with other keys, or
+        revoked the key) the client goes on reconnecting, as from any lost connection."""
+        watch, p = self.handshakes, self.peering
+        if watch is None:
+            return
+        error = watch.event(event, value)
+        if error is not None:
+            p.abort(error)
 
     def _emit(self) -> None:
         """Hand the peering's connection events to ``on_event`` (an application callback: what
@@ -225,6 +308,15 @@ class Connection:
         p = self.peering
         receive = p.receive
         now = time.monotonic()
+        if self.handshakes is not None:         # until the broker's first frame
+            try:
+                frame = recv(_NOBLOCK)
+            except zmq.Again:
+                return
+            self.handshakes = None              # it answered: the handshake worked
+            receive(frame, now)
+            if p.need_reconnect is not None:
+                return
         for _ in range(DRAIN_LIMIT):
             try:
                 frame = recv(_NOBLOCK)
@@ -275,9 +367,11 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
     answer of type ``answer``: LIST-STREAMS, LIMITS and the stream administration commands.
 
     Raises :class:`ValueError` for a malformed endpoint, :class:`ZepsTimeout` when no broker
-    answers within ``timeout`` seconds, :class:`NoStream` / :class:`InvalidError` when it refuses,
-    :class:`ZepsError` for an answer that does not decode. ``REASONS-SELECT`` goes first: a
-    refusal comes as ERROR (code and fields) from a broker that offers it, else as INVALID."""
+    answers within ``timeout`` seconds, :class:`HandshakeFailed` when one answers but the
+    security handshake fails (:class:`HandshakeWatch`), :class:`NoStream` /
+    :class:`InvalidError` when it refuses, :class:`ZepsError` for an answer that does not decode.
+    ``REASONS-SELECT`` goes first: a refusal comes as ERROR (code and fields) from a broker that
+    offers it, else as INVALID."""
     from zeps.protocol import ProtocolError, decode, encode
     from zeps.protocol import commands as c
     from zeps.protocol.reasons import Reason
@@ -285,11 +379,16 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
     from .errors import ZepsError, ZepsTimeout, invalid_error
 
     check_endpoint(endpoint)
-    _z, ctx = zmq_for(context)
+    z, ctx = zmq_for(context)
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     if curve is not None:
         curve.apply(sock)
+    mon = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+    watch = HandshakeWatch(endpoint, curve)
+    poller = z.Poller()
+    poller.register(sock, zmq.POLLIN)
+    poller.register(mon, zmq.POLLIN)
     try:
         try:
             sock.connect(endpoint)
@@ -304,7 +403,14 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
             if left <= 0:
                 raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
                                   f"{timeout:g}s (is it running?)")
-            if not sock.poll(int(left * 1000) + 1):
+            ready = dict(poller.poll(int(left * 1000) + 1))
+            if mon in ready:
+                parts = mon.recv_multipart()
+                if len(parts[0]) >= 6:
+                    error = watch.event(*_MON_EVENT.unpack_from(parts[0], 0))
+                    if error is not None:
+                        raise error
+            if sock not in ready:
                 continue
             try:
                 reply = decode(sock.recv(zmq.NOBLOCK))
@@ -320,4 +426,6 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
             if isinstance(reply, answer):
                 return reply
     finally:
+        sock.disable_monitor()
+        mon.close(0)
         sock.close(0)

@@ -32,6 +32,7 @@ _UNIT_S = {"ns": 1e-9, "us": 1e-6, "ms": 0.001, "s": 1.0, "sec": 1.0, "secs": 1.
 _EPOCH_NUM = re.compile(r"^(\d+(?:\.\d+)?)\s*(ns|us|ms|s)?$", re.I)
 _AGO = re.compile(r"^(.+?)\s+ago$", re.I)
 _NOW_REL = re.compile(r"^now\s*([+-])\s*(.+)$", re.I)
+_ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 
 TIME_FORMS = ("ISO-8601 (2026-11-22T10:00:00Z; without a zone it is local time, as date(1) "
               "has it), epoch seconds "
@@ -53,6 +54,24 @@ def parse_address(text: str) -> Tuple[str, int]:
         raise ValueError(f"bad port in address {text!r} (use HOST:PORT, "
                          f"port 0 to 65535)")
     return host, int(port)
+
+
+def check_endpoint(endpoint) -> str:
+    """Return ``endpoint`` if it looks like a ZeroMQ endpoint, else raise :class:`ValueError`
+    naming it (``tcp://host:port``, ``ipc://path``, ``inproc://name``, ...)."""
+    if not isinstance(endpoint, str):
+        raise ValueError(f"bad endpoint {endpoint!r}: must be a string like tcp://127.0.0.1:7470")
+    m = _ENDPOINT_RE.match(endpoint)
+    if not m:
+        raise ValueError(f"bad endpoint {endpoint!r}: expected transport://address, "
+                         f"e.g. tcp://127.0.0.1:7470")
+    if m.group(1) in ("tcp", "ws", "wss"):
+        addr = m.group(2).split("/", 1)[0].rsplit(";", 1)[-1]
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or host == "*" or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"bad endpoint {endpoint!r}: {m.group(1)} endpoints need host:port "
+                             f"with a port from 1 to 65535")
+    return endpoint
 
 
 def parse_size(text: str) -> int:

@@ -37,7 +37,7 @@ def parse_time(text: str, now_ns: Optional[int] = None) -> int:
 
 
 def _endpoint(text: str) -> str:
-    from zeps.clients.client import check_endpoint
+    from zeps.units import check_endpoint
     try:
         return check_endpoint(text)
     except ValueError as e:

@@ -140,14 +140,12 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`ConcurrentUseError`, :class:`ProducerFenced`, :class:`ProducerStateLost` (also as the
 module ``zeps.clients.errors``).
 """
+from ..units import check_endpoint, to_timestamp_ns
 from . import errors
-from .aio import AsyncClient
-from .client import (DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT, Client, check_endpoint,
-                     list_streams, to_timestamp_ns)
+from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, HandshakeFailed,
                      InvalidError, PatternRemoved, ProducerFenced, ProducerStateLost,
                      StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
-from .curve import CurveKeys
 from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
@@ -160,5 +158,29 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
-from zeps.multicast.subscriber import MulticastSubscriber  # noqa: F401,E402  (last: it imports Client)
-from zeps.multicast.aio import AsyncMulticastSubscriber  # noqa: F401,E402
+
+
+def __getattr__(name: str):
+    """The I/O shells (zmq, gevent, asyncio) and multicast load on first use (PEP 562), so that
+    importing a pure module of this package (``zeps.clients.peering``, ...) loads none of them."""
+    if name in ("Client", "list_streams"):
+        from . import client as module
+    elif name == "AsyncClient":
+        from . import aio as module
+    elif name == "CurveKeys":
+        from . import curve as module
+    elif name == "MulticastSubscriber":
+        # zeps.multicast is the floor above this package (it uses Client): offered here for
+        # `from zeps.clients import MulticastSubscriber` (README); .importlinter allows it.
+        from zeps.multicast import subscriber as module
+    elif name == "AsyncMulticastSubscriber":
+        from zeps.multicast import aio as module
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(module, name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

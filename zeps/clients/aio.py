@@ -32,7 +32,7 @@ from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike
 from . import operations as ops
-from .client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH
+from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .operations import publish_frame

@@ -37,6 +37,8 @@ from .errors import ConcurrentUseError
 from .message import StreamInfo
 from .operations import publish_frame
 from .batching import batch_frames
+from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH,
+                       WRITABLE_LOOK)
 from .peering import CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
@@ -47,20 +49,7 @@ __all__ = ["Client", "list_streams", "check_endpoint", "to_timestamp_ns", "DEFAU
 
 log = logging.getLogger("zeps.client")
 
-#: Default credit window: 8 MiB of deliveries in flight.
-DEFAULT_CREDIT_WINDOW = 8 << 20
-#: Default idle time (s) after which the client checks the peering: the broker's default
-#: expiry (60 s) divided by 3, as docs/protocol.md asks.
-DEFAULT_HEARTBEAT = 20.0
-
 _NOBLOCK = int(zmq.NOBLOCK)
-#: While publishing flat out, look at what came back (CONFIRM, INVALID, monitor events) at most
-#: this often (s): two getsockopt calls cost more than the send itself.
-LOOK_INTERVAL = 0.002
-#: While publishes queue behind a busy socket, how often a publish asks whether the socket would
-#: take the queued batch now (seconds), and the queue length at which it asks anyway.
-WRITABLE_LOOK = 0.0002
-WRITABLE_BATCH = 64
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
 _DONE = done_receipt(Receipt)

@@ -17,11 +17,10 @@ from typing import Optional
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, encode_publish
-from ..units import to_timestamp_ns
+from ..units import check_endpoint, to_timestamp_ns
 from .errors import ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .peering import CLOSED, CONNECTING, Peering
-from .transport import check_endpoint
 
 __all__ = ["FrontEnd", "publish_frame"]
 

@@ -10,13 +10,13 @@ what the peering queued. How to *wait* is the front end's business: the blocking
 from __future__ import annotations
 
 import logging
-import re
 import struct
 import sys
 import time
 
 import zmq
 
+from ..units import check_endpoint
 from .peering import Peering
 
 __all__ = ["Connection", "check_endpoint", "zmq_for"]
@@ -28,7 +28,6 @@ _backend_send = zmq.backend.Socket.send
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
 _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
-_ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)://(.+)$")
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
 #: The socket's send high-water mark (frames) with batching: small, so that a publisher
@@ -41,24 +40,6 @@ DRAIN_LIMIT = 20000
 #: does not batch (raising is safe).
 BATCH_SNDHWM = 64
 PLAIN_SNDHWM = 1000
-
-
-def check_endpoint(endpoint) -> str:
-    """Return ``endpoint`` if it looks like a ZeroMQ endpoint, else raise :class:`ValueError`
-    naming it (``tcp://host:port``, ``ipc://path``, ``inproc://name``, ...)."""
-    if not isinstance(endpoint, str):
-        raise ValueError(f"bad endpoint {endpoint!r}: must be a string like tcp://127.0.0.1:7470")
-    m = _ENDPOINT_RE.match(endpoint)
-    if not m:
-        raise ValueError(f"bad endpoint {endpoint!r}: expected transport://address, "
-                         f"e.g. tcp://127.0.0.1:7470")
-    if m.group(1) in ("tcp", "ws", "wss"):
-        addr = m.group(2).split("/", 1)[0].rsplit(";", 1)[-1]
-        host, sep, port = addr.rpartition(":")
-        if not sep or not host or host == "*" or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"bad endpoint {endpoint!r}: {m.group(1)} endpoints need host:port "
-                             f"with a port from 1 to 65535")
-    return endpoint
 
 
 _own_contexts: dict = {}

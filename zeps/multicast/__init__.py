@@ -11,9 +11,6 @@ Both are thin I/O shells over pure cores: :class:`~zeps.multicast.sender.Sender`
 :class:`~zeps.multicast.receiver.Receiver` (sans-I/O, time passed in), with the loss meter in
 :mod:`zeps.multicast.loss` and the sockets in :mod:`zeps.multicast.transport`.
 """
-# zeps.clients imports MulticastSubscriber from here: import it completely first.
-import zeps.clients  # noqa: F401  (see above)
-
 from .bridge import Bridge, BridgeError
 from .receiver import FALLBACK, MULTICAST, Receiver, ReceiverConfig, ReceiverStats
 from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL, Sender

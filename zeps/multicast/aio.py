@@ -23,7 +23,7 @@ import time
 from typing import Optional
 
 from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
-from zeps.clients.client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
+from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients.errors import ClientClosed
 from zeps.clients.message import Message
 from zeps.units import TimeLike

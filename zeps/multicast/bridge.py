@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 
 from zeps.clients import Client, ZepsError
-from zeps.clients.client import DEFAULT_HEARTBEAT
+from zeps.clients.defaults import DEFAULT_HEARTBEAT
 
 from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL, Sender
 from .transport import check_interface, open_sender, parse_group, zmq_multicast

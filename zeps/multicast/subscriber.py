@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator
 
 from zeps.clients import Client, ConnectionLost, ZepsError, ZepsTimeout
-from zeps.clients.client import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
+from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients.errors import ClientClosed
 from zeps.clients.message import Message
 from zeps.matching import PatternError, compile_pattern

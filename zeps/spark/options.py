@@ -136,7 +136,7 @@ def parse_options(options: Mapping[str, str], mode: str) -> ZepsOptions:
             raise ZepsSparkError("option 'path' (a journal data directory) or 'endpoint' "
                                  "(a running broker, e.g. tcp://127.0.0.1:7470) is required")
     if o.endpoint:
-        from ..clients import check_endpoint
+        from ..units import check_endpoint
         try:
             check_endpoint(o.endpoint)
         except ValueError as e:

@@ -1,0 +1,22 @@
+"""The client SDK's defaults, in a leaf module: the pure parts, both shells, multicast and the
+command line take them from here without loading a shell (zmq, gevent)."""
+from __future__ import annotations
+
+from ..units import DEFAULT_ENDPOINT
+
+__all__ = ["DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "DEFAULT_HEARTBEAT"]
+
+#: Default credit window: 8 MiB of deliveries in flight.
+DEFAULT_CREDIT_WINDOW = 8 << 20
+#: Default idle time (s) after which the client checks the peering: the broker's default
+#: expiry (60 s) divided by 3, as docs/protocol.md asks.
+DEFAULT_HEARTBEAT = 20.0
+
+# Tuning both shells share:
+#: While publishing flat out, look at what came back (CONFIRM, INVALID, monitor events) at most
+#: this often (s): two getsockopt calls cost more than the send itself.
+LOOK_INTERVAL = 0.002
+#: While publishes queue behind a busy socket, how often a publish asks whether the socket would
+#: take the queued batch now (seconds), and the queue length at which it asks anyway.
+WRITABLE_LOOK = 0.0002
+WRITABLE_BATCH = 64

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -20,7 +21,7 @@ from zeps.protocol.deliver import deliver_cost
 from zeps.protocol.reasons import LIMIT, WINDOW_TOO_SMALL
 
 from .hostile import CATASTROPHIC
-from .measure import PeakRss, open_fds, percentile, realtime, rss_mb, wait_for
+from .measure import PeakRss, open_fds, realtime, rss_mb, wait_for
 from .pair import Pair
 from .rawclient import RawClient
 
@@ -115,7 +116,12 @@ def test_a_client_that_granted_unlimited_credit_once_reads_everything(start_brok
     assert got == n, f"stalled after {got} of {n} messages ({got * size >> 20} MiB)"
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: the ROUTER's receive high-water mark counts "
+class BrokerMemoryUnbounded(AssertionError):
+    """The stated reason of the flat-out xfail: the broker's RSS grew past its bound."""
+
+
+@pytest.mark.xfail(strict=True, raises=BrokerMemoryUnbounded,
+                   reason="broker bug: the ROUTER's receive high-water mark counts "
                    "messages (10,000 per connection), not bytes: a publisher sending 10 KiB "
                    "messages flat out parks ~100 MB in the broker (1 MiB messages: up to 10 GB)")
 def test_a_publisher_sending_flat_out_keeps_broker_memory_bounded(start_broker):
@@ -134,7 +140,8 @@ def test_a_publisher_sending_flat_out_keeps_broker_memory_bounded(start_broker):
     _report("publisher flat out", published_mb=round(HOG_MESSAGES * HOG_BODY / 1e6),
             rss_baseline_mb=round(baseline, 1), rss_peak_mb=round(peak, 1))
     pub.close()
-    assert peak <= baseline + 32, f"RSS peaked at {peak:.1f} MiB, baseline {baseline:.1f} MiB"
+    if peak > baseline + 32:           # the xfail's reason; a crash or timeout is another error
+        raise BrokerMemoryUnbounded(f"RSS peaked at {peak:.1f} MiB, baseline {baseline:.1f} MiB")
 
 
 # ------------------------------------------------------------------ 2. regexes
@@ -277,35 +284,72 @@ def test_max_streams_answers_invalid_limit(start_broker):
         cl.close()
 
 
-@pytest.mark.xfail(strict=True, reason="broker bug: ATTACH to a new stream creates its directory "
-                   "and files and fsyncs the directory on the broker's one loop (~10 ms on this "
-                   "disk, ~5 ms to reopen a released one); 500 pipelined ATTACHes stall every other "
-                   "client for seconds")
-def test_a_client_creating_streams_does_not_stall_others(start_broker):
-    """A client ATTACHes and DETACHes 500 new stream names, pipelined, while a pair runs on its
-    own stream (data directory on the real disk, broker and test under SCHED_FIFO): the pair's
-    p99 publish->deliver latency stays under 50 ms."""
+class StalledByDirectoryFsync(AssertionError):
+    """The stated reason of the stream-creation xfail: the pair stopped while a directory fsync
+    of a stream's creation was held."""
+
+
+FSYNC_GATE = Path(__file__).resolve().parent / "fsyncgate"
+
+
+@pytest.mark.xfail(strict=True, raises=StalledByDirectoryFsync,
+                   reason="broker bug: ATTACH to a new stream creates its directory and files and "
+                   "fsyncs the directory on the broker's one loop (~10 ms on this disk, ~5 ms to "
+                   "reopen a released one, as long as the disk likes on a slow one): every other "
+                   "client waits for the disk")
+def test_a_client_creating_streams_does_not_stall_others(start_broker, tmp_path, monkeypatch):
+    """A client ATTACHes a new stream name while a pair runs on its own stream: while the
+    creation waits for the disk to fsync the new directory, the pair's messages keep flowing;
+    then the creation completes and 100 more pipelined creations are all answered, the pair
+    losing nothing.
+
+    The disk is made as slow as the test wants (tests/fsyncgate/sitecustomize.py, in the broker
+    process only): every directory fsync waits while the test holds it. The old form of this
+    test measured the pair's p99 on whatever disk was underneath, so on a fast disk (tmpfs, a
+    good SSD) it passed with the loop still blocked by each fsync; held open, the fsync blocks
+    the loop for as long as the test waits, whatever the disk, and only a broker that fsyncs
+    off its loop lets the pair move meanwhile. The test waits for conditions with deadlines and
+    asserts no latency: a stalled pair raises StalledByDirectoryFsync (the xfail's reason); a
+    crash or a timeout anywhere else is a plain failure."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("PYTHONPATH", str(FSYNC_GATE))      # the broker's (conftest adds the repo)
+    monkeypatch.setenv("ZEPS_FSYNC_GATE", str(gate))
     b = start_broker(None)
     pair = Pair(b.endpoint)
     creator = RawClient(b.endpoint, zmq.Context())
+    hold = gate / "hold"
     try:
         pair.start_paced(0.002)
         assert wait_for(lambda: len(pair.received), lambda n: n >= 200, timeout=30) >= 200
-        with realtime(b.proc.pid, os.getpid()):
-            start = time.monotonic_ns()
-            for i in range(500):
-                creator.send(c.Attach(f"new-{i}"), c.Detach())
-            for _ in range(1000):
-                assert isinstance(creator.recv(60), (c.AttachOk, c.DetachOk))
-            end = time.monotonic_ns()
+        hold.touch()
+        try:
+            creator.send(c.Attach("new-0"))
+            assert wait_for((gate / "started").exists, bool, timeout=30), \
+                f"creating a stream fsynced no directory\n{b.log()}"
+            before = len(pair.received)
+            moved = wait_for(lambda: len(pair.received) - before, lambda n: n >= 250,
+                             timeout=10)
+            held = len((gate / "started").read_text().split())
+        finally:
+            hold.unlink()
+        assert isinstance(creator.recv(30), c.AttachOk)
+        _report("new stream, its directory fsync held", pair_messages_meanwhile=moved,
+                directory_fsyncs_held=held)
+        if moved < 250:
+            raise StalledByDirectoryFsync(
+                f"the pair moved {moved} messages in 10 s while a new stream's directory fsync "
+                "was held: the broker's loop waits for the disk")
+        creator.send(c.Detach())
+        for i in range(1, 101):
+            creator.send(c.Attach(f"new-{i}"), c.Detach())
+        for _ in range(201):
+            assert isinstance(creator.recv(60), (c.AttachOk, c.DetachOk))
         pair.stop_paced()
-        assert pair.wait_all() and not pair.problems
-        lat = pair.latencies(start, end)
-        p99 = percentile(lat, 99) * 1000
-        _report("new streams", streams=500, window_s=round((end - start) / 1e9, 2),
-                pair_p99_ms=round(p99, 1), pair_max_ms=round(max(lat) * 1000, 1))
-        assert p99 < 50, f"pair p99 {p99:.0f} ms while another client created 500 streams"
+        assert pair.wait_all() and not pair.problems, pair.problems[:3]
     finally:
+        if hold.exists():
+            hold.unlink()
         pair.close()
         creator.close()
 

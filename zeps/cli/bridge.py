@@ -3,7 +3,7 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from zeps.multicast.cli import add_bridge_arguments, run_bridge
+    from .multicast import add_bridge_arguments, run_bridge
 
     from .common import Parser
 

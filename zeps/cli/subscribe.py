@@ -51,7 +51,7 @@ def add_parser(sub) -> None:
                    help="stop after S seconds without a message")
     _add_endpoint(p)
     _add_common(p)
-    from zeps.multicast.cli import add_subscribe_multicast_arguments
+    from .multicast import add_subscribe_multicast_arguments
     add_subscribe_multicast_arguments(p.add_argument_group(
         "multicast (live data from a 'zeps bridge multicast' group; history and repairs from "
         "the broker)"))
@@ -102,7 +102,7 @@ def cmd_subscribe(args) -> int:
 
 
 def _multicast(args) -> int:
-    from zeps.multicast.cli import run_subscribe_multicast
+    from .multicast import run_subscribe_multicast
 
     if args.all:
         args.from_seq = 0

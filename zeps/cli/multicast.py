@@ -1,9 +1,9 @@
 """Command-line parts of multicast: ``zeps bridge multicast`` and ``zeps subscribe --multicast``.
 
-The ``zeps`` command wires these in; ``python -m zeps.multicast`` offers the same commands on
-their own. Exit status: 0 when stopped (SIGTERM, SIGINT, ``--count`` or ``--timeout`` reached), 1
-when the broker does not answer or refuses, or the group cannot be used, 2 for bad arguments
-(one line on stderr).
+The ``zeps`` command wires these in (:mod:`.bridge`, :mod:`.subscribe`); ``python -m
+zeps.multicast`` offers the same commands on their own (:func:`main`). Exit status: 0 when
+stopped (SIGTERM, SIGINT, ``--count`` or ``--timeout`` reached), 1 when the broker does not
+answer or refuses, or the group cannot be used, 2 for bad arguments (one line on stderr).
 """
 from __future__ import annotations
 
@@ -14,14 +14,17 @@ import signal
 import sys
 
 from zeps import units
+from zeps.multicast.config import ReceiverConfig
+from zeps.multicast.sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL
+from zeps.multicast.transport import check_interface, parse_group
 
-from .receiver import ReceiverConfig
-from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL
-from .transport import check_interface, parse_group
+from .common import (Parser, _endpoint, _pattern, _positive_int, _seconds, _stream_name,
+                     message_json, message_line)
 
 __all__ = [
     "add_bridge_arguments",
     "add_subscribe_multicast_arguments",
+    "main",
     "run_bridge",
     "run_subscribe_multicast",
 ]
@@ -61,8 +64,6 @@ def _positive_duration(text: str) -> float:
 
 def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``zeps bridge multicast``."""
-    from zeps.cli.common import _endpoint, _pattern, _positive_int, _seconds, _stream_name
-
     parser.add_argument("--stream", required=True, type=_stream_name, help="stream to bridge")
     parser.add_argument("--pattern", default="", type=_pattern,
                         help="key prefix or ~regex to bridge (default: every key)")
@@ -96,7 +97,7 @@ def run_bridge(args) -> int:
 
     from zeps.clients import ZepsError
 
-    from .bridge import Bridge, BridgeError
+    from zeps.multicast.bridge import Bridge, BridgeError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s",
                         stream=sys.stderr)
@@ -152,10 +153,8 @@ def run_subscribe_multicast(args) -> int:
     Uses the usual ``subscribe`` options: ``stream``, ``patterns`` (at most one: the bridge's),
     ``from_seq`` / ``from_time`` / ``live``, ``json``, ``count``, ``timeout``, ``endpoint``,
     ``connect_timeout``, ``verbose``; with ``--verbose`` the receiver's counters go to stderr."""
-    from zeps.cli.common import message_json, message_line
     from zeps.clients import ZepsError
-
-    from .subscriber import MulticastSubscriber
+    from zeps.multicast.subscriber import MulticastSubscriber
 
     if len(args.patterns) > 1:
         print("zeps: error: --multicast takes one PATTERN (the bridge's)", file=sys.stderr)
@@ -198,3 +197,34 @@ def run_subscribe_multicast(args) -> int:
     if getattr(args, "verbose", False):
         print(f"zeps: {n} message(s); {sub.stats}", file=sys.stderr)
     return 0
+
+
+# --------------------------------------------------------------------------- python -m zeps.multicast
+
+def main(argv=None) -> int:
+    """``python -m zeps.multicast bridge ...`` and ``python -m zeps.multicast subscribe ...``:
+    the same commands as ``zeps bridge multicast`` and ``zeps subscribe --multicast``
+    (``subscribe`` takes every option of ``zeps subscribe`` plus the multicast ones). Bad
+    arguments: one line on stderr, exit status 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] not in ("bridge", "subscribe"):
+        Parser(prog="python -m zeps.multicast").error("a command is required: bridge, subscribe")
+    if argv[0] == "bridge":
+        parser = Parser(prog="python -m zeps.multicast bridge",
+                        description="Multicast a stream's messages to a group.")
+        add_bridge_arguments(parser)
+        return run_bridge(parser.parse_args(argv[1:]))
+    # subscribe: the multicast options here, every other one parsed by `zeps subscribe`'s parser
+    from zeps import cli
+
+    parser = Parser(prog="python -m zeps.multicast subscribe", add_help=False)
+    add_subscribe_multicast_arguments(parser)
+    mine, rest = parser.parse_known_args(argv[1:])
+    if mine.multicast is None:
+        parser.error("--multicast ADDR:PORT is required")
+    args = cli.build_parser().parse_args(["subscribe", *cli._join_relative_times(rest)])
+    vars(args).update(vars(mine))
+    try:
+        return run_subscribe_multicast(args)
+    except KeyboardInterrupt:
+        return 130

@@ -1,7 +1,9 @@
 """Per-stream access control: who may publish to and subscribe to which streams. Pure code.
 
 The broker identifies a client by the CurveZMQ public key it authenticated with (the ZAP
-``User-Id``, its Z85 text). An ACL file (TOML) names keys and grants rights::
+``User-Id``, its Z85 text). An ACL file (TOML) names keys and grants rights. Every key named in
+``[clients]`` may connect (:meth:`Acl.keys`), whether or not a rule names it: naming a client
+is admitting it, and ``clients = ["*"]`` covers it like every other client::
 
     # names for keys: the key's Z85 text (40 characters), or a path to a ZeroMQ certificate
     # file ("zeps keys new NAME" writes NAME.key and NAME.key_secret); a relative path is
@@ -17,13 +19,14 @@ The broker identifies a client by the CurveZMQ public key it authenticated with 
     admin     = ["audit.*"]                  # create, purge and delete those streams
 
     [[allow]]
-    clients   = ["*"]
+    clients   = ["*"]                        # dashboard gets this right (and only this one)
     subscribe = ["public.*"]
 
-Rights only add up (there is no deny). A client with no right on a stream cannot ATTACH to it
-and does not see it in LIST-STREAMS. When no ACL is configured every client may do everything
-(see docs/operations.md, Security). :func:`load_acl` raises :class:`AclError` with one line
-naming the file and the problem.
+``"*"`` is every client the broker lets connect: the keys of ``[clients]`` and those of the
+allow-list directory (``--allow``). Rights only add up (there is no deny). A client with no
+right on a stream cannot ATTACH to it and does not see it in LIST-STREAMS. When no ACL is
+configured every client may do everything (see docs/operations.md, Security). :func:`load_acl`
+raises :class:`AclError` with one line naming the file and the problem.
 """
 from __future__ import annotations
 
@@ -101,6 +104,11 @@ class Acl:
 
     def may_attach(self, key: Optional[str], stream: str) -> bool:
         return self.may_publish(key, stream) or self.may_subscribe(key, stream)
+
+    def keys(self) -> List[str]:
+        """The public keys (Z85) named in ``[clients]``: each may connect (the broker adds them
+        to its allow-list), whether or not an ``[[allow]]`` names it."""
+        return sorted(self.names)
 
     def who(self, key: Optional[str]) -> str:
         if key is None:

@@ -5,9 +5,9 @@ The broker side of the security the docs describe (docs/operations.md, Security)
 * the broker's ROUTER is a CURVE server with the key pair of a ZeroMQ certificate file
   (``--curve-secret FILE``, written by ``zeps keys new NAME``);
 * pyzmq's ZAP authenticator (``zmq.auth``) admits only the client public keys found in the
-  allow-list directory (``--allow DIR``: one ``*.key`` certificate per client) and, when an ACL
-  names keys, those too; an unknown key cannot complete the handshake, and a plaintext client
-  cannot talk to a CURVE broker at all;
+  allow-list directory (``--allow DIR``: one ``*.key`` certificate per client) and the keys an
+  ACL names in its ``[clients]`` (:meth:`zeps.broker.acl.Acl.keys`); an unknown key cannot
+  complete the handshake, and a plaintext client cannot talk to a CURVE broker at all;
 * the ZAP ``User-Id`` of each connection is the client's public key (Z85 text): the broker's
   ACL (:mod:`zeps.broker.acl`) is keyed by it;
 * every refusal of the authenticator (the client's address, its key, the ZAP status) is kept

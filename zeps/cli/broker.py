@@ -114,7 +114,8 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                           "clients must use CurveZMQ with its public key")
     sec.add_argument("--allow", metavar="DIR",
                      help="allow-list: a directory of client public keys (*.key); with "
-                          "--curve-secret, only these keys (and those the ACL names) may connect")
+                          "--curve-secret, only these keys (and those of the ACL's [clients]) "
+                          "may connect")
     sec.add_argument("--acl", metavar="FILE",
                      help="per-stream rights (TOML); reloaded on SIGHUP")
     parser.add_argument("--monitor", metavar="HOST:PORT", nargs="?", const=DEFAULT_MONITOR,
@@ -174,8 +175,9 @@ def _raise_fd_limit() -> None:
 
 
 def acl_keys(acl):
-    """The public keys an ACL names (they are allowed to connect)."""
-    return sorted(k for r in (acl.rules if acl else ()) for k in r.clients if k != "*")
+    """The public keys an ACL names in ``[clients]`` (they are allowed to connect, also one
+    that only ``clients = ["*"]`` covers)."""
+    return acl.keys() if acl is not None else []
 
 
 def _reload(args, broker, log) -> None:

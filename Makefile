@@ -53,13 +53,16 @@ run: $(RUN_STAMP)
 
 test: $(TEST_STAMP) java chromium bench-peers
 	$(VENV)/bin/ruff check zeps tests bench examples
+	$(VENV)/bin/lint-imports
 	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
 
-# `make check`: the fast loop: lint and every unit and in-process test (no process, fault, Spark
-# or benchmark test: tests/conftest.py applies those markers), in seconds.
+# `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
+# in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
+# markers), in seconds.
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)
 	$(VENV)/bin/ruff check zeps tests bench examples
+	$(VENV)/bin/lint-imports
 	$(PY) -m pytest -q -m "$(CHECK_MARKERS)"
 
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:

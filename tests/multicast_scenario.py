@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from tests.conftest import BrokerProcess
-from zeps.clients import Client, MulticastSubscriber
+from zeps.clients import Client, MulticastSubscriber, admin
 from zeps.journal import JournalReader, stream_dir_name
 from zeps.matching import compile_pattern
 from zeps.multicast import ReceiverConfig
@@ -193,7 +193,11 @@ def journal(broker, pattern=""):
 
 
 def start_broker(work):
-    return BrokerProcess(work / "data", log_path=work / "broker.log").start()
+    """The broker, with the stream made: bridges and receivers are readers, which do not create
+    streams, and the scenarios start them before the first publish."""
+    b = BrokerProcess(work / "data", log_path=work / "broker.log").start()
+    admin.create_stream(b.endpoint, STREAM, timeout=10)
+    return b
 
 
 # ---------------------------------------------------------------------------- scenarios

@@ -67,7 +67,9 @@ def test_round_trip(broker):
 
 
 def test_subscribe_before_publish_gets_live_messages(broker):
-    with Client(broker.endpoint, "s", **FAST) as c:
+    # A subscriber that waits for its publisher creates the stream: readers do not otherwise
+    # (tests/test_readers_never_create.py).
+    with Client(broker.endpoint, "s", create=True, **FAST) as c:
         sub = c.subscribe()
         assert sub.poll(0.1) is None
         publish_n(broker.endpoint, "s", 5)
@@ -151,7 +153,7 @@ def test_later_pattern_applies_from_the_position(broker):
 
 
 def test_info_and_list_streams(broker):
-    with Client(broker.endpoint, "empty", **FAST) as c:
+    with Client(broker.endpoint, "empty", create=True, **FAST) as c:    # creates it, empty
         info = c.info()
         assert (info.first, info.last, info.count, info.empty) == (1, 0, 0, True)
     before = time.time_ns()
@@ -225,7 +227,7 @@ def test_tiny_credit_window_slow_subscriber_gets_everything_fast_one_unaffected(
     fast_done = threading.Event()
 
     def consume(name, window, stall_after):
-        with Client(broker.endpoint, "s", credit_window=window, **FAST) as c:
+        with Client(broker.endpoint, "s", credit_window=window, create=True, **FAST) as c:
             sub = c.subscribe()
             subscribed.wait()                      # both subscribed before anything is published
             got = []
@@ -278,7 +280,7 @@ def test_confirms_survive_sigkill(broker):
 
 
 def test_invalid_regex_surfaces_with_reason(broker):
-    with Client(broker.endpoint, "s", **FAST) as c:
+    with Client(broker.endpoint, "s", create=True, **FAST) as c:
         with pytest.raises(InvalidError) as e:
             c.subscribe("~(")
         assert "bad regular expression" in e.value.reason
@@ -316,7 +318,7 @@ def test_wait_for_confirms_needs_confirms(broker):
 # ------------------------------------------------------------------ timeouts, errors, close
 
 def test_timeouts(broker):
-    with Client(broker.endpoint, "s", **FAST) as c:
+    with Client(broker.endpoint, "s", create=True, **FAST) as c:
         sub = c.subscribe()
         t = time.monotonic()
         with pytest.raises(ZepsTimeout) as e:
@@ -363,7 +365,7 @@ def test_bad_endpoint_is_value_error_naming_it(endpoint):
 
 
 def test_close_is_idempotent_and_final(broker):
-    c = Client(broker.endpoint, "s", **FAST)
+    c = Client(broker.endpoint, "s", create=True, **FAST)
     sub = c.subscribe()
     c.publish("k", b"1")
     c.close()
@@ -379,7 +381,7 @@ def test_close_is_idempotent_and_final(broker):
 # ------------------------------------------------------------------ one caller at a time
 
 def test_two_threads_at_once_get_an_error_naming_both(broker):
-    with Client(broker.endpoint, "s", **FAST) as c:
+    with Client(broker.endpoint, "s", create=True, **FAST) as c:
         sub = c.subscribe()
         got = []
 
@@ -416,7 +418,7 @@ def test_two_greenlets_at_once_get_an_error(broker):
     import zmq.green as zgreen
 
     ctx = zgreen.Context()
-    with Client(broker.endpoint, "g", context=ctx, **FAST) as c:
+    with Client(broker.endpoint, "g", context=ctx, create=True, **FAST) as c:
         sub = c.subscribe()
         reader = gevent.spawn(sub.next, 10)
         gevent.sleep(0)                                     # the reader runs until it waits
@@ -455,7 +457,7 @@ def test_reconnect_after_sigkill_no_gap_no_duplicate(broker):
 
     t = threading.Thread(target=publisher)
     got = []
-    with Client(broker.endpoint, "s", credit_window=64 << 10, **FAST) as c:
+    with Client(broker.endpoint, "s", credit_window=64 << 10, create=True, **FAST) as c:
         sub = c.subscribe()
         t.start()
         while True:
@@ -525,7 +527,7 @@ def test_expired_client_recovers_transparently(start_broker, tmp_path):
     heartbeat (0.3 s) is well under the expiry (2 s), so a client inside a call is not forgotten
     again meanwhile (the next test)."""
     b = start_broker(tmp_path / "d", "--expiry", "2")
-    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as sub_client, \
+    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3, create=True) as sub_client, \
             Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as pub:
         sub = sub_client.subscribe()
         pub.publish("k", b"0")
@@ -548,7 +550,7 @@ def test_heartbeat_keeps_a_waiting_subscriber_attached(start_broker, tmp_path):
     (attached after the subscriber's last call, so a subscriber that did not heartbeat would
     be forgotten no later than it); by then the subscriber has outlived an expiry."""
     b = start_broker(tmp_path / "d", "--expiry", "2")
-    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3) as c:
+    with Client(b.endpoint, "s", timeout=5, heartbeat=0.3, create=True) as c:
         sub = c.subscribe()
         assert sub.poll(0) is None
         silent = RawClient(b.endpoint).attach("s")         # makes no call from here on
@@ -577,7 +579,7 @@ def test_gevent_two_greenlets_with_green_context(broker):
     ticks = []
 
     def subscriber():
-        with Client(broker.endpoint, "g", context=ctx, **FAST) as c:
+        with Client(broker.endpoint, "g", context=ctx, create=True, **FAST) as c:
             assert c.green
             sub = c.subscribe()
             for m in sub:
@@ -614,7 +616,7 @@ from zeps.clients import Client
 ep = sys.argv[1]
 got = []
 def sub():
-    with Client(ep, "patched", timeout=5) as c:
+    with Client(ep, "patched", timeout=5, create=True) as c:
         assert c.green, "monkey-patched socket must select zmq.green"
         s = c.subscribe()
         got.extend(m.sequence for m in (s.next(5) for _ in range(50)))

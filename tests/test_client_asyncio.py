@@ -171,7 +171,7 @@ def test_rejected_publish_and_bad_regex_are_invalid_errors(start_broker, tmp_pat
 
 def test_argument_errors_timeouts_and_close(broker):
     async def main():
-        c = AsyncClient(broker.endpoint, "s", **FAST)
+        c = AsyncClient(broker.endpoint, "s", create=True, **FAST)
         with pytest.raises(ZepsError, match="not connected"):
             await c.info()
         await c.connect()
@@ -223,7 +223,7 @@ def test_unreachable_broker_times_out():
 
 def test_a_cancelled_read_loses_nothing(broker):
     async def main():
-        async with AsyncClient(broker.endpoint, "s", **FAST) as c, \
+        async with AsyncClient(broker.endpoint, "s", create=True, **FAST) as c, \
                 AsyncClient(broker.endpoint, "s", **FAST) as pub:
             sub = await c.subscribe()
             for _ in range(3):
@@ -285,7 +285,7 @@ def test_a_publish_cancelled_while_reconnecting_is_not_sent(broker):
 
 def test_tasks_share_one_client(broker):
     async def main():
-        async with AsyncClient(broker.endpoint, "s", confirms=True, **FAST) as c:
+        async with AsyncClient(broker.endpoint, "s", confirms=True, create=True, **FAST) as c:
             sub = await c.subscribe()
 
             async def reader():
@@ -310,7 +310,8 @@ def test_reconnect_after_broker_restart_no_gap_no_duplicate(broker):
     n = 600
 
     async def main():
-        async with AsyncClient(broker.endpoint, "s", credit_window=8 << 10, **FAST) as sc, \
+        async with AsyncClient(broker.endpoint, "s", credit_window=8 << 10, create=True,
+                               **FAST) as sc, \
                 AsyncClient(broker.endpoint, "s", confirms=True, **FAST) as pc:
             sub = await sc.subscribe()
 
@@ -366,6 +367,9 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             connecting = asyncio.ensure_future(client.connect())
             ident, _ = await expect(c.ReasonsSelect)
             await answer(ident, c.Invalid("unknown command 62"))   # a broker without it
+            _, cmd = await expect(c.StreamExpect)             # a reader: whichever exists
+            assert cmd.incarnation == 0
+            await answer(ident, c.StreamExpectOk())
             await expect(c.Attach)
             await answer(ident, c.AttachOk())
             await expect(c.StreamId)

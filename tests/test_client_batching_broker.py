@@ -171,7 +171,7 @@ def test_publish_batch_with_confirms_sends_batches_and_survives_a_broker_crash_o
 def test_asyncio_publishes_in_a_loop_leave_in_batches_and_a_lone_one_leaves_at_once(broker):
     async def main():
         async with AsyncClient(broker.endpoint, "ab", **FAST) as pub, \
-                AsyncClient(broker.endpoint, "ab", **FAST) as sub_client:
+                AsyncClient(broker.endpoint, "ab", create=True, **FAST) as sub_client:
             sub = await sub_client.subscribe(live=True)
             seen = counting_sends(pub)
             for i in range(N):

@@ -14,7 +14,7 @@ import time
 import pytest
 import zmq
 
-from zeps.clients import Client, CurveKeys, ProducerFenced
+from zeps.clients import Client, CurveKeys, ProducerFenced, admin
 from zeps.journal import DataDir, JournalReader
 from zeps.journal.names import stream_dir_name
 from zeps.journal.settings import StreamSettings
@@ -182,13 +182,17 @@ bob = "../keys/bob.key"
 clients = ["alice", "bob"]
 publish = ["orders"]
 subscribe = ["orders", "news"]
+
+[[allow]]
+clients = ["alice"]
+admin = ["news"]
 """
 
 
 @pytest.fixture
 def curve_broker(start_broker, keys, tmp_path):  # noqa: F811  (keys: the fixture)
     """A broker with CurveZMQ and an ACL: alice and bob may publish to "orders" and only read
-    "news"."""
+    "news" (which alice may create: a reader's ATTACH does not)."""
     keydir, allow = keys
     acl = tmp_path / "acl" / "acl.toml"
     acl.parent.mkdir()
@@ -232,7 +236,8 @@ def test_with_keys_another_key_cannot_take_a_producer_id_nor_may_a_reader_regist
             if rec.sequence is not None:
                 assert stored[rec.sequence - 1][1] == body
         assert [m[2] for m in stored if m[0] == "evil"] == [None]
-        # finding 4: PRODUCER needs the right to publish
+        # finding 4: PRODUCER needs the right to publish (alice makes "news": a reader cannot)
+        admin.create_stream(b.endpoint, "news", curve=b.curve("alice"))
         assert isinstance(reader.ask(c.Attach("news")), c.AttachOk)
         r = reader.ask(c.Producer("mine", 1))
         assert isinstance(r, c.Invalid) and r.reason.startswith(NOT_ALLOWED), r

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401 (fixtures)
 from tests.test_client_peering import deliver, feed, peering, sent
 from zeps.clients.errors import InvalidError, NoStream, PatternRemoved
+from zeps.clients.peering import ABSENT
 from zeps.protocol import LATEST_LIVE, ProtocolError, decode, encode, encode_invalid
 from zeps.protocol import commands as c
 from zeps.protocol.deliver import deliver_cost
@@ -237,8 +238,10 @@ def test_a_refused_attach_raises_by_code():
     feed(p, c.ReasonsSelectOk())
     r = Reason.no_stream("s", created_on_attach=False)
     feed(p, c.Error(r.code, r.fields, r.text))
-    assert isinstance(p.attach_error, NoStream) and p.attach_error.fields == ("s",)
-    assert p.attach_error.reason == r.text
+    # no stream: kept for the reads, which raise it (readers do not create streams)
+    assert p.state is ABSENT and p.attach_error is None
+    err = p.no_stream("SUBSCRIBE")
+    assert isinstance(err, NoStream) and err.fields == ("s",) and err.reason == r.text
 
 
 def test_a_code_this_side_does_not_know_is_other_and_answers_the_request():

@@ -135,6 +135,8 @@ def test_rights_are_enforced_at_attach_publish_subscribe_and_list(secure_broker)
 def test_publish_without_the_right_is_rejected_one_invalid_each(secure_broker, tmp_path):
     acl = secure_broker.acl_path
     acl.write_text(ACL + '\n[[allow]]\nclients = ["bob"]\nsubscribe = ["alice.*"]\n')
+    # alice makes the stream: bob, who may only read it, could not (issue 17 #2)
+    assert isinstance(secure_broker.peer("alice").ask(c.Attach("alice.feed")), c.AttachOk)
     secure_broker.proc.send_signal(signal.SIGHUP)
     bob = secure_broker.peer("bob")
     deadline = time.monotonic() + 10

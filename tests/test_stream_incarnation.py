@@ -87,10 +87,13 @@ def test_stream_id_and_expect(core):
     # the same incarnation: attached as a plain ATTACH
     assert [type(m) for m in _ask(core, b"b", c.StreamExpect(inc), c.Attach("s"),
                                   c.StreamId())] == [c.StreamExpectOk, c.AttachOk, c.StreamIdOk]
-    # the expectation holds for one ATTACH only; 0 is no condition
+    # the expectation holds for one ATTACH only; 0 is any incarnation, and creates nothing
     assert [type(m) for m in _ask(core, b"b", c.Detach(), c.Attach("s"), c.Detach(),
-                                  c.StreamExpect(0), c.Attach("t"))] == \
-        [c.DetachOk, c.AttachOk, c.DetachOk, c.StreamExpectOk, c.AttachOk]
+                                  c.StreamExpect(0), c.Attach("t"), c.StreamExpect(0),
+                                  c.Attach("s"))] == \
+        [c.DetachOk, c.AttachOk, c.DetachOk, c.StreamExpectOk, c.Invalid, c.StreamExpectOk,
+         c.AttachOk]
+    assert "t" not in core.core.catalogue
     # another incarnation: refused, not attached
     [ok, r] = _ask(core, b"c", c.StreamExpect(inc ^ 1), c.Attach("s"))
     assert isinstance(r, c.Invalid) and r.reason.startswith(STREAM_RECREATED), r
@@ -121,7 +124,8 @@ def test_expect_never_creates_even_with_auto_create_off(make):
 
 def test_peering_learns_the_incarnation_and_reattaches_only_to_it():
     p = peering(confirms=True, incarnations=True)
-    assert sent(p) == [c.Attach("s")]
+    assert sent(p) == [c.StreamExpect(0), c.Attach("s")]   # a reader's: never creates
+    feed(p, c.StreamExpectOk())
     feed(p, c.AttachOk())
     assert sent(p)[0] == c.StreamId()                   # first, before anything can change
     feed(p, c.StreamIdOk(0xABC))
@@ -141,6 +145,7 @@ def test_peering_learns_the_incarnation_and_reattaches_only_to_it():
 def test_peering_fails_as_recreated_and_a_plain_broker_changes_nothing():
     p = peering(incarnations=True)
     sent(p)
+    feed(p, c.StreamExpectOk())
     feed(p, c.AttachOk())
     feed(p, c.StreamIdOk(7))
     p.connection_lost("gone")
@@ -153,6 +158,7 @@ def test_peering_fails_as_recreated_and_a_plain_broker_changes_nothing():
     # a broker without STREAM-ID: the client re-attaches as before
     p = peering(incarnations=True)
     sent(p)
+    feed(p, c.Invalid("unknown command 68"))                   # nor STREAM-EXPECT
     feed(p, c.AttachOk())
     feed(p, c.Invalid("unknown command 66"))
     assert p.incarnation == 0 and p.attached

@@ -281,17 +281,25 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         return True
 
     def _on_attach(self, s: Session, cmd: c.Attach) -> None:
-        expect, s.expect = s.expect, 0          # STREAM-EXPECT holds for this ATTACH only
+        expect, s.expect = s.expect, None       # STREAM-EXPECT holds for this ATTACH only
         acl = self.acl
         if acl is not None and not acl.may_attach(s.user, cmd.stream):
             self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "attach", cmd.stream))
             return
         if cmd.stream not in self.catalogue:
-            if expect:           # the stream this client knew was deleted: not made again
-                self._invalid(s.identity, Reason.stream_deleted(cmd.stream))
+            if expect is not None:   # joins only what exists; never makes it (again)
+                self._invalid(s.identity, Reason.stream_deleted(cmd.stream) if expect
+                              else Reason.no_stream(cmd.stream))
                 return
             if not self.config.auto_create:
                 self._invalid(s.identity, Reason.no_stream(cmd.stream, created_on_attach=False))
+                return
+            if acl is not None and not (acl.may_publish(s.user, cmd.stream)
+                                        or acl.may_admin(s.user, cmd.stream)):
+                # A reader does not create streams: it could fill max_total_streams with
+                # empty ones and leave the publishers none.
+                self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "create",
+                                                             cmd.stream))
                 return
             if self._too_many_streams(s):
                 return
@@ -307,7 +315,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
             self._invalid(s.identity, Reason.failed(f"cannot open stream {cmd.stream!r}", exc))
             self.log("attach_failed", stream=cmd.stream, error=str(exc))
             return
-        if actual != expect:       # deleted and made again since the client knew it
+        if expect and actual != expect:     # deleted and made again since the client knew it
             self._invalid(s.identity, Reason.stream_recreated(cmd.stream, expect, actual))
             return
         stream.attach(s)
@@ -320,7 +328,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
         self.outbox.append((s.identity, encode(c.StreamIdOk(inc))))
 
     def _on_stream_expect(self, s: Session, cmd: c.StreamExpect) -> None:
-        """The next ATTACH joins incarnation ``cmd.incarnation`` only, and creates nothing."""
+        """The next ATTACH joins incarnation ``cmd.incarnation`` only (0: whichever exists),
+        and creates nothing."""
         s.expect = cmd.incarnation
         self.outbox.append((s.identity, _STREAM_EXPECT_OK))
 

@@ -72,7 +72,8 @@ class Session:
         self.state = NEW
         self.stream: Optional[str] = None
         self.last_seen = now
-        self.expect = 0                 # STREAM-EXPECT: the incarnation the next ATTACH must find
+        self.expect: Optional[int] = None   # STREAM-EXPECT: the incarnation the next ATTACH
+        #                                     must find (0: any; None: it may create the stream)
         # Congestion (the connection's send pipe was full): no DELIVER is produced for the client
         # before ``congested_until``; replies meanwhile wait in ``held`` (bounded by the core).
         self.congested_until = 0.0

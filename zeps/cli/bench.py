@@ -59,7 +59,8 @@ def _publisher(endpoint, stream, n, size, rate, confirm, timeout, curve, go, out
 def _subscriber(endpoint, stream, n, timeout, curve, ready, out):
     from zeps.clients import Client
     delays = []
-    with Client(endpoint, stream, timeout=timeout, curve=curve) as c:
+    # create=True: the subscribers start before the publishers, and wait for them
+    with Client(endpoint, stream, timeout=timeout, curve=curve, create=True) as c:
         sub = c.subscribe("", live=True)
         ready.put(1)
         t0 = None

@@ -120,8 +120,10 @@ def cmd_publish(args) -> int:
                 items = [(key, args.body.encode("utf-8", "surrogateescape"))]
     if keyed and sys.stdin.isatty():
         raise UsageError("--key-separator / --key-field read stdin, which is a terminal")
+    # create=True: a publisher creates its stream at once (a refusal -- --auto-create no, an
+    # ACL without the right to publish -- is said before anything is read from stdin)
     with Client(args.endpoint, args.stream, confirms=True, timeout=args.connect_timeout,
-                curve=args.curve,
+                curve=args.curve, create=True,
                 on_connection=connection_reporter(args)) as client:
         n, failed, last = _publish_all(client, items)
         if args.confirm and n > len(failed):

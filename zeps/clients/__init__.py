@@ -123,6 +123,11 @@ How it works (what you can rely on, with either client)
   *incarnation*, ``STREAM-ID``; docs/protocol.md), never creating it: if it was deleted, or
   deleted and created again, the subscription and every later call raise
   :class:`StreamDeleted` or :class:`StreamRecreated` (both :class:`ConnectionLost`), and the
+* **Readers never create streams.** The client attaches only to a stream that exists
+  (``STREAM-EXPECT 0``); if there is none it is constructed unattached, its first ``publish``
+  creates the stream, and ``subscribe`` / ``info`` / ``seq_at`` raise :class:`NoStream` at once
+  while it does not exist (``create=True``: attach creating it, for a subscriber that waits for
+  its publisher).
   receipts of unconfirmed publishes fail with it -- they are never confirmed with the sequences
   of a new stream.
 
@@ -134,7 +139,8 @@ each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.cli
 Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,
 :class:`MessageBatch`, :class:`StreamInfo`, :func:`list_streams`, and the errors :class:`ZepsError`,
-:class:`InvalidError`, :class:`PatternRemoved`, :class:`ZepsTimeout`, :class:`ConnectionLost`,
+:class:`InvalidError`, :class:`NoStream`, :class:`PatternRemoved`, :class:`ZepsTimeout`,
+:class:`ConnectionLost`,
 :class:`HandshakeFailed`, :class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`,
 :class:`ClientClosed`,
 :class:`ConcurrentUseError`, :class:`ProducerFenced`, :class:`ProducerStateLost` (also as the
@@ -144,7 +150,7 @@ from ..units import check_endpoint, to_timestamp_ns
 from . import errors
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, HandshakeFailed,
-                     InvalidError, PatternRemoved, ProducerFenced, ProducerStateLost,
+                     InvalidError, NoStream, PatternRemoved, ProducerFenced, ProducerStateLost,
                      StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
 from .message import Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
@@ -154,7 +160,7 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
            "list_streams",
            "errors", "ZepsError",
-           "InvalidError", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
+           "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
            "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]

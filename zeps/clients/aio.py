@@ -53,11 +53,11 @@ _DONE = done_receipt(AsyncReceipt)
 class AsyncClient(ops.FrontEnd):
     """A peering with a ZEPS broker, attached to one stream, for asyncio.
 
-    The arguments are :class:`~zeps.clients.Client`'s (``context`` may be a
-    ``zmq.asyncio.Context`` or a plain one). Nothing happens until ``await client.connect()``
-    or ``async with AsyncClient(...) as client``, which ATTACH and raise
-    :class:`~zeps.clients.InvalidError` if the broker refuses the stream,
-    :class:`~zeps.clients.ZepsTimeout` if no broker answers within ``timeout``.
+    The arguments are :class:`~zeps.clients.Client`'s, ``create`` included (readers never
+    create streams); ``context`` may be a ``zmq.asyncio.Context`` or a plain one.
+    Nothing happens until ``await client.connect()`` or ``async with AsyncClient(...) as
+    client``, which ATTACH and raise :class:`~zeps.clients.InvalidError` if the broker refuses
+    the stream, :class:`~zeps.clients.ZepsTimeout` if no broker answers within ``timeout``.
     """
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
@@ -65,9 +65,9 @@ class AsyncClient(ops.FrontEnd):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None, batching: bool = True):
+                 curve=None, batching: bool = True, create: bool = False):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent, batching)
+                    producer_id, idempotent, batching, create)
         module, ctx = zmq_for(context, asyncio=True)
         self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection, curve)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
@@ -211,7 +211,8 @@ class AsyncClient(ops.FrontEnd):
                   from_time: Optional[TimeLike] = None, live: bool = False,
                   timeout: Optional[float] = None) -> Subscribing:
         """Subscribe, as :meth:`Client.subscribe` (same arguments, same errors, which come when
-        the subscription is made). Returns a :class:`Subscribing`: ``await`` it for the client's
+        the subscription is made: :class:`~zeps.clients.errors.NoStream` for a stream that does
+        not exist). Returns a :class:`Subscribing`: ``await`` it for the client's
         :class:`AsyncSubscription`, or iterate it directly: ``async for msg in
         client.subscribe("eu.")``."""
         patterns = subscribe_args(pattern, from_seq, from_time, live, timeout)

@@ -39,7 +39,7 @@ from .operations import publish_frame
 from .batching import batch_frames
 from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH,
                        WRITABLE_LOOK)
-from .peering import CLOSED, ConnectionEvent
+from .peering import ABSENT, CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
 from .transport import Connection, check_endpoint, request_once, zmq_for  # noqa: F401 (check_endpoint: API)
@@ -123,10 +123,18 @@ class Client(ops.FrontEnd):
         context: a ``zmq.Context`` to use; a ``zmq.green.Context`` makes the client
             gevent-cooperative. Default: the process-wide context (a private green one when
             gevent has patched ``socket``).
+        create: readers never create streams: by default the client attaches only to a stream
+            that exists (``STREAM-EXPECT 0``, docs/protocol.md), and if there is none it stays
+            unattached until its first :meth:`publish`, which creates the stream; reads
+            (:meth:`subscribe`, :meth:`info`, :meth:`seq_at`) look again and raise
+            :class:`~zeps.clients.errors.NoStream` at once if it still does not exist.
+            ``create=True`` attaches creating the (empty) stream at once, as a plain ZEPS/1
+            ATTACH does: for a subscriber that waits for a publisher not started yet.
 
     The constructor connects and ATTACHes; it raises :class:`InvalidError` if the broker
-    refuses the stream and :class:`ZepsTimeout` if no broker answers within ``timeout``.
-    Use it as a context manager, or call :meth:`close`.
+    refuses the stream (not for a stream that does not exist: see ``create``) and
+    :class:`ZepsTimeout` if no broker answers within ``timeout``. Use it as a context
+    manager, or call :meth:`close`.
     """
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
@@ -134,9 +142,9 @@ class Client(ops.FrontEnd):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None, batching: bool = True):
+                 curve=None, batching: bool = True, create: bool = False):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent, batching)
+                    producer_id, idempotent, batching, create)
         p = self._p
         module, ctx = zmq_for(context)
         self.green = module is not zmq
@@ -211,6 +219,8 @@ class Client(ops.FrontEnd):
         confirmed); :meth:`wait_for_confirms` waits for all of them.
         """
         p = self._p
+        if p.state is ABSENT:            # the first publish creates the stream: batches after it
+            self._attach_to_publish()
         if p.queue.max_batch is None:                    # a ZEPS/1 broker
             n = 0
             publish = self.publish
@@ -273,6 +283,10 @@ class Client(ops.FrontEnd):
         return n
 
     @_guarded
+    def _attach_to_publish(self) -> None:
+        self._run(ops.prepare_publish(self, _monotonic()))
+
+    @_guarded
     def flush(self, timeout: Optional[float] = None) -> None:
         """Block until the broker has processed every publish sent so far (journalled, handed to
         the OS, not necessarily fsynced). Raises :class:`InvalidError` if one was rejected."""
@@ -320,8 +334,10 @@ class Client(ops.FrontEnd):
         pattern applies from ``max(its start, the current position)`` -- it never rewinds.
         To read history behind the position, use another Client.
 
-        Raises :class:`InvalidError` with the broker's reason (e.g. a regex that does not
-        compile) and :class:`ZepsTimeout`.
+        Raises :class:`~zeps.clients.errors.NoStream` at once if the stream does not exist
+        (readers never create streams: a publish does, or ``Client(..., create=True)``),
+        :class:`InvalidError` with the broker's reason (e.g. a regex that does not compile) and
+        :class:`ZepsTimeout`.
         """
         patterns = subscribe_args(pattern, from_seq, from_time, live, timeout)
         self._run(ops.subscribe(self, patterns, from_seq, from_time, live))

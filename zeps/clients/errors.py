@@ -87,7 +87,16 @@ class PatternRemoved(InvalidError):
 
 
 class NoStream(InvalidError):
-    """The broker has no such stream (or the client may not know of it): ``no stream: ...``."""
+    """The broker has no such stream (or the client may not know of it): ``no stream: ...``.
+    A client's reads (``subscribe``, ``info``, ``seq_at``) raise it for a stream that does not
+    exist: readers never create streams. ``message``, when given, is what ``str()`` says
+    instead of the broker's reason (``reason`` stays the broker's text)."""
+
+    def __init__(self, reason: str, command: str | None = None, code: Optional[Code] = None,
+                 fields: Tuple[str, ...] = (), message: Optional[str] = None):
+        super().__init__(reason, command, code, fields)
+        if message:
+            self.args = (message,)
 
 
 def invalid_error(reason: Reason, command: str | None = None) -> InvalidError:

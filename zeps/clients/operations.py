@@ -20,7 +20,7 @@ from ..protocol.codec import ProtocolError, encode_publish
 from ..units import check_endpoint, to_timestamp_ns
 from .errors import ZepsError, ZepsTimeout
 from .message import StreamInfo
-from .peering import CLOSED, CONNECTING, Peering
+from .peering import ABSENT, CLOSED, CONNECTING, Peering
 
 __all__ = ["FrontEnd", "publish_frame"]
 
@@ -31,12 +31,13 @@ class FrontEnd:
     """What both clients share: their options, their peering, their state."""
 
     def _setup(self, endpoint, stream, credit_window, confirms, timeout, heartbeat,
-               timestamps, producer_id=None, idempotent=True, batching=True) -> None:
+               timestamps, producer_id=None, idempotent=True, batching=True,
+               create=False) -> None:
         self.endpoint = check_endpoint(endpoint)
         self._p = p = Peering(stream, credit_window=credit_window, confirms=confirms,
                               timestamps=timestamps, timeout=timeout, heartbeat=heartbeat,
                               now=_monotonic(), endpoint=self.endpoint, producer_id=producer_id,
-                              idempotent=idempotent, batching=batching)
+                              idempotent=idempotent, batching=batching, create=create)
         self.stream = stream
         self.confirms = p.confirms
         self.timestamps = p.timestamps
@@ -46,7 +47,8 @@ class FrontEnd:
 
     @property
     def attached(self) -> bool:
-        """True while the peering is attached (False while reconnecting or after close)."""
+        """True while the peering is attached (False while reconnecting, after close, and while
+        the stream does not exist: a reader does not create it, the first publish does)."""
         return self._p.attached
 
     @property
@@ -110,7 +112,8 @@ def publish_frame(key: str, body) -> bytes:
 def connect(front):
     """Wait for ATTACH-OK (and CONFIRM-SELECT-OK); raise the broker's refusal or a timeout."""
     p = front._p
-    ok = yield (lambda: p.ready or p.fatal is not None or p.attach_error is not None,
+    ok = yield (lambda: (p.ready or p.fatal is not None or p.attach_error is not None
+                         or p.state is ABSENT),          # no stream: a reader does not create it
                 _monotonic() + front.timeout)
     if p.attach_error is not None:
         raise p.attach_error
@@ -129,6 +132,8 @@ def prepare_publish(front, now: float):
     p = front._p
     p.check()
     deadline = now + front.timeout
+    if p.state is ABSENT:                # the first publish: attach, creating the stream
+        yield from join(front, True, deadline, "PUBLISH")
     if p.silent(now):
         probe = p.heartbeat_probe(now)
         if probe is not None:
@@ -145,9 +150,29 @@ def prepare_publish(front, now: float):
     return _monotonic()
 
 
+def join(front, create: bool, deadline: float, what: str):
+    """The peering is ABSENT (its stream did not exist): attach now -- for a publish
+    (``create``) creating the stream, for a read (``what``) only if it exists now. Raises
+    :class:`NoStream` for a read of a stream still missing, or the broker's refusal (the
+    peering stays ABSENT: a later call tries again)."""
+    p = front._p
+    p.join(create, _monotonic())
+    front._flush()
+    ok = yield (lambda: p.ready or p.state is ABSENT or p.fatal is not None, deadline)
+    p.check()
+    if p.state is ABSENT:
+        err, p.attach_error = p.attach_error, None
+        raise err if err is not None else p.no_stream(what)
+    if not ok:
+        raise ZepsTimeout(f"{what}: no answer to ATTACH from {front.endpoint} within "
+                          f"{front.timeout:g}s")
+
+
 def wait_attached(front, deadline: float, what: str):
     p = front._p
     p.check()
+    if p.state is ABSENT:                # a read of a stream that did not exist: look again
+        yield from join(front, False, deadline, what)
     ok = yield (lambda: (p.attached and p.need_reconnect is None) or p.fatal is not None,
                 deadline)
     p.check()
@@ -167,13 +192,15 @@ def wait_request(front, r, deadline: float, t: float):
         p.check()
 
 
-def request(front, cmd: c.Command, kind: str, timeout: Optional[float]):
+def request(front, cmd: c.Command, kind: str, timeout: Optional[float], unattached=False):
     """Send a request and return its reply; asked again if the peering was re-established
-    before the reply came."""
+    before the reply came. ``unattached``: the request needs no ATTACH (it goes at once while
+    the stream does not exist)."""
     t = front.timeout if timeout is None else timeout
     deadline = _monotonic() + t
     while True:
-        yield from wait_attached(front, deadline, cmd.NAME)
+        if not (unattached and front._p.state is ABSENT):
+            yield from wait_attached(front, deadline, cmd.NAME)
         r = front._p.request(cmd, kind, _monotonic())
         front._flush()
         yield from wait_request(front, r, deadline, t)
@@ -182,6 +209,9 @@ def request(front, cmd: c.Command, kind: str, timeout: Optional[float]):
 
 
 def flush(front, timeout: Optional[float]):
+    if front._p.state is ABSENT:         # nothing was published: nothing to wait for
+        front._p.check()
+        return
     yield from request(front, c.Ping(), "ping", timeout)
     front._p.check()
 
@@ -201,7 +231,7 @@ def list_streams(front, timeout: Optional[float]):
     names: list = []
     after = ""
     while True:
-        r = yield from request(front, c.ListStreamsPage(after), "list", timeout)
+        r = yield from request(front, c.ListStreamsPage(after), "list", timeout, unattached=True)
         names.extend(r.streams)
         if not r.next:
             return tuple(names)
@@ -215,6 +245,7 @@ def wait_for_confirms(front, timeout: Optional[float]):
     p.check()
     t = front.timeout if timeout is None else timeout
     ok = yield (lambda: (p.attached and not p.pending and p.confirm_ready)
+                or (p.state is ABSENT and not p.pending)       # nothing was published
                 or p.error is not None or p.fatal is not None, _monotonic() + t)
     p.check()
     if not ok:

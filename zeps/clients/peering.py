@@ -64,18 +64,23 @@ from ..protocol.reasons import FENCED, Code, Reason
 from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
 from .delivery import Delivery
-from .errors import (ClientClosed, ConnectionLost, InvalidError, PatternRemoved, ProducerFenced,
-                     ProducerStateLost, StreamDeleted, StreamRecreated, invalid_error)
+from .errors import (ClientClosed, ConnectionLost, InvalidError, NoStream, PatternRemoved,
+                     ProducerFenced, ProducerStateLost, StreamDeleted, StreamRecreated,
+                     invalid_error)
 from .message import Message, MessageBatch
 from .producer import check_producer_id, new_producer_id, refusal_kind, runs
 from .window import advised_cost, largest_cost, topup_for, window_for
 
-__all__ = ["Peering", "Request", "ConnectionEvent", "CONNECTING", "ATTACHED", "FAILED", "CLOSED",
+__all__ = ["Peering", "Request", "ConnectionEvent", "CONNECTING", "ATTACHED", "ABSENT", "FAILED",
+           "CLOSED",
            "LOST", "RECONNECTED", "validate_options", "list_streams_answer"]
 
 log = logging.getLogger("zeps.client")
 
 CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "closed"
+#: Not attached because the stream does not exist (a reader's ATTACH does not create it): the
+#: next publish attaches creating it (:meth:`Peering.join`), the next read looks again.
+ABSENT = "absent"
 #: Kinds of :class:`ConnectionEvent`.
 LOST, RECONNECTED = "lost", "reconnected"
 #: Seconds between two reconnects.
@@ -169,7 +174,8 @@ class Peering(Delivery):
     def __init__(self, stream: str, *, credit_window: int, confirms: bool, timestamps: bool,
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
                  producer_id: Optional[str] = None, idempotent: bool = True,
-                 batching: bool = True, reasons: bool = True, incarnations: bool = True):
+                 batching: bool = True, reasons: bool = True, incarnations: bool = True,
+                 create: bool = False):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
         self.stream = stream
@@ -190,6 +196,14 @@ class Peering(Delivery):
         #: STREAM-EXPECT with it, so it joins that stream or none. None: not known yet; 0: the
         #: broker does not tell (or ``incarnations`` is off: tests of the session set-up).
         self.incarnation: Optional[int] = None if incarnations else 0
+        #: Readers never create streams: unless ``create``, the first ATTACH says STREAM-EXPECT 0
+        #: (join the stream if it exists, never create it); a refusal "no stream" leaves the
+        #: peering :data:`ABSENT`, and the first publish attaches again, creating it
+        #: (``creating``). A broker without STREAM-EXPECT creates it at once, as before.
+        self.create = bool(create)
+        self.creating = False
+        self.ever_attached = False
+        self.absence: Optional[InvalidError] = None   # the broker's "no stream", when ABSENT
         self.heartbeat = float(heartbeat)
         #: How long a heartbeat (or a re-ATTACH) may wait for its answer.
         self.probe_timeout = max(self.heartbeat, float(timeout))
@@ -287,6 +301,8 @@ class Peering(Delivery):
         """When :meth:`tick` (or :meth:`reconnect`) has something to do next."""
         if self.need_reconnect:
             return self.reconnect_at
+        if self.state is ABSENT:
+            return now + self.heartbeat
         if self.state is not ATTACHED:
             return now + 0.25
         probe = self.probe
@@ -325,6 +341,8 @@ class Peering(Delivery):
     def connection_lost(self, why: str) -> None:
         """The peering is gone (the connection closed, or the broker forgot us): reconnect."""
         if self.state is CLOSED or self.state is FAILED or self.need_reconnect:
+            return
+        if self.state is ABSENT:        # nothing to re-establish: the next join() attaches
             return
         if self.closing:                # detaching anyway: no point in reconnecting
             self.state = FAILED
@@ -487,6 +505,24 @@ class Peering(Delivery):
         return self.request(c.Subscribe(pattern, c.LATEST_LIVE if live else latest),
                             "subscribe", now, (pattern, latest, info))
 
+    def join(self, create: bool, now: float) -> None:
+        """:data:`ABSENT`: attach now. ``create`` (a publish): the ATTACH may create the stream;
+        else (a read) it joins the stream only if it exists now. The answer makes the peering
+        attached or, refused, :data:`ABSENT` again with :attr:`attach_error` (``no stream``
+        for a read: :attr:`absence`, see :meth:`no_stream`)."""
+        self.creating = create
+        self._attach(now)
+
+    def no_stream(self, what: str) -> InvalidError:
+        """The error for ``what`` (a call that needs the stream) while :data:`ABSENT`."""
+        why = self.absence
+        reason = why.reason if why is not None else f"no stream: {self.stream!r}"
+        return NoStream(reason, what, Code.NO_STREAM, (self.stream,),
+                        message=f"no stream {self.stream!r} at {self.endpoint}: a reader does "
+                                f"not create it (the first publish to it does, as does "
+                                f"'zeps stream create'; Client(..., create=True) attaches "
+                                f"creating it, to wait for messages)")
+
     def detach(self, now: float) -> Request:
         """Start closing: DETACH (a peering lost from now on is not re-established)."""
         self.closing = True
@@ -582,6 +618,9 @@ class Peering(Delivery):
 
     def _on_attached(self, now: float) -> None:
         self.state = ATTACHED
+        self.ever_attached = True
+        self.creating = False
+        self.absence = None
         self.connecting_since = 0.0
         held = list(self.held)
         self.held.clear()
@@ -699,8 +738,15 @@ class Peering(Delivery):
             head.error = invalid_error(why, head.name)
             head.done = True
             if head.kind == "attach":
-                if self.reconnects == 0:
-                    self.attach_error = head.error
+                if not self.ever_attached:
+                    # A reader's ATTACH (STREAM-EXPECT 0) to no stream, or any refused ATTACH
+                    # once the constructor returned: ABSENT, for the next call to try again.
+                    self.state = ABSENT
+                    if code is Code.NO_STREAM and not (self.create or self.creating):
+                        self.absence = head.error
+                    else:
+                        self.attach_error = head.error
+                    self.creating = False
                 else:
                     self.state = FAILED
                     self._fail(self._reattach_refused(code, reason))
@@ -708,6 +754,9 @@ class Peering(Delivery):
                 log.debug("zeps: the broker at %s does not tell stream incarnations (%s)",
                           self.endpoint, reason)
                 self.incarnation = 0
+            elif head.kind == "stream_expect" and not self.incarnation:
+                log.debug("zeps: the broker at %s does not have STREAM-EXPECT (%s): its ATTACH "
+                          "creates stream %r", self.endpoint, reason, self.stream)
             elif head.kind == "stream_expect":
                 log.warning("zeps: the broker at %s does not check stream incarnations (%s): "
                             "re-attaching to stream %r without knowing whether it is the same "
@@ -847,9 +896,10 @@ class Peering(Delivery):
         if self.reasons:                 # first: ATTACH's own refusal comes as ERROR too
             self.outstanding.append(Request("reasons_select", "REASONS-SELECT", now))
             self.outbox.append(_REASONS_SELECT)
-        if self.incarnation:             # re-ATTACH: to the stream it knew, or to none
+        if self.incarnation or (self.incarnation is None and not (self.create or self.creating)):
+            # re-ATTACH: to the stream it knew, or to none; a reader's first: to whichever exists
             self.outstanding.append(Request("stream_expect", "STREAM-EXPECT", now))
-            self.outbox.append(encode(c.StreamExpect(self.incarnation)))
+            self.outbox.append(encode(c.StreamExpect(self.incarnation or 0)))
         self.outstanding.append(Request("attach", "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
 
@@ -901,7 +951,8 @@ class Peering(Delivery):
     def _send(self, frame: bytes) -> None:
         if self.queue.frames:            # publishes queued before this frame leave before it
             self.outbox.append(self.queue.seal())
-        (self.outbox if self.state is ATTACHED else self.held).append(frame)
+        # ABSENT: only requests that need no ATTACH are made (LIST-STREAMS-PAGE): they go now
+        (self.outbox if self.state is ATTACHED or self.state is ABSENT else self.held).append(frame)
 
     def _fail(self, error: Exception) -> None:
         self.fatal = error

@@ -154,6 +154,7 @@ def test_a_regex_that_may_backtrack_is_refused_at_subscribe(clients_factory, pat
     cl.send(c.Subscribe(pattern, 0))
     reason = cl.expect(c.Invalid).reason
     assert "may backtrack" in reason and repr(pattern[1:]) in reason, reason
+    _report("catastrophic regex", pattern=pattern, reason=repr(reason))
     cl.subscribe(r"~^(eu|us)\.[a-z]+$", 0, credit=1 << 20)
     pub = clients_factory().attach("re")
     pub.send(c.Publish("eu.fr", b"1"), c.Publish("aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa!", b"2"))
@@ -188,6 +189,8 @@ def test_ten_thousand_regex_subscribes_get_limit_after_the_limit(clients_factory
                for a in refused), refused[0]
     cl.send(c.Ping())
     cl.expect(c.PingOk)
+    _report("regex SUBSCRIBEs", sent=REGEX_FLOOD, accepted=len(ok), refused=len(refused),
+            reason=repr(refused[0].reason))
 
 
 def _pair_rate(pair: Pair, n: int) -> float:
@@ -272,6 +275,7 @@ def test_max_streams_answers_invalid_limit(start_broker):
     extra.send(c.Attach("ms-new"))
     reason = extra.expect(c.Invalid).reason
     assert reason.startswith(LIMIT) and "3 streams" in reason, reason
+    _report("--max-streams 3", reason=repr(reason))
     extra.attach("ms-1")                                 # a stream in use: fine
     extra.send(c.Publish("k", b"x"), c.StreamInfo())
     assert extra.expect(c.StreamInfoOk).last == 1
@@ -381,6 +385,7 @@ def test_a_message_larger_than_the_credit_window_gets_invalid_once(clients_facto
     assert reason.startswith(f"{WINDOW_TOO_SMALL}message 2 needs {cost} bytes of credit"), reason
     assert "ever held at once (1000)" in reason
     _too_big_then_granted(late, cost)
+    _report("message over the credit window, replaying", reason=repr(reason))
 
 
 def test_a_live_subscriber_is_told_when_a_message_exceeds_its_window(clients_factory):
@@ -394,6 +399,7 @@ def test_a_live_subscriber_is_told_when_a_message_exceeds_its_window(clients_fac
     assert reason.startswith(f"{WINDOW_TOO_SMALL}message 2 needs {deliver_cost(1, 5000)} bytes "
                              f"of credit"), reason
     _too_big_then_granted(live, deliver_cost(1, 5000))
+    _report("message over the credit window, live", reason=repr(reason))
 
 
 # ------------------------------------------------------------------ 6. vanished clients

@@ -2,6 +2,10 @@
 between them. No sockets: the I/O shell (``server.py``) hands it ``(identity, frames)`` with
 :meth:`BrokerCore.receive` and sends whatever it leaves in :attr:`BrokerCore.outbox`.
 
+Note (issue 16): over 600 lines (the dispatch of every command). Its split -- one method that
+runs a round, the handlers by area -- waits until the features being written on this module
+have landed.
+
 Order of work the shell follows each round (see ``server.py``):
 
 1. ``receive()`` every message it can read without blocking (publishes are only queued);

@@ -1,5 +1,9 @@
 """The client side of one ZEPS peering as a pure state machine: no sockets, no clock.
 
+Note (issue 16): over 600 lines. Its split by job -- the publishes awaiting CONFIRM in a
+``ConfirmTracker``, the request kinds as an Enum instead of strings -- waits until the features
+being written on this module have landed.
+
 :class:`Peering` knows the whole conversation of a client attached to one stream -- ATTACH and
 re-ATTACH, request/reply matching, publish and CONFIRM counting, the credit window, the position
 to resubscribe from, heartbeats and the decision to reconnect, what each INVALID means -- and

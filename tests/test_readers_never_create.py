@@ -1,4 +1,4 @@
-"""Readers never create streams (issue 17, item 2).
+"""Readers never create streams (issue 17, item 2); the SDK's and the CLI's start points (item 11).
 
 ``Client(ep, "typo2").subscribe("", from_seq=1).next(timeout=2)`` used to wait, then raise
 ZepsTimeout, and leave an empty stream ``typo2`` behind: the SDK's constructor ATTACHed, and a
@@ -20,6 +20,7 @@ with both SDK clients.
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -313,3 +314,39 @@ def test_a_refused_publisher_leaves_no_stream(acl_broker):
         with pytest.raises(InvalidError, match="may not publish"):
             c.flush()
     assert "public.news" in listed()
+
+
+# ---------------------------------------------------------------- item 11: where reading starts
+
+def test_sdk_starts_at_the_history_and_the_cli_live_as_documented(broker):
+    """The SDK's ``subscribe(pattern)`` starts at the first message kept, the CLI's ``zeps
+    subscribe`` with what is published from now on; the README and the SDK's docs say both."""
+    ep = broker.endpoint
+    with Client(ep, "orders", confirms=True, timeout=5) as pub:
+        pub.publish("k", b"before")
+        pub.wait_for_confirms()
+        cli = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "orders", "--json",
+                                "--count", "1", "--endpoint", ep, "-v"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               cwd=str(REPO))
+        with Client(ep, "orders", timeout=5) as sdk:
+            assert sdk.subscribe("").next(timeout=5).body == b"before"     # the history
+            deadline = time.monotonic() + 30
+            n = 0
+            while cli.poll() is None:                   # live: it sees only what comes next
+                assert time.monotonic() < deadline, "the CLI never printed a message"
+                n += 1
+                pub.publish("k", b"after %d" % n)
+                pub.wait_for_confirms()
+                try:
+                    cli.wait(0.2)
+                except subprocess.TimeoutExpired:
+                    pass
+    out, err = cli.communicate(timeout=10)
+    assert json.loads(out)["body"].startswith("after"), (out, err)
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "`subscribe(pattern)` with no start point begins at the first message" in readme
+    assert "`zeps subscribe` begins live" in readme
+    from zeps.clients import AsyncClient as A, Client as C
+    for doc in (C.subscribe.__doc__, A.subscribe.__doc__):
+        assert "zeps subscribe" in doc and "live" in doc

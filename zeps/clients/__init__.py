@@ -80,6 +80,10 @@ How it works (what you can rely on, with either client)
   ``idempotent=False`` or a broker without ``PRODUCER``, at-least-once). Without confirms, a
   publish is *at-most-once* across a broker crash: messages in flight when the broker dies may
   be lost.
+* **Where a subscription starts.** With no start point (``from_seq=``, ``from_time=``,
+  ``live=True``), at the first message the stream keeps: the history, then live. The CLI's
+  ``zeps subscribe`` starts live instead (``--all`` for the history): a program should not lose
+  what was published before it started, a person watching wants what comes next.
 * **Subscriptions and credit.** The client grants the broker ``credit_window`` bytes of
   deliveries and tops the credit up as *your application* consumes messages (when half of the
   window was consumed). A slow application therefore makes the broker switch this client to
@@ -119,15 +123,15 @@ How it works (what you can rely on, with either client)
   a client key the broker does not allow), the constructor (and :func:`list_streams`, the
   admin calls) raise :class:`HandshakeFailed` at once, naming the mistake, instead of
   :class:`ZepsTimeout` after ``timeout`` seconds.
-* **A deleted stream.** The client re-attaches only to the stream it first attached to (its
-  *incarnation*, ``STREAM-ID``; docs/protocol.md), never creating it: if it was deleted, or
-  deleted and created again, the subscription and every later call raise
-  :class:`StreamDeleted` or :class:`StreamRecreated` (both :class:`ConnectionLost`), and the
 * **Readers never create streams.** The client attaches only to a stream that exists
   (``STREAM-EXPECT 0``); if there is none it is constructed unattached, its first ``publish``
   creates the stream, and ``subscribe`` / ``info`` / ``seq_at`` raise :class:`NoStream` at once
   while it does not exist (``create=True``: attach creating it, for a subscriber that waits for
   its publisher).
+* **A deleted stream.** The client re-attaches only to the stream it first attached to (its
+  *incarnation*, ``STREAM-ID``; docs/protocol.md), never creating it: if it was deleted, or
+  deleted and created again, the subscription and every later call raise
+  :class:`StreamDeleted` or :class:`StreamRecreated` (both :class:`ConnectionLost`), and the
   receipts of unconfirmed publishes fail with it -- they are never confirmed with the sequences
   of a new stream.
 

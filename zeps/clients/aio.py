@@ -214,7 +214,8 @@ class AsyncClient(ops.FrontEnd):
         the subscription is made: :class:`~zeps.clients.errors.NoStream` for a stream that does
         not exist). Returns a :class:`Subscribing`: ``await`` it for the client's
         :class:`AsyncSubscription`, or iterate it directly: ``async for msg in
-        client.subscribe("eu.")``."""
+        client.subscribe("eu.")``. With no start point it begins at the first message the
+        stream keeps, where ``zeps subscribe`` begins live (``live=True`` for that)."""
         patterns = subscribe_args(pattern, from_seq, from_time, live, timeout)
         return Subscribing(self, (patterns, from_seq, from_time, live, timeout))
 

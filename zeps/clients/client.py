@@ -320,7 +320,10 @@ class Client(ops.FrontEnd):
         expression searched in the key; several patterns may be given as a list. Where it
         starts (at most one of):
 
-        * default: from the first message the stream keeps;
+        * default: from the first message the stream keeps (the history, then live). The CLI's
+          ``zeps subscribe`` starts live instead (``--all`` for this); the SDK keeps the
+          history as its default because a program should not lose what was published before
+          it started (as JetStream's consumers deliver all by default);
         * ``from_seq=N``: from sequence N;
         * ``from_time=t``: from the first message journalled at or after ``t`` (``datetime``,
           ``int`` ns or ``float`` seconds since the epoch);

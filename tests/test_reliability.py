@@ -250,7 +250,8 @@ class _Reader(threading.Thread):
 
     def __init__(self, endpoint: str, stream: str, window: int):
         super().__init__(daemon=True)
-        self.client = Client(endpoint, stream, credit_window=window, timeout=30, heartbeat=1.0)
+        self.client = Client(endpoint, stream, credit_window=window, timeout=30, heartbeat=1.0,
+                             create=True)        # readers start before the first publish
         self.sub = self.client.subscribe()
         self.got: list = []
         self.until = None                     # stop once this sequence was read

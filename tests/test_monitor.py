@@ -1073,7 +1073,7 @@ def test_dashboard_in_a_real_browser_shows_what_the_json_says(start_broker, tmp_
 
     def read_live(subscribed: threading.Event):
         try:
-            with Client(b.endpoint, "orders") as sub:
+            with Client(b.endpoint, "orders", create=True) as sub:
                 messages = sub.subscribe("", live=True)
                 subscribed.set()
                 while not done.is_set():

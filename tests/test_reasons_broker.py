@@ -25,8 +25,8 @@ def test_a_removed_long_regex_is_named_in_full_and_not_resubscribed(start_broker
     the regex would match is not delivered, the next one of the other pattern is."""
     assert len(LONG) == 251
     b = start_broker(tmp_path / "d", "--regex-timeout-ms", "0.000001")
-    with Client(b.endpoint, "s", **FAST) as sub, Client(b.endpoint, "s", confirms=True,
-                                                        **FAST) as pub:
+    with Client(b.endpoint, "s", create=True, **FAST) as sub, \
+            Client(b.endpoint, "s", confirms=True, **FAST) as pub:
         messages = sub.subscribe([LONG, "z"])
         for key in ("x001", "x002", "x003"):    # three matches, three timeouts: removed
             pub.publish(key, b"to the regex")
@@ -57,7 +57,7 @@ def test_a_plain_client_still_gets_invalid_and_no_reason_names_the_data_director
     reason = plain.expect(c.Invalid).reason
     assert reason.startswith("cannot open stream 'blocked': ") and root not in reason, reason
     with pytest.raises(InvalidError) as e:
-        Client(broker.endpoint, "blocked", **FAST)
+        Client(broker.endpoint, "blocked", create=True, **FAST)    # attaches at once
     assert e.value.reason == reason and e.value.code is Code.OTHER
     plain.attach("fine")                        # both go on
     with Client(broker.endpoint, "fine", **FAST) as ok:

@@ -80,9 +80,10 @@ def receiver_main(mode: str, endpoint: str, stream: str, n: int) -> None:
 
 
 def one_run(endpoint: str, broker_pid: int, mode: str, receivers: int, n: int, size: int):
-    from zeps.clients import Client
+    from zeps.clients import Client, admin
 
     stream = f"{mode}{receivers}"
+    admin.create_stream(endpoint, stream)          # the bridge and receivers read: they do not
     bridge = None
     if mode == "multicast":
         bridge, _ = start([sys.executable, "-m", "zeps.multicast", "bridge", "--endpoint",

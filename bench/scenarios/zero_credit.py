@@ -35,7 +35,7 @@ def _zero_credit(endpoint, stream, *, ready, stop):
 
 
 def _never_reads(endpoint, stream, *, ready, stop):
-    with Client(endpoint, stream) as cl:
+    with Client(endpoint, stream, create=True) as cl:      # before the publisher: it creates it
         cl.subscribe("", live=True)
         ready()
         stop()

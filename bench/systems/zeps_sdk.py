@@ -56,7 +56,8 @@ def subscribed(cl, from_start, ready, go):
 def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, ready, go):
     n = 0
     delays = []
-    with Client(endpoint, stream, timeout=TIMEOUT) as cl:
+    # create=True: a live consumer starts before the publishers (readers do not create streams)
+    with Client(endpoint, stream, timeout=TIMEOUT, create=True) as cl:
         nxt = subscribed(cl, from_start, ready, go).next
         while expect is None or n < expect:
             msg = nxt(timeout=TIMEOUT)

@@ -14,7 +14,8 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, r
     if latency:
         raise ValueError("the bulk reader is not a latency probe: use bench.systems.zeps_sdk")
     n = 0
-    with Client(endpoint, stream, timeout=TIMEOUT) as cl:
+    # create=True: a live consumer starts before the publishers (readers do not create streams)
+    with Client(endpoint, stream, timeout=TIMEOUT, create=True) as cl:
         for batch in subscribed(cl, from_start, ready, go).batches(timeout=TIMEOUT):
             if expect is None and batch[-1].key == END_KEY:     # the end marker comes last
                 n += len(batch) - 1

@@ -15,7 +15,10 @@ does no I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
   close), :meth:`Peering.reconnect` (when :meth:`Peering.reconnect_due` says so, just before the
   shell replaces its socket), :meth:`Peering.tick` (timers; wake it at :meth:`Peering.next_timer`);
 * the application's actions: :meth:`Peering.publish`, :meth:`Peering.request`,
-  :meth:`Peering.subscribe`, :meth:`Peering.take`, :meth:`Peering.detach`, :meth:`Peering.close`;
+  :meth:`Peering.subscribe`, :meth:`Peering.take`, :meth:`Peering.detach`, :meth:`Peering.close`,
+  and :meth:`Peering.join` while :data:`ABSENT` (readers never create streams: the first ATTACH
+  says ``STREAM-EXPECT 0`` unless ``create``; a stream that does not exist leaves the peering
+  ABSENT until a publish attaches creating it or a read finds it);
 
 and takes from it the frames to send, in order (:attr:`Peering.outbox`: the shell sends from
 the left and leaves what the socket does not take), the messages for the application

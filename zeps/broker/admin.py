@@ -11,11 +11,17 @@ from zeps.protocol import commands as c, encode
 from zeps.protocol.reasons import Reason
 
 from .session import DETACH_FRAME, Session, bad_stream_name
-
+from .stream import COUNTERS
 
 
 class StreamAdministration:
     """The handlers of the stream administration commands (see docs/protocol.md)."""
+
+    #: STREAM-DELETEs done, and the messages the deleted streams held, since start (the
+    #: ``zeps_streams_deleted_total`` / ``zeps_messages_deleted_total`` metrics): a delete takes
+    #: nothing back from the traffic totals, it is counted here.
+    streams_deleted = 0
+    messages_deleted = 0
 
     def _admin_refused(self, s: Session, name: str, what: str) -> bool:
         """Rights first (cheap, and a client without them spends nothing), then the client's
@@ -102,9 +108,17 @@ class StreamAdministration:
     def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
         if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
             return
+        held = 0
+        try:                # its journal is opened if it is not: how many messages it held
+            info = self.stream(cmd.stream).info()
+            held = info.last - max(info.first, 1) + 1 if info.last else 0
+        except Exception:                        # unreadable: it is deleted all the same
+            pass
         st = self.streams.pop(cmd.stream, None)
         if st is not None:
             st.flush()
+            for counter in COUNTERS:             # the totals keep its traffic (monotonic)
+                self.released_counts[counter] += getattr(st, counter)
             for other in list(st.sessions.values()):    # its clients are told it is gone
                 st.detach(other)
                 self._end_peering(other)
@@ -116,6 +130,8 @@ class StreamAdministration:
             self.log("stream_delete_failed", stream=cmd.stream, error=str(exc))
             return
         self.catalogue.remove(cmd.stream)
+        self.streams_deleted += 1
+        self.messages_deleted += held
         self.log("stream_deleted", stream=cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamDeleteOk())))
 

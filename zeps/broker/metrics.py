@@ -9,9 +9,13 @@ thread pool (``--fsync interval``) and calls :meth:`Metrics.observe_fsync`.
 Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 
 =====================================  =======  ====================================================
-``zeps_messages_in_total``             counter  messages appended, every stream, since start
+``zeps_messages_in_total``             counter  messages appended, every stream, since start (a
+                                                deleted stream's traffic stays counted: totals
+                                                never go down)
 ``zeps_messages_out_total``            counter  DELIVERs produced, every stream, since start
 ``zeps_bytes_in_total`` / ``_out``     counter  their bytes as credit counts them (seq, key, body)
+``zeps_streams_deleted_total``         counter  streams deleted (STREAM-DELETE) since start
+``zeps_messages_deleted_total``        counter  messages the deleted streams held
 ``zeps_stream_messages_in_total``      counter  per open stream (from 0 when it was opened)
 ``zeps_stream_messages_out_total``     counter  per open stream
 ``zeps_stream_bytes_in_total`` / out   counter  per open stream
@@ -75,6 +79,11 @@ class _CoreCollector:
                                ("zeps_bytes_out", "out_bytes", "Bytes of DELIVERs produced "
                                 "(sequence, key and body, as credit counts them)")):
             yield CounterMetricFamily(name, doc, value=totals[key])
+        yield CounterMetricFamily("zeps_streams_deleted", "Streams deleted (STREAM-DELETE)",
+                                  value=core.streams_deleted)
+        yield CounterMetricFamily("zeps_messages_deleted", "Messages the deleted streams held "
+                                  "(their traffic stays in zeps_messages_in_total...)",
+                                  value=core.messages_deleted)
 
         per_stream = {
             "in_msgs": CounterMetricFamily("zeps_stream_messages_in", "Messages appended to "

@@ -8,8 +8,9 @@ test can play any interleaving the shell can produce:
 * :meth:`Core.collect` sends the outbox like ``Broker._send``: a client whose pipe is full (see
   :attr:`Core.pipe`) gets that frame and every later frame of the batch handed back with
   :meth:`BrokerCore.unsent`; everything else is decoded into the client's mailbox;
-* :meth:`Core.round` is one shell round without timers (flush, send, pump, send) and
-  :meth:`Core.shell_round` is ``Broker._round`` step for step, timers included.
+* :meth:`Core.round` runs :meth:`BrokerCore.round` -- the one definition of a round, the shell's
+  too -- with :meth:`Core.collect` as its ``send``; the journals it names are synced before the
+  next round, which confirms them (the shell's sync greenlet runs between rounds).
 """
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class Core:
         self.box: dict[bytes, list[c.Command]] = {}
         self.pipe: dict[bytes, int] = {}
         self.unsent: list[tuple] = []          # (ident, decoded command) handed back, in order
-        self._synced = False
+        self.to_sync: list = []              # journals the last round named, not yet synced
 
     # ------------------------------------------------------------------ input
     def send(self, ident: bytes, *cmds: c.Command) -> None:
@@ -87,12 +88,16 @@ class Core:
 
     # ------------------------------------------------------------------ rounds
     def round(self) -> bool:
-        """One shell round without timers: flush, send, pump, send. True if replay has more."""
-        self.core.flush()
-        self.collect()
-        more = self.core.pump(self.now)
-        self.collect()
-        return more
+        """One round of the core (:meth:`BrokerCore.round`, the shell's order), sending through
+        the modelled pipes. The journals a round names are kept in :attr:`to_sync`, synced
+        before the next round and confirmed by it, as the shell's sync greenlet does (between
+        rounds). True if replay has more."""
+        synced = bool(self.to_sync)
+        for st in self.to_sync:
+            st.journal.sync()
+        done = self.core.round(self.now, self.collect, synced)
+        self.to_sync = done.to_sync
+        return done.more
 
     def drain(self) -> None:
         """Rounds until no replay work is left."""
@@ -101,22 +106,6 @@ class Core:
                 return
         raise AssertionError("replay never finished")
 
-    def shell_round(self) -> bool:
-        """One ``Broker._round`` after its reads, in its order: flush, send, pump, confirm what
-        the last sync made durable, send, tick (the journals it names are synced at once,
-        confirmed next round), send."""
-        self.core.flush()
-        self.collect()
-        more = self.core.pump(self.now)
-        if self._synced:
-            self._synced = False
-            self.core.confirm()
-        self.collect()
-        for st in self.core.tick(self.now):
-            st.journal.sync()
-            self._synced = True
-        self.collect()
-        return more
 
     def tick(self) -> list:
         """Run the core's timers at ``now``, send what they produced; the streams to fsync."""
@@ -128,6 +117,7 @@ class Core:
         """What the shell's sync greenlet and the next round do: fsync, then CONFIRM."""
         for st in streams:
             st.journal.sync()
+        self.to_sync = [st for st in self.to_sync if st not in streams]
         self.core.confirm()
         self.collect()
 

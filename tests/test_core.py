@@ -272,19 +272,23 @@ def test_confirms_count_accepted_publishes_cumulatively(make):
     h.send(PUB, c.ConfirmSelect())
     assert h.take(PUB) == [c.AttachOk(), c.ConfirmSelectOk(1)]
     h.publish("other", ident=b"pub2")                                 # sequence 2
+    h.round()                                 # the first round's fsync ran before this one
+    assert h.take(PUB) == [c.Confirm(1, 1)]
     h.send(PUB, c.Publish("k", b"two"), c.Publish("k", b"123456789"), c.Publish("k", b"three"))
     h.round()
     [rejected] = h.take(PUB)
     assert rejected.reason.startswith(PUBLISH_REJECTED), rejected
-    assert h.tick() == [h.core.streams["s"]]
+    assert h.to_sync == [], "not due again before the interval"
+    h.now += h.core.config.fsync_interval
+    h.round()
+    assert h.to_sync == [h.core.streams["s"]], "the round's timers name the journal to fsync"
     assert h.take(PUB) == [], "CONFIRM before the fsync"
-    h.sync_and_confirm([h.core.streams["s"]])
+    h.round()                                          # the sync ran before it: it confirms
     assert h.take(PUB) == [c.Confirm(3, 4)], "one cumulative CONFIRM; the rejected one not counted"
     h.send(PUB, c.Publish("k", b"four"))
-    h.round()
-    assert h.tick() == [], "not due again before the interval"
     h.now += h.core.config.fsync_interval
-    h.sync_and_confirm(h.tick())
+    h.round()
+    h.round()
     assert h.take(PUB) == [c.Confirm(4, 5)]
     assert info(h).last == 5, "the rejected body was stored"
 

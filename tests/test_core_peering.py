@@ -171,13 +171,13 @@ def test_deliveries_a_client_takes_keep_it_alive(make):
     for i in range(1, 6 * int(EXPIRY)):
         h.now += 1.0
         h.send(PUB, c.Publish(f"k{i}", b"x"))
-        h.shell_round()
+        h.round()
         assert h.delivered(X) == [(i, f"k{i}")]
     last = h.now
     while X in h.core.sessions:
         h.now += 0.5
         h.send(PUB, c.Ping())
-        h.shell_round()
+        h.round()
     check = h.core.config.expiry_check        # deliveries count as life as of the check before
     assert EXPIRY - check <= h.now - last <= EXPIRY + 2 * check
     assert h.take(X) == [c.Detach()]
@@ -191,7 +191,7 @@ def test_a_client_that_only_publishes_keeps_alive(make):
         h.now += 1.0
         if i % 5 == 0:
             h.core.receive(PUB, [encode(c.Publish("k", b"x"))], h.now)
-        h.shell_round()
+        h.round()
     assert PUB in h.core.sessions and h.core.sessions[PUB].stream == "s"
     assert h.core.streams["s"].journal.last_seq == 11
 
@@ -206,11 +206,11 @@ def test_a_client_that_never_reads_is_expired(make):
     h.publish("k1")
     h.subscriber(X, latest=0)
     h.pipe[X] = 0                                    # its pipe is full and it never reads
-    h.shell_round()
+    h.round()
     start = h.now
     while X in h.core.sessions and h.now < start + 10 * EXPIRY:
         h.now = h.core.next_deadline()               # the shell wakes at the core's deadline
-        h.shell_round()
+        h.round()
     assert X not in h.core.sessions, f"still attached after {h.now - start:.0f} s"
 
 

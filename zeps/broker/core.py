@@ -6,13 +6,10 @@ Note (issue 16): over 600 lines (the dispatch of every command). Its split -- on
 runs a round, the handlers by area -- waits until the features being written on this module
 have landed.
 
-Order of work the shell follows each round (see ``server.py``):
-
-1. ``receive()`` every message it can read without blocking (publishes are only queued);
-2. ``flush()``: one journal append per stream for the queued publishes, then live routing; send;
-3. ``pump(now)``: congestion that is over ends, one journal batch for each subscriber catching
-   up; ``confirm()`` after a group fsync; send;
-4. ``tick(now)``: the timers; the shell fsyncs the journals it names.
+A round is one method, :meth:`BrokerCore.round`: the shell hands over what it read with
+:meth:`BrokerCore.receive`, then calls ``round(now, send, synced)``, which runs the steps in their
+one order and calls the shell's ``send`` wherever frames must go out before the next step; it
+returns a :class:`Round` saying whether replay work remains and which journals to fsync.
 
 Three concepts live beside it as mixins, each in the file named after it: stream administration
 (``admin.py``), congestion — frames the shell could not send (``congestion.py``) — and the
@@ -42,6 +39,13 @@ from .timers import Timers
 from .stream import COUNTERS, Stream
 
 Outbox = List[Tuple[bytes, bytes]]
+
+
+@dataclass(frozen=True)
+class Round:
+    """What a round leaves the shell to do."""
+    more: bool                  # replay work remains: run the next round without waiting
+    to_sync: List[Stream]       # journals to fsync (off the loop), then ``round(synced=True)``
 
 #: A listing page looks at this many names at most, and fits in one frame.
 LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
@@ -596,6 +600,30 @@ class BrokerCore(StreamAdministration, Congestion, Timers):
                 self.log("stream_close_failed", stream=name, error=str(exc))
 
     # ------------------------------------------------------------------ rounds
+    def round(self, now: float, send: Callable[[], None], synced: bool = False) -> Round:
+        """One round, after the shell handed over what it read (:meth:`receive`). The order:
+
+        1. :meth:`flush`: one journal append per stream for the queued publishes, then live
+           routing; ``send()``;
+        2. :meth:`pump`: congestion whose time is up ends, then one journal batch for each
+           subscriber catching up; if ``synced`` (a group fsync finished since the last round),
+           :meth:`confirm`; ``send()``;
+        3. :meth:`tick`: the timers, after the sends, so that they see what could not go out;
+           ``send()`` if they produced anything.
+
+        ``send`` is the shell's: it takes :meth:`take_outbox`, reports what did not go out
+        (:meth:`unsent`, :meth:`gone`) and calls :meth:`sent`."""
+        self.flush()
+        send()
+        more = self.pump(now)
+        if synced:
+            self.confirm()
+        send()
+        to_sync = self.tick(now)
+        if self.outbox:
+            send()
+        return Round(more, to_sync)
+
     def flush(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
         self.queued = 0

@@ -9,8 +9,9 @@ and runs the loop:
    ``zmq.green`` calls are several times slower, and a batch of publishes costs one journal write),
    and no more once they published ``DRAIN_PUBLISHED`` messages (a PUBLISH-BATCH counts its
    entries): the work of a round, and so the wait of every other client, is bounded;
-3. :meth:`~BrokerCore.flush` (journal + live routing), send, :meth:`~BrokerCore.pump` (replay),
-   send; :meth:`~BrokerCore.tick` runs the core's timers and names the journals to fsync.
+3. :meth:`BrokerCore.round`: the core's steps in their one order (journal and route, replay,
+   confirm, timers), calling back the shell's ``_send`` between them; it names the journals to
+   fsync.
 
 Sending: a frame that cannot go out because the client's pipe is full (``SNDHWM``) is handed
 back with :meth:`BrokerCore.unsent`, as is every later frame for that client in the batch; a
@@ -178,19 +179,11 @@ class Broker:
             self._disconnects()
         if self._refusals.pending:
             self._refusals.tick(now)
-        core.flush()
-        self._send(now)
-        more = core.pump(now)
-        if self._synced:
-            self._synced = False
-            core.confirm()
-        self._send(now)
-        to_sync = core.tick(now)           # after the sends: it sees what could not go out
-        if to_sync:
-            self._start_sync(to_sync)
-        if core.outbox:
-            self._send(now)
-        return n > 0 or more
+        synced, self._synced = self._synced, False
+        done = core.round(now, lambda: self._send(now), synced)
+        if done.to_sync:
+            self._start_sync(done.to_sync)
+        return n > 0 or done.more
 
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only

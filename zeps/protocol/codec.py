@@ -20,6 +20,7 @@ from typing import Union
 from . import commands as c
 from . import batch as _b
 from . import deliver as _d
+from . import headers as _h
 
 SIGNATURE = _d.SIGNATURE
 _SIG0, _SIG1 = 0xAA, 0xA5
@@ -69,6 +70,7 @@ _LAYOUT = {
     c.BatchSelectOk: (("max_batch", "u64"),),
     c.StreamIdOk: (("incarnation", "u64"),),
     c.StreamExpect: (("incarnation", "u64"),),
+    c.HeadersSelectOk: (("max_headers", "u16"), ("max_bytes", "u32")),
     c.StreamDescribeOk: (("first", "u64"), ("last", "u64"), ("size", "u64"), ("oldest", "u64"),
                          ("newest", "u64"), ("retention_bytes", "u64"), ("retention_ms", "u64"),
                          ("max_message", "u64"), ("segment_bytes", "u64")),
@@ -101,6 +103,8 @@ def encode(cmd: c.Command) -> bytes:
         return encode_publish(cmd.key, cmd.body)
     if cls is c.PublishBatch or cls is c.DeliverBatch:
         return _encode_batch(cmd)
+    if cls is c.PublishHeaders or cls is c.DeliverHeaders:
+        return _encode_headers(cmd)
     layout = _LAYOUT.get(cls)
     if layout is None:
         if cls not in c.BY_ID.values():
@@ -120,6 +124,8 @@ def encode(cmd: c.Command) -> bytes:
             parts.append(_enc_number(attr, value, _U64, 64))
         elif kind == "u16":
             parts.append(_enc_number(attr, value, _U16, 16))
+        elif kind == "u32":
+            parts.append(_enc_number(attr, value, _U32, 32))
         elif kind == "chunk":
             parts.append(_enc_chunk(attr, value))
         elif kind == "strings":
@@ -210,6 +216,8 @@ def decode(frame: Buffer) -> c.Command:
         return decode_publish(frame)
     if cid == _b.PUBLISH_BATCH_ID or cid == _b.DELIVER_BATCH_ID:
         return decode_batch(frame)
+    if cid == _h.PUBLISH_H_ID or cid == _h.DELIVER_H_ID:
+        return decode_headers(frame)
     cls = c.BY_ID.get(cid)
     if cls is None:
         raise ProtocolError(f"unknown command {cid}")
@@ -230,6 +238,10 @@ def decode(frame: Buffer) -> c.Command:
             _need(frame, pos + 2, name)
             values[attr] = _U16.unpack_from(frame, pos)[0]
             pos += 2
+        elif kind == "u32":
+            _need(frame, pos + 4, name)
+            values[attr] = _U32.unpack_from(frame, pos)[0]
+            pos += 4
         elif kind == "chunk":
             _need(frame, pos + 4, name)
             n = _U32.unpack_from(frame, pos)[0]
@@ -326,6 +338,47 @@ def decode_batch(frame: Buffer):
     if cls is c.PublishBatch:
         return c.PublishBatch(count, entries, tuple(offsets))
     return c.DeliverBatch(fields[2], fields[3], count, entries, tuple(offsets))
+
+
+def _encode_headers(cmd) -> bytes:
+    try:
+        block = _h.encode_block(cmd.headers)
+    except _h.BadHeaders as exc:
+        raise ProtocolError(f"{cmd.NAME}: {exc}") from None
+    key = _enc_string("key", cmd.key)
+    body = _enc_chunk("body", cmd.body)
+    if type(cmd) is c.PublishHeaders:
+        return b"".join((_h.PUBLISH_H_HEAD, block, key, body))
+    return b"".join((_h.DELIVER_H_HEAD, _enc_number("timestamp", cmd.timestamp, _U64, 64),
+                     _enc_number("sequence", cmd.sequence, _U64, 64), block, key, body))
+
+
+def decode_headers(frame: Buffer):
+    """PUBLISH-H or DELIVER-H (signature already checked). The headers' head is checked
+    against the limits before a single pair is read (:func:`zeps.protocol.headers.check_head`):
+    a declared count or size over them is refused at once, whatever follows."""
+    if type(frame) is not bytes:
+        frame = bytes(frame)
+    if frame[2] == _h.PUBLISH_H_ID:
+        cls, pos = c.PublishHeaders, 3
+    else:
+        cls, pos = c.DeliverHeaders, _h.DELIVER_H_BLOCK
+        _need(frame, pos, cls.NAME)
+    try:
+        end = _h.block_end(frame, pos, len(frame))
+    except _h.BadHeaders as exc:
+        raise ProtocolError(f"{cls.NAME}: {exc}") from None
+    block = frame[pos:end]
+    key, kend = _dec_string(frame, end, cls.NAME, "key")
+    _need(frame, kend + 4, cls.NAME)
+    n = _U32.unpack_from(frame, kend)[0]
+    _need(frame, kend + 4 + n, cls.NAME)
+    body = frame[kend + 4:kend + 4 + n]
+    headers = _h.decode_block(block)
+    if cls is c.PublishHeaders:
+        return c.PublishHeaders(key, body, headers, block)
+    ts, seq = _U64.unpack_from(frame, 3)[0], _U64.unpack_from(frame, 11)[0]
+    return c.DeliverHeaders(ts, seq, key, body, headers, block)
 
 
 _U32_unpack_from = _U32.unpack_from

@@ -406,6 +406,51 @@ class StreamExpectOk(Command):
     NAME: ClassVar[str] = "STREAM-EXPECT-OK"
 
 
+# --- message headers (zeps/protocol/headers.py has the block and the limits) -------------------
+
+@_command
+class HeadersSelect(Command):
+    """C: from now on, send this client's messages that have headers as DELIVER-H (with their
+    headers and timestamp). Allowed in any state; lasts for the connection."""
+    ID: ClassVar[int] = 70
+    NAME: ClassVar[str] = "HEADERS-SELECT"
+
+
+@_command
+class HeadersSelectOk(Command):
+    """S: headers are on; a block may hold ``max_headers`` pairs taking ``max_bytes``."""
+    ID: ClassVar[int] = 71
+    NAME: ClassVar[str] = "HEADERS-SELECT-OK"
+    max_headers: int
+    max_bytes: int
+
+
+@_command
+class PublishHeaders(Command):
+    """C: PUBLISH with ``headers`` (``(name, value)`` pairs, at least one). ``block`` (decoded
+    frames only): the headers' bytes as received, stored verbatim."""
+    ID: ClassVar[int] = 72
+    NAME: ClassVar[str] = "PUBLISH-H"
+    key: str
+    body: bytes
+    headers: Tuple[Tuple[str, bytes], ...]
+    block: bytes = field(default=b"", compare=False, repr=False)
+
+
+@_command
+class DeliverHeaders(Command):
+    """S: a message that has headers, to a client that sent HEADERS-SELECT: DELIVER-TS's
+    fields and the headers. ``block`` (decoded frames only): the headers' bytes."""
+    ID: ClassVar[int] = 73
+    NAME: ClassVar[str] = "DELIVER-H"
+    timestamp: int
+    sequence: int
+    key: str
+    body: bytes
+    headers: Tuple[Tuple[str, bytes], ...]
+    block: bytes = field(default=b"", compare=False, repr=False)
+
+
 # --- paged stream listing --------------------------------------------------------------------
 
 @_command
@@ -467,6 +512,7 @@ ALL_COMMANDS = (
     StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
     BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch, ListStreamsPage, ListStreamsPageOk,
     ReasonsSelect, ReasonsSelectOk, Error,
+    HeadersSelect, HeadersSelectOk, PublishHeaders, DeliverHeaders,      # (ids 70-73)
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 assert len(BY_ID) == len(ALL_COMMANDS), "two commands share an id"

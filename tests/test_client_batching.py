@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Message, MessageBatch, Receipt
 from zeps.clients.batching import MAX_BATCH_BYTES, batch_frames, decode_deliver_batch
+from zeps.clients.requests import RequestKind
 from zeps.protocol import commands as c
 from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
 from zeps.protocol.codec import decode, encode, encode_publish
@@ -130,7 +131,7 @@ def test_an_older_broker_refusing_batch_select_leaves_zeps1_silently():
     sent(p)
     feed(p, c.AttachOk())
     feed(p, OLD_BROKER_LIMITS)
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     assert not p.ready                               # connecting waits for the answer
     feed(p, c.Invalid("unknown command 56"))         # answers BATCH-SELECT, not the request
     feed(p, c.Invalid("unknown command 54"))         # and STREAM-DESCRIBE
@@ -404,7 +405,7 @@ def test_a_request_goes_behind_the_queued_publishes():
     sock.publish(p, b"1")
     sock.publish(p, b"2")
     sock.publish(p, b"3")
-    p.request(c.StreamInfo(), "info", 0.0)
+    p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     sock.room = 10
     sock.flush(p)
     cmds = sock.commands()
@@ -479,7 +480,7 @@ def test_a_refused_batch_fails_every_receipt_once():
     sock.flush(p)
     for _ in rs:                                     # one INVALID per entry
         feed(p, c.Invalid(f"{PUBLISH_REJECTED}stream is read-only"))
-    assert all(isinstance(r.exception(), InvalidError) for r in rs) and not p.pending
+    assert all(isinstance(r.exception(), InvalidError) for r in rs) and not p.tracker.unconfirmed
 
 
 def test_batched_publishes_take_consecutive_producer_sequences_and_are_resent_after_a_reconnect():

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from zeps.clients import ClientClosed, ConnectionLost, InvalidError, Message, Receipt
 from zeps.clients.peering import CONNECTING, FAILED, RECONNECT_SPACING, Peering
+from zeps.clients.requests import RequestKind
 from zeps.protocol import commands as c
 from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
@@ -97,7 +98,7 @@ def test_refused_attach_is_the_attach_error():
 
 def test_replies_answer_requests_in_order_and_invalid_answers_the_head():
     p = attached()
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     seq_at = p.request(c.SeqAtTime(5), "seq_at", 0.0)
     assert sent(p) == [c.StreamInfo(), c.SeqAtTime(5)]
     feed(p, c.StreamInfoOk(1, 9, 100, 1, 2))
@@ -110,7 +111,7 @@ def test_replies_answer_requests_in_order_and_invalid_answers_the_head():
 def test_a_request_after_publishes_goes_behind_a_ping_barrier():
     p = attached()
     publish(p)
-    r = p.request(c.StreamInfo(), "info", 0.0)
+    r = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     assert sent(p) == [c.Ping(), c.StreamInfo()]             # the publish went out by the shell
     feed(p, c.Invalid("credit overflow"))                    # before PING-OK: not the request's
     assert not r.done
@@ -125,14 +126,14 @@ def test_a_request_after_publishes_goes_behind_a_ping_barrier():
 
 def test_publish_rejected_never_answers_a_request():
     p = attached()
-    r = p.request(c.StreamInfo(), "info", 0.0)
+    r = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 9 bytes is over the broker's limit of 8"))
     assert not r.done and p.error.command == "PUBLISH"
 
 
 def test_unexpected_reply_kind_is_protocol_confusion_and_reconnects():
     p = attached()
-    p.request(c.StreamInfo(), "info", 0.0)
+    p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     feed(p, c.SeqAtTimeOk(3))
     assert "protocol confusion" in p.need_reconnect
 
@@ -286,7 +287,7 @@ def test_receipts_resolve_to_exact_sequences_when_the_stream_moved_by_our_publis
     more = [publish(p) for _ in range(2)]
     feed(p, c.Confirm(5, 20))                      # 20 - 13 != 2: others published in between
     assert [r.sequence for r in more] == [None, 20]   # the last one is named by the CONFIRM
-    assert p.last_confirmed == 20 and not p.pending
+    assert p.tracker.last_confirmed == 20 and not p.tracker.unconfirmed
 
 
 def test_a_rejected_publish_fails_its_receipt_and_the_count_stays_right():
@@ -372,7 +373,7 @@ def test_a_broker_that_forgets_us_gets_a_reattach_and_resume(forgotten):
         deliver(p, seq, key="eu.fr")
     assert [m.sequence for m in p.take(limit=2)] == [1, 2]       # 3 received, not handed
     r = publish(p)
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     sent(p)
     feed(p, forgotten, now=1.0)
     assert p.need_reconnect and p.reconnect_due(1.0)
@@ -403,7 +404,7 @@ def test_without_confirms_publishes_the_socket_never_took_survive_a_reconnect():
     frame = encode_publish("k", b"held")
     assert p.publish(frame, 0.0, None)
     p.unsent(frame)                                 # the high-water mark kept it
-    p.request(c.StreamInfo(), "info", 0.0)          # queued behind it, lost with the socket
+    p.request(c.StreamInfo(), RequestKind.INFO, 0.0)          # queued behind it, lost with the socket
     p.connection_lost("connection closed by the broker")
     p.reconnect(0.0)
     assert p.unsent_publishes() == 1

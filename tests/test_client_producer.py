@@ -98,7 +98,7 @@ def holed():
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 100 bytes is over the broker's limit of 99"))
     assert big.exception() is not None and big.pseq == 2
     p.heard(big.exception())
-    assert [(first, len(rs)) for first, rs in runs(p.pending)] == [(1, 1), (3, 1)]
+    assert [(first, len(rs)) for first, rs in runs(p.tracker.unconfirmed)] == [(1, 1), (3, 1)]
     out = reattach(p)
     assert out[-1] == c.Producer(p.producer, 1)
     feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
@@ -112,7 +112,7 @@ def test_a_rejected_publish_leaves_a_hole_each_stored_run_gets_its_own_producer(
     feed(p, c.ProducerOk(3))
     assert sent(p) == [c.Publish("k", b"a"), c.Ping(), c.Producer(p.producer, 3),
                        c.Publish("k", b"c")]
-    assert (a.pseq, cc.pseq, p.next_pseq) == (1, 3, 4)
+    assert (a.pseq, cc.pseq, p.tracker.next_pseq) == (1, 3, 4)
 
 
 @pytest.mark.parametrize("last", [0, 1])
@@ -124,7 +124,7 @@ def test_what_the_broker_does_not_hold_is_numbered_again_after_its_last(last):
     p, a, cc = holed()
     feed(p, c.ProducerOk(last))
     assert sent(p) == [c.Publish("k", b"a"), c.Publish("k", b"c")]     # no other PRODUCER
-    assert (a.pseq, cc.pseq, p.next_pseq) == (1, 2, 3)
+    assert (a.pseq, cc.pseq, p.tracker.next_pseq) == (1, 2, 3)
     r = publish(p, b"d")
     assert r.pseq == 3
 
@@ -230,7 +230,7 @@ def test_fenced_by_a_newer_producer_every_unconfirmed_publish_fails_and_the_clie
     for _ in rs:
         feed(p, c.Invalid(why.text))
     assert all(isinstance(r.exception(), ProducerFenced) for r in rs)
-    assert not p.pending
+    assert not p.tracker.unconfirmed
     with pytest.raises(ProducerFenced, match="fenced"):
         p.check()
     # an ERROR (REASONS-SELECT) says the same with its code and fields

@@ -11,6 +11,7 @@ from tests.test_client_peering import credit_sent, deliver, feed, peering, sent
 from zeps.clients import InvalidError
 from zeps.clients.errors import PatternRemoved
 from zeps.clients.peering import LOST, RECONNECTED
+from zeps.clients.requests import RequestKind
 from zeps.clients.window import advised_cost, largest_cost, topup_for, window_for
 from zeps.protocol import commands as c
 from zeps.protocol.deliver import deliver_cost, message_cost
@@ -70,7 +71,7 @@ def test_an_old_broker_that_does_not_know_limits_keeps_todays_behaviour():
     p = peering(window=1000)
     sent(p)
     feed(p, c.AttachOk())
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     feed(p, c.Invalid("unknown command 44"))         # answers LIMITS, quietly
     assert p.error is None and p.credit_window == 1000 and not info.done
     feed(p, c.StreamInfoOk(1, 2, 3, 4, 5))
@@ -86,7 +87,7 @@ def test_window_too_small_grows_the_window_to_fit_and_answers_no_request():
     feed(p, c.SubscribeOk())
     p.start_delivery()
     sent(p)
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     sent(p)
     cost = message_cost("k", b"y" * 5000)
     feed(p, c.Invalid(f"{WINDOW_TOO_SMALL}message 7 needs {cost} bytes of credit, more than "
@@ -126,7 +127,7 @@ def test_pattern_removed_drops_the_pattern_and_tells_the_application_once():
         p.subscribe(pattern, 0, False, 0.0)
         feed(p, c.SubscribeOk())
     p.start_delivery()
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     sent(p)
     feed(p, c.Invalid(f"{PATTERN_REMOVED}regular expression {'(a+)+$'!r} timed out 3 times"))
     assert not info.done                               # it answers no request

@@ -18,6 +18,7 @@ from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401 (f
 from tests.test_client_peering import deliver, feed, peering, sent
 from zeps.clients.errors import InvalidError, NoStream, PatternRemoved
 from zeps.clients.peering import ABSENT
+from zeps.clients.requests import RequestKind
 from zeps.protocol import LATEST_LIVE, ProtocolError, decode, encode, encode_invalid
 from zeps.protocol import commands as c
 from zeps.protocol.deliver import deliver_cost
@@ -159,13 +160,13 @@ def test_no_refusal_names_a_server_path_the_log_does(core):
 
 # ------------------------------------------------------------------ the client's peering
 
-def settle(p, stop=("subscribe", "resubscribe")) -> list:
+def settle(p, stop=(RequestKind.SUBSCRIBE, RequestKind.RESUBSCRIBE)) -> list:
     """Answer the peering's requests as a broker with REASONS-SELECT and none of the later
     extensions would (up to a SUBSCRIBE); what it sent meanwhile."""
     out = sent(p)
     while p.outstanding and p.outstanding[0].kind not in stop:
         kind = p.outstanding[0].kind
-        feed(p, {"reasons_select": c.ReasonsSelectOk(), "attach": c.AttachOk()}.get(
+        feed(p, {RequestKind.REASONS_SELECT: c.ReasonsSelectOk(), RequestKind.ATTACH: c.AttachOk()}.get(
             kind, c.Invalid("unknown command")))
         out += sent(p)
     return out
@@ -246,7 +247,7 @@ def test_a_refused_attach_raises_by_code():
 
 def test_a_code_this_side_does_not_know_is_other_and_answers_the_request():
     p = attached_selecting()
-    info = p.request(c.StreamInfo(), "info", 0.0)
+    info = p.request(c.StreamInfo(), RequestKind.INFO, 0.0)
     feed(p, c.Error(999, ("a",), "a refusal of a newer broker"))
     assert isinstance(info.error, InvalidError) and info.error.code is Code.OTHER
     assert info.error.fields == ("a",)

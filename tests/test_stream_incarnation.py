@@ -136,7 +136,7 @@ def test_peering_learns_the_incarnation_and_reattaches_only_to_it():
     assert sent(p) == [c.StreamExpect(0xABC), c.Attach("s")]
     feed(p, c.StreamExpectOk())
     feed(p, c.Invalid(f"{NO_STREAM}'s' (deleted since this client attached to it)"))
-    assert p.state is FAILED and not p.pending
+    assert p.state is FAILED and not p.tracker.unconfirmed
     assert isinstance(r.exception(), StreamDeleted) and r.exception().incarnation == 0xABC
     with pytest.raises(StreamDeleted):
         p.check()

@@ -36,8 +36,9 @@ from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, W
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .operations import publish_frame
-from .peering import CLOSED, ConnectionEvent, list_streams_answer
+from .peering import CLOSED, ConnectionEvent
 from .receipt import AsyncReceipt, done_receipt
+from .requests import list_streams_answer
 from .subscription import AsyncSubscription, Subscribing, subscribe_args
 from .transport import Connection, check_endpoint, zmq_for
 

@@ -21,6 +21,7 @@ from ..units import check_endpoint, to_timestamp_ns
 from .errors import ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .peering import ABSENT, CLOSED, CONNECTING, Peering
+from .requests import RequestKind
 
 __all__ = ["FrontEnd", "publish_frame"]
 
@@ -63,7 +64,7 @@ class FrontEnd:
     @property
     def last_confirmed(self) -> int:
         """Sequence of the last message confirmed durable (0 if none yet)."""
-        return self._p.last_confirmed
+        return self._p.tracker.last_confirmed
 
     @property
     def credit_window(self) -> int:
@@ -86,7 +87,7 @@ class FrontEnd:
     @property
     def unconfirmed(self) -> int:
         """How many publishes are not yet confirmed (always 0 without confirms)."""
-        return len(self._p.pending)
+        return len(self._p.tracker.unconfirmed)
 
     def __repr__(self) -> str:
         return (f"<zeps.{type(self).__name__} {self.endpoint} stream={self.stream!r} "
@@ -192,7 +193,7 @@ def wait_request(front, r, deadline: float, t: float):
         p.check()
 
 
-def request(front, cmd: c.Command, kind: str, timeout: Optional[float], unattached=False):
+def request(front, cmd: c.Command, kind: RequestKind, timeout: Optional[float], unattached=False):
     """Send a request and return its reply; asked again if the peering was re-established
     before the reply came. ``unattached``: the request needs no ATTACH (it goes at once while
     the stream does not exist)."""
@@ -212,17 +213,17 @@ def flush(front, timeout: Optional[float]):
     if front._p.state is ABSENT:         # nothing was published: nothing to wait for
         front._p.check()
         return
-    yield from request(front, c.Ping(), "ping", timeout)
+    yield from request(front, c.Ping(), RequestKind.PING, timeout)
     front._p.check()
 
 
 def info(front, timeout: Optional[float]):
-    r = yield from request(front, c.StreamInfo(), "info", timeout)
+    r = yield from request(front, c.StreamInfo(), RequestKind.INFO, timeout)
     return StreamInfo(r.first, r.last, r.size, r.oldest, r.newest, front.stream)
 
 
 def seq_at(front, when, timeout: Optional[float]):
-    r = yield from request(front, c.SeqAtTime(to_timestamp_ns(when)), "seq_at", timeout)
+    r = yield from request(front, c.SeqAtTime(to_timestamp_ns(when)), RequestKind.SEQ_AT, timeout)
     return r.sequence
 
 
@@ -231,7 +232,8 @@ def list_streams(front, timeout: Optional[float]):
     names: list = []
     after = ""
     while True:
-        r = yield from request(front, c.ListStreamsPage(after), "list", timeout, unattached=True)
+        r = yield from request(front, c.ListStreamsPage(after), RequestKind.LIST, timeout,
+                               unattached=True)
         names.extend(r.streams)
         if not r.next:
             return tuple(names)
@@ -244,13 +246,14 @@ def wait_for_confirms(front, timeout: Optional[float]):
     p = front._p
     p.check()
     t = front.timeout if timeout is None else timeout
-    ok = yield (lambda: (p.attached and not p.pending and p.confirm_ready)
-                or (p.state is ABSENT and not p.pending)       # nothing was published
+    unconfirmed = p.tracker.unconfirmed
+    ok = yield (lambda: (p.attached and not unconfirmed and p.confirm_ready)
+                or (p.state is ABSENT and not unconfirmed)       # nothing was published
                 or p.error is not None or p.fatal is not None, _monotonic() + t)
     p.check()
     if not ok:
-        raise ZepsTimeout(f"{len(p.pending)} published message(s) not confirmed within {t:g}s")
-    return p.last_confirmed
+        raise ZepsTimeout(f"{len(unconfirmed)} published message(s) not confirmed within {t:g}s")
+    return p.tracker.last_confirmed
 
 
 def wait_receipt(front, receipt, timeout: Optional[float]):

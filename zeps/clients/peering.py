@@ -70,17 +70,18 @@ from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
 from ..protocol.reasons import FENCED, Code, Reason
 from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
                        PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
+from .confirms import ConfirmTracker
 from .delivery import Delivery
 from .errors import (ClientClosed, ConnectionLost, InvalidError, NoStream, PatternRemoved,
                      ProducerFenced, ProducerStateLost, StreamDeleted, StreamRecreated,
                      invalid_error)
 from .message import Message, MessageBatch
-from .producer import check_producer_id, new_producer_id, refusal_kind, runs
+from .producer import check_producer_id, new_producer_id, refusal_kind
+from .requests import REPLY_KINDS, Request, RequestKind
 from .window import advised_cost, largest_cost, topup_for, window_for
 
-__all__ = ["Peering", "Request", "ConnectionEvent", "CONNECTING", "ATTACHED", "ABSENT", "FAILED",
-           "CLOSED",
-           "LOST", "RECONNECTED", "validate_options", "list_streams_answer"]
+__all__ = ["Peering", "Request", "RequestKind", "ConnectionEvent", "CONNECTING", "ATTACHED", "ABSENT",
+           "FAILED", "CLOSED", "LOST", "RECONNECTED", "validate_options"]
 
 log = logging.getLogger("zeps.client")
 
@@ -108,27 +109,6 @@ _STREAM_ID = c.StreamId()
 #: (it writes the regex, without its ``~``, as a Python string literal).
 _REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
 
-# Reply command -> the request kinds it may answer.
-_REPLY_KINDS = {
-    c.AttachOk: ("attach",),
-    c.SubscribeOk: ("subscribe", "resubscribe"),
-    c.SeqAtTimeOk: ("seq_at",),
-    c.StreamInfoOk: ("info", "probe", "anchor"),
-    c.ConfirmSelectOk: ("confirm_select",),
-    c.DetachOk: ("detach",),
-    c.PingOk: ("barrier", "ping"),
-    c.ListStreamsOk: ("list",),
-    c.ListStreamsPageOk: ("list",),
-    c.LimitsOk: ("limits",),
-    c.ProducerOk: ("producer",),
-    c.BatchSelectOk: ("batch_select",),
-    c.StreamDescribeOk: ("batch_limits",),
-    c.ReasonsSelectOk: ("reasons_select",),
-    c.StreamIdOk: ("stream_id",),
-    c.StreamExpectOk: ("stream_expect",),
-}
-
-
 class ConnectionEvent(NamedTuple):
     """The peering was lost (``kind`` :data:`LOST`, ``reason`` says why) or re-established
     (:data:`RECONNECTED`, ``reason`` says what was re-sent); ``reconnects`` counts the
@@ -152,24 +132,6 @@ def validate_options(stream, credit_window, timeout, heartbeat) -> None:
         raise ValueError("timeout must be a positive number of seconds")
     if heartbeat is None or heartbeat <= 0:
         raise ValueError("heartbeat must be a positive number of seconds")
-
-
-class Request:
-    """One request waiting for its reply: ``done`` with ``result`` (the reply command) or
-    ``error`` (an :class:`InvalidError`), or ``cancelled`` (the peering was lost before the reply;
-    ask again)."""
-
-    __slots__ = ("kind", "name", "done", "cancelled", "result", "error", "sent_at", "arg")
-
-    def __init__(self, kind: str, name: str, now: float, arg=None):
-        self.kind = kind
-        self.name = name
-        self.done = False
-        self.cancelled = False
-        self.result = None
-        self.error: Optional[InvalidError] = None
-        self.sent_at = now
-        self.arg = arg          # subscribe: (pattern, latest, the STREAM-INFO request of live=True)
 
 
 class Peering(Delivery):
@@ -231,24 +193,17 @@ class Peering(Delivery):
         self.probe: Optional[Request] = None
         self.last_send = now
         self.last_recv = now
-        # confirms
-        self.pending: Deque = deque()                 # receipts of unconfirmed publishes
-        self.peer_confirmed = 0                       # the broker's count on this connection
-        self.last_confirmed = 0
-        self.anchor: Optional[int] = None             # sequence of our peer_confirmed-th publish
+        #: The publishes awaiting CONFIRM, and their producer sequences (zeps.clients.confirms).
+        self.tracker = ConfirmTracker()
         self.confirm_ready = not self.confirms
         # exactly-once publishing (zeps.clients.producer): None when off
         self.producer: Optional[str] = None
         if self.confirms and (idempotent or producer_id is not None):
             self.producer = producer_id if producer_id is not None else new_producer_id()
-        self.next_pseq = 1                            # producer sequence of the next publish
         #: The PRODUCER after an ATTACH while its answer is awaited: re-sends and new publishes
         #: wait for it (_producer_synced).
         self.producer_sync: Optional[Request] = None
         self.producer_at = 0                          # the broker's next pseq for this peering
-        self.producer_confirmed = 0                   # highest pseq the broker confirmed
-        self.producer_last = 0                        # the broker's last PRODUCER-OK: up to it,
-        #                                               a publish is a duplicate the broker had
         #: Lost / reconnected, for the shell to hand on (the oldest dropped if nobody reads).
         self.events: Deque[ConnectionEvent] = deque(maxlen=64)
         # the broker's limits (LIMITS-OK), when it said them, and the largest message cost the
@@ -336,7 +291,7 @@ class Peering(Delivery):
     def unsent_publishes(self) -> int:
         """Publishes not yet handed to a broker (or not yet confirmed, with confirms)."""
         if self.confirms:
-            return len(self.pending)
+            return len(self.tracker.unconfirmed)
         return len(self.queue) + sum(_publishes_in(f) for f in (*self.outbox, *self.held))
 
     # ------------------------------------------------------------------ connection events
@@ -364,7 +319,7 @@ class Peering(Delivery):
         why, self.need_reconnect = self.need_reconnect, None
         self.reconnects += 1
         if not self.confirms and (self.pubs_since_request > 0 or any(
-                r.kind == "barrier" for r in self.outstanding)):
+                r.kind is RequestKind.BARRIER for r in self.outstanding)):
             log.warning("zeps: peering with %s (stream %r) lost: %s; reconnecting. Publishes "
                         "sent just before may be lost (use confirms=True for at-least-once)",
                         self.endpoint, self.stream, why)
@@ -379,10 +334,10 @@ class Peering(Delivery):
         self.probe = None
         self.pubs_since_request = 0
         # Publishes never handed to the old socket reached no broker: keep them. With confirms
-        # every unconfirmed publish is re-sent from `pending` instead.
+        # every unconfirmed publish is re-sent from the tracker's instead.
         keep = [] if self.confirms else [p for f in (*self.outbox, *self.held)
                                          for p in _plain_publishes(f)] + self.queue.drain()
-        self.queue.drain()              # with confirms, `pending` has them
+        self.queue.drain()              # with confirms, the tracker has them
         self.queue.max_batch = None     # until the next broker answers BATCH-SELECT
         self.queue.max_body = None
         self.outbox.clear()
@@ -409,7 +364,7 @@ class Peering(Delivery):
                 if now - probe.sent_at > self.probe_timeout:
                     self.connection_lost(f"no answer to a heartbeat within {self.probe_timeout:g}s")
             elif now - min(self.last_send, self.last_recv) >= self.heartbeat:
-                self.probe = self.request(c.StreamInfo(), "probe", now)
+                self.probe = self.request(c.StreamInfo(), RequestKind.PROBE, now)
         elif self.state is CONNECTING and self.reconnects:
             if now - self.connecting_since > 2 * self.probe_timeout:
                 self.connection_lost("no ATTACH-OK")
@@ -425,7 +380,7 @@ class Peering(Delivery):
         if self.state is not ATTACHED:
             return None
         if self.probe is None or self.probe.done:
-            self.probe = self.request(c.StreamInfo(), "probe", now)
+            self.probe = self.request(c.StreamInfo(), RequestKind.PROBE, now)
         return self.probe
 
     # ------------------------------------------------------------------ application actions
@@ -447,9 +402,7 @@ class Peering(Delivery):
         self.pubs_since_request += 1
         self.last_send = now
         if self.confirms:
-            receipt.pseq = self.next_pseq
-            self.next_pseq += 1
-            self.pending.append(receipt)
+            self.tracker.track(receipt)
         return True
 
     def may_publish(self, now: float) -> bool:
@@ -492,12 +445,12 @@ class Peering(Delivery):
             return self.outbox[0]
         return None
 
-    def request(self, cmd: c.Command, kind: str, now: float, arg=None) -> Request:
+    def request(self, cmd: c.Command, kind: RequestKind, now: float, arg=None) -> Request:
         """Send a request whose reply comes back in order (a barrier PING goes first if
         publishes were sent since the previous request)."""
         if self.pubs_since_request:
             self.pubs_since_request = 0
-            self.outstanding.append(Request("barrier", "PING", now))
+            self.outstanding.append(Request(RequestKind.BARRIER, "PING", now))
             self._send(_PING)
         r = Request(kind, cmd.NAME, now, arg)
         self.outstanding.append(r)
@@ -508,9 +461,9 @@ class Peering(Delivery):
         """SUBSCRIBE one pattern from ``latest`` (or live). Once SUBSCRIBE-OK arrives the pattern
         is re-subscribed after every reconnect, from ``latest`` (live: the stream's last
         sequence at the time) or the last message handed, whichever is later."""
-        info = self.request(c.StreamInfo(), "info", now) if live else None
+        info = self.request(c.StreamInfo(), RequestKind.INFO, now) if live else None
         return self.request(c.Subscribe(pattern, c.LATEST_LIVE if live else latest),
-                            "subscribe", now, (pattern, latest, info))
+                            RequestKind.SUBSCRIBE, now, (pattern, latest, info))
 
     def join(self, create: bool, now: float) -> None:
         """:data:`ABSENT`: attach now. ``create`` (a publish): the ATTACH may create the stream;
@@ -533,7 +486,7 @@ class Peering(Delivery):
     def detach(self, now: float) -> Request:
         """Start closing: DETACH (a peering lost from now on is not re-established)."""
         self.closing = True
-        return self.request(c.Detach(), "detach", now)
+        return self.request(c.Detach(), RequestKind.DETACH, now)
 
     def abort(self, error: Exception) -> None:
         """The shell cannot go on (its I/O failed): the peering is over and every waiter hears
@@ -546,7 +499,7 @@ class Peering(Delivery):
         self.state = CLOSED
         self.buffer.clear()
         self.buffered = self.buffered_messages = 0
-        self._fail_pending(ClientClosed("the client was closed before the broker confirmed "
+        self.tracker.fail_all(ClientClosed("the client was closed before the broker confirmed "
                                         "this message"))
 
     # ------------------------------------------------------------------ input
@@ -571,11 +524,11 @@ class Peering(Delivery):
             return
         cls = type(cmd)
         if cls is c.Confirm:
-            self._on_confirm(cmd)
+            self.tracker.confirm(cmd.count, cmd.sequence)
         elif cls is c.Invalid or cls is c.Error:
             self._on_invalid(Reason.received(cmd))
-        elif cls in _REPLY_KINDS:
-            self._on_reply(cmd, _REPLY_KINDS[cls], now)
+        elif cls in REPLY_KINDS:
+            self._on_reply(cmd, REPLY_KINDS[cls], now)
         elif cls is c.Ping:
             self._send(_PING_OK)
         elif cls is c.Detach:
@@ -594,29 +547,29 @@ class Peering(Delivery):
         r.result = cmd
         r.done = True
         kind = r.kind
-        if kind == "attach":
+        if kind is RequestKind.ATTACH:
             self._on_attached(now)
-        elif kind == "confirm_select":
+        elif kind is RequestKind.CONFIRM_SELECT:
             self.confirm_ready = True
-        elif kind == "anchor":
-            self.anchor = cmd.last
-        elif kind == "stream_id":
+        elif kind is RequestKind.ANCHOR:
+            self.tracker.anchor = cmd.last
+        elif kind is RequestKind.STREAM_ID:
             if self.incarnation is None:
                 self.incarnation = cmd.incarnation
-        elif kind == "batch_select":
+        elif kind is RequestKind.BATCH_SELECT:
             self.offered_batch = min(cmd.max_batch, MAX_BATCH_BYTES)
-        elif kind == "batch_limits":
+        elif kind is RequestKind.BATCH_LIMITS:
             if cmd.max_message:         # the stream's own limit replaces the broker's
                 self.queue.max_body = cmd.max_message
             self.queue.max_batch = self.offered_batch     # batching starts
-        elif kind == "limits":
+        elif kind is RequestKind.LIMITS:
             self.max_credit = cmd.max_credit
             self.queue.max_body = cmd.max_message
             self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
-        elif kind == "producer":
+        elif kind is RequestKind.PRODUCER:
             if r is self.producer_sync:
                 self._producer_synced(cmd.last, now)
-        elif kind == "subscribe":
+        elif kind is RequestKind.SUBSCRIBE:
             pattern, latest, info = r.arg
             if info is not None:       # live: what comes after the stream's last is "from now"
                 latest = info.result.last if info.error is None else self.last_handed
@@ -632,90 +585,41 @@ class Peering(Delivery):
         held = list(self.held)
         self.held.clear()
         if self.incarnation is None:     # which stream this is (a re-ATTACH expects it)
-            self.request(_STREAM_ID, "stream_id", now)
-        self.request(_LIMITS, "limits", now)        # sizes the credit window (window.py)
+            self.request(_STREAM_ID, RequestKind.STREAM_ID, now)
+        self.request(_LIMITS, RequestKind.LIMITS, now)        # sizes the credit window (window.py)
         if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
             self.offered_batch = None
-            self.request(_BATCH_SELECT, "batch_select", now)
+            self.request(_BATCH_SELECT, RequestKind.BATCH_SELECT, now)
             # The stream's own body limit: larger messages never go in a batch (batching.py).
-            self.batch_setup = self.request(c.StreamDescribe(self.stream), "batch_limits", now)
+            self.batch_setup = self.request(c.StreamDescribe(self.stream), RequestKind.BATCH_LIMITS, now)
         if self.confirms:
-            self.peer_confirmed = 0
-            self.anchor = None
-            self.request(c.ConfirmSelect(), "confirm_select", now)
+            self.tracker.new_connection()
+            self.request(c.ConfirmSelect(), RequestKind.CONFIRM_SELECT, now)
             # The stream's last sequence before any publish of ours: lets receipts be exact.
-            self.request(c.StreamInfo(), "anchor", now)
+            self.request(c.StreamInfo(), RequestKind.ANCHOR, now)
         if self.timestamps:          # before any SUBSCRIBE: every delivery then carries its time
             self._send(_DELIVER_TIMESTAMPS)
         for pattern, latest in sorted(self.patterns.items(), key=lambda kv: kv[1]):
-            self.request(c.Subscribe(pattern, max(latest, self.last_handed)), "resubscribe", now)
+            self.request(c.Subscribe(pattern, max(latest, self.last_handed)), RequestKind.RESUBSCRIBE, now)
         if self.subscribed:
             self._send(encode(c.Credit(self.credit_window)))
         if self.producer is not None:
             # PRODUCER alone: what is re-sent, and how it is numbered, depends on its answer
             # (_producer_synced); publishes wait for it too (ready).
-            first = self.pending[0].pseq if self.pending else self.next_pseq
+            first = self.tracker.first_pseq()
             self.producer_at = first
-            self.producer_sync = self.request(c.Producer(self.producer, first), "producer", now)
+            self.producer_sync = self.request(c.Producer(self.producer, first), RequestKind.PRODUCER, now)
         elif self.confirms:
-            for r in self.pending:
-                self._send(r.frame)
-            self.pubs_since_request += len(self.pending)
+            self._resend(self.tracker.unconfirmed)
         else:
             for frame in held:
                 self._send(frame)
                 self.pubs_since_request += frame.startswith(_PUBLISH_HEAD)
         if self.reconnects:
-            what = (f"re-sending {len(self.pending)} unconfirmed publish(es)" if self.pending
-                    else "nothing to re-send")
+            n = len(self.tracker.unconfirmed)
+            what = f"re-sending {n} unconfirmed publish(es)" if n else "nothing to re-send"
             log.info("zeps: re-attached to %s (stream %r), %s", self.endpoint, self.stream, what)
             self.events.append(ConnectionEvent(RECONNECTED, what, self.reconnects))
-
-    def _on_confirm(self, cmd: c.Confirm) -> None:
-        n = cmd.count - self.peer_confirmed
-        if n > 0:
-            pending = self.pending
-            k = min(n, len(pending))
-            s = cmd.sequence
-            if k and pending[0].pseq <= self.producer_last:
-                self._confirm_with_duplicates(k, n, s)
-            else:
-                # Consecutive sequences are proven when the stream advanced by exactly n.
-                # (Receipts are resolved in place, without a call each: this runs for every
-                # message.)
-                seq = s - k + 1 if self.anchor is not None and s - self.anchor == n else None
-                for _ in range(k - 1):
-                    r = pending.popleft()
-                    r._outcome = seq
-                    r.frame = None
-                    if seq is not None:
-                        seq += 1
-                if k:
-                    r = pending.popleft()
-                    r._outcome = s if k == n else None
-                    r.frame = None
-                    self.producer_confirmed = r.pseq
-                self.anchor = s
-            self.peer_confirmed = cmd.count
-        if cmd.sequence > self.last_confirmed:
-            self.last_confirmed = cmd.sequence
-
-    def _confirm_with_duplicates(self, k: int, n: int, s: int) -> None:
-        """A CONFIRM covering publishes the broker already held (producer sequence up to its
-        PRODUCER-OK): they are durable, stored earlier, under sequences not on the wire
-        (None). A stored one gets ``s`` if it is the last covered; the stream position of
-        this client's publishes is no longer known (no anchor) if the last was a duplicate."""
-        pending = self.pending
-        last_dup = self.producer_last
-        for i in range(k):
-            r = pending.popleft()
-            r.duplicate = dup = r.pseq <= last_dup
-            r._outcome = s if (i == k - 1 and k == n and not dup) else None
-            r.frame = None
-            if i == k - 1:
-                self.anchor = None if dup else s
-                if r.pseq > self.producer_confirmed:
-                    self.producer_confirmed = r.pseq
 
     def _on_invalid(self, why: Reason) -> None:
         """An INVALID, or an ERROR (``why`` has its code and fields then)."""
@@ -739,12 +643,12 @@ class Peering(Delivery):
             return
         rejected = code is Code.PUBLISH_REJECTED
         head = self.outstanding[0] if self.outstanding else None
-        if head is not None and head.kind != "barrier" and not rejected:
+        if head is not None and head.kind is not RequestKind.BARRIER and not rejected:
             # The answer to the request at the head (no publish was sent before it unanswered).
             self.outstanding.popleft()
             head.error = invalid_error(why, head.name)
             head.done = True
-            if head.kind == "attach":
+            if head.kind is RequestKind.ATTACH:
                 if not self.ever_attached:
                     # A reader's ATTACH (STREAM-EXPECT 0) to no stream, or any refused ATTACH
                     # once the constructor returned: ABSENT, for the next call to try again.
@@ -757,30 +661,30 @@ class Peering(Delivery):
                 else:
                     self.state = FAILED
                     self._fail(self._reattach_refused(code, reason))
-            elif head.kind == "stream_id":
+            elif head.kind is RequestKind.STREAM_ID:
                 log.debug("zeps: the broker at %s does not tell stream incarnations (%s)",
                           self.endpoint, reason)
                 self.incarnation = 0
-            elif head.kind == "stream_expect" and not self.incarnation:
+            elif head.kind is RequestKind.STREAM_EXPECT and not self.incarnation:
                 log.debug("zeps: the broker at %s does not have STREAM-EXPECT (%s): its ATTACH "
                           "creates stream %r", self.endpoint, reason, self.stream)
-            elif head.kind == "stream_expect":
+            elif head.kind is RequestKind.STREAM_EXPECT:
                 log.warning("zeps: the broker at %s does not check stream incarnations (%s): "
                             "re-attaching to stream %r without knowing whether it is the same "
                             "stream", self.endpoint, reason, self.stream)
-            elif head.kind == "confirm_select":
+            elif head.kind is RequestKind.CONFIRM_SELECT:
                 self._fail(head.error)
-            elif head.kind == "resubscribe":
+            elif head.kind is RequestKind.RESUBSCRIBE:
                 self.error = self.error or head.error
-            elif head.kind == "reasons_select":
+            elif head.kind is RequestKind.REASONS_SELECT:
                 log.debug("zeps: the broker at %s does not offer REASONS-SELECT (%s): refusals "
                           "are read from INVALID's text", self.endpoint, reason)
-            elif head.kind == "batch_select":
+            elif head.kind is RequestKind.BATCH_SELECT:
                 log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
                           self.endpoint, reason)
-            elif head.kind == "batch_limits":       # the broker's own limit stands
+            elif head.kind is RequestKind.BATCH_LIMITS:       # the broker's own limit stands
                 self.queue.max_batch = self.offered_batch
-            elif head.kind == "producer":
+            elif head.kind is RequestKind.PRODUCER:
                 self._producer_refused(head, why)
             return
         # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
@@ -790,15 +694,8 @@ class Peering(Delivery):
         err = invalid_error(why, "PUBLISH" if rejected else None)
         if self.error is None:
             self.error = err
-        if rejected and self.confirms and self.pending:
-            # The broker does not count a rejected publish. Which one it was is not on the
-            # wire; rejections are by body size (--max-message), so the unconfirmed publish with
-            # the largest body is the one: the count of CONFIRMs stays right in any case.
-            pending = self.pending
-            biggest = max(range(len(pending)), key=lambda i: len(pending[i].frame))
-            r = pending[biggest]
-            del pending[biggest]
-            r._fail(err)
+        if rejected and self.confirms:           # the broker does not count it
+            self.tracker.reject_one(err)
 
     # ------------------------------------------------------------------ exactly-once
 
@@ -815,44 +712,29 @@ class Peering(Delivery):
         with :class:`ProducerStateLost`, said once (receipt or next call) and logged, and the
         next publishes are numbered from ``last + 1``."""
         self.producer_sync = None
-        pending = self.pending
+        tracker = self.tracker
         at = self.producer_at
-        if last < self.producer_confirmed:
-            n = len(pending)
+        if tracker.forgotten(last):
+            n = len(tracker.unconfirmed)
             err = ProducerStateLost(
                 f"the broker at {self.endpoint} forgot producer {self.producer!r} on stream "
                 f"{self.stream!r}: it holds its messages up to producer sequence {last}, yet "
-                f"it had confirmed {self.producer_confirmed} (its producer state was dropped: "
-                f"too old, too many producers, or the stream was created again); {n} "
+                f"it had confirmed {tracker.producer_confirmed} (its producer state was "
+                f"dropped: too old, too many producers, or the stream was created again); {n} "
                 f"unconfirmed message(s) were not re-sent, as they may be stored already: "
                 f"publish them again only if a duplicate does no harm", last,
-                self.producer_confirmed)
+                tracker.producer_confirmed)
             log.warning("zeps: %s", err)
             if n:
-                self._fail_pending(err)
                 self.error = self.error or err
-            self.producer_confirmed = self.producer_last = last
-            self.next_pseq = last + 1
+            tracker.restart(last, err)
             if at != last + 1:
-                self.request(c.Producer(self.producer, last + 1), "producer", now)
+                self.request(c.Producer(self.producer, last + 1), RequestKind.PRODUCER, now)
             return
-        self.producer_last = last
-        k = 0
-        while k < len(pending) and pending[k].pseq <= last:
-            k += 1
-        dups, new = list(pending)[:k], list(pending)[k:]
-        for i, r in enumerate(new):                   # the broker holds none of them
-            r.pseq = last + 1 + i
-        if new:
-            self.next_pseq = last + 1 + len(new)
-        elif self.next_pseq > last + 1:
-            self.next_pseq = last + 1
-        for first, receipts in runs(dups) + [(self.next_pseq - len(new), new)]:
+        for first, receipts in tracker.resync(last):
             if first != at:
-                self.request(c.Producer(self.producer, first), "producer", now)
-            for r in receipts:
-                self._send(r.frame)
-            self.pubs_since_request += len(receipts)
+                self.request(c.Producer(self.producer, first), RequestKind.PRODUCER, now)
+            self._resend(receipts)
             at = first + len(receipts)
 
     def _producer_refused(self, head: Request, why: Reason) -> None:
@@ -867,9 +749,7 @@ class Peering(Delivery):
         self.producer = None
         if head is self.producer_sync:
             self.producer_sync = None
-            for r in self.pending:
-                self._send(r.frame)
-            self.pubs_since_request += len(self.pending)
+            self._resend(self.tracker.unconfirmed)
 
     def _fenced(self, why: Reason) -> None:
         """Another client took this producer id over (or it is another key's): final."""
@@ -901,13 +781,13 @@ class Peering(Delivery):
         self.connecting_since = now
         self.last_send = self.last_recv = now
         if self.reasons:                 # first: ATTACH's own refusal comes as ERROR too
-            self.outstanding.append(Request("reasons_select", "REASONS-SELECT", now))
+            self.outstanding.append(Request(RequestKind.REASONS_SELECT, "REASONS-SELECT", now))
             self.outbox.append(_REASONS_SELECT)
         if self.incarnation or (self.incarnation is None and not (self.create or self.creating)):
             # re-ATTACH: to the stream it knew, or to none; a reader's first: to whichever exists
-            self.outstanding.append(Request("stream_expect", "STREAM-EXPECT", now))
+            self.outstanding.append(Request(RequestKind.STREAM_EXPECT, "STREAM-EXPECT", now))
             self.outbox.append(encode(c.StreamExpect(self.incarnation or 0)))
-        self.outstanding.append(Request("attach", "ATTACH", now))
+        self.outstanding.append(Request(RequestKind.ATTACH, "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
 
     def _fit(self, largest: int, advice: Optional[str] = None) -> None:
@@ -961,13 +841,15 @@ class Peering(Delivery):
         # ABSENT: only requests that need no ATTACH are made (LIST-STREAMS-PAGE): they go now
         (self.outbox if self.state is ATTACHED or self.state is ABSENT else self.held).append(frame)
 
+    def _resend(self, receipts) -> None:
+        """Send the frames of unconfirmed publishes again (after a re-ATTACH)."""
+        for r in receipts:
+            self._send(r.frame)
+        self.pubs_since_request += len(receipts)
+
     def _fail(self, error: Exception) -> None:
         self.fatal = error
-        self._fail_pending(error)
-
-    def _fail_pending(self, error: Exception) -> None:
-        while self.pending:
-            self.pending.popleft()._fail(error)
+        self.tracker.fail_all(error)
 
 
 def _publishes_in(frame: bytes) -> int:
@@ -987,13 +869,3 @@ def _plain_publishes(frame: bytes) -> List[bytes]:
         return unbatch(frame)
     return []
 
-
-def list_streams_answer(frame: bytes) -> Optional[Tuple[str, ...]]:
-    """The stream names in a LIST-STREAMS-OK frame; raises :class:`InvalidError` for an INVALID
-    or :class:`ProtocolError` for a frame that does not decode; None for anything else."""
-    cmd = decode(frame)
-    if isinstance(cmd, c.ListStreamsOk):
-        return tuple(cmd.streams)
-    if isinstance(cmd, (c.Invalid, c.Error)):
-        raise invalid_error(Reason.received(cmd), "LIST-STREAMS")
-    return None

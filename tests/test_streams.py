@@ -94,7 +94,7 @@ def test_purge_and_delete(broker):
 def test_without_auto_create_only_stream_create_makes_streams(start_broker):
     b = start_broker(None, "--auto-create", "no")
     r = zeps("publish", "new", "k", "v", "--endpoint", b.endpoint)
-    assert r.returncode == 1 and "no stream: 'new'" in r.stderr
+    assert r.returncode == 2 and "no stream: 'new'" in r.stderr      # a missing stream: 2
     assert zeps("stream", "create", "new", "--endpoint", b.endpoint).returncode == 0
     assert zeps("publish", "new", "k", "v", "--confirm", "--endpoint", b.endpoint).stdout.strip() \
         == "1"

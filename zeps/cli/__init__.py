@@ -7,9 +7,10 @@ Run ``zeps COMMAND --help`` for each command's options. Common rules:
 * Times (``--from-time``, ``--to-time``) are ISO-8601 (``2026-11-22T10:00:00Z``; without a zone
   it is UTC, like the times ``zeps stats`` prints), epoch seconds (``1795300000.5``), ``now``,
   or relative to now (``-30s``, ``-5m``, ``-2h``, ``-1d``, ``-500ms``).
-* Bad arguments: one line on stderr (``zeps: error: ...``) and exit status 2. A broker that does
-  not answer, or refuses a request: one line on stderr and exit status 1. Ctrl-C in
-  ``subscribe`` / ``replay`` ends them cleanly with status 0.
+* Bad arguments, or a stream that does not exist: one line on stderr (``zeps: error: ...``) and
+  exit status 2. A broker that does not answer, or refuses a request: one line on stderr and
+  exit status 1. Ctrl-C (SIGINT) ends every command, ``broker`` and ``bridge`` included,
+  with status 130; SIGTERM stops ``broker`` and ``bridge`` with 0.
 
 Examples::
 
@@ -92,7 +93,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         args = parser.parse_args(argv)
     if getattr(args, "func", None) is None:
         parser.error("a command is required: " + ", ".join(COMMANDS) + " (see zeps --help)")
-    from zeps.clients import ZepsError
+    from zeps.clients import NoStream, ZepsError
     from zeps.clients.curve import curve_from_env
     from zeps.journal import JournalError
     if hasattr(args, "server_key"):
@@ -102,7 +103,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             parser.error(str(e))
     try:
         return args.func(args)
-    except UsageError as e:
+    except (UsageError, NoStream) as e:      # a missing stream is the user's to fix: 2
         sys.stderr.write(f"zeps: error: {e}\n")
         return 2
     except (ZepsError, JournalError) as e:

@@ -263,8 +263,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         log.warning("broker_open", detail="no --curve-secret: traffic is plaintext and any "
                                           "client that reaches the endpoint may publish and read "
                                           "every stream")
+    stopped_by = []                       # the signal that stopped it: SIGINT exits 130
+
+    def stop(signum) -> None:
+        stopped_by.append(signum)
+        broker.stop()
     for sig in (signal.SIGTERM, signal.SIGINT):
-        gevent.signal_handler(sig, broker.stop)
+        gevent.signal_handler(sig, stop, sig)
     gevent.signal_handler(signal.SIGHUP, lambda: _reload(args, broker, log))
     monitor = None
     if args.monitor is not None:
@@ -288,7 +293,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         if monitor is not None:
             monitor.stop()
     log.info("broker_stopped", endpoint=broker.endpoint)
-    return 0
+    return 130 if stopped_by[:1] == [signal.SIGINT] else 0     # Ctrl-C: 128 + SIGINT
 
 
 def monitor_redactor(args, curve, token):

@@ -2,8 +2,9 @@
 
 The ``zeps`` command wires these in (:mod:`.bridge`, :mod:`.subscribe`); ``python -m
 zeps.multicast`` offers the same commands on their own (:func:`main`). Exit status: 0 when
-stopped (SIGTERM, SIGINT, ``--count`` or ``--timeout`` reached), 1 when the broker does not
-answer or refuses, or the group cannot be used, 2 for bad arguments (one line on stderr).
+stopped (SIGTERM, ``--count`` or ``--timeout`` reached), 130 after Ctrl-C (SIGINT), 1 when the
+broker does not answer or refuses, or the group cannot be used, 2 for bad arguments or a stream
+that does not exist (one line on stderr).
 """
 from __future__ import annotations
 
@@ -92,10 +93,11 @@ def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run_bridge(args) -> int:
-    """Run the bridge until SIGTERM or SIGINT. Prints one line on stdout once it is sending."""
+    """Run the bridge until SIGTERM (exit status 0) or SIGINT (130). Prints one line on stdout
+    once it is sending."""
     import logging
 
-    from zeps.clients import ZepsError
+    from zeps.clients import NoStream, ZepsError
 
     from zeps.multicast.bridge import Bridge, BridgeError
 
@@ -115,10 +117,17 @@ def run_bridge(args) -> int:
         print(f"zeps bridge: stream {b.stream!r} pattern {b.pattern!r} to "
               f"{b.group[0]}:{b.group[1]} after sequence {b.sender.head}", flush=True)
 
-    previous = {sig: signal.signal(sig, lambda *_: bridge.stop())
-                for sig in (signal.SIGTERM, signal.SIGINT)}
+    stopped_by = []
+
+    def stop(signum, _frame) -> None:
+        stopped_by.append(signum)
+        bridge.stop()
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         bridge.run(on_ready=ready)
+    except NoStream as e:                       # as every zeps command: a missing stream is 2
+        print(f"zeps: error: {e}", file=sys.stderr)
+        return 2
     except (BridgeError, ZepsError) as e:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 1
@@ -128,7 +137,7 @@ def run_bridge(args) -> int:
     s = bridge.sender
     print(f"zeps bridge: stopped after sequence {s.head}: {s.messages} message(s) in "
           f"{s.datagrams} datagram(s), {s.refs} too large, {s.heads} HEAD(s)", file=sys.stderr)
-    return 0
+    return 130 if stopped_by[:1] == [signal.SIGINT] else 0     # Ctrl-C: 128 + SIGINT
 
 
 # --------------------------------------------------------------------------- subscribe

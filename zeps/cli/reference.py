@@ -19,8 +19,10 @@ def render() -> str:
     out = ["# The `zeps` command\n",
            "Generated from the argument definitions by `python -m zeps.cli.reference`; "
            "do not edit by hand.\n",
-           "Every command: bad arguments print one line (`zeps: error: ...`) and exit 2; a "
-           "broker that does not answer or refuses, 1; Ctrl-C, 130.\n",
+           "Every command: bad arguments, or a stream that does not exist, print one line "
+           "(`zeps: error: ...`) and exit 2; a broker that does not answer or refuses, 1; "
+           "Ctrl-C (SIGINT), 130, `broker` and `bridge` included (SIGTERM stops those two "
+           "with 0).\n",
            "```text", parser.format_help().rstrip(), "```\n"]
     commands = _subcommands(parser)
     bparser = broker_cli.Parser(prog="zeps broker", description="Run the ZEPS broker.")

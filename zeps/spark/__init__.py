@@ -37,7 +37,28 @@ def register(spark, *, filter_pushdown: bool = False) -> None:
     pushed into the reader. It is off by default because PySpark 4.3 reuses the planning of a
     pushed-down query for a later *unfiltered* query on the same DataFrame object
     (``df.filter("x = 3").count(); df.count()`` then counts only x = 3, with any Python data
-    source; see docs/spark.md). With it on, build a fresh DataFrame per query."""
-    spark.dataSource.register(ZepsDataSource)
+    source; see docs/spark.md). With it on, build a fresh DataFrame per query.
+
+    On a local master, the data source's Python workers run this interpreter unless
+    ``PYSPARK_PYTHON`` names another, which must then be able to import zeps: if it cannot,
+    this raises :class:`ZepsSparkError` saying what to set (``zeps.spark.workers``)."""
+    import os
+
+    from .workers import PYSPARK_DEFAULT, worker_python
+    try:
+        sc = spark.sparkContext            # absent from a Spark Connect session
+    except Exception:
+        sc = None
+    if sc is None or not hasattr(sc, "pythonExec"):
+        spark.dataSource.register(ZepsDataSource)
+    else:
+        configured = sc.pythonExec
+        exe = worker_python(configured, sc.master, env_set=(
+            configured != PYSPARK_DEFAULT or os.environ.get("PYSPARK_PYTHON") == PYSPARK_DEFAULT))
+        sc.pythonExec = exe                # PySpark reads it when it wraps the data source
+        try:
+            spark.dataSource.register(ZepsDataSource)
+        finally:
+            sc.pythonExec = configured
     if filter_pushdown:
         spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")

@@ -102,6 +102,7 @@ class CoreConfig:
     regex_timeout: float = 0.005          # seconds per regex match
     replay_batch_records: int = 1000
     replay_batch_bytes: int = 1 << 20
+    max_unread: int = 8 << 20             # bytes read off one connection and not yet handled
 
     def max_frame(self) -> int:
         """The largest frame a client may send (the shell sets it as the socket's
@@ -110,6 +111,16 @@ class CoreConfig:
         PUBLISH-BATCH, with room to spare so that a frame just over a limit still gets an
         INVALID that says which."""
         return max(3 + 1 + 255 + 4 + self.max_message, self.max_batch) + FRAME_SLACK
+
+    def receive_hwm(self) -> int:
+        """The ROUTER's ``ZMQ_RCVHWM``: how many messages libzmq reads ahead off one connection
+        before it leaves the rest in the kernel and the sender blocks. libzmq counts messages,
+        not bytes, so the count is the byte bound ``max_unread`` over the largest frame: what a
+        client sending flat out parks in the broker stays under ``max_unread`` whatever its
+        message size (at least 8 messages, and never more than 10,000, the old setting).
+        A small read-ahead costs no throughput: the loop reads at most ``DRAIN_MAX`` messages a
+        round anyway, over all connections (docs/operations.md)."""
+        return max(8, min(10_000, self.max_unread // self.max_frame()))
 
 
 class BrokerCore(StreamAdministration, Congestion, Timers):

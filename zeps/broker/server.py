@@ -8,7 +8,8 @@ and runs the loop:
 2. drain up to ``DRAIN_MAX`` messages with NOBLOCK into :meth:`BrokerCore.receive` (per-message
    ``zmq.green`` calls are several times slower, and a batch of publishes costs one journal write),
    and no more once they published ``DRAIN_PUBLISHED`` messages (a PUBLISH-BATCH counts its
-   entries): the work of a round, and so the wait of every other client, is bounded;
+   entries) or came to ``DRAIN_BYTES``: the work and the memory of a round, and so the wait of
+   every other client, are bounded;
 3. :meth:`BrokerCore.round`: the core's steps in their one order (journal and route, replay,
    confirm, timers), calling back the shell's ``_send`` between them; it names the journals to
    fsync.
@@ -53,6 +54,7 @@ from .stream import Stream
 
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
 DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches count each entry)
+DRAIN_BYTES = 4 << 20     # ... or once their first frames came to this many bytes
 IDLE_WAIT = 1.0           # longest wait when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 
@@ -103,7 +105,7 @@ class Broker:
         self.sock.setsockopt(zmq.LINGER, 1000)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
         self.sock.setsockopt(zmq.SNDHWM, sndhwm)
-        self.sock.setsockopt(zmq.RCVHWM, 10000)
+        self.sock.setsockopt(zmq.RCVHWM, core_config.receive_hwm())
         self.sock.setsockopt(zmq.MAXMSGSIZE, core_config.max_frame())
         self.curve = curve
         if curve is not None:                          # zeps.broker.security.CurveServer
@@ -154,9 +156,9 @@ class Broker:
         now = self.clock()
         receive = core.receive
         ident_fd = self._ident_fd
-        n = 0
+        n = size = 0
         drained = False
-        while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED:
+        while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
             try:
                 ident = _recv_raw(sock, _NB)
             except zmq.Again:
@@ -172,6 +174,7 @@ class Broker:
                 frames = [first.bytes]
             while _getsockopt(sock, _RCVMORE):
                 frames.append(_recv_raw(sock, _NB))
+            size += len(frames[0])
             receive(ident, frames, now)
             n += 1
         if drained and (self._dead or self._closed_fds

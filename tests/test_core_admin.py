@@ -159,3 +159,15 @@ def test_datadir_create_is_atomic_and_checks_its_settings_first(tmp_path):
         assert not any(e.startswith(CREATING) for e in os.listdir(d.path))
         assert d.settings("good").max_message == 10
         assert d.journal("good").next_seq == 1
+
+
+def test_describing_the_empty_name_gives_the_broker_defaults(tmp_path):
+    """STREAM-DESCRIBE "" (issue 17, item 7): the settings in force for a stream without its
+    own -- the broker's retention (0: none), max message and segment size -- and no state."""
+    h = Core(tmp_path / "d", retention_bytes=5 << 20, segment_bytes=1 << 20, max_message=1000)
+    try:
+        h.send(A, c.StreamDescribe(""))
+        assert h.take(A) == [c.StreamDescribeOk(0, 0, 0, 0, 0, 5 << 20, 0, 1000, 1 << 20)]
+        assert "" not in h.core.catalogue and os.listdir(h.datadir.path) == ["LOCK"]
+    finally:
+        h.close()

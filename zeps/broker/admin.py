@@ -82,6 +82,9 @@ class StreamAdministration:
         self.outbox.append((s.identity, encode(c.StreamCreateOk())))
 
     def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe) -> None:
+        if cmd.stream == "":
+            self._describe_defaults(s)
+            return
         if self._no_stream(s, cmd.stream) or self._over_budget(s):
             return
         st = self.stream(cmd.stream)
@@ -89,6 +92,17 @@ class StreamAdministration:
         self.outbox.append((s.identity, encode(c.StreamDescribeOk(
             info.first, info.last, info.size, info.oldest, info.newest, own.retention_bytes,
             own.retention_ms, own.max_message, own.segment_bytes))))
+
+    def _describe_defaults(self, s: Session) -> None:
+        """STREAM-DESCRIBE of the empty name (which no stream has): the settings a stream
+        without its own has, the broker's (0: no retention), with no state (all 0); so that a
+        client can say what a stream's 0 ("the broker's default") stands for."""
+        if self._over_budget(s):
+            return
+        base = self.datadir.config
+        self.outbox.append((s.identity, encode(c.StreamDescribeOk(
+            0, 0, 0, 0, 0, base.retention_bytes or 0, base.retention_ms or 0,
+            self.config.max_message, base.segment_bytes))))
 
     def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
         if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):

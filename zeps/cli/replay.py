@@ -33,7 +33,8 @@ def add_parser(sub) -> None:
                        "--to-seq/--to-time it stops at the stream's last message at the time "
                        "it started.")
     p.add_argument("stream", metavar="STREAM", type=_stream_name)
-    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern)
+    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern,
+                   default=[])          # a default: argparse no longer calls it required
     src = p.add_mutually_exclusive_group()
     src.add_argument("--endpoint", type=_endpoint, default=None,
                      help="read through this broker (default $ZEPS_ENDPOINT or "
@@ -51,8 +52,8 @@ def add_parser(sub) -> None:
                    help="json: JSON lines as 'subscribe --json'; raw: bodies only, each followed "
                         "by the separator (default json)")
     p.add_argument("--raw-separator", type=_separator, default=b"\n", metavar="SEP",
-                   help="what follows each body with --format raw (backslash escapes allowed: "
-                        "'\\n' default, '\\0', ''")
+                   help="what follows each body with --format raw (default '\\n'; backslash "
+                        "escapes allowed, e.g. '\\0', or '' for nothing)")
     p.add_argument("--output", "-o", metavar="FILE", help="write to FILE instead of stdout")
     _add_common(p)
     p.set_defaults(func=cmd_replay)

@@ -25,7 +25,7 @@ def add_parser(sub) -> None:
     p = sub.add_parser("stats", help="streams: first/last sequence, size, oldest/newest time",
                        description="Describe the streams of a broker (--endpoint) or of a data "
                        "directory (--data-dir); all of them, or the STREAMs named.")
-    p.add_argument("streams", metavar="STREAM", nargs="*", type=_stream_name)
+    p.add_argument("streams", metavar="STREAM", nargs="*", type=_stream_name, default=[])
     src = p.add_mutually_exclusive_group()
     src.add_argument("--endpoint", type=_endpoint, default=None,
                      help="ask this broker (default $ZEPS_ENDPOINT or tcp://127.0.0.1:7470)")

@@ -45,7 +45,9 @@ def add_parser(sub) -> None:
                    help="segment size (the unit retention deletes)")
     i = actions.add_parser("info", help="a stream's state and settings")
     i.add_argument("stream", metavar="STREAM", type=_stream_name)
-    i.add_argument("--json", action="store_true", help="one JSON object")
+    i.add_argument("--json", action="store_true",
+                   help="one JSON object: 'settings' the stream's own (null: the broker's "
+                        "default), 'in_force' what applies (null: no limit)")
     ls = actions.add_parser("list", help="the streams and their state")
     ls.add_argument("--json", action="store_true", help="one JSON object per stream and line")
     pg = actions.add_parser("purge", help="drop a stream's messages up to a sequence")
@@ -61,13 +63,38 @@ def add_parser(sub) -> None:
         q.set_defaults(func=cmd_stream)
 
 
-def _describe_json(d) -> dict:
+def _settings(d) -> dict:
+    """A description's settings by their CLI names (None for 0)."""
+    return {"retention_bytes": d.retention_bytes or None,
+            "retention_age_s": d.retention_ms / 1000 if d.retention_ms else None,
+            "max_message": d.max_message or None,
+            "segment_bytes": d.segment_bytes or None}
+
+
+def _describe_json(d, defaults=None) -> dict:
+    """``settings``: the stream's own (None: the broker's default); ``in_force``: what applies,
+    its own or the broker's (None: no limit), or None if the broker cannot say its defaults."""
+    own = _settings(d)
+    in_force = None
+    if defaults is not None:
+        base = _settings(defaults)
+        in_force = {k: v if v is not None else base[k] for k, v in own.items()}
     return {"stream": d.stream, "first": d.first, "last": d.last, "messages": d.count,
             "size": d.size, "oldest_time": _iso(d.oldest), "newest_time": _iso(d.newest),
-            "settings": {"retention_bytes": d.retention_bytes or None,
-                         "retention_age_s": d.retention_ms / 1000 if d.retention_ms else None,
-                         "max_message": d.max_message or None,
-                         "segment_bytes": d.segment_bytes or None}}
+            "settings": own, "in_force": in_force}
+
+
+def _defaults(ep, t, curve):
+    """The broker's defaults (``admin.describe_defaults``); None from a broker too old to say."""
+    from zeps.clients import InvalidError, admin
+    try:
+        return admin.describe_defaults(ep, timeout=t, curve=curve)
+    except InvalidError:
+        return None
+
+
+def _number(v) -> str:
+    return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
 
 def cmd_stream(args) -> int:
@@ -81,28 +108,38 @@ def cmd_stream(args) -> int:
         return 0
     if args.action == "info":
         d = admin.describe_stream(ep, args.stream, timeout=t, curve=args.curve)
-        obj = _describe_json(d)
+        obj = _describe_json(d, _defaults(ep, t, args.curve))
         if args.json:
             print(json.dumps(obj))
-        else:
-            for k, v in obj.items():
-                if k == "settings":
-                    for sk, sv in v.items():
-                        print(f"{sk:16} {sv if sv is not None else '(broker default)'}")
+            return 0
+        in_force = obj.pop("in_force")
+        for k, v in obj.items():
+            if k != "settings":
+                print(f"{k:16} {v if v is not None else '-'}")
+                continue
+            for sk, sv in v.items():        # its own value, else the broker's (and says so)
+                if sv is not None:
+                    shown = _number(sv)
+                elif in_force is None:
+                    shown = "(broker default)"
                 else:
-                    print(f"{k:16} {v if v is not None else '-'}")
+                    shown = (f"{_number(in_force[sk]) if in_force[sk] is not None else 'none'}"
+                             " (broker default)")
+                print(f"{sk:16} {shown}")
         return 0
     if args.action == "list":
+        defaults = _defaults(ep, t, args.curve) if args.json else None
         for name in list_streams(ep, timeout=t, curve=args.curve):
             d = admin.describe_stream(ep, name, timeout=t, curve=args.curve)
             if args.json:
-                print(json.dumps(_describe_json(d)))
+                print(json.dumps(_describe_json(d, defaults)))
             else:
                 print(f"{name}  {d.count} messages  {d.first}..{d.last}")
         return 0
     if args.action == "purge":
         first = admin.purge_stream(ep, args.stream, args.upto, timeout=t, curve=args.curve)
-        print(first)
+        print(f"stream {args.stream!r}: messages up to {args.upto} purged; the first kept is "
+              f"now {first}")
         return 0
     if not args.yes:
         raise UsageError(f"deleting stream {args.stream!r} removes all its messages: add --yes")

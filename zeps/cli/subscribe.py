@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
                        "now on; --all, --from-seq, --from-time or --last N start in the history "
                        "and go on live.")
     p.add_argument("stream", metavar="STREAM", type=_stream_name)
-    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern)
+    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern,
+                   default=[])          # a default: argparse no longer calls it required
     g = p.add_mutually_exclusive_group()
     g.add_argument("--all", action="store_true", help="start at the first message kept")
     g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")

@@ -7,6 +7,7 @@ Each call is one request and its answer on a socket of its own, like :func:`list
     admin.create_stream("tcp://127.0.0.1:7470", "orders", retention_age=7 * 86400,
                         max_message=64 << 10)
     info = admin.describe_stream("tcp://127.0.0.1:7470", "orders")    # StreamDescription
+    defaults = admin.describe_defaults("tcp://127.0.0.1:7470")        # what its 0s stand for
     admin.purge_stream("tcp://127.0.0.1:7470", "orders", upto=1000)   # -> the first kept now
     admin.delete_stream("tcp://127.0.0.1:7470", "orders")
 
@@ -23,8 +24,8 @@ from zeps.units import DEFAULT_ENDPOINT
 from .errors import NoStream  # noqa: F401  (part of this module's API)
 from .transport import request_once
 
-__all__ = ["StreamDescription", "NoStream", "create_stream", "describe_stream", "purge_stream",
-           "delete_stream"]
+__all__ = ["StreamDescription", "NoStream", "create_stream", "describe_stream",
+           "describe_defaults", "purge_stream", "delete_stream"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,15 @@ def describe_stream(endpoint: str = DEFAULT_ENDPOINT, stream: str = "", *, timeo
     r = _request(endpoint, c.StreamDescribe(stream), c.StreamDescribeOk, timeout, context, curve)
     return StreamDescription(stream, r.first, r.last, r.size, r.oldest, r.newest,
                              r.retention_bytes, r.retention_ms, r.max_message, r.segment_bytes)
+
+
+def describe_defaults(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0, context=None,
+                      curve=None) -> StreamDescription:
+    """The settings in force for a stream without its own, i.e. what a 0 in a
+    :class:`StreamDescription`'s settings stands for: the broker's retention (here 0: none),
+    largest message and segment size (``STREAM-DESCRIBE ""``; the state fields are 0). A
+    broker that predates it refuses the empty name: :class:`InvalidError`."""
+    return describe_stream(endpoint, "", timeout=timeout, context=context, curve=curve)
 
 
 def purge_stream(endpoint: str, stream: str, upto: int, *, timeout: float = 10.0,

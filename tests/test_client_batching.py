@@ -63,13 +63,13 @@ class Socket:
         r = Receipt(frame, None)
         assert p.publish(frame, 0.0, r)
         if p.waiting:
-            p.unsent(frame)
+            p.queue_publish(frame)
             self.flush(p)
         elif self.room:
             self.room -= 1
             self.wire.append(frame)
         else:
-            p.unsent(frame)
+            p.queue_publish(frame)
         return r
 
     def commands(self):
@@ -143,12 +143,12 @@ def test_an_older_broker_refusing_batch_select_leaves_zeps1_silently():
     sock = Socket(room=0)
     for body in (b"a", b"b", b"c"):
         if p.publish(encode_publish("k", body), 0.0, None):
-            p.unsent(encode_publish("k", body))
+            p.queue_publish(encode_publish("k", body))
         else:                                        # ZEPS/1: waits for the socket as before
             sock.room = 10
             sock.flush(p)
             assert p.publish(encode_publish("k", body), 0.0, None)
-            p.unsent(encode_publish("k", body))
+            p.queue_publish(encode_publish("k", body))
     sock.room = 10
     sock.flush(p)
     assert sock.commands() == [c.Publish("k", b"a"), c.Publish("k", b"b"), c.Publish("k", b"c")]
@@ -390,13 +390,13 @@ def test_publishes_made_while_the_socket_is_busy_leave_as_one_batch_when_it_is_f
     sock = Socket(room=0)
     for i in range(6):
         sock.publish(p, b"%d" % i)
-    assert sock.wire == [] and p.waiting and p.unsent_publishes() == 6
+    assert sock.wire == [] and p.waiting and p.unfinished_publishes() == 6
     sock.room = 10
     sock.flush(p)
     cmds = sock.commands()
     assert messages_of(cmds) == [("k", b"%d" % i) for i in range(6)]
     assert len(cmds) == 2 and isinstance(cmds[1], c.PublishBatch)   # sealed as the socket freed
-    assert not p.waiting and p.unsent_publishes() == 0
+    assert not p.waiting and p.unfinished_publishes() == 0
 
 
 def test_a_request_goes_behind_the_queued_publishes():
@@ -512,7 +512,7 @@ def test_without_confirms_publishes_queued_or_batched_survive_a_reconnect_as_pla
     assert p.outbox and p.queue.frames               # a sealed batch and a queue, both unsent
     p.connection_lost("gone")
     p.reconnect(1.0)
-    assert p.unsent_publishes() == 5
+    assert p.unfinished_publishes() == 5
     sent(p)
     feed(p, c.AttachOk())
     feed(p, OLD_BROKER_LIMITS)
@@ -569,7 +569,7 @@ def test_a_broker_offering_huge_batches_cannot_make_a_publisher_buffer_without_b
     body = b"x" * 65536
     published = 0
     while p.publish(encode_publish("k", body), 0.0, None):
-        p.unsent(encode_publish("k", body))         # the socket takes nothing
+        p.queue_publish(encode_publish("k", body))  # the socket takes nothing
         sock.flush(p)
         published += 1
         assert published < 1000

@@ -152,7 +152,7 @@ def test_publish_gate():
     p.error = InvalidError("x")
     assert not p.publish(frame, 1.0, None)
     p.error = None
-    p.unsent(frame)                               # the socket's high-water mark: queue behind it
+    p.queue_publish(frame)                        # the socket's high-water mark: queue behind it
     assert not p.publish(frame, 1.0, None)
     assert p.publish(frame, 1.0, None, checked=False) and p.pubs_since_request == 2
 
@@ -403,11 +403,11 @@ def test_without_confirms_publishes_the_socket_never_took_survive_a_reconnect():
     p = attached()
     frame = encode_publish("k", b"held")
     assert p.publish(frame, 0.0, None)
-    p.unsent(frame)                                 # the high-water mark kept it
+    p.queue_publish(frame)                          # the high-water mark kept it
     p.request(c.StreamInfo(), RequestKind.INFO, 0.0)          # queued behind it, lost with the socket
     p.connection_lost("connection closed by the broker")
     p.reconnect(0.0)
-    assert p.unsent_publishes() == 1
+    assert p.unfinished_publishes() == 1
     sent(p)
     feed(p, c.AttachOk())
     assert sent(p) == [c.Limits(), c.Publish("k", b"held")]

@@ -75,9 +75,9 @@ class AsyncClient(ops.FrontEnd):
         self._task: Optional[asyncio.Task] = None
         self._changed: Optional[asyncio.Future] = None     # set when the I/O task made progress
         self._wake: Optional[asyncio.Future] = None        # set to wake the I/O task
-        self._recheck_pending = False
+        self._recheck_scheduled = False
         self._next_look = 0.0
-        self._flush_pending = False
+        self._send_scheduled = False
 
     # ------------------------------------------------------------------ connecting, closing
 
@@ -90,7 +90,7 @@ class AsyncClient(ops.FrontEnd):
         if started:
             self._loop = asyncio.get_running_loop()
             self._conn.open()
-            self._conn.flush()
+            self._conn.send_queued()
             self._task = self._loop.create_task(self._io(), name=f"zeps I/O {self.stream!r}")
         try:
             await self._run(ops.connect(self))
@@ -169,20 +169,20 @@ class AsyncClient(ops.FrontEnd):
             # Natural batching: the message joins the queue, which leaves when this coroutine
             # next lets the event loop run (at once for a lone publish; a loop of publishes
             # fills a batch first), or as soon as a batch's worth has gathered.
-            p.unsent(frame)
+            p.queue_publish(frame)
             if len(p.queue) < WRITABLE_BATCH and not p.outbox:
-                self._flush_soon()
+                self._send_queued_soon()
             elif self._conn.writable():
-                self._flush()
+                self._send_queued()
             else:
                 self._kick()
         else:
             try:
                 self._conn.send(frame, _NOBLOCK)
             except zmq.Again:
-                p.unsent(frame)
+                p.queue_publish(frame)
                 self._kick()
-        if not self._recheck_pending:
+        if not self._recheck_scheduled:
             self._after_send()
         return r
 
@@ -275,33 +275,36 @@ class AsyncClient(ops.FrontEnd):
             if self._p.state is CLOSED:
                 raise ClientClosed("the client was closed")
 
-    def _flush(self) -> None:
+    def _send_queued(self) -> None:
+        """Send what the peering queued, as far as the socket takes it (no waiting); the I/O
+        task sends the rest when the socket is writable again."""
         p = self._p
         if p.waiting and self._conn.sock is not None:
-            self._conn.flush()
+            self._conn.send_queued()
             self._after_send()
             if p.waiting:
                 self._kick()       # the socket is full: the I/O task waits until it can send
 
-    def _flush_soon(self) -> None:
-        if not self._flush_pending:
-            self._flush_pending = True
-            self._loop.call_soon(self._flush_now)
+    def _send_queued_soon(self) -> None:
+        """:meth:`_send_queued` once the event loop runs again (natural batching)."""
+        if not self._send_scheduled:
+            self._send_scheduled = True
+            self._loop.call_soon(self._send_queued_now)
 
-    def _flush_now(self) -> None:
-        self._flush_pending = False
-        self._flush()
+    def _send_queued_now(self) -> None:
+        self._send_scheduled = False
+        self._send_queued()
 
     def _after_send(self) -> None:
         """A send on the socket can swallow the edge its file descriptor signals incoming
         frames with (ZMQ_FD is edge-triggered): once per loop iteration after sends, look at
         the socket's events and wake the I/O task if anything is waiting."""
-        if not self._recheck_pending:
-            self._recheck_pending = True
+        if not self._recheck_scheduled:
+            self._recheck_scheduled = True
             self._loop.call_soon(self._recheck)
 
     def _recheck(self) -> None:
-        self._recheck_pending = False
+        self._recheck_scheduled = False
         if self._conn.sock is not None and self._conn.readable():
             self._kick()
 

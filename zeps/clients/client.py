@@ -155,7 +155,7 @@ class Client(ops.FrontEnd):
         self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection, curve)
         conn.open()
         try:
-            conn.flush()
+            conn.send_queued()
             self._run(ops.connect(self))
         except BaseException:
             conn.close()
@@ -188,18 +188,18 @@ class Client(ops.FrontEnd):
                 p.publish(frame, now, r, False)
             conn = self._conn
             if p.waiting:                   # behind other frames: joins the next batch
-                p.unsent(frame)
+                p.queue_publish(frame)
                 # Asking the socket costs more than queueing: ask every WRITABLE_LOOK seconds,
                 # or once a batch's worth has gathered.
                 if (now >= self._next_writable or len(p.queue) >= WRITABLE_BATCH) \
                         and conn.writable():
                     self._next_writable = now + WRITABLE_LOOK
-                    conn.flush()
+                    conn.send_queued()
             else:
                 try:
                     conn.send(frame, _NOBLOCK)
                 except zmq.Again:
-                    p.unsent(frame)
+                    p.queue_publish(frame)
             if now >= self._next_look:
                 self._next_look = now + LOOK_INTERVAL
                 if conn.readable():
@@ -236,7 +236,7 @@ class Client(ops.FrontEnd):
             send = self._queue_with_receipts if p.confirms else self._send_batch_frames
             n = send(messages, conn, _monotonic())
             if conn.writable():
-                conn.flush()
+                conn.send_queued()
             if conn.readable():
                 conn.service()
         finally:
@@ -252,13 +252,13 @@ class Client(ops.FrontEnd):
         for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
             if not p.may_publish(now):
                 if p.outbox and conn.writable():
-                    conn.flush()
+                    conn.send_queued()
                 if not p.may_publish(now):
                     now = self._run(ops.prepare_publish(self, now))
             p.publish_frame(frame, count, now)
             n += count
             if conn.writable():
-                conn.flush()
+                conn.send_queued()
         return n
 
     def _queue_with_receipts(self, messages, conn, now: float) -> int:
@@ -272,14 +272,14 @@ class Client(ops.FrontEnd):
             r = Receipt(frame, self)
             if not p.publish(frame, now, r):
                 if p.outbox and conn.writable():
-                    conn.flush()
+                    conn.send_queued()
                 if not p.publish(frame, now, r):
                     now = self._run(ops.prepare_publish(self, now))
                     p.publish(frame, now, r, False)
-            p.unsent(frame)
+            p.queue_publish(frame)
             n += 1
             if p.outbox and conn.writable():
-                conn.flush()
+                conn.send_queued()
         return n
 
     @_guarded
@@ -436,9 +436,10 @@ class Client(ops.FrontEnd):
         except StopIteration as done:
             return done.value
 
-    def _flush(self) -> None:
+    def _send_queued(self) -> None:
+        """Send what the peering queued, as far as the socket takes it (no waiting)."""
         if self._p.waiting and self._conn.sock is not None:
-            self._conn.flush()
+            self._conn.send_queued()
 
     def _pump(self, cond, deadline: Optional[float]) -> bool:
         """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False)."""

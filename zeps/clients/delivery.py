@@ -14,24 +14,30 @@ messages then, and cutting it at the top-up exactly where DELIVERs would have st
 :meth:`Delivery.take_batches` hands batches as they came. Credit goes back to the broker once
 half the window (``zeps.clients.window``) was handed; a broker that sends beyond the credit it
 was given loses the peering. The peering's position (:attr:`last_handed`, where a
-resubscription starts after a reconnect) moves as messages are handed.
+resubscription starts after a reconnect) moves as messages are handed. The window is sized
+after each ATTACH from the broker's ``LIMITS`` and grown when the broker advises "credit window
+too small" (``_fit``, with :mod:`zeps.clients.window`).
 
 :class:`Delivery` is a mixin of :class:`~zeps.clients.peering.Peering`, which owns the state it
 uses (``buffer``, ``buffered``, ``buffered_messages``, ``consumed``, ``topup``,
-``credit_window``, ``subscribed``, ``last_received``, ``last_handed``, ``stream``) and the
-``attached`` / ``connection_lost`` / ``_send`` it uses.
+``credit_window``, ``largest``, ``max_credit``, ``subscribed``, ``last_received``,
+``last_handed``, ``stream``, ``error``) and the ``attached`` / ``connection_lost`` / ``_send``
+it uses.
 """
 from __future__ import annotations
 
 import logging
 import struct
-from typing import List
+from typing import List, Optional
 
 from ..protocol import commands as c
 from ..protocol.codec import encode
 from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
+from ..protocol.reasons import Reason
 from .batching import ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
+from .errors import InvalidError
 from .message import Message, MessageBatch, build_message
+from .window import advised_cost, topup_for, window_for
 
 __all__ = ["Delivery", "TAKE_LIMIT"]
 
@@ -229,3 +235,33 @@ class Delivery:
         if self.attached and self.consumed:
             self._send(encode(c.Credit(self.consumed)))
         self.consumed = 0
+
+    def _fit(self, largest: int, advice: Optional[str] = None) -> None:
+        """Size the credit window for messages costing up to ``largest`` (window.py), granting
+        what it grows by -- and the credit not granted back yet -- at once while subscribed.
+        With a broker's ``advice`` that cannot be followed, the application hears it."""
+        largest = max(largest, self.largest)
+        window = window_for(self.credit_window, largest, self.max_credit)
+        if window is None:              # can never be delivered to this client: say so
+            self.error = self.error or InvalidError(advice or f"a message of {largest} bytes "
+                                                              f"of credit cannot be delivered")
+            return
+        self.largest = largest
+        self.topup = topup_for(window, largest)
+        more = window - self.credit_window
+        if more <= 0:
+            return
+        log.info("zeps: credit window for stream %r grows from %d to %d bytes", self.stream,
+                 self.credit_window, window)
+        self.credit_window = window
+        if self.subscribed:
+            self.consumed += more
+            self._grant()
+
+    def _window_too_small(self, why: Reason) -> None:
+        """Unasked: a message costs more credit than this client ever held at once: grow the
+        window to fit it (:mod:`zeps.clients.refusals`)."""
+        # fields: (sequence, cost, peak); from a broker without REASONS-SELECT, the text's figure
+        cost = why.fields[1] if len(why.fields) > 1 else ""
+        self._fit(int(cost) if cost.isdigit() else advised_cost(why.text, self.credit_window),
+                  why.text)

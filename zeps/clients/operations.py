@@ -3,7 +3,7 @@
 An operation is a generator over a front end (:class:`~zeps.clients.Client` or
 :class:`~zeps.clients.AsyncClient`): it acts on the front end's
 :class:`~zeps.clients.peering.Peering` (``front._p``), asks the front end to send what the
-peering queued (``front._flush()``), and whenever it must wait it yields ``(condition,
+peering queued (``front._send_queued()``), and whenever it must wait it yields ``(condition,
 deadline)``; the front end does I/O until ``condition()`` holds or the ``deadline`` (a
 ``time.monotonic()`` value, None for ever) passes, and sends back whether it held. The blocking
 client drives an operation by polling its socket, the asyncio client by awaiting; the steps, the
@@ -138,7 +138,7 @@ def prepare_publish(front, now: float):
     if p.silent(now):
         probe = p.heartbeat_probe(now)
         if probe is not None:
-            front._flush()
+            front._send_queued()
             yield (lambda: probe.done or p.need_reconnect is not None or not p.attached,
                    deadline)
     ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None
@@ -158,7 +158,7 @@ def join(front, create: bool, deadline: float, what: str):
     peering stays ABSENT: a later call tries again)."""
     p = front._p
     p.join(create, _monotonic())
-    front._flush()
+    front._send_queued()
     ok = yield (lambda: p.ready or p.state is ABSENT or p.fatal is not None, deadline)
     p.check()
     if p.state is ABSENT:
@@ -203,7 +203,7 @@ def request(front, cmd: c.Command, kind: RequestKind, timeout: Optional[float], 
         if not (unattached and front._p.state is ABSENT):
             yield from wait_attached(front, deadline, cmd.NAME)
         r = front._p.request(cmd, kind, _monotonic())
-        front._flush()
+        front._send_queued()
         yield from wait_request(front, r, deadline, t)
         if not r.cancelled:
             return r.result
@@ -278,19 +278,19 @@ def subscribe(front, patterns, from_seq, from_time, live: bool):
         while True:
             yield from wait_attached(front, deadline, "SUBSCRIBE")
             r = p.subscribe(pattern, latest, live, _monotonic())
-            front._flush()
+            front._send_queued()
             yield from wait_request(front, r, deadline, front.timeout)
             if not r.cancelled:
                 break
     p.start_delivery()
-    front._flush()
+    front._send_queued()
 
 
 def fill(front, ready, timeout: Optional[float], batches: bool = False):
     """Put the next messages for the application into ``ready`` (the deque a subscription hands
     out from; see ``Peering.take``), or with ``batches`` the next :class:`MessageBatch` objects
     (``Peering.take_batches``): True once it holds some, False when ``timeout`` expires.
-    Raises the client's pending error first. Another reader of the same subscription may fill
+    Raises the error the client has to raise first. Another reader of the same subscription may fill
     ``ready`` meanwhile (asyncio tasks): that counts too."""
     p = front._p
     deadline = None if timeout is None else _monotonic() + timeout
@@ -298,7 +298,7 @@ def fill(front, ready, timeout: Optional[float], batches: bool = False):
     while not ready:
         if p.buffer and p.error is None:
             ready.extend(p.take_batches() if batches else p.take())
-            front._flush()
+            front._send_queued()
             break
         p.check()
         if timed_out:
@@ -317,13 +317,13 @@ def detach(front, timeout: Optional[float], log):
         return
     t = front.timeout if timeout is None else timeout
     deadline = _monotonic() + t
-    if p.state is CONNECTING and p.unsent_publishes():
+    if p.state is CONNECTING and p.unfinished_publishes():
         yield (lambda: p.attached or p.fatal is not None), deadline
         if not p.attached:
             log.warning("zeps: closing while reconnecting to %s: %d publish(es) not sent",
-                        front.endpoint, p.unsent_publishes())
+                        front.endpoint, p.unfinished_publishes())
     if p.attached:
         r = p.detach(_monotonic())
-        front._flush()
+        front._send_queued()
         if not (yield (lambda: r.done or not p.attached), deadline):
             log.warning("zeps: no DETACH-OK from %s within %gs; closing anyway", front.endpoint, t)

@@ -1,103 +1,82 @@
 """The client side of one ZEPS peering as a pure state machine: no sockets, no clock.
 
-Note (issue 16): over 600 lines. Its split by job -- the publishes awaiting CONFIRM in a
-``ConfirmTracker``, the request kinds as an Enum instead of strings -- waits until the features
-being written on this module have landed.
-
-:class:`Peering` knows the whole conversation of a client attached to one stream -- ATTACH and
-re-ATTACH, request/reply matching, publish and CONFIRM counting, the credit window, the position
-to resubscribe from, heartbeats and the decision to reconnect, what each INVALID means -- and
-does no I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
+:class:`Peering` knows the whole conversation of a client attached to one stream and does no
+I/O. A shell (the blocking :class:`~zeps.clients.Client`, the
 :class:`~zeps.clients.AsyncClient`) feeds it, always passing the time as ``now``:
 
 * frames from the broker: :meth:`Peering.receive`;
 * connection events: :meth:`Peering.connection_lost` (the socket monitor saw the TCP connection
   close), :meth:`Peering.reconnect` (when :meth:`Peering.reconnect_due` says so, just before the
   shell replaces its socket), :meth:`Peering.tick` (timers; wake it at :meth:`Peering.next_timer`);
-* the application's actions: :meth:`Peering.publish`, :meth:`Peering.request`,
-  :meth:`Peering.subscribe`, :meth:`Peering.take`, :meth:`Peering.detach`, :meth:`Peering.close`,
-  and :meth:`Peering.join` while :data:`ABSENT` (readers never create streams: the first ATTACH
-  says ``STREAM-EXPECT 0`` unless ``create``; a stream that does not exist leaves the peering
-  ABSENT until a publish attaches creating it or a read finds it);
+* the application's actions: :meth:`Peering.publish` (and ``queue_publish``, ``publish_frame``),
+  :meth:`Peering.request`, :meth:`Peering.subscribe`, :meth:`Peering.take`,
+  :meth:`Peering.detach`, :meth:`Peering.close`, and :meth:`Peering.join` while :data:`ABSENT`
+  (readers never create streams: the first ATTACH says ``STREAM-EXPECT 0`` unless ``create``; a
+  stream that does not exist leaves the peering ABSENT until a publish attaches creating it or
+  a read finds it);
 
 and takes from it the frames to send, in order (:attr:`Peering.outbox`: the shell sends from
 the left and leaves what the socket does not take), the messages for the application
-(:attr:`Peering.buffer`, handed out by :meth:`Peering.take` and :meth:`Peering.take_batches`:
-the subscriber's half, DELIVERs in and credit out, is :mod:`zeps.clients.delivery`), the
-outcome of each request (a
-:class:`Request`), of each publish (a receipt, :mod:`zeps.clients.receipt`), and the errors to
-raise (:meth:`Peering.check`).
+(:attr:`Peering.buffer`, handed out by :meth:`Peering.take` and :meth:`Peering.take_batches`),
+the outcome of each request (a :class:`~zeps.clients.requests.Request`), of each publish (a
+receipt, :mod:`zeps.clients.receipt`), and the errors to raise (:meth:`Peering.check`).
 
-Each ATTACH goes after ``REASONS-SELECT``: a broker that offers it refuses with ERROR (a code
-and fields, :mod:`zeps.protocol.reasons`) instead of INVALID, and the peering acts on the code
-and the fields; from a broker that does not (its INVALID answers the REASONS-SELECT), an INVALID's
-code is read from its text's prefix and what the fields would say is parsed from the text, best
-effort (INVALID's text is cut at 255 bytes). Below, "an INVALID" is either.
+The conversation is written here: ATTACH and re-ATTACH and the session set-up after each
+ATTACH-OK, request/reply matching (replies come back in request order: a reply answers the
+oldest outstanding request), heartbeats and the decision to reconnect. A DETACH from the
+broker, or an INVALID saying ``not attached: ...``, means the broker forgot this client: the
+peering is re-established (a new socket, ATTACH, CONFIRM-SELECT, DELIVER-TIMESTAMPS, every
+pattern re-subscribed from the last message handed to the application, the credit window
+re-granted, unconfirmed publishes re-sent). After each ATTACH the peering asks ``LIMITS`` and
+sizes its credit window from the answer (:mod:`zeps.clients.window`; an INVALID answer, from an
+older broker, changes nothing), then ``BATCH-SELECT`` and ``STREAM-DESCRIBE``
+(:mod:`zeps.clients.batching`; an INVALID answer leaves plain PUBLISH / DELIVER), and with
+confirms ``CONFIRM-SELECT``, one ``STREAM-INFO`` that anchors receipts and ``PRODUCER``.
+Losing and regaining the peering are queued as
+:class:`~zeps.clients.states.ConnectionEvent` in :attr:`Peering.events` for the shell to hand
+on. The other jobs have a module each, the peering's mixins and parts:
 
-Replies to requests come back in request order, so a reply answers the oldest outstanding
-request. An INVALID answers that request too, unless it says ``PUBLISH rejected: ...`` (it then
-answers a publish) or publishes were sent since the last request: a PING (a *barrier*) is sent
-before the next request in that case, and an INVALID arriving before its PING-OK answers a
-publish. An INVALID saying ``not attached: ...`` and a DETACH from the broker mean the broker
-forgot this client: the peering is re-established (a new socket, ATTACH, CONFIRM-SELECT,
-DELIVER-TIMESTAMPS, every pattern re-subscribed from the last message handed to the application,
-the credit window re-granted, unconfirmed publishes re-sent).
-
-After each ATTACH the peering asks ``LIMITS`` and sizes its credit window from the answer
-(:mod:`zeps.clients.window`; an INVALID answer, from an older broker, changes nothing), then
-``BATCH-SELECT`` and ``STREAM-DESCRIBE`` (:mod:`zeps.clients.batching`: DELIVER-BATCH frames
-give the messages DELIVERs would give, and publishes made while frames wait for the socket are
-queued and sealed into one PUBLISH-BATCH when it is free: :meth:`Peering.next_frame`;
-an INVALID answer leaves plain PUBLISH / DELIVER). With
-confirms it says ``PRODUCER`` before publishing and before each run of re-sent publishes
-(:mod:`zeps.clients.producer`). Two INVALIDs come unasked and answer no request: ``credit window
-too small: ...`` grows the window, ``pattern removed: ...`` drops a pattern and is raised once
-as :class:`~zeps.clients.errors.PatternRemoved`. Losing and regaining the peering are queued as
-:class:`ConnectionEvent` in :attr:`Peering.events` for the shell to hand on.
+* :mod:`zeps.clients.publishing` -- the publisher's half: publishes out, in order, queued and
+  sealed into PUBLISH-BATCH frames while the socket is busy;
+* :mod:`zeps.clients.delivery` -- the subscriber's half: DELIVERs in, credit out, the window;
+* :mod:`zeps.clients.confirms` -- the publishes awaiting CONFIRM (:class:`ConfirmTracker`);
+* :mod:`zeps.clients.producer` -- exactly-once publishing (PRODUCER and its answers);
+* :mod:`zeps.clients.refusals` -- what each INVALID or ERROR means;
+* :mod:`zeps.clients.requests` -- the request kinds (:class:`RequestKind`) and what answers each;
+* :mod:`zeps.clients.states` -- the peering's states and connection events.
 """
 from __future__ import annotations
 
-import ast
 import logging
-import re
-import struct
 from collections import deque
-from typing import Deque, Dict, List, NamedTuple, Optional, Tuple, Union
+from typing import Deque, Dict, Optional, Tuple, Union
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, decode, encode
 from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
-from ..protocol.reasons import FENCED, Code, Reason
-from .batching import (DELIVER_BATCH_HEAD, MAX_BATCH_BYTES,
-                       PUBLISH_BATCH_HEAD, PublishQueue, unbatch)
+from ..protocol.reasons import Code, Reason
+from .batching import DELIVER_BATCH_HEAD, MAX_BATCH_BYTES, PublishQueue
 from .confirms import ConfirmTracker
 from .delivery import Delivery
-from .errors import (ClientClosed, ConnectionLost, InvalidError, NoStream, PatternRemoved,
-                     ProducerFenced, ProducerStateLost, StreamDeleted, StreamRecreated,
-                     invalid_error)
+from .errors import ClientClosed, InvalidError, NoStream
 from .message import Message, MessageBatch
-from .producer import check_producer_id, new_producer_id, refusal_kind
+from .producer import ExactlyOnce, check_producer_id, new_producer_id
+from .publishing import Publishing
+from .refusals import Refusals
 from .requests import REPLY_KINDS, Request, RequestKind
-from .window import advised_cost, largest_cost, topup_for, window_for
+from .states import ABSENT, ATTACHED, CLOSED, CONNECTING, FAILED, LOST, RECONNECTED, ConnectionEvent
+from .window import largest_cost
 
 __all__ = ["Peering", "Request", "RequestKind", "ConnectionEvent", "CONNECTING", "ATTACHED", "ABSENT",
            "FAILED", "CLOSED", "LOST", "RECONNECTED", "validate_options"]
 
 log = logging.getLogger("zeps.client")
 
-CONNECTING, ATTACHED, FAILED, CLOSED = "connecting", "attached", "failed", "closed"
-#: Not attached because the stream does not exist (a reader's ATTACH does not create it): the
-#: next publish attaches creating it (:meth:`Peering.join`), the next read looks again.
-ABSENT = "absent"
-#: Kinds of :class:`ConnectionEvent`.
-LOST, RECONNECTED = "lost", "reconnected"
 #: Seconds between two reconnects.
 RECONNECT_SPACING = 0.1
 
 _DELIVER_HEAD = SIGNATURE + bytes((DELIVER_ID,))
 _DELIVER_TS_HEAD = SIGNATURE + bytes((DELIVER_TS_ID,))
-_U32_unpack_from = struct.Struct(">I").unpack_from
-_PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
 _PING = encode(c.Ping())
 _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
@@ -105,17 +84,6 @@ _LIMITS = c.Limits()
 _BATCH_SELECT = c.BatchSelect()
 _REASONS_SELECT = encode(c.ReasonsSelect())
 _STREAM_ID = c.StreamId()
-#: The pattern the text of a PATTERN_REMOVED reason names, from a broker without REASONS-SELECT
-#: (it writes the regex, without its ``~``, as a Python string literal).
-_REMOVED_REGEX = re.compile(r"""regular expression ('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*")""")
-
-class ConnectionEvent(NamedTuple):
-    """The peering was lost (``kind`` :data:`LOST`, ``reason`` says why) or re-established
-    (:data:`RECONNECTED`, ``reason`` says what was re-sent); ``reconnects`` counts the
-    reconnects so far. A shell hands these to the application's ``on_connection`` callback."""
-    kind: str
-    reason: str
-    reconnects: int
 
 
 def validate_options(stream, credit_window, timeout, heartbeat) -> None:
@@ -134,7 +102,7 @@ def validate_options(stream, credit_window, timeout, heartbeat) -> None:
         raise ValueError("heartbeat must be a positive number of seconds")
 
 
-class Peering(Delivery):
+class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
     """One client's peering with a broker, attached to ``stream`` (see the module docs).
 
     Starts connecting: the ATTACH is in :attr:`outbox`.
@@ -184,7 +152,7 @@ class Peering(Delivery):
         self.reconnect_at = 0.0
         self.connecting_since = now
         self.outbox: Deque[bytes] = deque()           # frames to send now, in order
-        self.held: Deque[bytes] = deque()             # frames waiting for ATTACH-OK
+        self.deferred: Deque[bytes] = deque()         # frames waiting for ATTACH-OK
         self.outstanding: Deque[Request] = deque()
         self.pubs_since_request = 0
         self.error: Optional[Exception] = None        # one-shot: raised by the next call
@@ -276,24 +244,6 @@ class Peering(Delivery):
         return (self.need_reconnect is not None and now >= self.reconnect_at
                 and self.state is not CLOSED and self.state is not FAILED)
 
-    @property
-    def max_batch(self) -> Optional[int]:
-        """The largest PUBLISH-BATCH (bytes) the broker takes on this connection; None while
-        batching is off (not asked, not answered yet, or refused by an older broker)."""
-        return self.queue.max_batch
-
-    @property
-    def waiting(self) -> bool:
-        """Frames wait for the socket (queued ones or publishes to batch): the shell sends
-        them (:meth:`next_frame`) as soon as it can."""
-        return bool(self.outbox or self.queue.frames)
-
-    def unsent_publishes(self) -> int:
-        """Publishes not yet handed to a broker (or not yet confirmed, with confirms)."""
-        if self.confirms:
-            return len(self.tracker.unconfirmed)
-        return len(self.queue) + sum(_publishes_in(f) for f in (*self.outbox, *self.held))
-
     # ------------------------------------------------------------------ connection events
 
     def sent(self, now: float) -> None:
@@ -333,16 +283,7 @@ class Peering(Delivery):
         self.producer_sync = None
         self.probe = None
         self.pubs_since_request = 0
-        # Publishes never handed to the old socket reached no broker: keep them. With confirms
-        # every unconfirmed publish is re-sent from the tracker's instead.
-        keep = [] if self.confirms else [p for f in (*self.outbox, *self.held)
-                                         for p in _plain_publishes(f)] + self.queue.drain()
-        self.queue.drain()              # with confirms, the tracker has them
-        self.queue.max_batch = None     # until the next broker answers BATCH-SELECT
-        self.queue.max_body = None
-        self.outbox.clear()
-        self.held.clear()
-        self.held.extend(keep)
+        self._keep_unsent()
         self.buffer.clear()
         self.buffered = self.buffered_messages = 0
         self.last_received = self.last_handed
@@ -384,66 +325,6 @@ class Peering(Delivery):
         return self.probe
 
     # ------------------------------------------------------------------ application actions
-
-    def publish(self, frame: bytes, now: float, receipt, checked: bool = True) -> bool:
-        """Account for one PUBLISH the shell hands to its socket right after.
-
-        With ``checked``, first return False (and do nothing) unless the publish may go straight
-        out: attached, nothing queued, no error to raise first, not silent for ``heartbeat``
-        seconds. The shell then waits for that (:meth:`heartbeat_probe`, :attr:`ready`, an
-        empty :attr:`outbox`) and calls again with ``checked=False``. ``receipt`` is kept until its
-        CONFIRM with confirms on."""
-        if checked and (self.state is not ATTACHED or self.error is not None
-                        or (self.outbox and (self.queue.max_batch is None or self.queue.size
-                                             + len(frame) > self.queue.max_batch))
-                        or self.need_reconnect is not None or self.producer_sync is not None
-                        or now - self.last_send >= self.heartbeat):
-            return False
-        self.pubs_since_request += 1
-        self.last_send = now
-        if self.confirms:
-            self.tracker.track(receipt)
-        return True
-
-    def may_publish(self, now: float) -> bool:
-        """Whether publishes may go straight out now (see :meth:`publish`)."""
-        return (self.state is ATTACHED and self.error is None and not self.outbox
-                and self.need_reconnect is None and self.producer_sync is None
-                and now - self.last_send < self.heartbeat)
-
-    def publish_frame(self, frame: bytes, count: int, now: float) -> None:
-        """Account for ``count`` publishes without confirms that the shell built into one frame
-        (``batching.batch_frames``: a PUBLISH-BATCH within ``max_batch``, or a PUBLISH) when
-        :meth:`may_publish`: they go out behind what the queue holds, in order. Without
-        batching (the broker changed meanwhile) a PUBLISH-BATCH goes as its PUBLISHes."""
-        self.pubs_since_request += count
-        self.last_send = now
-        if self.queue.frames:
-            self.outbox.append(self.queue.seal())
-        if count > 1 and self.queue.max_batch is None:
-            self.outbox.extend(unbatch(frame))
-        else:
-            self.outbox.append(frame)
-
-    def unsent(self, frame: bytes) -> None:
-        """The socket did not take a PUBLISH frame (high-water mark), or the shell did not try
-        because frames wait (:attr:`waiting`): queue it, in order -- to leave with the next
-        batch when the broker takes batches."""
-        if self.queue.max_batch is None or self.state is not ATTACHED:
-            self.outbox.append(frame)
-        else:
-            self.outbox.extend(self.queue.add(frame))
-
-    def next_frame(self) -> Optional[bytes]:
-        """The frame to send next (the shell pops it from :attr:`outbox` once the socket
-        took it): the oldest of :attr:`outbox`, else what the queue holds, sealed into one
-        PUBLISH-BATCH now that the socket is free (natural batching). None: nothing waits."""
-        if self.outbox:
-            return self.outbox[0]
-        if self.queue.frames:
-            self.outbox.append(self.queue.seal())
-            return self.outbox[0]
-        return None
 
     def request(self, cmd: c.Command, kind: RequestKind, now: float, arg=None) -> Request:
         """Send a request whose reply comes back in order (a barrier PING goes first if
@@ -499,8 +380,8 @@ class Peering(Delivery):
         self.state = CLOSED
         self.buffer.clear()
         self.buffered = self.buffered_messages = 0
-        self.tracker.fail_all(ClientClosed("the client was closed before the broker confirmed "
-                                        "this message"))
+        self.tracker.fail_all(ClientClosed("the client was closed before the broker "
+                                           "confirmed this message"))
 
     # ------------------------------------------------------------------ input
 
@@ -582,8 +463,8 @@ class Peering(Delivery):
         self.creating = False
         self.absence = None
         self.connecting_since = 0.0
-        held = list(self.held)
-        self.held.clear()
+        deferred = list(self.deferred)
+        self.deferred.clear()
         if self.incarnation is None:     # which stream this is (a re-ATTACH expects it)
             self.request(_STREAM_ID, RequestKind.STREAM_ID, now)
         self.request(_LIMITS, RequestKind.LIMITS, now)        # sizes the credit window (window.py)
@@ -612,168 +493,14 @@ class Peering(Delivery):
         elif self.confirms:
             self._resend(self.tracker.unconfirmed)
         else:
-            for frame in held:
-                self._send(frame)
-                self.pubs_since_request += frame.startswith(_PUBLISH_HEAD)
+            self._send_deferred(deferred)
         if self.reconnects:
             n = len(self.tracker.unconfirmed)
             what = f"re-sending {n} unconfirmed publish(es)" if n else "nothing to re-send"
             log.info("zeps: re-attached to %s (stream %r), %s", self.endpoint, self.stream, what)
             self.events.append(ConnectionEvent(RECONNECTED, what, self.reconnects))
 
-    def _on_invalid(self, why: Reason) -> None:
-        """An INVALID, or an ERROR (``why`` has its code and fields then)."""
-        code, reason = why.code, why.text
-        if code is Code.NOT_ATTACHED and self.state is ATTACHED:
-            self.connection_lost(f"the broker does not know this client ({reason})")
-            return
-        if code is Code.NOT_ALLOWED and why.fields[:1] == ("connect",):
-            # This connection's key was removed from the broker's allow-list: every command on
-            # it is refused, and a new connection could not complete the handshake.
-            self.state = FAILED
-            self._fail(ConnectionLost(f"the broker no longer accepts this client's key: "
-                                      f"{reason}"))
-            return
-        # Advice the broker sends on its own, answering no request:
-        if code is Code.WINDOW_TOO_SMALL:
-            self._window_too_small(why)
-            return
-        if code is Code.PATTERN_REMOVED:
-            self._pattern_removed(why)
-            return
-        rejected = code is Code.PUBLISH_REJECTED
-        head = self.outstanding[0] if self.outstanding else None
-        if head is not None and head.kind is not RequestKind.BARRIER and not rejected:
-            # The answer to the request at the head (no publish was sent before it unanswered).
-            self.outstanding.popleft()
-            head.error = invalid_error(why, head.name)
-            head.done = True
-            if head.kind is RequestKind.ATTACH:
-                if not self.ever_attached:
-                    # A reader's ATTACH (STREAM-EXPECT 0) to no stream, or any refused ATTACH
-                    # once the constructor returned: ABSENT, for the next call to try again.
-                    self.state = ABSENT
-                    if code is Code.NO_STREAM and not (self.create or self.creating):
-                        self.absence = head.error
-                    else:
-                        self.attach_error = head.error
-                    self.creating = False
-                else:
-                    self.state = FAILED
-                    self._fail(self._reattach_refused(code, reason))
-            elif head.kind is RequestKind.STREAM_ID:
-                log.debug("zeps: the broker at %s does not tell stream incarnations (%s)",
-                          self.endpoint, reason)
-                self.incarnation = 0
-            elif head.kind is RequestKind.STREAM_EXPECT and not self.incarnation:
-                log.debug("zeps: the broker at %s does not have STREAM-EXPECT (%s): its ATTACH "
-                          "creates stream %r", self.endpoint, reason, self.stream)
-            elif head.kind is RequestKind.STREAM_EXPECT:
-                log.warning("zeps: the broker at %s does not check stream incarnations (%s): "
-                            "re-attaching to stream %r without knowing whether it is the same "
-                            "stream", self.endpoint, reason, self.stream)
-            elif head.kind is RequestKind.CONFIRM_SELECT:
-                self._fail(head.error)
-            elif head.kind is RequestKind.RESUBSCRIBE:
-                self.error = self.error or head.error
-            elif head.kind is RequestKind.REASONS_SELECT:
-                log.debug("zeps: the broker at %s does not offer REASONS-SELECT (%s): refusals "
-                          "are read from INVALID's text", self.endpoint, reason)
-            elif head.kind is RequestKind.BATCH_SELECT:
-                log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
-                          self.endpoint, reason)
-            elif head.kind is RequestKind.BATCH_LIMITS:       # the broker's own limit stands
-                self.queue.max_batch = self.offered_batch
-            elif head.kind is RequestKind.PRODUCER:
-                self._producer_refused(head, why)
-            return
-        # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
-        if rejected and refusal_kind(why) == FENCED:
-            self._fenced(why)
-            return
-        err = invalid_error(why, "PUBLISH" if rejected else None)
-        if self.error is None:
-            self.error = err
-        if rejected and self.confirms:           # the broker does not count it
-            self.tracker.reject_one(err)
-
-    # ------------------------------------------------------------------ exactly-once
-
-    def _producer_synced(self, last: int, now: float) -> None:
-        """The answer to the PRODUCER after ATTACH: the broker holds this producer's messages
-        up to ``last``. The unconfirmed publishes up to it are re-sent as they were numbered,
-        after their own PRODUCERs (duplicates: confirmed, not stored again); the others are
-        numbered again from ``last + 1`` (a peering may not start past it: a rejected publish,
-        or records a broker crash lost, leave holes) and re-sent after one PRODUCER.
-
-        If ``last`` is below a producer sequence the broker already confirmed, it forgot this
-        producer (too old, evicted, the stream created again): the unconfirmed publishes may
-        or may not be stored, so they are not re-sent (they would be stored twice); they fail
-        with :class:`ProducerStateLost`, said once (receipt or next call) and logged, and the
-        next publishes are numbered from ``last + 1``."""
-        self.producer_sync = None
-        tracker = self.tracker
-        at = self.producer_at
-        if tracker.forgotten(last):
-            n = len(tracker.unconfirmed)
-            err = ProducerStateLost(
-                f"the broker at {self.endpoint} forgot producer {self.producer!r} on stream "
-                f"{self.stream!r}: it holds its messages up to producer sequence {last}, yet "
-                f"it had confirmed {tracker.producer_confirmed} (its producer state was "
-                f"dropped: too old, too many producers, or the stream was created again); {n} "
-                f"unconfirmed message(s) were not re-sent, as they may be stored already: "
-                f"publish them again only if a duplicate does no harm", last,
-                tracker.producer_confirmed)
-            log.warning("zeps: %s", err)
-            if n:
-                self.error = self.error or err
-            tracker.restart(last, err)
-            if at != last + 1:
-                self.request(c.Producer(self.producer, last + 1), RequestKind.PRODUCER, now)
-            return
-        for first, receipts in tracker.resync(last):
-            if first != at:
-                self.request(c.Producer(self.producer, first), RequestKind.PRODUCER, now)
-            self._resend(receipts)
-            at = first + len(receipts)
-
-    def _producer_refused(self, head: Request, why: Reason) -> None:
-        """PRODUCER was refused: the id is another key's (final: :class:`ProducerFenced`),
-        or the broker does not do exactly-once here (an older broker, no right to publish, a
-        limit): publishing goes on at-least-once (the unconfirmed publishes are re-sent)."""
-        if refusal_kind(why) is not None:
-            self._fenced(why)
-            return
-        log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream %r is "
-                    "at-least-once, not exactly-once", self.endpoint, why.text, self.stream)
-        self.producer = None
-        if head is self.producer_sync:
-            self.producer_sync = None
-            self._resend(self.tracker.unconfirmed)
-
-    def _fenced(self, why: Reason) -> None:
-        """Another client took this producer id over (or it is another key's): final."""
-        if self.fatal is not None:                   # one INVALID per publish in flight
-            return
-        err = ProducerFenced(why.text, "PRODUCER", why.code, why.fields)
-        log.warning("zeps: stream %r: exactly-once publishing stops: %s", self.stream, why.text)
-        self.producer_sync = None
-        self._fail(err)
-
     # ------------------------------------------------------------------ helpers
-
-    def _reattach_refused(self, code: Code, reason: str) -> ConnectionLost:
-        """The error a refused re-ATTACH ends the peering with: the stream it knew was deleted
-        (``no stream``), or is another incarnation, or (any other reason) the peering is lost."""
-        inc = self.incarnation or 0
-        if code is Code.NO_STREAM:
-            return StreamDeleted(f"stream {self.stream!r} was deleted (the broker said: "
-                                 f"{reason})", self.stream, inc, reason)
-        if code is Code.STREAM_RECREATED:
-            return StreamRecreated(f"stream {self.stream!r} was deleted and created again: its "
-                                   f"sequences are not the ones this client knew (the broker "
-                                   f"said: {reason})", self.stream, inc, reason)
-        return ConnectionLost(f"the broker refused to re-attach stream {self.stream!r}: {reason}")
 
     def _attach(self, now: float) -> None:
         self.state = CONNECTING
@@ -790,82 +517,6 @@ class Peering(Delivery):
         self.outstanding.append(Request(RequestKind.ATTACH, "ATTACH", now))
         self.outbox.append(encode(c.Attach(self.stream)))
 
-    def _fit(self, largest: int, advice: Optional[str] = None) -> None:
-        """Size the credit window for messages costing up to ``largest`` (window.py), granting
-        what it grows by -- and the credit held back so far -- at once while subscribed. With a
-        broker's ``advice`` that cannot be followed, the application hears it."""
-        largest = max(largest, self.largest)
-        window = window_for(self.credit_window, largest, self.max_credit)
-        if window is None:              # can never be delivered to this client: say so
-            self.error = self.error or InvalidError(advice or f"a message of {largest} bytes "
-                                                              f"of credit cannot be delivered")
-            return
-        self.largest = largest
-        self.topup = topup_for(window, largest)
-        more = window - self.credit_window
-        if more <= 0:
-            return
-        log.info("zeps: credit window for stream %r grows from %d to %d bytes", self.stream,
-                 self.credit_window, window)
-        self.credit_window = window
-        if self.subscribed:
-            self.consumed += more
-            self._grant()
-
-    def _window_too_small(self, why: Reason) -> None:
-        # fields: (sequence, cost, peak); from a broker without REASONS-SELECT, the text's figure
-        cost = why.fields[1] if len(why.fields) > 1 else ""
-        self._fit(int(cost) if cost.isdigit() else advised_cost(why.text, self.credit_window),
-                  why.text)
-
-    def _pattern_removed(self, why: Reason) -> None:
-        reason = why.text
-        if why.fields:                   # (the pattern as subscribed,)
-            pattern = why.fields[0]
-        else:                            # a broker without REASONS-SELECT: the text, if not cut
-            m = _REMOVED_REGEX.search(reason)
-            pattern = None
-            if m:
-                try:
-                    pattern = "~" + ast.literal_eval(m.group(1))
-                except (ValueError, SyntaxError):
-                    pattern = None
-        if pattern is not None and self.patterns.pop(pattern, None) is None:
-            pattern = None
-        log.warning("zeps: stream %r: %s", self.stream, reason)
-        self.error = self.error or PatternRemoved(reason, pattern, why.fields)
-
-    def _send(self, frame: bytes) -> None:
-        if self.queue.frames:            # publishes queued before this frame leave before it
-            self.outbox.append(self.queue.seal())
-        # ABSENT: only requests that need no ATTACH are made (LIST-STREAMS-PAGE): they go now
-        (self.outbox if self.state is ATTACHED or self.state is ABSENT else self.held).append(frame)
-
-    def _resend(self, receipts) -> None:
-        """Send the frames of unconfirmed publishes again (after a re-ATTACH)."""
-        for r in receipts:
-            self._send(r.frame)
-        self.pubs_since_request += len(receipts)
-
     def _fail(self, error: Exception) -> None:
         self.fatal = error
         self.tracker.fail_all(error)
-
-
-def _publishes_in(frame: bytes) -> int:
-    """How many publishes a frame of the outbox carries (0: not a publish)."""
-    if frame.startswith(_PUBLISH_HEAD):
-        return 1
-    if frame.startswith(PUBLISH_BATCH_HEAD):
-        return _U32_unpack_from(frame, 3)[0]
-    return 0
-
-
-def _plain_publishes(frame: bytes) -> List[bytes]:
-    """The PUBLISH frames an outbox frame carries (a batch unbatched), none for others."""
-    if frame.startswith(_PUBLISH_HEAD):
-        return [frame]
-    if frame.startswith(PUBLISH_BATCH_HEAD):
-        return unbatch(frame)
-    return []
-

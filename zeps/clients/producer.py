@@ -47,16 +47,28 @@ stores it, drops it as a duplicate or rejects it (``PUBLISH rejected: ...``); a 
 a rejected publish from its unconfirmed ones, so the producer sequences it re-sends after a
 reconnect may have holes: :func:`runs` splits them into consecutive runs, each re-sent after
 its own ``PRODUCER``.
+
+:class:`ExactlyOnce` is the peering's side of it (a mixin of
+:class:`~zeps.clients.peering.Peering`, which owns the state it uses): what it does with the
+answer to the PRODUCER after an ATTACH, and with a refused or fenced producer. The numbering
+itself is kept with the receipts, in :class:`~zeps.clients.confirms.ConfirmTracker`. Pure: no
+sockets, no clock.
 """
 from __future__ import annotations
 
+import logging
 import uuid
 from typing import Iterable, List, Optional, Tuple
 
+from ..protocol import commands as c
 from ..protocol.reasons import (BOUND, FENCED, OUT_OF_ORDER, PRODUCER_REFUSED, PUBLISH_REJECTED,
                                 Code, Reason)
+from .errors import ProducerFenced, ProducerStateLost
+from .requests import Request, RequestKind
 
-__all__ = ["new_producer_id", "check_producer_id", "runs", "refusal_kind"]
+__all__ = ["new_producer_id", "check_producer_id", "runs", "refusal_kind", "ExactlyOnce"]
+
+log = logging.getLogger("zeps.client")
 
 
 def new_producer_id() -> str:
@@ -110,3 +122,70 @@ def refusal_kind(why: Reason) -> Optional[str]:
             if text.startswith(kind + ":"):
                 return kind
     return None
+
+
+class ExactlyOnce:
+    """The peering's part of exactly-once publishing (see the module docs)."""
+
+    __slots__ = ()
+
+    def _producer_synced(self, last: int, now: float) -> None:
+        """The answer to the PRODUCER after ATTACH: the broker holds this producer's messages
+        up to ``last``. The unconfirmed publishes up to it are re-sent as they were numbered,
+        after their own PRODUCERs (duplicates: confirmed, not stored again); the others are
+        numbered again from ``last + 1`` (a peering may not start past it: a rejected publish,
+        or records a broker crash lost, leave holes) and re-sent after one PRODUCER.
+
+        If ``last`` is below a producer sequence the broker already confirmed, it forgot this
+        producer (too old, evicted, the stream created again): the unconfirmed publishes may
+        or may not be stored, so they are not re-sent (they would be stored twice); they fail
+        with :class:`ProducerStateLost`, said once (receipt or next call) and logged, and the
+        next publishes are numbered from ``last + 1``."""
+        self.producer_sync = None
+        tracker = self.tracker
+        at = self.producer_at
+        if tracker.forgotten(last):
+            n = len(tracker.unconfirmed)
+            err = ProducerStateLost(
+                f"the broker at {self.endpoint} forgot producer {self.producer!r} on stream "
+                f"{self.stream!r}: it holds its messages up to producer sequence {last}, yet "
+                f"it had confirmed {tracker.producer_confirmed} (its producer state was "
+                f"dropped: too old, too many producers, or the stream was created again); {n} "
+                f"unconfirmed message(s) were not re-sent, as they may be stored already: "
+                f"publish them again only if a duplicate does no harm", last,
+                tracker.producer_confirmed)
+            log.warning("zeps: %s", err)
+            if n:
+                self.error = self.error or err
+            tracker.restart(last, err)
+            if at != last + 1:
+                self.request(c.Producer(self.producer, last + 1), RequestKind.PRODUCER, now)
+            return
+        for first, receipts in tracker.resync(last):
+            if first != at:
+                self.request(c.Producer(self.producer, first), RequestKind.PRODUCER, now)
+            self._resend(receipts)
+            at = first + len(receipts)
+
+    def _producer_refused(self, head: Request, why: Reason) -> None:
+        """PRODUCER was refused: the id is another key's (final: :class:`ProducerFenced`),
+        or the broker does not do exactly-once here (an older broker, no right to publish, a
+        limit): publishing goes on at-least-once (the unconfirmed publishes are re-sent)."""
+        if refusal_kind(why) is not None:
+            self._fenced(why)
+            return
+        log.warning("zeps: the broker at %s refused PRODUCER (%s): publishing to stream %r is "
+                    "at-least-once, not exactly-once", self.endpoint, why.text, self.stream)
+        self.producer = None
+        if head is self.producer_sync:
+            self.producer_sync = None
+            self._resend(self.tracker.unconfirmed)
+
+    def _fenced(self, why: Reason) -> None:
+        """Another client took this producer id over (or it is another key's): final."""
+        if self.fatal is not None:                   # one INVALID per publish in flight
+            return
+        err = ProducerFenced(why.text, "PRODUCER", why.code, why.fields)
+        log.warning("zeps: stream %r: exactly-once publishing stops: %s", self.stream, why.text)
+        self.producer_sync = None
+        self._fail(err)

@@ -256,7 +256,7 @@ class Connection:
         else:
             p.tick(now)
         if p.waiting:
-            self.flush()
+            self.send_queued()
         if p.events:
             self._emit()
 
@@ -307,7 +307,7 @@ class Connection:
             if p.need_reconnect is not None:
                 break
 
-    def flush(self) -> None:
+    def send_queued(self) -> None:
         """Send queued frames until the socket's high-water mark stops us; the publishes the
         peering queued meanwhile go as one batch once everything before them left."""
         p = self.peering

@@ -136,7 +136,8 @@ How it works (what you can rely on, with either client)
   of a new stream.
 
 Layers: :mod:`zeps.clients.peering` is the protocol as a pure state machine (no sockets, no
-clock); :mod:`zeps.clients.transport` owns the socket; :mod:`zeps.clients.operations` writes
+clock; its jobs each have a module: ``publishing``, ``delivery``, ``confirms``, ``producer``,
+``refusals``, ``requests``, ``states``); :mod:`zeps.clients.transport` owns the socket; :mod:`zeps.clients.operations` writes
 each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.clients.aio`
 (asyncio) only differ in how they wait. See docs/architecture.md, "Client SDK".
 

@@ -34,7 +34,11 @@ of the per-record reader. What differs is how a block is parsed:
    copies just the keys into a compact array (C++). Same for bodies. Keys are UTF-8 validated
    (a key that is not is reported as corruption; the per-record reader decodes keys lazily).
    Producer ids and sequences (records with a producer extension) become the nullable
-   ``producer`` / ``pseq`` columns; a block without one gets all-null columns, built in O(1).
+   ``producer`` / ``pseq`` columns; a block without one gets all-null columns, built in O(1);
+5. records with a headers extension (messages published with headers, PUBLISH-H) form runs of
+   their own, read record by record through ``parse_records`` (one Python object per record)
+   into the same columns and a ``headers`` column (a list of ``{key, value}`` structs, in
+   order); rows of records without headers have a null ``headers``, built in O(1).
 
 numpy and pyarrow are the ``spark`` extra's dependencies: ``zeps.journal`` does not import this
 module; import it where it is used.
@@ -54,8 +58,8 @@ from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME
 from .batchcols import BatchRun
 from .blockcrc import first_bad_crc
 from ..protocol.batch import DELIVER_BATCH_ID
-from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, LENGTH_MASK, LIMIT, PID_LEN_OFFSET,
-                     SHORT, TS_OFFSET, parse_records, record_span)
+from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, LIMIT,
+                     PID_LEN_OFFSET, PRODUCER_FLAG, SHORT, TS_OFFSET, parse_records, record_span)
 from .segment import ScanResult, Segment
 from .walk import be_view, walk
 
@@ -66,6 +70,8 @@ BLOCK_BYTES = 32 << 20
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
 #: the same for a DELIVER-BATCH frame (a batch record)
 _BATCH_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_BATCH_ID,)), "big")
+#: The ``headers`` column's type: a message's headers in order, as Spark's Kafka source has them.
+HEADERS_TYPE = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
 
 
 @dataclass
@@ -77,6 +83,11 @@ class Columns:
     body: pa.Array              # pa.binary()
     producer: pa.Array          # pa.string(), null for a record without a producer extension
     pseq: pa.Array              # pa.uint64(), null likewise
+    headers: pa.Array = None    # HEADERS_TYPE, null for a message without headers
+
+    def __post_init__(self):
+        if self.headers is None:
+            self.headers = pa.nulls(len(self.sequence), HEADERS_TYPE)
 
     def __len__(self) -> int:
         return len(self.sequence)
@@ -298,12 +309,14 @@ class ColumnSink:
         plain records is checked all at once by :class:`_Block`, a run of batch records by
         :class:`~.batchcols.BatchRun`. Returns ``(ScanResult or None if the whole block was
         consumed, next seq, last ts, whether rows were collected)``."""
-        batch = _batch_mask(buf, positions)
-        edges = np.flatnonzero(np.diff(batch.astype(np.int8))) + 1
+        kind = _batch_mask(buf, positions).astype(np.int8)      # 1: batch records
+        kind[(be_view(buf, 4)[positions] & HEADERS_FLAG) != 0] = 2   # 2: with headers
+        edges = np.flatnonzero(np.diff(kind)) + 1
         bounds = [0] + edges.tolist() + [len(positions)]
         emitted = False
+        runs = (self._plain_run, self._batch_run, self._headers_run)
         for i, j in zip(bounds[:-1], bounds[1:]):
-            run = self._batch_run if batch[i] else self._plain_run
+            run = runs[kind[i]]
             res, seq, last_ts, got = run(buf, positions, after, i, j, pos, seq, want_seq,
                                          last_ts)
             emitted |= got
@@ -346,6 +359,38 @@ class ColumnSink:
                                _reason(buf, int(positions[i + n]), nseq, nts, why)),
                     nseq, nts, emitted)
         return None, nseq, nts, emitted
+
+    def _headers_run(self, buf, positions, after, i, j, pos, seq, want_seq, last_ts):
+        """Records with a headers extension ``positions[i:j]``, read one by one by
+        ``parse_records`` (so they are checked by the one definition of a valid record); keys
+        are UTF-8 validated here as elsewhere in this reader."""
+        start = int(positions[i])
+        stop = int(positions[j]) if j < len(positions) else after
+        last = self.last
+        if last is not None and last < max(seq, want_seq):
+            return ScanResult(LIMIT, pos + start, seq, last_ts, None), seq, last_ts, False
+        recs: list = []
+        res = parse_records(buf, start, stop, seq, recs, want_seq=want_seq, last_ts=last_ts,
+                            max_records=(1 << 62) if last is None else
+                            last - max(seq, want_seq) + 1)
+        keys = []
+        for k, r in enumerate(recs):
+            try:
+                keys.append(r.key)
+            except UnicodeDecodeError:       # one message per record: its position is known
+                bpos = int(positions[i + r.sequence - seq])
+                del recs[k:]
+                pre = parse_records(buf, start, bpos, seq, None, last_ts=last_ts)
+                res = ScanResult(BAD, bpos, r.sequence, pre.last_ts, "key is not valid UTF-8")
+                break
+        emitted = bool(recs)
+        if recs:
+            self.out.append(_record_columns(recs, keys))
+            self.count += len(recs)
+        if res.status == END:
+            return None, res.seq, res.last_ts, emitted
+        res.pos += pos
+        return res, res.seq, res.last_ts, emitted
 
     def _batch_run(self, buf, positions, after, i, j, pos, seq, want_seq, last_ts):
         """Batch records ``positions[i:j]``: see :meth:`_block`. A read that stops inside a
@@ -394,6 +439,19 @@ class ColumnSink:
         return None, nseq, nts, emitted
 
 
+def _record_columns(recs, keys) -> Columns:
+    """Columns of records read one by one (:class:`~.record.Record` objects)."""
+    return Columns(np.array([r.sequence for r in recs], dtype=np.int64),
+                   np.array([r.timestamp for r in recs], dtype=np.int64),
+                   pa.array(keys, type=pa.string()),
+                   pa.array([r.body for r in recs], type=pa.binary()),
+                   pa.array([r.producer for r in recs], type=pa.string()),
+                   pa.array([r.pseq for r in recs], type=pa.uint64()),
+                   pa.array([None if r.header_block is None else
+                             [{"key": n, "value": v} for n, v in r.headers] for r in recs],
+                            type=HEADERS_TYPE))
+
+
 def _batch_producers(data: pa.Buffer, run: BatchRun, lo: int, hi: int
                      ) -> Tuple[pa.Array, pa.Array]:
     """The nullable producer id and pseq columns of messages ``lo..hi-1`` of a batch run: a
@@ -414,7 +472,7 @@ def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:
     u32 = be_view(buf, 4)
     word = u32[positions].astype(np.int64)
     ext = 0
-    flagged = word > LENGTH_MASK
+    flagged = word >= PRODUCER_FLAG
     if flagged.any():
         plen = np.frombuffer(buf, dtype=np.uint8)[np.minimum(positions + PID_LEN_OFFSET,
                                                              len(buf) - 1)]

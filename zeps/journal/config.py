@@ -21,8 +21,8 @@ Decisions:
 * ``snapshot_interval_bytes`` (8 MiB): the producer state is snapshotted every that many bytes
   of log (and at each roll and close), so opening after a crash applies at most that many
   bytes of records to rebuild it.
-* ``max_record_bytes`` is at most 2^31-1: the record's length field has 31 bits for the frame
-  (its top bit flags a producer extension).
+* ``max_record_bytes`` is at most 2^30-1: the record's length field has 30 bits for the frame
+  and its headers (its top bits flag a producer extension and a headers extension).
 """
 from __future__ import annotations
 
@@ -56,7 +56,7 @@ class JournalConfig:
                 raise ValueError(f"{name} must be a positive integer, not {v!r}")
         if self.max_record_bytes > MAX_FRAME:
             raise ValueError(f"max_record_bytes must be at most {MAX_FRAME} (the record "
-                             f"length's 31 frame-length bits)")
+                             f"length's 30 frame-length bits)")
         v = self.producer_max_age_ms
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v <= 0):
             raise ValueError(f"producer_max_age_ms must be None or a positive integer, not {v!r}")

@@ -255,7 +255,9 @@ class Journal(StreamView):
                      ) -> List:
         """Append ``items`` as consecutive records with one ``write()``; return a list parallel
         to ``items``. An item is a ``(key, body)`` pair - one record, returned as a
-        :class:`Record` (``.frame`` is the DELIVER frame to route) - or a
+        :class:`Record` (``.frame`` is the DELIVER frame to route) - or a ``(key, body,
+        header_block)`` triple - the same with a headers block (:mod:`zeps.protocol.headers`;
+        None: none) in the record's headers extension, a :class:`HeadersRecord` - or a
         :class:`~zeps.protocol.commands.PublishBatch` - one batch record holding its entries
         verbatim under one header and CRC, taking ``count`` sequences, returned as a
         :class:`BatchRecord` (``.frame`` is the DELIVER-BATCH frame). ``producers``: None, or a

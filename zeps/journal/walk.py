@@ -10,7 +10,7 @@ from typing import List, Optional, Tuple
 
 import numpy as np
 
-from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, PID_LEN_OFFSET, record_span
+from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, PID_LEN_OFFSET, PRODUCER_FLAG, record_span
 
 _U32 = struct.Struct(">I")
 _PARALLEL_MIN = 32     # below this many live walkers, finish them one by one in Python
@@ -29,8 +29,8 @@ def spans(u32: np.ndarray, u8: np.ndarray, pos: np.ndarray) -> np.ndarray:
     :func:`be_view` ``(buf, 4)``, ``u8`` the block's bytes, and each record's header must be in
     the block."""
     word = u32[pos].astype(np.int64)
-    span = HEADER_SIZE + (word & LENGTH_MASK)
-    flagged = word > LENGTH_MASK
+    span = HEADER_SIZE + (word & LENGTH_MASK)      # a headers extension is in the length
+    flagged = word >= PRODUCER_FLAG
     if flagged.any():
         at = np.minimum(pos + PID_LEN_OFFSET, len(u8) - 1)
         span += np.where(flagged, EXT_FIXED + u8[at].astype(np.int64), 0)
@@ -68,7 +68,7 @@ def _walk_sequential(buf: bytes, start: int, limit: int) -> Tuple[List[np.ndarra
                 break
             cand = p + stride * np.arange(k, dtype=np.int64)
             differ = u32[cand] != word
-            if word > LENGTH_MASK:      # the same pid_len too, so the same size
+            if word >= PRODUCER_FLAG:   # the same pid_len too, so the same size
                 differ |= u8[cand + PID_LEN_OFFSET] != buf[p + PID_LEN_OFFSET]
             mism = np.nonzero(differ)[0]
             good = int(mism[0]) if len(mism) else k

@@ -10,9 +10,10 @@ import google_crc32c
 from ...protocol.batch import DELIVER_HEAD_SIZE, MIN_ENTRY, BadEntries, deliver_batch_head, walk
 from ...protocol.commands import PublishBatch
 from ...protocol.deliver import MIN_FRAME, encode_deliver
+from ...protocol.headers import BadHeaders, block_end
 from ..errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
-from .format import (HEADER, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PRODUCER_FLAG, U64, BatchRecord,
-                     ProducerRecord, Record)
+from .format import (HEADER, HEADERS_FLAG, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PRODUCER_FLAG, U64,
+                     BatchRecord, HeadersRecord, ProducerRecord, Record)
 
 _crc_value = google_crc32c.value
 _crc_extend = google_crc32c.extend
@@ -58,7 +59,10 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
                  producers=None) -> Tuple[List[bytes], List[Record]]:
     """Encode a batch sharing one timestamp. Returns (record byte strings: header, frame,
     header, frame..., records parallel to ``items``). An item is a ``(key, body)`` pair (one
-    :class:`Record`) or a :class:`~zeps.protocol.commands.PublishBatch` (one
+    :class:`Record`), a ``(key, body, header_block)`` triple (``header_block``: None or a
+    headers block, :mod:`zeps.protocol.headers`, stored in the record's headers extension: a
+    :class:`HeadersRecord`; the block and the frame together count against
+    ``max_record_bytes``) or a :class:`~zeps.protocol.commands.PublishBatch` (one
     :class:`BatchRecord` holding its entries verbatim, sequences ``seq .. seq + count - 1``).
     ``producers``: None or a list parallel to ``items`` of None or ``(producer id, pseq)``
     (checked by :func:`check_producers`; for a PublishBatch the pseq is that of its first
@@ -99,11 +103,18 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
             records.append(batch)
             seq += batch.count
             continue
+        block = None
         try:
-            key, body = item
+            if len(item) == 3:
+                key, body, block = item
+            else:
+                key, body = item
         except (TypeError, ValueError):
-            raise InvalidRecordError(f"batch item {i} must be a (key, body) pair or a "
-                                     f"PublishBatch, not {item!r:.60}") from None
+            raise InvalidRecordError(f"batch item {i} must be a (key, body) pair, a (key, body, "
+                                     f"header_block) triple or a PublishBatch, not "
+                                     f"{item!r:.60}") from None
+        if block is not None:
+            _check_block(block, i)
         if not isinstance(key, str):
             raise InvalidRecordError(f"key must be str, not {type(key).__name__}")
         if not isinstance(body, bytes):
@@ -116,12 +127,25 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
             raise KeyTooLongError(f"key is {len(kb)} bytes in UTF-8; the limit is {MAX_KEY} "
                                   f"(key starts {key[:40]!r}); nothing of the batch was appended")
         flen = MIN_FRAME + len(kb) + len(body)
-        if flen > max_record_bytes:
+        if flen > max_record_bytes or (block is not None and flen + len(block) > max_record_bytes):
             raise RecordTooLargeError(
-                f"record {i} of the batch has a {flen}-byte frame, over "
+                f"record {i} of the batch has a {flen}-byte frame"
+                f"{'' if block is None else f' and {len(block)} bytes of headers'}, over "
                 f"max_record_bytes={max_record_bytes}; nothing of the batch was appended")
         frame = encode_deliver(seq, kb, body)
-        if prod is None:
+        if block is not None:
+            ext = b"" if prod is None else bytes((len(prod[0]),)) + prod[0] + U64.pack(prod[1])
+            flags = HEADERS_FLAG if prod is None else HEADERS_FLAG | PRODUCER_FLAG
+            parts.append(pack((flen + len(block)) | flags, _crc_extend(_crc_extend(
+                _crc_extend(ts_crc, ext), block), frame), timestamp))
+            if ext:
+                parts.append(ext)
+            parts.append(block)
+            parts.append(frame)
+            records.append(HeadersRecord(seq, timestamp, frame, key, body,
+                                         None if prod is None else prod[0].decode("utf-8"),
+                                         None if prod is None else prod[1], block))
+        elif prod is None:
             parts.append(pack(flen, _crc_extend(ts_crc, frame), timestamp))
             parts.append(frame)
             records.append(Record(seq, timestamp, frame, key, body))
@@ -138,6 +162,20 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     if seq > 1 << 64:
         raise InvalidRecordError("sequence would exceed 2^64-1")
     return parts, records
+
+
+def _check_block(block, i: int) -> None:
+    """A headers block must be bytes and valid (the one parser, :mod:`zeps.protocol.headers`):
+    a record stores only what a reader will accept."""
+    if not isinstance(block, bytes):
+        raise InvalidRecordError(f"item {i}: header_block must be bytes, not "
+                                 f"{type(block).__name__}")
+    try:
+        if block_end(block, 0, len(block)) != len(block):
+            raise BadHeaders("bytes after the headers block")
+    except BadHeaders as e:
+        raise InvalidRecordError(f"item {i}: headers: {e}; nothing of the batch was "
+                                 f"appended") from None
 
 
 def _batch_record(item, i: int, seq: int, timestamp: int, max_record_bytes: int) -> BatchRecord:

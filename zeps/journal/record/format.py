@@ -4,12 +4,18 @@ the record types.
 A record in a ``.log`` file (see docs/architecture.md, "Journal contract")::
 
     length    u32 BE   bit 31: a producer extension follows the timestamp;
-                       bits 0-30: length of the DELIVER frame
-    crc       u32 BE   CRC-32C (Castagnoli, google_crc32c) of timestamp || extension || frame
+                       bit 30: a headers extension follows (after the producer extension);
+                       bits 0-29: length of the headers extension (if any) + the frame
+    crc       u32 BE   CRC-32C (Castagnoli, google_crc32c) of
+                       timestamp || extensions || frame
     timestamp u64 BE   ns since the epoch, taken at append; never decreases within a stream
     extension          only if bit 31 of length is set (a record published with a producer id):
                        pid_len u8 (1..255) | pid (UTF-8) | pseq u64 BE (1..2^64-1)
                        (on a batch record: the producer sequence of its first message)
+    headers            only if bit 30 of length is set (a message published with headers,
+                       PUBLISH-H): the headers block exactly as on the wire
+                       (:mod:`zeps.protocol.headers`: size u32 | count u16 | pairs); never on
+                       a batch record
     frame     bytes    the complete ZEPS DELIVER frame (one message):
                        AA A5 07 | seq u64 | keylen u8 | key | bodylen u32 | body
                        (layout defined once in :mod:`zeps.protocol.deliver`)
@@ -43,8 +49,19 @@ record costs nothing more to write or read: the reader's first check, ``length``
 bytes available, already sends a flagged length down the slow path). With the extension inside
 the CRC-covered ``timestamp || extension || frame`` slice, the producer id and sequence are
 exactly as durable and as verified as the record: rebuilding the producer state from the log
-(:mod:`.producers`) can trust them. A DELIVER frame is at most 2^31-1 bytes
-(``JournalConfig.max_record_bytes``).
+(:mod:`.producers`) can trust them. A DELIVER frame (with its headers) is at most 2^30-1
+bytes (``JournalConfig.max_record_bytes``).
+
+Why the headers extension is flagged the same way and sits outside the frame: a message
+without headers is byte-for-byte the record it always was (and costs nothing more), and a
+message with headers still stores the DELIVER frame a ZEPS/1 subscriber gets, so the broker
+sends that stored frame, zero-copy, to every subscriber that did not ask for headers, and builds
+a DELIVER-H from the frame and the stored block (one concatenation) for those that did. The
+length covers extension and frame, so a record's span is found as before (header, producer
+extension, length): the block's own ``size`` is read only once the CRC has verified it. Taking
+bit 30 for the flag halves the largest frame to 2^30-1 bytes (1 GiB; the broker's records are
+``--max-message`` + 512 bytes, 1 MiB by default): a journal written with a frame of 1 GiB or
+more, which only a ``max_record_bytes`` above 1 GiB allowed, reads as damaged from that record.
 
 Why a batch is one record holding its DELIVER-BATCH: appending a batch of N messages costs one
 header, one CRC over the bytes and a few Python calls whatever N is (the entries of the
@@ -63,14 +80,16 @@ from typing import List, Optional, Sequence
 
 from ...protocol.batch import DELIVER_HEAD_SIZE, deliver_frames, entry_body, entry_key, walk
 from ...protocol.deliver import KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME
+from ...protocol.headers import Headers, headers_of
 
 HEADER = struct.Struct(">IIQ")        # length, crc, timestamp
 HEADER_SIZE = HEADER.size             # 16
 CRC_OFFSET = 4                        # offset of the crc in a record
 TS_OFFSET = 8                         # offset of the timestamp: the CRC covers record[TS_OFFSET:]
 PRODUCER_FLAG = 0x80000000            # length bit: a producer extension follows the timestamp
-LENGTH_MASK = 0x7FFFFFFF              # length bits: the frame length
-MAX_FRAME = LENGTH_MASK               # the largest frame a record can hold
+HEADERS_FLAG = 0x40000000             # length bit: a headers extension follows (then the frame)
+LENGTH_MASK = 0x3FFFFFFF              # length bits: the headers extension's and frame's length
+MAX_FRAME = LENGTH_MASK               # the largest frame (with its headers) a record can hold
 PID_LEN_OFFSET = HEADER_SIZE          # the extension's pid_len, when the flag is set
 EXT_FIXED = 9                         # extension bytes besides the pid: pid_len u8, pseq u64
 MAX_PRODUCER_ID = 255
@@ -85,11 +104,14 @@ class Record:
     ``key`` and ``body`` are decoded from it on first access (replay only needs ``frame``).
     ``producer``/``pseq``: the publisher id and its sequence the record was appended with
     (both None for a record without them; a record with them is a :class:`ProducerRecord`, so
-    that building a plain record costs what it did before the extension existed)."""
+    that building a plain record costs what it did before the extension existed).
+    ``header_block``: the headers block as stored (None: no headers; a record with one is a
+    :class:`HeadersRecord`); ``headers`` decodes it (empty for none)."""
 
     __slots__ = ("sequence", "timestamp", "frame", "_key", "_body")
     producer: Optional[str] = None
     pseq: Optional[int] = None
+    header_block: Optional[bytes] = None
 
     def __init__(self, sequence: int, timestamp: int, frame: bytes,
                  key: Optional[str] = None, body: Optional[bytes] = None):
@@ -116,23 +138,31 @@ class Record:
         return b
 
     @property
+    def headers(self) -> Headers:
+        """The message's headers: ``(name, value)`` pairs in order (empty: none)."""
+        return headers_of(self.header_block)
+
+    @property
     def last_sequence(self) -> int:
         """The sequence of the last message in this record (its own: one message)."""
         return self.sequence
 
     @property
     def size(self) -> int:
-        """Bytes this record takes in the log (header, producer extension, frame)."""
-        if self.producer is None:
-            return HEADER_SIZE + len(self.frame)
-        return HEADER_SIZE + EXT_FIXED + len(self.producer.encode("utf-8")) + len(self.frame)
+        """Bytes this record takes in the log (header, extensions, frame)."""
+        n = HEADER_SIZE + len(self.frame)
+        if self.producer is not None:
+            n += EXT_FIXED + len(self.producer.encode("utf-8"))
+        if self.header_block is not None:
+            n += len(self.header_block)
+        return n
 
     def __eq__(self, other):
         if not isinstance(other, Record):
             return NotImplemented
         return (self.sequence == other.sequence and self.timestamp == other.timestamp
                 and self.frame == other.frame and self.producer == other.producer
-                and self.pseq == other.pseq)
+                and self.pseq == other.pseq and self.header_block == other.header_block)
 
     def __hash__(self):
         return hash((self.sequence, self.timestamp, self.frame))
@@ -141,6 +171,8 @@ class Record:
         body = self.body
         shown = body[:32] + (b"..." if len(body) > 32 else b"")
         prod = "" if self.producer is None else f", producer={self.producer!r}, pseq={self.pseq}"
+        if self.header_block is not None:
+            prod += f", headers={tuple(self.headers)!r:.80}"
         return (f"Record(sequence={self.sequence}, timestamp={self.timestamp}, "
                 f"key={self.key!r}, body={shown!r}{prod})")
 
@@ -155,6 +187,21 @@ class ProducerRecord(Record):
         Record.__init__(self, sequence, timestamp, frame, key, body)
         self.producer = producer
         self.pseq = pseq
+
+
+class HeadersRecord(Record):
+    """A :class:`Record` with a headers extension (``header_block``), and a producer extension
+    or not (``producer``/``pseq`` None)."""
+
+    __slots__ = ("producer", "pseq", "header_block")
+
+    def __init__(self, sequence: int, timestamp: int, frame: bytes, key: Optional[str],
+                 body: Optional[bytes], producer: Optional[str], pseq: Optional[int],
+                 header_block: bytes):
+        Record.__init__(self, sequence, timestamp, frame, key, body)
+        self.producer = producer
+        self.pseq = pseq
+        self.header_block = header_block
 
 
 #: A message's DELIVER frame is its entry after this many bytes (signature, id, sequence).
@@ -172,6 +219,7 @@ class BatchRecord:
 
     __slots__ = ("sequence", "count", "timestamp", "frame", "_offsets", "_shift", "producer",
                  "pseq")
+    header_block = None           # a batch record never has headers
 
     def __init__(self, sequence: int, count: int, timestamp: int, frame: bytes,
                  offsets: Optional[Sequence[int]] = None, shift: int = 0,
@@ -278,6 +326,8 @@ def record_span(buf, pos: int, end: int) -> int:
     length = U32.unpack_from(buf, pos)[0]
     if length <= LENGTH_MASK:
         return HEADER_SIZE + length
+    if length < PRODUCER_FLAG:              # headers only: the length covers them
+        return HEADER_SIZE + (length & LENGTH_MASK)
     if end - pos <= PID_LEN_OFFSET:
         return PID_LEN_OFFSET + 1
     return HEADER_SIZE + EXT_FIXED + buf[pos + PID_LEN_OFFSET] + (length & LENGTH_MASK)

@@ -14,8 +14,10 @@ import google_crc32c
 from ...protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, MIN_ENTRY,
                               BadEntries, walk)
 from ...protocol.deliver import DELIVER_ID, HEAD, KEY_OFFSET, MIN_FRAME, SIGNATURE
-from .format import (ENTRY_IN_DELIVER, HEADER, HEADER_SIZE, LENGTH_MASK, MAX_PSEQ, PID_LEN_OFFSET,
-                     TS_OFFSET, U32, U64, BatchRecord, ProducerRecord, Record, expand)
+from ...protocol.headers import BadHeaders, block_end
+from .format import (ENTRY_IN_DELIVER, HEADER, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, MAX_PSEQ,
+                     PID_LEN_OFFSET, PRODUCER_FLAG, TS_OFFSET, U32, U64, BatchRecord,
+                     HeadersRecord, ProducerRecord, Record, expand)
 
 _crc_value = google_crc32c.value
 _crc_extend = google_crc32c.extend
@@ -101,6 +103,7 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         if length < MIN_FRAME:
             return ScanResult(BAD, pos, expect_seq, last_ts,
                               f"record length {length} is below the minimum", n, nbytes)
+        block = headed = None
         if length <= avail - HEADER_SIZE and length <= LENGTH_MASK:
             fstart = pos + HEADER_SIZE
             producer = None
@@ -110,13 +113,22 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             ext = _extension(buf, pos, end, length)
             if len(ext) == 2:
                 return ScanResult(ext[0], pos, expect_seq, last_ts, ext[1], n, nbytes)
-            fstart, length, producer, pseq = ext
+            fstart, length, producer, pseq, headed = ext
         fend = fstart + length
         frame = buf[fstart:fend]
         if crc_extend(crc_value(buf[pos + TS_OFFSET:fstart]), frame) != crc:
             return ScanResult(BAD, pos, expect_seq, last_ts, "CRC-32C mismatch", n, nbytes)
+        if headed:                      # a headers extension, then the frame (both CRC-checked)
+            frame = _split_headers(frame)
+            if type(frame) is str:
+                return ScanResult(BAD, pos, expect_seq, last_ts, frame, n, nbytes)
+            block, frame = frame
+            length = len(frame)
         sig, cid, seq, klen = unpack_head(frame, 0)
         if sig == SIGNATURE and cid == DELIVER_BATCH_ID:
+            if block is not None:
+                return ScanResult(BAD, pos, expect_seq, last_ts, "headers on a batch record",
+                                  n, nbytes)
             batch = _check_batch(frame, ts, expect_seq)
             if isinstance(batch, str):
                 return ScanResult(BAD, pos, expect_seq, last_ts, batch, n, nbytes)
@@ -175,10 +187,17 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
         if stop_ts is not None and ts >= stop_ts:
             return ScanResult(LIMIT, pos, expect_seq, last_ts, None, n, nbytes)
         if seq >= want_seq and append is not None:
+            if block is not None:       # the headers count as frame bytes (DELIVER-H's)
+                length += len(block)
             if n and nbytes + length > max_bytes:
                 return ScanResult(LIMIT, pos, expect_seq, last_ts, None, n, nbytes)
-            append(Record(seq, ts, frame) if producer is None else
-                   ProducerRecord(seq, ts, frame, None, None, producer, pseq))
+            if block is not None:
+                append(HeadersRecord(seq, ts, frame, None, None, producer,
+                                     None if producer is None else pseq, block))
+            elif producer is None:
+                append(Record(seq, ts, frame))
+            else:
+                append(ProducerRecord(seq, ts, frame, None, None, producer, pseq))
             n += 1
             nbytes += length
             last_ts = ts
@@ -242,13 +261,34 @@ def _fit(offsets: Sequence[int], i: int, n: int, nbytes: int, max_records: int,
     return j, n, nbytes
 
 
+def _split_headers(data: bytes):
+    """``(headers block, DELIVER frame)`` of the CRC-checked bytes after a record's producer
+    extension when it has a headers extension, or the reason they are not valid."""
+    try:
+        hend = block_end(data, 0, len(data))
+    except BadHeaders as e:
+        return f"headers: {e}"
+    if len(data) - hend < MIN_FRAME:
+        return f"record length {len(data) - hend} is below the minimum"
+    return data[:hend], data[hend:]
+
+
 def _extension(buf, pos: int, end: int, length: int):
-    """The producer extension of the record at ``pos`` whose length field ``length`` has the
-    flag: ``(frame start, frame length, producer id bytes, pseq)`` if the record is whole in
-    ``buf[pos:end]``, else ``(SHORT, bytes needed)`` or ``(BAD, reason)``."""
+    """The extensions of the record at ``pos`` whose length field ``length`` has a flag:
+    ``(start, length, producer id bytes, pseq)`` if the record is whole in ``buf[pos:end]``,
+    else ``(SHORT, bytes needed)`` or ``(BAD, reason)``. Start and length are those of the
+    frame, or, with a headers extension (``headed``, the fifth), of the headers block and the
+    frame together (the caller splits them once the CRC is checked: :func:`_split_headers`).
+    Without a producer extension the id is None."""
     flen = length & LENGTH_MASK
     if flen < MIN_FRAME:
         return BAD, f"record length {flen} is below the minimum"
+    headed = bool(length & HEADERS_FLAG)
+    if length < PRODUCER_FLAG:                     # headers only
+        fstart = pos + HEADER_SIZE
+        if fstart + flen > end:
+            return SHORT, HEADER_SIZE + flen
+        return fstart, flen, None, None, headed
     if end - pos <= PID_LEN_OFFSET:
         return SHORT, PID_LEN_OFFSET + 1
     plen = buf[pos + PID_LEN_OFFSET]
@@ -257,5 +297,5 @@ def _extension(buf, pos: int, end: int, length: int):
     fstart = pos + PID_LEN_OFFSET + 1 + plen + 8
     if fstart + flen > end:
         return SHORT, fstart + flen - pos
-    return fstart, flen, buf[pos + PID_LEN_OFFSET + 1:fstart - 8], U64.unpack_from(buf,
-                                                                                  fstart - 8)[0]
+    return (fstart, flen, buf[pos + PID_LEN_OFFSET + 1:fstart - 8],
+            U64.unpack_from(buf, fstart - 8)[0], headed)

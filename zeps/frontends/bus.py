@@ -1,0 +1,107 @@
+"""The Event BUS front end's state, for one stream. Pure.
+
+The shell owns the three sockets and the stream's ZEPS side, and calls:
+
+* snapshot ROUTER: :meth:`BusFrontEnd.on_snapshot` with each request, then
+  :meth:`~BusFrontEnd.pump_snapshots` with its ``send`` until it returns False;
+* collector ROUTER: :meth:`~BusFrontEnd.on_collect` with each message (identity removed); a PUB
+  comes back as the :class:`~zeps.frontends.bus_codec.Event` to publish on the stream (producer
+  id, timestamp and UUID kept);
+* the stream's live feed: :meth:`~BusFrontEnd.on_live` with every message, in sequence order;
+  it returns the BROADCAST to send on the PUB socket.
+
+The snapshot source (``source.events(subtrees, after)``, the shell's) returns the stream's
+sequence ``S`` and an iterable of the events ``after < sequence <= S`` in order (it may leave
+out topics outside the subtrees; those left in are skipped here). The snapshot holds every
+event above the client's sequence under any of its subtrees, not only the latest per topic, as
+the reference implementation's does; SYNCEND carries ``S``, the highest sequence the snapshot
+reflects, as the reference's carries its own sequence.
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
+
+from . import bus_codec as codec
+from .counters import Counters
+from .snapshots import Frames, Send, Snapshots
+from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed
+
+#: The shell's snapshot source: (subtrees, after) -> (sequence, events in order).
+Source = Callable[[Tuple[str, ...], int], Tuple[int, Iterable[codec.Event]]]
+
+
+def prefixes(subtrees: Sequence[str]) -> Tuple[str, ...]:
+    """The distinct subtrees as ``str.startswith`` takes them; ``("",)`` if one is empty."""
+    if "" in subtrees:
+        return ("",)
+    return tuple(dict.fromkeys(subtrees))
+
+
+class BusFrontEnd:
+    def __init__(self, source: Source, limits: Limits = DEFAULT_LIMITS, *,
+                 dialect: codec.Dialect = codec.RFC, counters: Optional[Counters] = None,
+                 **snapshot_options):
+        self.source = source
+        self.limits = limits
+        self.dialect = dialect
+        self.counters = counters if counters is not None else Counters()
+        self.snapshots = Snapshots(self._open, self.counters, **snapshot_options)
+
+    # ------------------------------------------------------------------ snapshot ROUTER
+    def on_snapshot(self, ident: bytes, frames: Sequence[Buffer], now: float) -> bool:
+        """SYNCSTART from ``ident``: queued (True), or ignored and counted."""
+        try:
+            req = codec.decode_syncstart(frames, self.limits)
+        except Malformed as exc:
+            self.counters.malformed("snapshot", exc.reason)
+            return False
+        return self.snapshots.request(ident, req)
+
+    def pump_snapshots(self, send: Send, now: float) -> bool:
+        return self.snapshots.pump(send, now)
+
+    def _open(self, req: codec.SyncStart) -> Tuple[Iterator[Optional[Frames]], Frames]:
+        wanted = prefixes(req.subtrees)
+        sequence, events = self.source(wanted, req.sequence)
+        end = codec.encode_syncend(req.subtrees, sequence, self.dialect)
+        return self._syncs(wanted, req.sequence, sequence, events), end
+
+    def _syncs(self, wanted: Tuple[str, ...], after: int, last: int,
+               events: Iterable[codec.Event]) -> Iterator[Optional[Frames]]:
+        dialect = self.dialect
+        try:
+            for event in events:
+                if event.sequence > last:
+                    return
+                if event.sequence <= after or not event.topic.startswith(wanted):
+                    yield None
+                else:
+                    yield codec.encode_sync(event, dialect)
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+
+    # ------------------------------------------------------------------ collector
+    def on_collect(self, frames: Sequence[Buffer], now: float) -> Optional[codec.Event]:
+        """PUB: the event to publish on the stream, or None (malformed: counted)."""
+        try:
+            event = codec.decode_pub(frames, self.limits)
+        except Malformed as exc:
+            self.counters.malformed("collector", exc.reason)
+            return None
+        self.counters.add("collector.pub")
+        return event
+
+    # ------------------------------------------------------------------ live feed
+    def on_live(self, event: codec.Event) -> Frames:
+        """A message of the stream (``event.sequence`` its ZEPS sequence; a plain ZEPS publish
+        has no producer nor UUID and its journal timestamp): the BROADCAST to send."""
+        self.counters.add("publisher.broadcast")
+        return codec.encode_broadcast(event, self.dialect)
+
+    def next_deadline(self, now: float) -> Optional[float]:
+        return self.snapshots.next_deadline(now)
+
+    def close(self) -> None:
+        self.snapshots.close()

@@ -1,0 +1,161 @@
+"""The CHP front end's state: everything it decides, for one stream. Pure.
+
+The shell owns the three sockets and the stream's ZEPS side, and calls:
+
+* snapshot ROUTER: :meth:`ChpFrontEnd.on_snapshot` with each request, then
+  :meth:`~ChpFrontEnd.pump_snapshots` with its ``send`` until it returns False;
+* collector SUB (or PULL): :meth:`~ChpFrontEnd.on_collect` with each message; a KVSET comes
+  back as the :class:`~zeps.frontends.chp_codec.KvMsg` to publish on the stream (UUID and
+  properties kept);
+* the stream's live feed: :meth:`~ChpFrontEnd.on_live` with every message, in sequence order;
+  it returns the KVPUB to send on the PUB socket and keeps the ttl schedule;
+* timers: :meth:`~ChpFrontEnd.expired` (the deletes to publish for ttls that are due) and
+  :meth:`~ChpFrontEnd.hugz` (a HUGZ when the PUB socket was idle a second), woken at
+  :meth:`~ChpFrontEnd.next_deadline`.
+
+The snapshot source (``source.snapshot(subtree)``, the shell's) returns the stream's sequence
+``S`` and an iterable of the live keys' ``(key, sequence, value)`` as they stood at ``S``: one
+KVSYNC per key under the subtree (each with its last update's sequence), then KTHXBAI with
+``S``. ``S`` is the highest sequence the snapshot reflects, at least every KVSYNC's: the
+client discards KVPUBs at or below it, all of which the snapshot holds (the Guide's servers
+send their sequence the same way).
+"""
+from __future__ import annotations
+
+from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from . import chp_codec as codec
+from .counters import Counters
+from .snapshots import Frames, Send, Snapshots
+from .ttl import TtlSchedule
+from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed
+
+#: The shell's snapshot source: subtree -> (sequence, (key, sequence, value) of each live key).
+Source = Callable[[str], Tuple[int, Iterable[Tuple[str, int, bytes]]]]
+
+
+class Heartbeat:
+    """HUGZ: due when nothing went out on the PUB socket for ``interval`` seconds."""
+    __slots__ = ("interval", "last")
+
+    def __init__(self, interval: float = 1.0, now: float = 0.0):
+        self.interval = interval
+        self.last = now
+
+    def activity(self, now: float) -> None:
+        self.last = now
+
+    def due(self, now: float) -> bool:
+        return now - self.last >= self.interval
+
+    def next_deadline(self) -> float:
+        return self.last + self.interval
+
+
+class ChpFrontEnd:
+    def __init__(self, source: Source, limits: Limits = DEFAULT_LIMITS, *, now: float = 0.0,
+                 counters: Optional[Counters] = None, hugz_interval: float = 1.0,
+                 max_ttl_keys: int = 1_000_000, **snapshot_options):
+        self.source = source
+        self.limits = limits
+        self.counters = counters if counters is not None else Counters()
+        self.snapshots = Snapshots(self._open, self.counters, **snapshot_options)
+        self.heartbeat = Heartbeat(hugz_interval, now)
+        self.ttl = TtlSchedule(max_ttl_keys)
+
+    # ------------------------------------------------------------------ snapshot ROUTER
+    def on_snapshot(self, ident: bytes, frames: Sequence[Buffer], now: float) -> bool:
+        """ICANHAZ? from ``ident``: queued (True), or ignored and counted."""
+        try:
+            req = codec.decode_icanhaz(frames, self.limits)
+        except Malformed as exc:
+            self.counters.malformed("snapshot", exc.reason)
+            return False
+        return self.snapshots.request(ident, req)
+
+    def pump_snapshots(self, send: Send, now: float) -> bool:
+        return self.snapshots.pump(send, now)
+
+    def _open(self, req: codec.IcanHaz) -> Tuple[Iterator[Optional[Frames]], Frames]:
+        sequence, entries = self.source(req.subtree)
+        return self._kvsyncs(req.subtree, entries), codec.encode_kthxbai(sequence, req.subtree)
+
+    def _kvsyncs(self, subtree: str, entries) -> Iterator[Optional[Frames]]:
+        counters = self.counters
+        try:
+            for key, sequence, value in entries:
+                if not value or not key.startswith(subtree):
+                    yield None
+                elif key in codec.RESERVED_KEYS:
+                    counters.add("snapshot.reserved key")
+                    yield None
+                else:
+                    yield codec.encode_kvsync(key, sequence, value)
+        finally:
+            close = getattr(entries, "close", None)
+            if close is not None:
+                close()
+
+    # ------------------------------------------------------------------ collector
+    def on_collect(self, frames: Sequence[Buffer], now: float) -> Optional[codec.KvMsg]:
+        """KVSET: the message to publish on the stream (sequence 0: the stream gives one), or
+        None (malformed, or its ttl cannot be scheduled: counted)."""
+        try:
+            msg = codec.decode_kvset(frames, self.limits)
+        except Malformed as exc:
+            self.counters.malformed("collector", exc.reason)
+            return None
+        if msg.value and msg.ttl is not None and not self.ttl.has_room(msg.key):
+            self.counters.add("collector.refused.ttl full")
+            return None
+        self.counters.add("collector.kvset")
+        return msg
+
+    # ------------------------------------------------------------------ live feed
+    def on_live(self, msg: codec.KvMsg, now: float) -> Optional[Frames]:
+        """A message of the stream (``msg.sequence`` its ZEPS sequence; UUID and properties as
+        published, empty for a plain ZEPS publish): the KVPUB to send, or None for a key no CHP
+        client may see (empty, or a command word: counted). Keeps the ttl schedule: an update
+        with a ttl (re)schedules its key's delete, any other update or a delete cancels it."""
+        key = msg.key
+        if not key or key in codec.RESERVED_KEYS:
+            self.counters.add("publisher.reserved key")
+            return None
+        ttl = None
+        if msg.value:
+            try:
+                ttl = msg.ttl
+            except Malformed:                      # a ZEPS publisher's bad ttl header
+                self.counters.add("publisher.bad ttl")
+        if ttl is None:
+            self.ttl.cancel(key)
+        elif not self.ttl.set(key, now + ttl):
+            self.counters.add("ttl.full")
+        self.heartbeat.activity(now)
+        self.counters.add("publisher.kvpub")
+        return codec.encode_kvpub(msg)
+
+    # ------------------------------------------------------------------ timers
+    def expired(self, now: float, limit: int = 256) -> List[codec.KvMsg]:
+        """The deletes to publish for keys whose ttl is due (empty value, no UUID, no
+        properties); each key once, until it is set again with a ttl."""
+        keys = self.ttl.due(now, limit)
+        if keys:
+            self.counters.add("ttl.expired", len(keys))
+        return [codec.KvMsg(key) for key in keys]
+
+    def hugz(self, now: float) -> Optional[Frames]:
+        if not self.heartbeat.due(now):
+            return None
+        self.heartbeat.activity(now)
+        return codec.encode_hugz()
+
+    def next_deadline(self, now: float) -> float:
+        deadline = self.heartbeat.next_deadline()
+        for d in (self.ttl.next_deadline(), self.snapshots.next_deadline(now)):
+            if d is not None and d < deadline:
+                deadline = d
+        return deadline
+
+    def close(self) -> None:
+        self.snapshots.close()

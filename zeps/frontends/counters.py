@@ -1,0 +1,30 @@
+"""The counters of a front end: what it served, and what it ignored and why.
+
+One flat mapping of ``"<socket>.<event>"`` names to integers, e.g. ``snapshot.served``,
+``snapshot.malformed.frame count``, ``collector.published``. The names are bounded: the events
+are fixed strings and the reasons those of :class:`~zeps.frontends.wire.Malformed`, never a
+peer's bytes.
+"""
+from __future__ import annotations
+
+from typing import Dict
+
+
+class Counters:
+    __slots__ = ("_values",)
+
+    def __init__(self) -> None:
+        self._values: Dict[str, int] = {}
+
+    def add(self, name: str, n: int = 1) -> None:
+        self._values[name] = self._values.get(name, 0) + n
+
+    def malformed(self, socket: str, reason: str) -> None:
+        self.add(f"{socket}.malformed")
+        self.add(f"{socket}.malformed.{reason}")
+
+    def __getitem__(self, name: str) -> int:
+        return self._values.get(name, 0)
+
+    def as_dict(self) -> Dict[str, int]:
+        return dict(sorted(self._values.items()))

@@ -1,0 +1,203 @@
+"""Snapshot sessions: answering ICANHAZ? and SYNCSTART at a bounded cost. Pure.
+
+A snapshot can be long (every key of a hashmap, every event since a sequence), its client may
+never read it, and clients may ask for many at once. So:
+
+* A :class:`Session` holds an iterator and at most **one** encoded message (the head, not yet
+  sent): it never materialises the snapshot. Its iterator yields, per entry it examines, the
+  frames to send or ``None`` (an entry skipped: another subtree, a deleted key), so the budget
+  counts entries examined as well as messages sent. After the last entry comes the end message
+  (KTHXBAI, SYNCEND), fixed when the session was opened.
+* The shell's ``send(ident, frames)`` returns True (sent), False (the peer's pipe is full, its
+  ``SNDHWM`` reached: the head is kept and the session waits) or None (the peer is gone: the
+  session ends). A client that never reads therefore costs its pipe (``SNDHWM`` messages) and
+  one head message, and nothing grows; after ``stall_timeout`` seconds without progress its
+  session is dropped so that it gives its slot back.
+* :class:`Snapshots` runs at most ``max_active`` sessions, round robin, ``turn`` entries each per
+  turn and ``round_budget`` in all per :meth:`Snapshots.pump`, so one huge snapshot neither
+  starves the others nor stalls the broker's loop. Requests beyond wait in a FIFO of
+  ``max_waiting``; one identity has at most one request active or waiting (a second is
+  ignored: ``snapshot.busy``); beyond the FIFO a request is dropped (``snapshot.refused``; the
+  Guide's clients ask again after a silence). Sessions are opened, through the front end's
+  ``opener``, only when a slot is free, so a waiting request holds no iterator.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, Callable, Deque, Dict, Iterator, List, Optional, Tuple
+
+Frames = List[bytes]
+#: The shell's send: True sent, False would block (pipe full), None peer gone.
+Send = Callable[[bytes, Frames], Optional[bool]]
+#: The front end's opener: request -> (the entries' frames or None each, the end message).
+Opener = Callable[[Any], Tuple[Iterator[Optional[Frames]], Frames]]
+
+MORE, BLOCKED, DONE, GONE = "more", "blocked", "done", "gone"
+
+
+class Session:
+    __slots__ = ("ident", "request", "_entries", "_end", "_head", "_head_is_end",
+                 "blocked_since", "messages", "examined")
+
+    def __init__(self, ident: bytes, request: Any, entries: Iterator[Optional[Frames]],
+                 end: Frames):
+        self.ident = ident
+        self.request = request
+        self._entries: Optional[Iterator[Optional[Frames]]] = entries
+        self._end = end
+        self._head: Optional[Frames] = None
+        self._head_is_end = False
+        self.blocked_since: Optional[float] = None
+        self.messages = 0          # sent, the end message included
+        self.examined = 0          # entries taken from the iterator
+
+    def pump(self, send: Send, now: float, budget: int) -> Tuple[str, int]:
+        """Send until ``budget`` entries were examined, the peer blocks or the end is sent.
+        Returns (MORE | BLOCKED | DONE | GONE, entries examined)."""
+        used = 0
+        while True:
+            if self._head is None:
+                if self._entries is None:
+                    return DONE, used
+                if used >= budget:
+                    return MORE, used
+                item = next(self._entries, _END)
+                if item is _END:
+                    self.close()
+                    self._head, self._head_is_end = self._end, True
+                else:
+                    used += 1
+                    self.examined += 1
+                    if item is None:
+                        continue
+                    self._head = item
+            ok = send(self.ident, self._head)
+            if ok is None:
+                self.close()
+                return GONE, used
+            if not ok:
+                if self.blocked_since is None:
+                    self.blocked_since = now
+                return BLOCKED, used
+            self.blocked_since = None
+            self.messages += 1
+            self._head = None
+            if self._head_is_end:
+                self._entries = None
+                return DONE, used
+
+    def close(self) -> None:
+        entries, self._entries = self._entries, None
+        close = getattr(entries, "close", None)
+        if close is not None:
+            close()
+
+
+_END: Any = object()
+
+
+class Snapshots:
+    """The snapshot socket's sessions. ``counters`` is the front end's
+    :class:`~zeps.frontends.counters.Counters`."""
+
+    def __init__(self, opener: Opener, counters, *, max_active: int = 8, max_waiting: int = 256,
+                 turn: int = 64, round_budget: int = 1024, stall_timeout: float = 30.0,
+                 retry: float = 0.05):
+        self._opener = opener
+        self._counters = counters
+        self.max_active = max_active
+        self.max_waiting = max_waiting
+        self.turn = turn
+        self.round_budget = round_budget
+        self.stall_timeout = stall_timeout
+        self.retry = retry
+        self._waiting: Deque[Tuple[bytes, Any]] = deque()
+        self._active: "OrderedDict[bytes, Session]" = OrderedDict()
+        self._idents: Dict[bytes, None] = {}           # active or waiting
+
+    def __len__(self) -> int:
+        return len(self._active) + len(self._waiting)
+
+    @property
+    def active(self) -> int:
+        return len(self._active)
+
+    def request(self, ident: bytes, request: Any) -> bool:
+        """A parsed request from ``ident``; False if ignored (busy or refused, counted)."""
+        c = self._counters
+        if ident in self._idents:
+            c.add("snapshot.busy")
+            return False
+        if len(self._waiting) >= self.max_waiting:
+            c.add("snapshot.refused")
+            return False
+        self._waiting.append((ident, request))
+        self._idents[ident] = None
+        c.add("snapshot.requested")
+        return True
+
+    def _open(self) -> None:
+        while self._waiting and len(self._active) < self.max_active:
+            ident, request = self._waiting.popleft()
+            try:
+                entries, end = self._opener(request)
+            except Exception:                            # the source failed: no snapshot
+                self._counters.add("snapshot.failed")
+                del self._idents[ident]
+                continue
+            self._active[ident] = Session(ident, request, iter(entries), end)
+
+    def pump(self, send: Send, now: float) -> bool:
+        """One round over the sessions; True if a session can go on at once (not blocked)."""
+        self._open()
+        budget = self.round_budget
+        for ident in list(self._active):
+            if budget <= 0:
+                break
+            s = self._active[ident]
+            if s.blocked_since is not None and now - s.blocked_since >= self.stall_timeout:
+                self._end(s, "snapshot.abandoned")
+                continue
+            try:
+                state, used = s.pump(send, now, min(self.turn, budget))
+            except Exception:                            # the source failed mid-way
+                self._end(s, "snapshot.failed")
+                continue
+            budget -= max(used, 1)
+            if state == DONE:
+                self._end(s, "snapshot.served")
+            elif state == GONE:
+                self._end(s, "snapshot.gone")
+            elif state == MORE:
+                self._active.move_to_end(ident)          # round robin across calls
+        return self.next_deadline(now) == now
+
+    def _end(self, s: Session, outcome: str) -> None:
+        s.close()
+        del self._active[s.ident]
+        del self._idents[s.ident]
+        self._counters.add(outcome)
+        self._open()
+
+    def next_deadline(self, now: float) -> Optional[float]:
+        """When :meth:`pump` has something to do: now if a session can go on or a request can
+        start; ``retry`` seconds on if all wait for their peers; None if there is none."""
+        if self._waiting and len(self._active) < self.max_active:
+            return now
+        deadline = None
+        for s in self._active.values():
+            if s.blocked_since is None:
+                return now
+            due = min(now + self.retry, s.blocked_since + self.stall_timeout)
+            deadline = due if deadline is None else min(deadline, due)
+        return deadline
+
+    def close(self) -> None:
+        for s in self._active.values():
+            s.close()
+        self._active.clear()
+        self._waiting.clear()
+        self._idents.clear()
+
+    def sessions(self) -> List[Session]:
+        return list(self._active.values())

@@ -137,9 +137,10 @@ How it works (what you can rely on, with either client)
 
 Layers: :mod:`zeps.clients.peering` is the protocol as a pure state machine (no sockets, no
 clock; its jobs each have a module: ``publishing``, ``delivery``, ``confirms``, ``producer``,
-``refusals``, ``requests``, ``states``); :mod:`zeps.clients.transport` owns the socket; :mod:`zeps.clients.operations` writes
-each call once; :mod:`zeps.clients.client` (blocking, gevent) and :mod:`zeps.clients.aio`
-(asyncio) only differ in how they wait. See docs/architecture.md, "Client SDK".
+``refusals``, ``requests``, ``states``); :mod:`zeps.clients.transport` owns the socket;
+:mod:`zeps.clients.operations` writes each call once; :mod:`zeps.clients.client` (blocking,
+gevent) and :mod:`zeps.clients.aio` (asyncio) only differ in how they wait. See
+docs/architecture.md, "Client SDK".
 
 Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`AsyncSubscription`, :class:`Receipt`, :class:`AsyncReceipt`, :class:`Message`,

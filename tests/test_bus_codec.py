@@ -200,3 +200,22 @@ def test_any_frames_parse_or_raise_malformed(frames):
             decode(frames)
         except Malformed:
             pass
+
+
+# --------------------------------------------------------------------------- on the stream
+
+@given(events)
+def test_headers_keep_producer_timestamp_and_uuid(event):
+    back = bus.from_message(event.sequence, event.topic, event.data, 0, bus.to_headers(event))
+    assert back == event
+
+
+def test_a_plain_zeps_message_as_an_event():
+    assert bus.from_message(3, "/t", b"d", 1479479809007_000_000) == \
+        bus.Event("/t", 3, "", TS, "", b"d")
+    # CHP's 16-byte UUID in its text form; headers of other names ignored
+    u = bytes(range(16))
+    ev = bus.from_message(3, "/t", b"d", 0, [("uuid", u), ("ttl", b"5")])
+    assert ev.uuid == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+    assert bus.to_headers(EVENT) == (("producer", b"producer"), ("timestamp", TS.encode()),
+                                     ("uuid", UUID.encode()))

@@ -151,7 +151,7 @@ keys = st.text(min_size=1, max_size=60).filter(
     lambda k: len(k.encode()) <= 255 and k not in chp.RESERVED_KEYS)
 names = st.text(min_size=1, max_size=12).filter(lambda s: "=" not in s and "\n" not in s)
 values = st.text(max_size=20).filter(lambda s: "\n" not in s)
-props = st.dictionaries(names.filter(lambda n: n != "ttl"), values, max_size=5).map(
+props = st.dictionaries(names.filter(lambda n: n not in ("ttl", "uuid")), values, max_size=5).map(
     lambda d: tuple(d.items()))
 msgs = st.builds(chp.KvMsg, keys, st.integers(0, 2**64 - 1),
                  st.sampled_from([b"", UUID]), props, st.binary(max_size=100))
@@ -177,3 +177,34 @@ def test_any_frames_parse_or_raise_malformed(frames):
             decode(frames)
         except Malformed:
             pass
+
+
+# --------------------------------------------------------------------------- on the stream
+
+@given(msgs)
+def test_headers_keep_uuid_and_properties(msg):
+    """KVSET -> ZEPS headers -> KVPUB: the UUID and the properties come back unchanged."""
+    back, dropped = chp.from_message(msg.sequence, msg.key, msg.value, chp.to_headers(msg))
+    assert back == msg and dropped == 0
+
+
+def test_headers_of_a_kvset_as_a_zeps_subscriber_sees_them():
+    msg = chp.KvMsg("/k", 0, UUID, (("ttl", "30"), ("owner", "me")), b"v")
+    assert chp.to_headers(msg) == (("uuid", UUID), ("ttl", b"30"), ("owner", b"me"))
+    assert chp.to_headers(chp.KvMsg("/k", value=b"v")) == ()
+
+
+def test_headers_chp_cannot_carry_are_left_out():
+    text_uuid = b"0f8fad5b-d9cb-469f-a165-70867728950e"
+    msg, dropped = chp.from_message(7, "/k", b"v", [
+        ("uuid", text_uuid), ("a=b", b"1"), ("c", b"x\ny"), ("d", b"\xff"), ("e", b"ok"),
+        ("uuid", UUID)])
+    assert msg == chp.KvMsg("/k", 7, uuidlib.UUID(text_uuid.decode()).bytes, (("e", "ok"),), b"v")
+    assert dropped == 4
+
+
+def test_property_named_uuid_is_refused():
+    with pytest.raises(Malformed, match="reserved property"):
+        chp.decode_kvset([b"k", b"\0" * 8, b"", b"uuid=1\n", b"v"])
+    with pytest.raises(Malformed, match="bad properties"):
+        chp.decode_kvset([b"k", b"\0" * 8, b"", b"n" * 256 + b"=1\n", b"v"])

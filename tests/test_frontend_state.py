@@ -426,3 +426,14 @@ def test_bus_snapshot_stops_at_its_sequence():
     drain(front, peer)
     got = [bc.decode_snapshot_reply(f) for f in peer.got[b"c"]]
     assert [e.sequence for e in got] == [1, 2, 3, 3]
+
+
+def test_messages_as_zeps_delivers_them():
+    chp_front = ChpFrontEnd(Stream().source)
+    assert chp_front.on_message(4, "/k", b"v", [("ttl", b"3"), ("x\ny", b"1")], 0.0) == \
+        [b"/k", b"\0" * 7 + b"\4", b"", b"ttl=3\n", b"v"]
+    assert chp_front.counters["publisher.headers left out"] == 1
+    assert chp_front.expired(3.0) == [cc.KvMsg("/k")]
+    bus_front = BusFrontEnd(EventLog().source, dialect=bc.REFERENCE)
+    assert bus_front.on_message(4, "/t", b"d", 1479479809007_000_000) == \
+        [b"/t", b"4", b"", TS, b"", b"d"]

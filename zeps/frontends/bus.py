@@ -94,6 +94,12 @@ class BusFrontEnd:
         return event
 
     # ------------------------------------------------------------------ live feed
+    def on_message(self, sequence: int, key: str, value: bytes, timestamp_ns: int,
+                   headers=()) -> Frames:
+        """A message of the stream as ZEPS delivers it: :meth:`on_live` of its event
+        (:func:`~zeps.frontends.bus_codec.from_message`)."""
+        return self.on_live(codec.from_message(sequence, key, value, timestamp_ns, headers))
+
     def on_live(self, event: codec.Event) -> Frames:
         """A message of the stream (``event.sequence`` its ZEPS sequence; a plain ZEPS publish
         has no producer nor UUID and its journal timestamp): the BROADCAST to send."""

@@ -27,9 +27,10 @@ topic starts with ``""``); matching is by prefix, as the reference's ``startsWit
 from __future__ import annotations
 
 import re
+import uuid as _uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import List, Sequence, Tuple, Union
+from typing import Iterable, List, Sequence, Tuple, Union
 
 from .wire import (DEFAULT_LIMITS, MAX_KEY, Buffer, Limits, Malformed, check_count, check_size,
                    decode_decimal, encode_u64, text)
@@ -206,3 +207,38 @@ def encode_broadcast(event: Event, dialect: Dialect = RFC) -> List[bytes]:
 def encode_pub(event: Event, dialect: Dialect = RFC) -> List[bytes]:
     """C: a producer's PUB (its sequence: the event's, usually 0)."""
     return _fields(event, dialect)
+
+
+# --------------------------------------------------------------------------- on the stream
+
+#: The ZEPS headers that keep a PUB's fields on the stream.
+PRODUCER_HEADER, TIMESTAMP_HEADER, UUID_HEADER = "producer", "timestamp", "uuid"
+
+
+def to_headers(event: Event) -> Tuple[Tuple[str, bytes], ...]:
+    """The ZEPS headers of a PUB's event: ``producer``, ``timestamp``, ``uuid``, in UTF-8, each
+    only if not empty (the topic is the message's key, the data its body)."""
+    return tuple((name, value.encode("utf-8")) for name, value in (
+        (PRODUCER_HEADER, event.producer), (TIMESTAMP_HEADER, event.timestamp),
+        (UUID_HEADER, event.uuid)) if value)
+
+
+def from_message(sequence: int, key: str, value: bytes, timestamp_ns: int,
+                 headers: Iterable[Tuple[str, bytes]] = ()) -> Event:
+    """The event of a message of the stream: producer, timestamp and UUID from its headers (the
+    first of each name, if UTF-8; a 16-byte UUID, as CHP keeps one, in its text form); a
+    message without a ``timestamp`` header has its journal timestamp (:func:`iso8601`)."""
+    fields = {}
+    for name, raw in headers:
+        if name in fields or name not in (PRODUCER_HEADER, TIMESTAMP_HEADER, UUID_HEADER):
+            continue
+        if name == UUID_HEADER and len(raw) == 16:
+            fields[name] = str(_uuid.UUID(bytes=bytes(raw)))
+            continue
+        try:
+            fields[name] = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            pass
+    return Event(key, sequence, fields.get(PRODUCER_HEADER, ""),
+                 fields.get(TIMESTAMP_HEADER) or iso8601(timestamp_ns),
+                 fields.get(UUID_HEADER, ""), value)

@@ -112,6 +112,16 @@ class ChpFrontEnd:
         return msg
 
     # ------------------------------------------------------------------ live feed
+    def on_message(self, sequence: int, key: str, value: bytes, headers, now: float
+                   ) -> Optional[Frames]:
+        """A message of the stream as ZEPS delivers it (headers: ``(name, bytes)`` pairs):
+        :meth:`on_live` of its CHP reading (:func:`~zeps.frontends.chp_codec.from_message`;
+        headers CHP cannot carry are left out and counted)."""
+        msg, dropped = codec.from_message(sequence, key, value, headers)
+        if dropped:
+            self.counters.add("publisher.headers left out", dropped)
+        return self.on_live(msg, now)
+
     def on_live(self, msg: codec.KvMsg, now: float) -> Optional[Frames]:
         """A message of the stream (``msg.sequence`` its ZEPS sequence; UUID and properties as
         published, empty for a plain ZEPS publish): the KVPUB to send, or None for a key no CHP

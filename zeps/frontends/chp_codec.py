@@ -17,16 +17,18 @@ KVSET      C: collector ``key | sequence | UUID | properties | value``
 
 Decoding checks the frame count and every frame's size before it decodes anything, and is
 strict where the spec is precise: the sequence is 8 bytes, a UUID 16 bytes or none, every
-property line ends in a newline and has a ``=`` after a non-empty name, no name twice, a ``ttl``
-is a number of seconds. A key is a ZEPS key: 1 to 255 bytes of UTF-8, and not one of the command
+property line ends in a newline and has a ``=`` after a name of 1 to 255 bytes, no name twice,
+none named ``uuid`` (the header that keeps the UUID on the stream), a ``ttl`` is a number of
+seconds. A key is a ZEPS key: 1 to 255 bytes of UTF-8, and not one of the command
 words (``KTHXBAI``, ``HUGZ``, ``ICANHAZ?``), which would end a client's snapshot early or pass for
 a heartbeat. Anything else raises :class:`~zeps.frontends.wire.Malformed`.
 """
 from __future__ import annotations
 
 import re
+import uuid as _uuid
 from dataclasses import dataclass
-from typing import List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Tuple
 
 from .wire import (DEFAULT_LIMITS, MAX_KEY, Buffer, Limits, Malformed, check_count, check_size, decode_u64,
                    encode_u64, text)
@@ -39,6 +41,8 @@ RESERVED_KEYS = frozenset({"ICANHAZ?", "KTHXBAI", "HUGZ"})
 UUID_SIZE = 16
 #: The property the server acts on: the key is deleted this many seconds after its update.
 TTL = "ttl"
+#: The ZEPS header that holds a KVSET's UUID (16 bytes); so no property may be named so.
+UUID_HEADER = "uuid"
 _TTL = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,9})?")
 _EMPTY = b""
 _ZERO = encode_u64(0)
@@ -101,8 +105,12 @@ def decode_properties(frame: Buffer, limits: Limits = DEFAULT_LIMITS) -> Propert
             pair = (name.decode("utf-8"), value.decode("utf-8"))
         except UnicodeDecodeError:
             raise Malformed("properties not UTF-8") from None
+        if len(name) > MAX_KEY:
+            raise Malformed("bad properties", "a name over 255 bytes")
         if pair[0] in seen:
             raise Malformed("bad properties", "a name given twice")
+        if pair[0] == UUID_HEADER:
+            raise Malformed("reserved property", UUID_HEADER)
         seen.add(pair[0])
         out.append(pair)
     props = tuple(out)
@@ -193,3 +201,45 @@ def encode_hugz() -> List[bytes]:
     """S: the heartbeat, sequence eight zero bytes as the RFC frames it (a client discards it:
     it is never above the last sequence it took)."""
     return [HUGZ, _ZERO, _EMPTY, _EMPTY, _EMPTY]
+
+
+# --------------------------------------------------------------------------- on the stream
+
+def to_headers(msg: KvMsg) -> Tuple[Tuple[str, bytes], ...]:
+    """The ZEPS headers that keep a KVSET's UUID and properties on the stream: ``uuid`` (its 16
+    bytes) first if it has one, then one header per property, in order, its value in UTF-8.
+    A ZEPS subscriber reads them as headers; :func:`from_message` gives them back unchanged."""
+    out = [(UUID_HEADER, msg.uuid)] if msg.uuid else []
+    out.extend((name, value.encode("utf-8")) for name, value in msg.properties)
+    return tuple(out)
+
+
+def from_message(sequence: int, key: str, value: bytes,
+                 headers: Iterable[Tuple[str, bytes]] = ()) -> Tuple[KvMsg, int]:
+    """The KVPUB of a message of the stream, and how many of its headers CHP cannot carry.
+    The UUID is the first ``uuid`` header of 16 bytes (a UUID in text, as a BUS event keeps
+    one, is converted); the other headers become properties when they can be written as
+    ``name=value`` lines (no ``=`` or newline in the name, UTF-8 without a newline in the
+    value); the rest are left out. A plain ZEPS message has neither."""
+    uuid = b""
+    props: List[Tuple[str, str]] = []
+    dropped = 0
+    for name, raw in headers:
+        if name == UUID_HEADER and not uuid:
+            if len(raw) == UUID_SIZE:
+                uuid = bytes(raw)
+                continue
+            try:
+                uuid = _uuid.UUID(bytes(raw).decode("ascii")).bytes
+                continue
+            except (UnicodeDecodeError, ValueError):
+                pass
+        try:
+            text_value = bytes(raw).decode("utf-8")
+        except UnicodeDecodeError:
+            text_value = "\n"
+        if "=" in name or "\n" in name or "\n" in text_value or name == UUID_HEADER:
+            dropped += 1
+            continue
+        props.append((name, text_value))
+    return KvMsg(key, sequence, uuid, tuple(props), value), dropped

@@ -83,7 +83,7 @@ class Reader:
         self.sub.close()
         return {"messages": [[m.sequence, m.key, m.body.decode(), m.timestamp] for m in self.got],
                 "stats": dataclasses.asdict(self.sub.stats), "mode": self.sub.mode,
-                "error": self.error}
+                "fallback_reason": self.sub.fallback_reason, "error": self.error}
 
 
 class AsyncReader:
@@ -231,6 +231,26 @@ def ordered(work):
            "cli_stderr": [s.stderr() for s in subs], "other": other.result(),
            "stalled": late.result(),
            "journal_eu": journal(b, "eu."), "journal_us": journal(b, "us.")}
+    bridge.stop()
+    b.stop()
+    return out
+
+
+def pattern_mismatch(work):
+    """Issue 17 item 9: a bridge without --pattern and a CLI receiver on ``eu.`` (-v): the
+    receiver falls back to the broker and its stderr says why, before any message is published."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work, "bridge")
+    sub = Proc([sys.executable, "-m", "zeps", "subscribe", STREAM, "eu.", "--multicast", GROUP,
+                "--endpoint", b.endpoint, "--from-seq", "1", "--json", "--count", "20",
+                "--timeout", "30", "-v"], "sub", work)
+    wait_until(lambda: "falling back" in sub.stderr() or sub.p.poll() is not None,
+               "the receiver to say it fell back")
+    items = numbered(0, 40, lambda i: "eu.fr" if i % 2 else "us.ny")
+    publish(b.endpoint, items)
+    rc = sub.p.wait(DEADLINE)
+    out = {"rc": rc, "stderr": sub.stderr(), "lines": [json.loads(x) for x in sub.lines],
+           "journal_eu": journal(b, "eu.")}
     bridge.stop()
     b.stop()
     return out
@@ -534,8 +554,9 @@ def oversize(work):
     return out
 
 
-SCENARIOS = {f.__name__: f for f in (ordered, loss, asyncio_loss, reorder_dup, late_join, bridge_restart,
-                                     broker_restart, hostile, forged, fallback, oversize)}
+SCENARIOS = {f.__name__: f for f in (ordered, pattern_mismatch, loss, asyncio_loss, reorder_dup,
+                                     late_join, bridge_restart, broker_restart, hostile, forged,
+                                     fallback, oversize)}
 
 if __name__ == "__main__":
     name, work = sys.argv[1], Path(sys.argv[2])

@@ -79,12 +79,31 @@ def test_ordered_delivery_to_several_receivers_and_a_pattern(tmp_path):
     other = r["other"]
     check_whole(other, r["journal_us"])
     assert other["stats"]["foreign"] > 0 and other["stats"]["multicast"] == 0
-    assert other["mode"] == "fallback"
+    assert other["mode"] == "fallback" and other["fallback_reason"] == "pattern"
+    assert other["stats"]["fallbacks_pattern"] == other["stats"]["fallbacks"] == 1
     # A receiver that stopped reading lost datagrams in its own buffer, cost the others nothing,
     # and still hands everything once it reads again.
     stalled = r["stalled"]
     check_whole(stalled, eu)
     assert stalled["stats"]["lost"] > 0 and stalled["stats"]["unicast"] > 0
+
+
+def test_a_receiver_off_the_bridge_s_pattern_says_why_it_fell_back(tmp_path):
+    """Issue 17 item 9: a bridge without --pattern, a receiver on eu.: it used to fall back to
+    the broker silently. It warns once, naming both patterns, and -v's counters say it too."""
+    r = scenario("pattern_mismatch", tmp_path)
+    assert r["rc"] == 0, r["stderr"]
+    assert [[x["sequence"], x["key"], x["body"], x["timestamp"]] for x in r["lines"]] == \
+        r["journal_eu"]
+    err = r["stderr"]
+    assert err.count("falling back") == 1, err
+    warning = next(line for line in err.splitlines() if "falling back" in line)
+    assert "stream 's' pattern 'eu.' on 239.192.7.7:7777" in warning
+    assert "(pattern): no datagram for pattern 'eu.'" in warning
+    assert "from a bridge with pattern ''" in warning and "--pattern 'eu.'" in warning
+    stats = dict(re.findall(r"(\w+)=(\d+)", err.splitlines()[-1]))
+    assert stats["fallbacks_pattern"] == stats["fallbacks"] == "1"
+    assert int(stats["other_pattern"]) > 0 and stats["multicast"] == "0"
 
 
 def test_induced_loss_is_repaired_from_the_broker_also_at_the_tail(tmp_path):

@@ -319,6 +319,56 @@ def test_silence_is_at_least_one_second():
     assert r.mode is FALLBACK
 
 
+def test_a_bridge_without_the_receiver_s_pattern_is_named_as_the_reason_of_the_fallback():
+    """Issue 17 item 9: a bridge without --pattern (pattern "") and a receiver on "eu.": the
+    receiver takes none of its datagrams and falls back; the counters and the reason say why."""
+    r = receiver(now=0.0, pattern="eu.")
+    s = Sender("s", "", session=1, start_after=0, head_interval=0.5, now=0.0)
+    t = 0.0
+    while r.mode is MULTICAST and t < 10.0:
+        for d in s.tick(t):
+            r.on_datagram(d, t)
+        t += 0.25
+        r.tick(t)
+    assert r.mode is FALLBACK and t == pytest.approx(3.0)    # the silence before the first HEAD
+    st = r.stats
+    assert (st.fallbacks, st.fallbacks_pattern, st.fallbacks_silence, st.fallbacks_loss) == (1, 1, 0, 0)
+    assert st.other_pattern == st.foreign > 0 and st.datagrams == 0
+    assert r.fallback_reason == "pattern"
+    assert "no datagram for pattern 'eu.'" in r.fallback_detail
+    assert "from a bridge with pattern ''" in r.fallback_detail
+    assert "run a bridge with --pattern 'eu.'" in r.fallback_detail
+
+
+def test_silence_and_loss_are_named_as_reasons_of_a_fallback():
+    r = receiver(now=0.0)
+    r.on_datagram(dg.encode_head(1, 1, "other", "", 0, 500), 0.0)   # another stream: no excuse
+    r.tick(3.0)
+    assert r.mode is FALLBACK and r.fallback_reason == "silence"
+    assert (r.stats.fallbacks_silence, r.stats.other_pattern) == (1, 0)
+    assert "no datagram of stream 's' pattern ''" in r.fallback_detail
+    r = receiver(config=LOSSY)
+    windows(r, heads(), 0.0, 1, keep=lambda i: i % 2 == 0)         # 50% lost
+    assert r.mode is FALLBACK and r.fallback_reason == "loss" and r.stats.fallbacks_loss == 1
+    # (the first datagram's loss cannot be seen: 4 of 9)
+    assert r.fallback_detail.startswith("44% of the 9 datagrams due in a 1s window were lost")
+
+
+def test_own_datagrams_clear_the_other_patterns():
+    """A bridge of this stream with another pattern beside the receiver's own bridge: its own
+    datagrams keep coming, so a later silence of its own bridge is silence, not pattern...
+    unless the other bridge goes on alone."""
+    r = receiver(now=0.0, pattern="eu.")
+    mine = Sender("s", "eu.", session=1, start_after=0, head_interval=0.5, now=0.0)
+    other = Sender("s", "", session=2, start_after=0, head_interval=0.5, now=0.0)
+    r.on_datagram(other.tick(0.0)[0], 0.0)
+    r.on_datagram(mine.tick(0.0)[0], 0.0)
+    r.tick(1.49)
+    assert r.mode is MULTICAST and r.stats.other_pattern == 1
+    r.tick(1.5)
+    assert r.fallback_reason == "silence"
+
+
 def test_loss_meter_classifies_and_counts():
     m = LossMeter(1.0, 0.0, track=8, hold=2.0)
     assert [m.observe(1, n, 0.0) for n in (1, 2, 5, 4, 4, 3, 9)] == [NEW, NEW, NEW, LATE,

@@ -29,7 +29,7 @@ from zeps.clients.message import Message
 from zeps.units import TimeLike
 
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
-from .subscriber import CHECKER_IDLE, check_start, note_deceived
+from .subscriber import CHECKER_IDLE, FallbackLog, check_start, note_deceived
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
@@ -70,6 +70,7 @@ class AsyncMulticastSubscriber:
         self._checker: Optional[AsyncClient] = None
         self._checker_used = 0.0
         self._deceived = 0
+        self._fallbacks = FallbackLog()
         self._handed = 0
         self._closed = False
 
@@ -117,6 +118,12 @@ class AsyncMulticastSubscriber:
     @property
     def mode(self) -> str:
         return self._core.mode
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why it last fell back: ``"loss"``, ``"silence"`` or ``"pattern"`` (a bridge of the
+        stream with another pattern on the group; :mod:`zeps.multicast.fallback`), or None."""
+        return self._core.fallback_reason
 
     @property
     def position(self) -> int:
@@ -255,6 +262,7 @@ class AsyncMulticastSubscriber:
         elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
             await self._close_checker()
         self._deceived = note_deceived(self._core, self._deceived)
+        self._fallbacks.note(self._core, self.group, self.endpoint)
 
     async def _check(self, now: float) -> None:
         """Ask the broker for the stream's last sequence: multicast entries up to it may go."""

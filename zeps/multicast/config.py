@@ -66,7 +66,10 @@ class ReceiverStats:
     said the real message did not exist, or carried other contents; the shells log it).
     Events: ``checks`` (head checks answered by the broker), ``repairs`` (feed opened for a gap),
     ``unfulfilled`` (HEAD or REF claims dropped because the feed did not bear them out),
-    ``fallbacks``, ``returns``."""
+    ``fallbacks``, ``returns``. Why it fell back (:mod:`zeps.multicast.fallback`):
+    ``fallbacks_loss``, ``fallbacks_silence``, ``fallbacks_pattern`` (silence on its pattern while
+    ``other_pattern`` datagrams -- its stream, from a bridge with another pattern, also counted as
+    ``foreign`` -- came)."""
 
     datagrams: int = 0
     reordered: int = 0
@@ -87,3 +90,7 @@ class ReceiverStats:
     unfulfilled: int = 0
     fallbacks: int = 0
     returns: int = 0
+    other_pattern: int = 0
+    fallbacks_loss: int = 0
+    fallbacks_silence: int = 0
+    fallbacks_pattern: int = 0

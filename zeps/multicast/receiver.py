@@ -67,6 +67,7 @@ from zeps.clients.message import Message
 
 from .config import ReceiverConfig, ReceiverStats
 from .datagram import Data, ForeignDatagram, Head, MalformedDatagram, decode
+from .fallback import LOSS, PATTERN, SILENCE, OtherPatterns, describe
 from .handed import HandedLog
 from .loss import DUPLICATE, FAR, LATE, LossMeter, Window
 from .sender import DEFAULT_HEAD_INTERVAL
@@ -157,6 +158,12 @@ class Receiver:
         # on (fetched instead).
         self._handed = HandedLog(_MAX_SPANS)
         self._disputed: set[int] = set()
+        # Why it last fell back (zeps.multicast.fallback), and other bridges of its stream.
+        self._others = OtherPatterns()
+        #: The reason of the last fallback (``loss``, ``silence``, ``pattern``), or None.
+        self.fallback_reason: str | None = None
+        #: The last fallback's reason as a sentence, for the shells' log.
+        self.fallback_detail = ""
         self._update(now)
 
     # ------------------------------------------------------------------ outputs
@@ -207,7 +214,11 @@ class Receiver:
             return
         if d.stream != self.stream or d.pattern != self.pattern:
             st.foreign += 1
+            if d.stream == self.stream:     # a bridge of this stream with another pattern
+                st.other_pattern += 1
+                self._others.seen(d.pattern)
             return
+        self._others.own()
         self._now = now
         self._arrivals += 1
         kind = self._meter.observe(d.session, d.number, now)
@@ -522,14 +533,18 @@ class Receiver:
         if window is not None:
             self._judge(window, now)
         if self.mode is MULTICAST and now - self._last_datagram >= self._silence():
-            self._fall_back()
+            why = PATTERN if self._others.count else SILENCE
+            self._fall_back(why, describe(why, stream=self.stream, pattern=self.pattern,
+                                          silence=self._silence(), others=self._others))
 
     def _judge(self, w: Window, now: float) -> None:
         c = self.config
         if self.mode is MULTICAST:
             if (w.expected >= c.min_datagrams and w.rate >= c.fallback_loss
                     and now >= self._fallback_ok_at):
-                self._fall_back()
+                self._fall_back(LOSS, describe(
+                    LOSS, stream=self.stream, pattern=self.pattern, rate=w.rate,
+                    expected=w.expected, window=c.loss_window, limit=c.fallback_loss))
                 self._fallback_ok_at = now + c.fallback_holdoff
             return
         # Feed messages of the window before, against the entries multicast brought since then,
@@ -558,9 +573,11 @@ class Receiver:
             self._mc_seen = set()
             self._fed, self._fed_before = [], []
 
-    def _fall_back(self) -> None:
+    def _fall_back(self, reason: str, detail: str) -> None:
         self.mode = FALLBACK
         self.stats.fallbacks += 1
+        setattr(self.stats, "fallbacks_" + reason, getattr(self.stats, "fallbacks_" + reason) + 1)
+        self.fallback_reason, self.fallback_detail = reason, detail
         self._good_windows = 0
         self._joining = False
         self._pending.clear()

@@ -120,6 +120,7 @@ class MulticastSubscriber:
         self._checker: Client | None = None
         self._checker_used = 0.0
         self._deceived = 0
+        self._fallbacks = FallbackLog()
         self._closed = False
 
     # ------------------------------------------------------------------ public API
@@ -133,6 +134,12 @@ class MulticastSubscriber:
     def mode(self) -> str:
         """``"multicast"``, or ``"fallback"`` while everything comes from the broker."""
         return self._core.mode
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why it last fell back: ``"loss"``, ``"silence"`` or ``"pattern"`` (a bridge of the
+        stream with another pattern on the group; :mod:`zeps.multicast.fallback`), or None."""
+        return self._core.fallback_reason
 
     @property
     def position(self) -> int:
@@ -278,6 +285,7 @@ class MulticastSubscriber:
         elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
             self._close_checker()
         self._deceived = note_deceived(self._core, self._deceived)
+        self._fallbacks.note(self._core, self.group, self.endpoint)
 
     def _check(self, now: float) -> None:
         """Ask the broker for the stream's last sequence: multicast entries up to it may go."""
@@ -318,6 +326,27 @@ def note_deceived(core: Receiver, seen: int) -> int:
                     "to the group; authenticate it or keep it on a network you control",
                     core.stream, deceived - seen, deceived)
     return deceived
+
+
+class FallbackLog:
+    """Logs each fallback of a receiver with its reason (zeps.multicast.fallback): at WARNING the
+    first time for a reason, at INFO after that."""
+
+    def __init__(self) -> None:
+        self.seen = 0
+        self.reasons: set[str] = set()
+
+    def note(self, core: Receiver, group: tuple[str, int], endpoint: str) -> None:
+        n = core.stats.fallbacks
+        if n <= self.seen:
+            return
+        self.seen = n
+        reason = core.fallback_reason
+        level = logging.INFO if reason in self.reasons else logging.WARNING
+        self.reasons.add(reason)
+        log.log(level, "zeps multicast: stream %r pattern %r on %s:%d: falling back to the broker "
+                "at %s (%s): %s", core.stream, core.pattern, group[0], group[1], endpoint, reason,
+                core.fallback_detail)
 
 
 def _close(feed: Client | None) -> None:

@@ -25,6 +25,8 @@ from zeps.protocol.batch import (DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, deliver_ba
                                  deliver_frames, entry_key, is_batch_frame, walk)
 from zeps.protocol.deliver import KEYLEN_OFFSET, sequence_of
 
+from .headers import replay_frame
+
 #: Entry bytes of one DELIVER frame start after its signature, id and sequence.
 ENTRY_OFFSET = KEYLEN_OFFSET
 #: A run is closed (sent) once it holds this many bytes.
@@ -275,12 +277,19 @@ def replay_chunks(stream, s, chunks, runs: Runs) -> bool:
         if (all_from is not None and seq >= all_from) or s.accepts(ch.key, seq):
             frame = ch.frame
             cost = len(frame) - 7
+            headed = ch.header_block is not None and s.headers
+            if headed:              # a message with headers, for a client that chose them
+                frame, cost = replay_frame(s, ch, frame)
             if credit < cost:
                 s.next_seq = seq
                 stop = 0
                 break
             credit -= cost
-            runs.add_frame(s.identity, ch.timestamp, frame)
+            if headed:              # DELIVER-H, alone, after what was gathered before it
+                runs.close(s.identity)
+                outbox.append((s.identity, frame))
+            else:
+                runs.add_frame(s.identity, ch.timestamp, frame)
             delivered += 1
         s.next_seq = seq + 1
     else:

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
+from zeps.protocol.headers import DELIVER_H_ID
 
 
 from .session import ATTACHED, Session
@@ -19,7 +20,7 @@ from .session import ATTACHED, Session
 if TYPE_CHECKING:
     pass
 
-_DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID)
+_DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID, DELIVER_H_ID)
 
 
 class _Stale(bytes):
@@ -56,7 +57,7 @@ class Congestion:
             if st is not None:
                 st.pause(s)
         cid = frame[2]
-        if cid == DELIVER_ID or cid == DELIVER_TS_ID or cid == DELIVER_BATCH_ID:
+        if cid == DELIVER_ID or cid == DELIVER_TS_ID or cid == DELIVER_BATCH_ID or cid == DELIVER_H_ID:
             # not a sign of life: it did not go out
             s.delivered -= batch_count(frame) if cid == DELIVER_BATCH_ID else 1
             if st is not None:

@@ -34,6 +34,7 @@ from zeps.protocol.reasons import NOT_ALLOWED, Reason
 from .admin import StreamAdministration
 from .catalogue import StreamCatalogue
 from .congestion import Congestion
+from .headers import HeadersHandling
 from .session import ATTACHED, ProtocolViolation, Session
 from .timers import Timers
 from .stream import COUNTERS, Stream
@@ -123,7 +124,7 @@ class CoreConfig:
         return max(8, min(10_000, self.max_unread // self.max_frame()))
 
 
-class BrokerCore(StreamAdministration, Congestion, Timers):
+class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -729,4 +730,6 @@ _HANDLERS = {
     c.StreamDelete: BrokerCore._on_stream_delete,
     c.Limits: BrokerCore._on_limits,
     c.Producer: BrokerCore._on_producer,
+    c.HeadersSelect: BrokerCore._on_headers_select,
+    c.PublishHeaders: BrokerCore._on_publish_headers,
 }

@@ -35,10 +35,12 @@ DETACH_FRAME = encode(c.Detach())
 
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,
-              c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect, c.StreamExpect)
+              c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect, c.StreamExpect,
+              c.HeadersSelect)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
-                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId)
+                  c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId,
+                  c.PublishHeaders)
 
 
 
@@ -65,6 +67,7 @@ class Session:
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
+                 "headers",
                  "batches", "budget", "budget_at")
 
     def __init__(self, identity: bytes, now: float):
@@ -84,6 +87,7 @@ class Session:
         self.user: Optional[str] = None  # the CurveZMQ public key (Z85) it authenticated with
         self.batches = False            # BATCH-SELECT: DELIVER-BATCH, on every later peering too
         self.reasons = False            # REASONS-SELECT: ERROR instead of INVALID, from then on
+        self.headers = False            # HEADERS-SELECT: DELIVER-H for messages with headers
         self.budget = float("inf")      # see spend(): starts full
         self.producer_ids: set = set()  # producer ids registered on this connection (capped)
         self.budget_at = now

@@ -41,12 +41,14 @@ from zeps.protocol import deliver_ts_from_deliver, encode
 
 from zeps.protocol.batch import DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
+from zeps.protocol.headers import DELIVER_H_ID, deliver_h_cost, deliver_h_sequence
 from zeps.protocol.reasons import Reason
 
 from zeps.journal.settings import StreamSettings
 
 from .batching import BatchView, Runs, replay_chunks, route_batch, split_batch
 from .dedup import ProducerDedup
+from .headers import journal_item, replay_frame, route_headers
 from .session import Session
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -219,6 +221,8 @@ class Stream:
         every unsent DELIVER of the client, in outbox order, and sets the congestion deadline."""
         if is_batch_frame(frame):
             seq, cost = batch_first_seq(frame), batch_cost(frame)
+        elif frame[2] == DELIVER_H_ID:
+            seq, cost = deliver_h_sequence(frame), deliver_h_cost(frame)
         else:
             shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
             seq, cost = sequence_of(frame, shift), len(frame) - OVERHEAD - shift
@@ -341,8 +345,7 @@ class Stream:
             return
         try:
             records = self.journal.append_batch(
-                [(key, body) if key is not None else body for _s, key, body in pending],
-                producers=producers)
+                [journal_item(key, body) for _s, key, body in pending], producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             self._refuse(pending, dups, exc)
             return
@@ -382,6 +385,8 @@ class Stream:
 
     def _route(self, rec, runs: Runs) -> None:
         """Route one plain record just appended to the live subscribers that want it."""
+        if rec.header_block is not None:
+            return route_headers(self, rec, runs)
         ids = self.index.match(rec.key)
         if not ids:
             return
@@ -489,14 +494,13 @@ class Stream:
             if seq < s.next_seq:
                 continue
             if s.accepts(rec.key, seq):
-                frame = rec.frame
-                cost = frame_cost(frame)
+                frame, cost = replay_frame(s, rec, rec.frame)     # DELIVER-H, if chosen
                 if credit < cost:
                     s.next_seq = seq
                     ok = False
                     break
                 credit -= cost
-                if s.timestamps:
+                if s.timestamps and frame is rec.frame:
                     frame = deliver_ts_from_deliver(frame, rec.timestamp)
                 outbox.append((ident, frame))
                 s.delivered += 1

@@ -60,12 +60,25 @@ class Core:
         """Each command as one ZeroMQ message from ``ident``, then send the outbox."""
         for cmd in cmds:
             self.core.receive(ident, [encode(cmd)], self.now)
+            self.open_streams()
         self.collect()
 
     def send_frames(self, ident: bytes, frames: list[bytes]) -> None:
         """One ZeroMQ message of any frames from ``ident``, then send the outbox."""
         self.core.receive(ident, frames, self.now)
+        self.open_streams()
         self.collect()
+
+    def open_streams(self, names=None) -> None:
+        """Open the journals the core asked for, at once (the shell does it in its thread
+        pool; here the disk is instant), and hand each result back."""
+        for name in self.core.take_opens() if names is None else names:
+            error = None
+            try:
+                self.datadir.journal(name)
+            except Exception as exc:
+                error = exc
+            self.core.opened(name, error, self.now)
 
     # ------------------------------------------------------------------ output (the shell's _send)
     def collect(self) -> None:
@@ -97,6 +110,9 @@ class Core:
             st.journal.sync()
         done = self.core.round(self.now, self.collect, synced)
         self.to_sync = done.to_sync
+        if done.to_open:
+            self.open_streams(done.to_open)
+            self.collect()
         return done.more
 
     def drain(self) -> None:

@@ -292,11 +292,6 @@ class StalledByDirectoryFsync(AssertionError):
 FSYNC_GATE = Path(__file__).resolve().parent / "fsyncgate"
 
 
-@pytest.mark.xfail(strict=True, raises=StalledByDirectoryFsync,
-                   reason="broker bug: ATTACH to a new stream creates its directory and files and "
-                   "fsyncs the directory on the broker's one loop (~10 ms on this disk, ~5 ms to "
-                   "reopen a released one, as long as the disk likes on a slow one): every other "
-                   "client waits for the disk")
 def test_a_client_creating_streams_does_not_stall_others(start_broker, tmp_path, monkeypatch):
     """A client ATTACHes a new stream name while a pair runs on its own stream: while the
     creation waits for the disk to fsync the new directory, the pair's messages keep flowing;

@@ -45,6 +45,9 @@ class StreamAdministration:
             self._invalid(s.identity, why)
             return True
         if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
+            if name in self.opening:         # its journal is being opened off the loop
+                self._invalid(s.identity, f"stream {name!r} is being opened: retry")
+                return True
             return False
         self._invalid(s.identity, Reason.no_stream(name))
         return True

@@ -11,6 +11,12 @@ A round is one method, :meth:`BrokerCore.round`: the shell hands over what it re
 one order and calls the shell's ``send`` wherever frames must go out before the next step; it
 returns a :class:`Round` saying whether replay work remains and which journals to fsync.
 
+"No sockets" is not "no disk": the core calls the journal library, whose appends (one write per
+stream a round), segment rolls (their fsync), retention's unlinks, and the administration
+commands' directory work run on the loop. Opening a journal (a new stream's directory and
+fsyncs, or a closed one's recovery) does not: the shell does it in its thread pool
+(:meth:`BrokerCore._open_later`), and so does the group fsync (``Round.to_sync``).
+
 Three concepts live beside it as mixins, each in the file named after it: stream administration
 (``admin.py``), congestion — frames the shell could not send (``congestion.py``) — and the
 timers (``timers.py``).
@@ -47,6 +53,7 @@ class Round:
     """What a round leaves the shell to do."""
     more: bool                  # replay work remains: run the next round without waiting
     to_sync: List[Stream]       # journals to fsync (off the loop), then ``round(synced=True)``
+    to_open: List[str]          # streams to open (off the loop), then :meth:`BrokerCore.opened`
 
 #: A listing page looks at this many names at most, and fits in one frame.
 LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
@@ -70,6 +77,9 @@ def _pseq_exhausted(pseq: int) -> str:
 
 #: What a client frame may exceed the limits by and still be read (and refused with a reason).
 FRAME_SLACK = 64 << 10
+
+#: Messages held for a client whose ATTACH waits for its stream to open; more get INVALID.
+MAX_WAITING = 1024
 
 
 @dataclass
@@ -149,11 +159,21 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         self.queued = 0                    # messages published since the last flush()
         self.now = float("-inf")           # the time of the message being handled
         self.catalogue = StreamCatalogue(datadir.streams())   # every stored stream's name
+        #: Streams whose journal the shell opens off the loop, and the ATTACHes waiting for each.
+        self.opening: Dict[str, List[Tuple[Session, c.Attach, Optional[int]]]] = {}
+        self._to_open: List[str] = []
 
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
         """Handle one ZeroMQ message from a client (frames after the ROUTER identity)."""
         s = self.sessions.get(identity)
+        if s is not None and s.waiting is not None:   # after an ATTACH that waits: in order
+            s.last_seen = now
+            if len(s.waiting) < MAX_WAITING:
+                s.waiting.append(frames)
+            else:
+                self._invalid(identity, Reason.limit("max_waiting", MAX_WAITING))
+            return
         if s is not None and s.congested_until:
             mark = len(self.outbox)              # its replies wait behind those it holds
             self._receive(identity, frames, now)
@@ -328,6 +348,9 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
             self._invalid(s.identity, Reason.limit("max_streams", self.config.max_streams))
             return
+        if cmd.stream not in self.streams and not self.datadir.is_open(cmd.stream):
+            self._open_later(s, cmd, expect)     # the disk may be slow: not on the loop
+            return
         try:
             stream = self.stream(cmd.stream)
             actual = self.datadir.incarnation(cmd.stream) if expect else 0
@@ -341,6 +364,39 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         stream.attach(s)
         self._set_rights(s)
         self.outbox.append((s.identity, _ATTACH_OK))
+
+    def _open_later(self, s: Session, cmd: c.Attach, expect: Optional[int]) -> None:
+        """Opening a journal touches the disk (a new stream: its directory, files and their
+        fsyncs; an existing one: its recovery), which may take as long as the disk likes: the
+        shell does it off the loop (:attr:`Round.to_open`) and calls :meth:`opened`. The client
+        waits; what it sends meanwhile is held, in order (:data:`MAX_WAITING`)."""
+        waiting = self.opening.get(cmd.stream)
+        if waiting is None:
+            waiting = self.opening[cmd.stream] = []
+            self._to_open.append(cmd.stream)
+        waiting.append((s, cmd, expect))
+        s.waiting = []
+
+    def take_opens(self) -> List[str]:
+        """The streams to open since the last call (each once, until :meth:`opened`)."""
+        names, self._to_open = self._to_open, []
+        return names
+
+    def opened(self, name: str, error: Optional[BaseException], now: float) -> None:
+        """The shell opened stream ``name``'s journal (``DataDir.journal``), or failed to with
+        ``error``: the waiting ATTACHes are answered, then what each client sent meanwhile."""
+        for s, cmd, expect in self.opening.pop(name, ()):
+            if self.sessions.get(s.identity) is not s:
+                continue                                  # forgotten meanwhile
+            held, s.waiting = s.waiting or [], None
+            if error is None:
+                s.expect = expect
+                self._on_attach(s, cmd)                   # the journal is open: no wait now
+            else:
+                self._invalid(s.identity, Reason.failed(f"cannot open stream {name!r}", error))
+                self.log("attach_failed", stream=name, error=str(error))
+            for frames in held:
+                self.receive(s.identity, frames, now)
 
     def _on_stream_id(self, s: Session, cmd) -> None:
         """The attached stream's incarnation (kept in memory while the stream is open)."""
@@ -634,7 +690,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         to_sync = self.tick(now)
         if self.outbox:
             send()
-        return Round(more, to_sync)
+        return Round(more, to_sync, self.take_opens())
 
     def flush(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
@@ -682,7 +738,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         free, self._to_free = self._to_free, []
         for s in free:
             if s.stream is None and not s.held and not s.congested_until \
-                    and self.sessions.get(s.identity) is s:
+                    and s.waiting is None and self.sessions.get(s.identity) is s:
                 del self.sessions[s.identity]
 
     # ------------------------------------------------------------------ connections

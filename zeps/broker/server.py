@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Optional, Set
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import gevent
 import gevent.select
@@ -127,6 +127,7 @@ class Broker:
         self._syncing: Optional[gevent.Greenlet] = None
         self.on_fsync: Optional[Callable[[float], None]] = None   # seconds one sync took
         self._synced = False
+        self._opened: List[Tuple[str, Optional[BaseException]]] = []   # by _open, for the loop
         self._stopping = False
 
     def _core_log(self, event: str, **kw) -> None:
@@ -154,6 +155,10 @@ class Broker:
         True if there is more to do right away."""
         sock, core = self.sock, self.core
         now = self.clock()
+        if self._opened:                              # journals opened since the last round
+            opened, self._opened = self._opened, []
+            for name, error in opened:
+                core.opened(name, error, now)
         receive = core.receive
         ident_fd = self._ident_fd
         n = size = 0
@@ -186,7 +191,9 @@ class Broker:
         done = core.round(now, lambda: self._send(now), synced)
         if done.to_sync:
             self._start_sync(done.to_sync)
-        return n > 0 or done.more
+        for name in done.to_open:
+            gevent.spawn(self._open, name)
+        return n > 0 or done.more or bool(self._opened)
 
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
@@ -284,6 +291,19 @@ class Broker:
         for ident in dead:
             self._ident_fd.pop(ident, None)
             self.core.gone(ident)
+
+    # ------------------------------------------------------------------ opening streams
+    def _open(self, name: str) -> None:
+        """Open a stream's journal in the thread pool (a new stream's directory, files and
+        fsyncs, or an existing one's recovery: as long as the disk likes), then wake the loop,
+        which hands the result to the core (:meth:`BrokerCore.opened`)."""
+        error = None
+        try:
+            gevent.get_hub().threadpool.apply(self.datadir.journal, (name,))
+        except Exception as exc:                       # that stream's ATTACHes get INVALID
+            error = exc
+        self._opened.append((name, error))
+        os.write(self._wake_w, b"o")
 
     # ------------------------------------------------------------------ group fsync
     def _start_sync(self, streams: List[Stream]) -> None:

@@ -68,7 +68,7 @@ class Session:
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
                  "headers",
-                 "batches", "budget", "budget_at")
+                 "batches", "budget", "budget_at", "waiting")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -91,6 +91,9 @@ class Session:
         self.budget = float("inf")      # see spend(): starts full
         self.producer_ids: set = set()  # producer ids registered on this connection (capped)
         self.budget_at = now
+        #: While its ATTACH waits for the stream's journal to open (off the loop): the messages
+        #: it sent since, handled in order once the ATTACH is answered (bounded); else None.
+        self.waiting: Optional[List[List[bytes]]] = None
         self._reset_stream_state()
 
     def _reset_stream_state(self) -> None:

@@ -56,25 +56,40 @@ class DataDir:
         return os.path.join(self.path, stream_dir_name(name))
 
     def journal(self, name: str) -> Journal:
-        """The Journal of a stream, created on first use, cached."""
+        """The Journal of a stream, created on first use, cached. Thread-safe: the broker opens
+        journals in a thread (the disk may be slow), while its loop uses the open ones; the
+        lock is not held while a journal opens, so the loop never waits for that disk work.
+        The caller opens a given stream from one thread at a time (its journal lock would
+        refuse a second writer)."""
         with self._mutex:
             if self._closed:
                 raise JournalClosedError(f"DataDir {self.path} is closed")
             j = self._journals.get(name)
-            if j is None:
-                path = self.stream_path(name)
-                own = stream_settings.read(path) if os.path.isdir(path) else None
-                config = own.journal_config(self.config) if own is not None else self.config
-                j = Journal.open(path, config, self._clock)
-                if is_hashed(os.path.basename(path)):
-                    self._write_name(path, name)
-                try:                  # a stream a first ATTACH made gets its incarnation here
-                    self._incarnations[name] = stream_settings.ensure_incarnation(path)
-                except BaseException:
-                    j.close()
-                    raise
-                self._journals[name] = j
+        if j is not None:
             return j
+        path = self.stream_path(name)
+        own = stream_settings.read(path) if os.path.isdir(path) else None
+        config = own.journal_config(self.config) if own is not None else self.config
+        j = Journal.open(path, config, self._clock)
+        try:
+            if is_hashed(os.path.basename(path)):
+                self._write_name(path, name)
+            # a stream a first ATTACH made gets its incarnation here
+            incarnation = stream_settings.ensure_incarnation(path)
+            with self._mutex:
+                if self._closed:
+                    raise JournalClosedError(f"DataDir {self.path} is closed")
+                self._journals[name] = j
+                self._incarnations[name] = incarnation
+        except BaseException:
+            j.close()
+            raise
+        return j
+
+    def is_open(self, name: str) -> bool:
+        """True if the stream's journal is open (:meth:`journal` returns it at once)."""
+        with self._mutex:
+            return name in self._journals
 
     def incarnation(self, name: str) -> int:
         """The stream's incarnation (settings.py): chosen when it was made, another one if it is

@@ -199,7 +199,7 @@ class Core:
             for place in ("sessions", "catching_up", "confirming"):
                 if ident in getattr(st, place):
                     found.append(f"{name}.{place}")
-            if any(pub.identity == ident for pub, _k, _b in st.pending):
+            if any(pub.identity == ident for pub, _k, _b in st.queued_publishes):
                 found.append(f"{name}.pending")
             subscribed = sum(len(other.subscriptions) for other in st.sessions.values())
             if len(st.index) != subscribed:          # a pattern of a session that left

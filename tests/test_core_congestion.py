@@ -26,7 +26,7 @@ def publish_batch(h: Core, keys, body: bytes = b"x") -> None:
         h.send(PUB, c.Attach("s"))
     for k in keys:
         h.core.receive(PUB, [encode(c.Publish(k, body))], h.now)
-    h.core.flush()
+    h.core.append_queued()
     h.collect()
 
 

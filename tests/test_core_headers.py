@@ -88,7 +88,7 @@ def test_a_plain_subscriber_is_sent_the_journal_bytes_zero_copy(core):
     selecting(core, PLAIN)
     publish_h(core, "b")
     core.core.receive(PUB, [encode(c.PublishHeaders("c", b"y", H))], core.now)
-    core.core.flush()
+    core.core.append_queued()
     out = core.core.take_outbox()
     stored = core.core.streams["s"].journal.read_batch(2)[0]
     assert [(i, f) for i, f in out if i == PLAIN] == [(PLAIN, stored.frame)]

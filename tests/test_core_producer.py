@@ -328,7 +328,7 @@ def test_producer_needs_the_right_to_publish_checked_before_anything(make):
         assert isinstance(r, c.Invalid) and r.reason.startswith("not allowed: "), r
         assert "publish" in r.reason
     stream = h.core.streams["s"]
-    assert len(stream.pending) == 1, "a refused PRODUCER did no work (no flush)"
+    assert len(stream.queued_publishes) == 1, "a refused PRODUCER did no work (no flush)"
     assert h.core.sessions[reader].producer is None and "w" in stream.dedup.owners
     assert stream.dedup.owners["w"] is h.core.sessions[writer], "the writer was not fenced"
     h.round()

@@ -187,7 +187,7 @@ class Model:
             if timestamps:
                 p.timestamps = True
                 self.command(ident, c.DeliverTimestamps())
-            h.core.flush()                             # SUBSCRIBE sees every earlier PUBLISH
+            h.core.append_queued()                     # SUBSCRIBE sees every earlier PUBLISH
             h.collect()
             self.check_mail()
             p.start = self.head() + 1 if latest == LATEST_LIVE else max(latest + 1, 1)
@@ -226,7 +226,7 @@ class Model:
             # to be expired whatever deliveries it took before (the first check may count them
             # as a sign of life; nothing is published or replayed before the second).
             ident = op[1]
-            h.core.flush()
+            h.core.append_queued()
             h.collect()
             self.check_mail()
             for _ in range(2):

@@ -46,12 +46,12 @@ def test_refusals_become_log_lines_with_peer_key_and_reason():
     assert zap["reason"].startswith("ZAP 400 Unknown key") and "--allow" in zap["reason"]
     assert plain["why"] == "not-curve" and "--server-key" in plain["reason"]
     assert crypto["why"] == "server-key" and "--server-key" in crypto["reason"]
-    assert r.pending and r.refused == 5 - 1        # the AUTH event is not a second refusal
+    assert r.unreported and r.refused == 5 - 1        # the AUTH event is not a second refusal
     r.tick(4.9)
     assert len(lines) == 3
     r.tick(6.0)
     assert lines[-1] == ("handshakes_refused_unlogged", {"count": 1, "peers": 1, "seconds": 5.0})
-    assert not r.pending
+    assert not r.unreported
 
 
 def test_a_curve_client_at_a_plaintext_broker_is_named_so():

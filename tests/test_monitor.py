@@ -69,7 +69,7 @@ class Core:
 
     def round(self) -> None:
         """One round of the shell: journal and route, then one replay batch each."""
-        self.core.flush()
+        self.core.append_queued()
         self.collect()
         self.core.pump(self.now)
         self.collect()
@@ -240,7 +240,7 @@ def test_counters_match_every_frame_the_core_sends(ops):
             for ident, stream in ((b"c0", "s"), (b"c2", "t")):
                 for cmd in [c.Attach(stream)] + [c.Publish(k, b"y" * 7) for k in "abab.a"]:
                     h.core.receive(ident, [encode(cmd)], h.now)
-            h.core.flush()
+            h.core.append_queued()
             for ident, cmds in ((b"c0", [c.Credit(2000), c.Subscribe("", LATEST_LIVE)]),
                                 (b"c1", [c.Attach("s"), c.Subscribe("", 0), c.Credit(50)]),
                                 (b"c2", [c.DeliverTimestamps(), c.Credit(500), c.Subscribe("a", 0)])):
@@ -253,13 +253,13 @@ def test_counters_match_every_frame_the_core_sends(ops):
                 streams = {i: s.stream for i, s in h.core.sessions.items() if s.stream}
                 if op[0] == "round":
                     for _ in range(op[1]):
-                        h.core.flush()
+                        h.core.append_queued()
                         h.core.pump(h.now)
                 else:
                     h.core.receive(op[1], _frames(op), h.now)
                     streams.update({i: s.stream for i, s in h.core.sessions.items() if s.stream})
                 _tally(h, streams, invalid, out)
-            h.core.flush()
+            h.core.append_queued()
             _tally(h, {i: s.stream for i, s in h.core.sessions.items()}, invalid, out)
             v = varz(h.core, h.now)
             assert {k: n for k, n in v["invalid"].items() if n} == invalid

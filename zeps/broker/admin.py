@@ -111,7 +111,7 @@ class StreamAdministration:
         if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
             return
         st = self.stream(cmd.stream)
-        st.flush()
+        st.append_queued()
         try:
             first = self.datadir.purge(cmd.stream, cmd.upto)
         except Exception as exc:
@@ -133,7 +133,7 @@ class StreamAdministration:
             pass
         st = self.streams.pop(cmd.stream, None)
         if st is not None:
-            st.flush()
+            st.append_queued()
             for counter in COUNTERS:             # the totals keep its traffic (monotonic)
                 self.released_counts[counter] += getattr(st, counter)
             for other in list(st.sessions.values()):    # its clients are told it is gone

@@ -156,7 +156,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
         self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
         self._next_expiry = self._next_retention = self._next_sync = float("-inf")
-        self.queued = 0                    # messages published since the last flush()
+        self.queued = 0                    # messages published since the last append_queued()
         self.now = float("-inf")           # the time of the message being handled
         self.catalogue = StreamCatalogue(datadir.streams())   # every stored stream's name
         #: Streams whose journal the shell opens off the loop, and the ATTACHes waiting for each.
@@ -286,8 +286,8 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         # A barrier: every PUBLISH before it has its answer (CONFIRM count or INVALID) first.
         if s.stream is not None:
             st = self.streams.get(s.stream)
-            if st is not None and st.pending:
-                st.flush()
+            if st is not None and st.queued_publishes:
+                st.append_queued()
         self.outbox.append((s.identity, _PING_OK))
 
     def _on_list_streams(self, s: Session, cmd) -> None:
@@ -585,7 +585,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
     def _on_confirm_select(self, s: Session, cmd) -> None:
         s.confirms = True
         stream = self.streams[s.stream]
-        stream.flush()          # publishes before the select are counted in `published`
+        stream.append_queued()          # publishes before the select are counted in `published`
         self.outbox.append((s.identity, encode(c.ConfirmSelectOk(s.published))))
 
     def _on_limits(self, s: Session, cmd) -> None:
@@ -656,7 +656,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
             if excess <= 0:
                 break
             st = self.streams[name]
-            if name == spare or st.sessions or st.pending or st.confirming or st.catching_up:
+            if name == spare or st.sessions or st.queued_publishes or st.confirming or st.catching_up:
                 continue
             del self.streams[name]
             excess -= 1
@@ -671,7 +671,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
     def round(self, now: float, send: Callable[[], None], synced: bool = False) -> Round:
         """One round, after the shell handed over what it read (:meth:`receive`). The order:
 
-        1. :meth:`flush`: one journal append per stream for the queued publishes, then live
+        1. :meth:`append_queued`: one journal append per stream for the queued publishes, then live
            routing; ``send()``;
         2. :meth:`pump`: congestion whose time is up ends, then one journal batch for each
            subscriber catching up; if ``synced`` (a group fsync finished since the last round),
@@ -681,7 +681,7 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
 
         ``send`` is the shell's: it takes :meth:`take_outbox`, reports what did not go out
         (:meth:`unsent`, :meth:`gone`) and calls :meth:`sent`."""
-        self.flush()
+        self.append_queued()
         send()
         more = self.pump(now)
         if synced:
@@ -692,12 +692,12 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
             send()
         return Round(more, to_sync, self.take_opens())
 
-    def flush(self) -> None:
+    def append_queued(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
         self.queued = 0
         for st in self.streams.values():
-            if st.pending:
-                st.flush()
+            if st.queued_publishes:
+                st.append_queued()
 
     def pump(self, now: float) -> bool:
         """End congestion whose time is up, then one replay batch per catching-up subscriber.

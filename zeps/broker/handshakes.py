@@ -173,6 +173,6 @@ class HandshakeRefusals:
                      seconds=self.limiter.interval)
 
     @property
-    def pending(self) -> bool:
+    def unreported(self) -> bool:
         """Refusals held back and not yet summed up (the shell then calls :meth:`tick`)."""
         return self.limiter.suppressed > 0

@@ -185,7 +185,7 @@ class Broker:
         if drained and (self._dead or self._closed_fds
                         or _getsockopt(self._monitor, _EVENTS) & _POLLIN):
             self._disconnects()
-        if self._refusals.pending:
+        if self._refusals.unreported:
             self._refusals.tick(now)
         synced, self._synced = self._synced, False
         done = core.round(now, lambda: self._send(now), synced)
@@ -330,7 +330,7 @@ class Broker:
             if self._syncing is not None:
                 self._syncing.join()
             now = self.clock()
-            self.core.flush()
+            self.core.append_queued()
             for st in self.core.streams.values():
                 try:
                     st.journal.sync()

@@ -83,7 +83,7 @@ class Stream:
         self.index = SubscriptionIndex()
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
-        self.pending: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
+        self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
         self.dedup = ProducerDedup(journal)                    # idempotent producers
         self.published_total = 0
         self.delivered_total = 0
@@ -102,8 +102,8 @@ class Stream:
         stream holds for it — index entries, replay and confirm queues — *then* reset the
         session, so nothing of the old peering can reach a later ATTACH on the same connection."""
         ident = session.identity
-        if self.pending:
-            self.flush()
+        if self.queued_publishes:
+            self.append_queued()
         for pattern, _start in session.subscriptions:
             self.index.remove(ident, pattern)
         self.sessions.pop(ident, None)
@@ -150,8 +150,8 @@ class Stream:
 
     def subscribe(self, session: Session, pattern, latest: int) -> None:
         """Add a subscription and answer SUBSCRIBE-OK (before any DELIVER it causes)."""
-        if self.pending:
-            self.flush()
+        if self.queued_publishes:
+            self.append_queued()
         start = self.start_of(latest)
         if session.subscribed:
             # One position per client: a new pattern never rewinds it (docs/protocol.md).
@@ -236,15 +236,15 @@ class Stream:
 
     # ------------------------------------------------------------------ publish and live routing
     def publish(self, session: Session, key: str, body: bytes) -> None:
-        """Queue a publish; :meth:`flush` appends the queued batch with one journal write.
+        """Queue a publish; :meth:`append_queued` appends the queued batch with one journal write.
         A PUBLISH of an idempotent producer (PRODUCER) takes the peering's next producer
         sequence."""
         if session.producer is not None:
-            self.dedup.queue(session, len(self.pending), 1)
-        self.pending.append((session, key, body))
+            self.dedup.queue(session, len(self.queued_publishes), 1)
+        self.queued_publishes.append((session, key, body))
 
     def publish_batch(self, session: Session, batch: c.PublishBatch) -> None:
-        """Queue a PUBLISH-BATCH: :meth:`flush` appends it as one journal batch record, or as
+        """Queue a PUBLISH-BATCH: :meth:`append_queued` appends it as one journal batch record, or as
         several consecutive ones where its DELIVER-BATCH frame would pass the journal's record
         limit (a stream with small messages has a small one, while the broker takes batches of
         up to ``max_batch`` bytes from any client). The entries of an idempotent producer's
@@ -252,8 +252,8 @@ class Stream:
         first)."""
         for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
             if session.producer is not None:
-                self.dedup.queue(session, len(self.pending), part.count)
-            self.pending.append((session, None, part))
+                self.dedup.queue(session, len(self.queued_publishes), part.count)
+            self.queued_publishes.append((session, None, part))
 
     @property
     def duplicates_total(self) -> int:
@@ -280,7 +280,7 @@ class Stream:
         it (the journal keeps the binding) or whose peering owns it now: another key is
         refused."""
         if self.dedup.has_queued(producer):
-            self.flush()
+            self.append_queued()
         return self.dedup.register(session, producer, first)
 
     def _bind_producers(self, pending, producers) -> None:
@@ -333,11 +333,11 @@ class Stream:
         self.log("append_failed", stream=self.name, error=str(exc), messages=n)
         self.confirm()
 
-    def flush(self) -> None:
+    def append_queued(self) -> None:
         """Append the queued publishes to the journal, then route them live."""
-        if not self.pending:
+        if not self.queued_publishes:
             return
-        pending, self.pending = self.pending, []
+        pending, self.queued_publishes = self.queued_publishes, []
         pending, producers, dups = self.dedup.split(pending)
         if not pending:
             self._count_duplicates(dups, 0, [])
@@ -531,8 +531,8 @@ class Stream:
 
     # ------------------------------------------------------------------ queries
     def info(self) -> c.StreamInfoOk:
-        if self.pending:
-            self.flush()
+        if self.queued_publishes:
+            self.append_queued()
         st = self.journal.info()
         first = max(st.first_seq, self.purged_to + 1)
         oldest = st.oldest_ts or 0
@@ -546,7 +546,7 @@ class Stream:
                               else 0)
 
     def seq_at(self, timestamp: int) -> int:
-        if self.pending:
-            self.flush()
+        if self.queued_publishes:
+            self.append_queued()
         return self.journal.seq_at(timestamp)
 

@@ -22,7 +22,7 @@ from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
 from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT, DEFAULT_MONITOR
 
-from .common import Parser
+from .common import Parser, monitor_address
 
 
 def _arg(parse):
@@ -119,10 +119,11 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     sec.add_argument("--acl", metavar="FILE",
                      help="per-stream rights (TOML); reloaded on SIGHUP")
     parser.add_argument("--monitor", metavar="HOST:PORT", nargs="?", const=DEFAULT_MONITOR,
-                        type=_arg(units.parse_address), default=None,
+                        type=_arg(monitor_address), default=None,
                         help="serve the dashboard, /varz /connz /streamz (JSON) and /metrics "
                              f"(Prometheus) over HTTP here (default off; alone: {DEFAULT_MONITOR};"
-                             " port 0 picks a free one). Plain HTTP that shows stream names, "
+                             " also PORT or http://HOST:PORT, as 'zeps top --monitor'; port 0 "
+                             "picks a free one). Plain HTTP that shows stream names, "
                              "client keys and patterns (even those the ACL hides from "
                              "LIST-STREAMS) unless --monitor-redact: keep it private, see "
                              "--monitor-token")

@@ -8,7 +8,7 @@ import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from zeps import units
 from zeps.units import DEFAULT_ENDPOINT
@@ -98,6 +98,22 @@ def _pattern(text: str) -> str:
     except PatternError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
     return text
+
+
+def monitor_address(text: str) -> Tuple[str, int]:
+    """A monitoring address as ``zeps broker --monitor`` and ``zeps top --monitor`` both take
+    it: ``PORT`` (on 127.0.0.1), ``HOST:PORT``, ``[IPv6]:PORT`` or ``http://HOST:PORT[/]`` ->
+    (host, port). ValueError with a one-line reason otherwise."""
+    t = text.strip()
+    scheme, sep, rest = t.partition("://")
+    if sep:
+        if scheme.lower() != "http":
+            raise ValueError(f"the monitoring port speaks plain HTTP: {text!r} (use "
+                             "http://HOST:PORT, HOST:PORT or PORT)")
+        t = rest[:-1] if rest.endswith("/") else rest
+        if "/" in t:
+            raise ValueError(f"a monitoring address has no path: {text!r}")
+    return units.parse_address(t)
 
 
 def _env_timeout() -> float:

@@ -31,9 +31,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("publish", help="publish a message, or one message per stdin line",
                        description="Publish BODY (UTF-8) with routing KEY to STREAM. With BODY "
                        "'-', or no BODY and stdin not a terminal, every stdin line is a message "
-                       "(without its newline). Prints nothing on success, except the last "
-                       "sequence with --confirm. A line the broker refuses is reported as "
-                       "'line N: reason' on stderr (exit status 1); the others are published.")
+                       "(without its newline); with --body-file, the whole of a file or of "
+                       "stdin is one message, byte for byte. Prints nothing on success, except "
+                       "the last sequence with --confirm. A line the broker refuses is reported "
+                       "as 'line N: reason' on stderr (exit status 1); the others are published.")
     p.add_argument("stream", metavar="STREAM", type=_stream_name)
     p.add_argument("key", metavar="KEY", nargs="?",
                    help="the routing key (not with --key-separator / --key-field)")
@@ -41,6 +42,9 @@ def add_parser(sub) -> None:
     p.add_argument("--confirm", action="store_true",
                    help="wait until the broker says the messages are durable; print the last "
                         "sequence")
+    p.add_argument("--body-file", metavar="FILE",
+                   help="publish the whole of FILE ('-': stdin) as one message, its bytes as "
+                        "they are (binary is fine; no line splitting)")
     k = p.add_mutually_exclusive_group()
     k.add_argument("--key-separator", metavar="SEP",
                    help="each stdin line is KEY<SEP>BODY (Kafka's parse.key / key.separator)")
@@ -66,6 +70,17 @@ def _lines():
         if line.endswith(b"\n"):
             line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
         yield line
+
+
+def _read_body(path: str) -> bytes:
+    """The whole of ``path`` (``-``: stdin) as bytes (``--body-file``)."""
+    if path == "-":
+        return sys.stdin.buffer.read()
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UsageError(f"cannot read {path}: {e.strerror}") from None
 
 
 def _keyed(args) -> Iterable[Tuple[str, bytes]]:
@@ -99,11 +114,16 @@ def cmd_publish(args) -> int:
     from zeps.clients import Client
 
     keyed = args.key_separator is not None or args.key_field is not None
-    if keyed:
+    if args.body_file is not None:
+        if keyed or args.body is not None or args.key is None:
+            raise UsageError("--body-file FILE is the body of one message: give STREAM KEY and "
+                             "no BODY (nor --key-separator / --key-field)")
+        items: Iterable[Tuple[str, bytes]] = [(_check_key(args.key), _read_body(args.body_file))]
+    elif keyed:
         if args.body is not None or args.key not in (None, "-"):
             raise UsageError("with --key-separator or --key-field the messages come from stdin: "
                              "give no KEY or BODY (or '-')")
-        items: Iterable[Tuple[str, bytes]] = _keyed(args)
+        items = _keyed(args)
     else:
         if args.key is None:
             raise UsageError("KEY is required (or --key-separator / --key-field with stdin)")

@@ -77,6 +77,8 @@ def cmd_subscribe(args) -> int:
             from_seq = max(client.info().last - args.last + 1, 0)
         elif from_seq is None and args.from_time is None:
             live = True
+        else:
+            _past_the_head(args, client)
         sub = client.subscribe(args.patterns or [""], from_seq=from_seq,
                                from_time=args.from_time, live=live)
         n = 0
@@ -100,6 +102,17 @@ def cmd_subscribe(args) -> int:
             raise
     _say(args, f"{n} message(s)")
     return 0
+
+
+def _past_the_head(args, client) -> None:
+    """``--from-seq`` beyond the next message: say where the stream ends (one line on stderr,
+    with or without ``-v``), or the wait looks like a hang."""
+    if args.from_seq is None:
+        return
+    head = client.info().last
+    if args.from_seq > head + 1:
+        print(f"zeps: waiting: stream {args.stream!r} ends at seq {head}; --from-seq "
+              f"{args.from_seq} is past it", file=sys.stderr, flush=True)
 
 
 def _multicast(args) -> int:

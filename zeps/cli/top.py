@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from zeps.broker.monitor import MODES, read_token
 from zeps.units import DEFAULT_MONITOR
 
-from .common import _add_common, _positive_int, _seconds
+from .common import _add_common, _positive_int, _seconds, monitor_address
 from .stats import _human_size
 
 _MODE_NAMES = {"live": "live", "catching_up": "catching up", "historical": "historical",
@@ -32,10 +32,15 @@ _CLEAR = "\x1b[H\x1b[2J"
 
 
 def monitor_url(text: str) -> str:
-    """``HOST:PORT`` or ``http(s)://HOST:PORT[/]`` -> the base URL, without a trailing slash."""
+    """``PORT``, ``HOST:PORT``, ``[IPv6]:PORT`` (the forms of ``zeps broker --monitor``) or a
+    URL ``http(s)://HOST:PORT[/PATH]`` -> the base URL, without a trailing slash."""
     t = text.strip()
     if "://" not in t:
-        t = "http://" + t
+        try:
+            host, port = monitor_address(t)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
     parts = urlsplit(t)
     try:
         port_ok = parts.port is None or parts.port >= 0
@@ -53,9 +58,10 @@ def add_parser(sub) -> None:
                        description="Show a broker's streams (head, size, rates) and clients "
                        "(mode, credit, lag), refreshed every --interval seconds, from its "
                        "monitoring port (zeps broker --monitor HOST:PORT). Ctrl-C quits.")
-    p.add_argument("--monitor", metavar="URL", type=monitor_url,
+    p.add_argument("--monitor", metavar="ADDRESS", type=monitor_url,
                    default=monitor_url(os.environ.get("ZEPS_MONITOR", DEFAULT_MONITOR)),
-                   help=f"the broker's monitoring address (default $ZEPS_MONITOR or "
+                   help=f"the broker's monitoring address: PORT, HOST:PORT or a URL, as "
+                        f"'zeps broker --monitor' takes it (default $ZEPS_MONITOR or "
                         f"http://{DEFAULT_MONITOR})")
     p.add_argument("--interval", type=_seconds, default=1.0, metavar="S",
                    help="seconds between refreshes (default 1)")

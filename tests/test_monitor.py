@@ -61,6 +61,9 @@ class Core:
         for cmd in cmds:
             frames = cmd if isinstance(cmd, list) else [encode(cmd)]
             self.core.receive(ident, frames, self.now)
+            for name in self.core.take_opens():     # the shell opens journals off the loop
+                self.datadir.journal(name)
+                self.core.opened(name, None, self.now)
         self.collect()
 
     def collect(self) -> None:
@@ -516,6 +519,43 @@ def test_requests_beyond_the_rate_wait_their_turn(core):
     assert len(w.slept) == 4
 
 
+def _snapshot(page: bytes):
+    """The documents a dashboard page came with (its #snapshot), or None."""
+    import re
+    m = re.search(rb'<script id="snapshot" type="application/json">(.*?)</script>', page, re.S)
+    assert m, page[:400]
+    return json.loads(m.group(1))
+
+
+def test_the_dashboard_page_comes_with_its_first_poll(core):
+    """Issue 17 item 12: ``/`` carries the documents of the page's first poll, the same as
+    /varz, /streamz and /connz?sort=lag&limit=200 give, and in/out rates over the last second
+    or more; a stream named ``</script>...`` stays data; none with a monitoring token."""
+    evil = "</script><script>document.title='pwned'</script>"
+    core.publish(3)
+    core.publish(2, stream=evil, ident=b"evil")
+    w = Wsgi(core.core, cost=0.0)
+    page = w.get("/")[2]
+    assert b"</script><script>" not in page and page.count(b"<script") == 2
+    first = _snapshot(page)
+    assert first["rates"] is None                      # no time has passed since the start
+    assert first["varz"]["in_msgs"] == 5 and first["varz"]["uptime_s"] == 0
+    assert {st["name"] for st in first["streamz"]["streams"]} == {"s", evil}
+    assert len(first["connz"]["connections"]) == 2
+    w.now += 0.3                                       # documents are made again (refresh)
+    assert _snapshot(w.get("/")[2])["varz"] == json.loads(w.get("/varz")[2])
+    core.publish(30)
+    w.now += 2.0
+    later = _snapshot(w.get("/")[2])
+    assert later["streamz"] == json.loads(w.get("/streamz")[2])
+    assert later["connz"] == json.loads(w.get("/connz?sort=lag&limit=200")[2])
+    rates = later["rates"]                             # 30 messages over the 2 s since 0.3
+    assert rates["in"] == pytest.approx(15.0) and rates["span_s"] == pytest.approx(2.0)
+    assert rates["out"] == 0 and rates["inBytes"] == pytest.approx(30 * COST / 2)
+    locked = Wsgi(core.core, token=b"t" * 32)
+    assert _snapshot(locked.get("/")[2]) is None       # the page is served without the token
+
+
 def monitor_url(broker) -> str:
     """The "monitoring on URL" line the broker prints after its "listening on" line."""
     got: List[bytes] = []      # (the line may already sit in the pipe's buffer: no select)
@@ -927,7 +967,8 @@ def test_the_monitoring_token_is_required_when_set(curve_broker, tmp_path):
         assert get(b.url + path, headers=good)[0] == (404 if path == "/nosuch" else 200)
     assert get(b.url + "/varz", method="POST")[0] == 401
     for path in ("/healthz", "/", "/dashboard.js", "/dashboard.css"):
-        assert get(b.url + path)[0] == 200
+        status, _, body = get(b.url + path)
+        assert status == 200 and b"payroll" not in body and b"orders" not in body, path
     streams = get_json_auth(b.url + "/streamz", good)["streams"]
     assert sorted(st["name"] for st in streams) == ["orders", "payroll.secret"]
     varz = get_json_auth(b.url + "/varz", good)
@@ -1038,6 +1079,81 @@ def test_zeps_top_refreshes_until_ctrl_c_then_exits_130(start_broker):
 
 
 # ---------------------------------------------------------------------------- the dashboard
+
+
+def _dump_ids(html_text: str) -> Dict[str, str]:
+    """The text of every element with an id in a DOM dump."""
+    from html.parser import HTMLParser
+
+    class Texts(HTMLParser):
+        def __init__(self):
+            super().__init__()
+            self.open: List[tuple] = []
+            self.texts: Dict[str, str] = {}
+
+        def handle_starttag(self, tag, attrs):
+            self.open.append((tag, dict(attrs).get("id")))
+
+        def handle_endtag(self, tag):
+            while self.open:
+                t, ident = self.open.pop()
+                if ident is not None:
+                    self.texts.setdefault(ident, "")
+                if t == tag:
+                    break
+
+        def handle_data(self, data):
+            for _, ident in self.open:
+                if ident is not None:
+                    self.texts[ident] = self.texts.get(ident, "") + data
+
+    p = Texts()
+    p.feed(html_text)
+    return {k: v.strip() for k, v in p.texts.items()}
+
+
+def test_the_dashboard_s_first_frame_shows_the_broker(start_broker, tmp_path):
+    """Issue 17 item 12: what a person does with a headless browser, ``chromium --headless
+    --dump-dom`` and ``--screenshot``, takes the page at its load event, before its first poll
+    came back: it showed "connecting…" and "—" everywhere. The page now comes with its first
+    poll's documents and draws them before it has loaded."""
+    exe = find_chromium()
+    if exe is None:
+        pytest.skip("Chromium is not installed (Debian: apt-get install chromium; "
+                    "'make test' installs it)")
+    b = start_broker(None, "--monitor", "127.0.0.1:0")
+    url = monitor_url(b)
+    evil = "</script><script>document.title='pwned'</script>"
+    with Client(b.endpoint, "orders") as pub, Client(b.endpoint, evil) as other:
+        for i in range(20):
+            pub.publish(f"k.{i}", b"x" * 100)
+        other.publish("k", b"x")
+        pub.flush()
+        other.flush()
+        # (the rates of the first frame need the monitor up for 0.2 s at least)
+        wait_until(lambda: get_json(url + "/varz")["uptime_s"] >= 0.5, what="0.5 s of uptime")
+        flags = [exe, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                 "--no-first-run", "--disable-extensions", "--disable-background-networking",
+                 "--window-size=1360,1000"]
+        with tempfile.TemporaryDirectory(prefix="zeps-chromium-") as profile:
+            dump = subprocess.run([*flags, f"--user-data-dir={profile}", "--dump-dom", url + "/"],
+                                  capture_output=True, text=True, timeout=120)
+        shot = tmp_path / "dashboard-first-frame.png"
+        with tempfile.TemporaryDirectory(prefix="zeps-chromium-") as profile:
+            subprocess.run([*flags, f"--user-data-dir={profile}", f"--screenshot={shot}",
+                            url + "/"], capture_output=True, timeout=120, cwd=tmp_path)
+    print(f"\ndashboard first frame: {shot}")
+    assert dump.returncode == 0, dump.stderr[-2000:]
+    texts = _dump_ids(dump.stdout)
+    assert texts["status"] == "up", texts
+    main = ("endpoint", "uptime", "clients", "streams-open", "rate-in", "rate-out", "confirms",
+            "invalids")
+    assert not [k for k in main if texts.get(k, "—") in ("", "—")], texts
+    assert texts["streams-open"] == "2" and texts["clients"] == "2"
+    assert texts["rate-in"].endswith("/s") and "21 total" in texts["bytes-in"]
+    assert "connecting" not in dump.stdout and "pwned" not in texts.get("title", "")
+    assert dump.stdout.count(evil) == 0                  # escaped in the snapshot, text in the table
+    assert shot.stat().st_size > 10_000
 
 
 def test_dashboard_in_a_real_browser_shows_what_the_json_says(start_broker, tmp_path):

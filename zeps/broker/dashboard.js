@@ -1,11 +1,13 @@
-// The ZEPS dashboard: polls /varz, /streamz and /connz every second and draws them.
+// The ZEPS dashboard: polls /varz, /streamz and /connz every second and draws them. The page
+// comes with the documents of a first poll (#snapshot, zeps/broker/dashboard.py): they are drawn
+// at once, before the page has loaded, so its first frame shows the broker, not "connecting…".
 // Plain browser JavaScript, no build step, no outside resources. Every value from the broker is
 // put in the page as text (textContent), never as markup: stream names and keys are anybody's.
 "use strict";
 
 const POLL_MS = 1000;
 const HISTORY = 120;              // samples in the throughput chart (2 minutes)
-const CLIENT_ROWS = 200;          // clients listed, most behind first
+const CLIENT_ROWS = 200;          // clients listed, most behind first (CLIENT_ROWS in dashboard.py)
 const MODE_NAMES = {
   live: "live", catching_up: "catching up", historical: "historical", congested: "congested",
   not_subscribed: "not subscribed", unattached: "unattached",
@@ -198,34 +200,41 @@ async function getJSON(path) {
   return r.json();
 }
 
+// Draws one poll's documents; `given` are rates the page came with (no previous poll yet).
+function draw(varz, streamz, connz, given) {
+  const t = performance.now() / 1000;
+  const dt = previous ? t - previous.t : 0;
+  let rates = given || null;
+  if (previous) {
+    const v = previous.totals;
+    rates = { in: rate(varz.in_msgs, v.in_msgs, dt), out: rate(varz.out_msgs, v.out_msgs, dt),
+              inBytes: rate(varz.in_bytes, v.in_bytes, dt),
+              outBytes: rate(varz.out_bytes, v.out_bytes, dt) };
+  }
+  if (rates) {
+    history.push({ in: rates.in, out: rates.out });
+    if (history.length > HISTORY) history.shift();
+  }
+  drawSummary(varz, rates);
+  drawStreams(streamz, dt);
+  drawClients(connz);
+  drawChart();
+  previous = { t, totals: varz,
+               streams: Object.fromEntries(streamz.streams.map((s) => [s.name, s])) };
+  const status = $("status");
+  status.textContent = "up";
+  status.className = "status up";
+  const updated = $("updated");
+  updated.textContent = `updated ${new Date().toLocaleTimeString()} · every ${POLL_MS / 1000} s`;
+}
+
 async function poll() {
   try {
     const [varz, streamz, connz] = await Promise.all([
       getJSON("varz"), getJSON("streamz"), getJSON(`connz?sort=lag&limit=${CLIENT_ROWS}`)]);
-    const t = performance.now() / 1000;
-    const dt = previous ? t - previous.t : 0;
-    let rates = null;
-    if (previous) {
-      const v = previous.totals;
-      rates = { in: rate(varz.in_msgs, v.in_msgs, dt), out: rate(varz.out_msgs, v.out_msgs, dt),
-                inBytes: rate(varz.in_bytes, v.in_bytes, dt),
-                outBytes: rate(varz.out_bytes, v.out_bytes, dt) };
-      history.push({ in: rates.in, out: rates.out });
-      if (history.length > HISTORY) history.shift();
-    }
-    drawSummary(varz, rates);
-    drawStreams(streamz, dt);
-    drawClients(connz);
-    drawChart();
-    previous = { t, totals: varz,
-                 streams: Object.fromEntries(streamz.streams.map((s) => [s.name, s])) };
+    draw(varz, streamz, connz, null);
     polls += 1;
-    const status = $("status");
-    status.textContent = "up";
-    status.className = "status up";
-    const updated = $("updated");
-    updated.textContent = `updated ${new Date().toLocaleTimeString()} · every ${POLL_MS / 1000} s`;
-    updated.dataset.polls = String(polls);
+    $("updated").dataset.polls = String(polls);
   } catch (err) {
     const status = $("status");
     status.textContent = err.unauthorized
@@ -238,5 +247,13 @@ async function poll() {
   }
 }
 
-drawChart();
-poll();
+// The first poll's documents, inline in the page (none with a monitoring token).
+const snapshot = JSON.parse($("snapshot")?.textContent || "null");
+if (snapshot) {
+  draw(snapshot.varz, snapshot.streamz, snapshot.connz, snapshot.rates);
+  $("updated").dataset.inline = "1";
+  setTimeout(poll, POLL_MS);
+} else {
+  drawChart();
+  poll();
+}

@@ -2,7 +2,8 @@
 broker's process, beside the ZeroMQ loop.
 
 =============  ==============================================================================
-``/``          the live dashboard (``dashboard.html``, ``.js``, ``.css``: plain files, no build)
+``/``          the live dashboard (``dashboard.html``, ``.js``, ``.css``: plain files, no build;
+               the page comes with its first poll's documents, :mod:`zeps.broker.dashboard`)
 ``/varz``      the broker (JSON, :func:`zeps.broker.monitor.varz`)
 ``/connz``     its clients; ``?sort=lag|client|stream|idle|credit&limit=N&offset=N&stream=S``
 ``/streamz``   its open streams; ``?limit=N&offset=N``
@@ -36,7 +37,8 @@ HTTP clients can cost the broker's ZeroMQ clients is bounded:
   after the answer).
 
 What the port shows, and to whom (docs/operations.md, Monitoring): given a ``token``, every page
-but ``/healthz`` and the dashboard's own files (which show nothing of the broker) needs
+but ``/healthz`` and the dashboard's own files (which then show nothing of the broker: the
+page comes without its first poll) needs
 ``Authorization: Bearer TOKEN`` (compared in constant time; ``401`` otherwise). Given a
 ``redact`` (:class:`zeps.broker.monitor.Redactor`), the documents and ``/metrics`` name no
 stream, client, key, pattern or path, only stable hashes of them. Neither encrypts: bind the
@@ -55,7 +57,7 @@ from urllib.parse import parse_qs
 import gevent
 from gevent.pywsgi import WSGIHandler, WSGIServer
 
-from . import monitor
+from . import dashboard, monitor
 
 MAX_CONNECTIONS = 64
 HEAD_TIMEOUT = 10.0
@@ -317,6 +319,7 @@ class MonitorServer:
         self.sleep = sleep
         self.timer = timer                    # measures the work of making documents
         self._next_turn = float("-inf")       # when the next request may be served
+        self.sampler = dashboard.TrafficSampler(self.started, monitor.traffic(core))
         self.server = _Server((host, port), self.app, max_connections=max_connections,
                               head_timeout=head_timeout, idle_timeout=idle_timeout,
                               clock=time.monotonic)
@@ -397,6 +400,8 @@ class MonitorServer:
     def _route(self, path: str, qs: str) -> Tuple[str, bytes, str]:
         if path in _STATIC:
             name, ctype = _STATIC[path]
+            if name == "dashboard.html":
+                return "200 OK", self._page(), ctype
             return "200 OK", (_HERE / name).read_bytes(), ctype
         query = parse_qs(qs, keep_blank_values=True)
         if path == "/healthz":
@@ -410,9 +415,7 @@ class MonitorServer:
             return "200 OK", self._cached(("metrics",), self.metrics.exposition), CONTENT_TYPE
         if path == "/varz":
             _check_args(query, ())
-            return "200 OK", self._cached(("varz",), lambda: self._json(monitor.varz(
-                self.core, self.clock(), started=self.started, wall_ns=self.wall_ns(),
-                about=self.about, redact=self.redact))), _JSON
+            return "200 OK", self._cached(("varz",), self._varz), _JSON
         if path == "/connz":
             _check_args(query, ("sort", "limit", "offset", "stream"))
             sort = (query.get("sort") or ["lag"])[-1]
@@ -433,6 +436,31 @@ class MonitorServer:
                                 redact=self.redact))), _JSON
         return "404 Not Found", self._error(
             f"no page {path!r}: try /, /varz, /connz, /streamz, /metrics, /healthz"), _JSON
+
+    def _varz(self) -> bytes:
+        now = self.clock()
+        doc = monitor.varz(self.core, now, started=self.started, wall_ns=self.wall_ns(),
+                           about=self.about, redact=self.redact)
+        self.sampler.add(now, doc)
+        return self._json(doc)
+
+    def _page(self) -> bytes:
+        """The dashboard with the documents of its first poll inline (``zeps.broker.dashboard``):
+        not with a token (the page is served without it), nor when the budget is spent."""
+        html = (_HERE / "dashboard.html").read_bytes()
+        if self.token is not None:
+            return html
+        try:
+            varz = self._cached(("varz",), self._varz)
+            streamz = self._cached(("streamz", None, 0), lambda: self._json(
+                monitor.streamz(self.core, limit=None, offset=0, redact=self.redact)))
+            connz = self._cached(("connz", "lag", None, dashboard.CLIENT_ROWS, 0),
+                                 lambda: self._json(monitor.connz(
+                                     self.core, self.clock(), sort="lag",
+                                     limit=dashboard.CLIENT_ROWS, offset=0, redact=self.redact)))
+        except Busy:
+            return html
+        return dashboard.inline(html, varz, streamz, connz, self.sampler.rates())
 
     @staticmethod
     def _json(doc) -> bytes:

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from zeps.broker.core import LIST_SCAN
+from zeps.broker.admin import LIST_SCAN
 from zeps.journal import DataDir, JournalConfig, JournalError
 from zeps.journal.datadir import CREATING
 from zeps.journal.names import stream_dir_name

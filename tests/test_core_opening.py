@@ -5,7 +5,7 @@ tests hand frames to the core directly to play a slow disk."""
 from __future__ import annotations
 
 from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401 (fixtures)
-from zeps.broker.core import MAX_WAITING
+from zeps.broker.attaching import MAX_WAITING
 from zeps.protocol import encode
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import LIMIT

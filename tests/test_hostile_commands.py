@@ -13,7 +13,7 @@ import time
 import pytest
 import zmq
 
-from zeps.broker.core import LIST_SCAN
+from zeps.broker.admin import LIST_SCAN
 from zeps.journal.names import stream_dir_name
 from zeps.protocol import commands as c
 from zeps.protocol.batch import MAX_BATCH_ENTRIES, PUBLISH_HEAD

@@ -2,24 +2,23 @@
 between them. No sockets: the I/O shell (``server.py``) hands it ``(identity, frames)`` with
 :meth:`BrokerCore.receive` and sends whatever it leaves in :attr:`BrokerCore.outbox`.
 
-Note (issue 16): over 600 lines (the dispatch of every command). Its split -- one method that
-runs a round, the handlers by area -- waits until the features being written on this module
-have landed.
-
 A round is one method, :meth:`BrokerCore.round`: the shell hands over what it read with
 :meth:`BrokerCore.receive`, then calls ``round(now, send, synced)``, which runs the steps in their
 one order and calls the shell's ``send`` wherever frames must go out before the next step; it
-returns a :class:`Round` saying whether replay work remains and which journals to fsync.
+returns a :class:`Round` saying whether replay work remains, which journals to fsync and which to
+open.
 
 "No sockets" is not "no disk": the core calls the journal library, whose appends (one write per
 stream a round), segment rolls (their fsync), retention's unlinks, and the administration
 commands' directory work run on the loop. Opening a journal (a new stream's directory and
 fsyncs, or a closed one's recovery) does not: the shell does it in its thread pool
-(:meth:`BrokerCore._open_later`), and so does the group fsync (``Round.to_sync``).
+(``attaching.py``), and so does the group fsync (``Round.to_sync``).
 
-Three concepts live beside it as mixins, each in the file named after it: stream administration
-(``admin.py``), congestion — frames the shell could not send (``congestion.py``) — and the
-timers (``timers.py``).
+Here: input and dispatch, publishing, subscribing, the per-peering options, the round. The
+other handlers live beside it as mixins, each in the file named after its concept: joining and
+leaving streams and the open streams (``attaching.py``), keys and the ACL (``access.py``),
+listing and stream administration (``admin.py``), congestion — frames the shell could not send
+(``congestion.py``) — the timers (``timers.py``) and message headers (``headers.py``).
 """
 from __future__ import annotations
 
@@ -35,9 +34,11 @@ from zeps.protocol.batch import (MAX_BATCH_ENTRIES, MIN_ENTRY, PUBLISH_BATCH_ID,
                                  PUBLISH_HEAD_SIZE, entry_body)
 from zeps.protocol.deliver import SIGNATURE
 
-from zeps.protocol.reasons import NOT_ALLOWED, Reason
+from zeps.protocol.reasons import Reason
 
+from .access import Access
 from .admin import StreamAdministration
+from .attaching import MAX_WAITING, Attachment
 from .catalogue import StreamCatalogue
 from .congestion import Congestion
 from .headers import HeadersHandling
@@ -55,14 +56,8 @@ class Round:
     to_sync: List[Stream]       # journals to fsync (off the loop), then ``round(synced=True)``
     to_open: List[str]          # streams to open (off the loop), then :meth:`BrokerCore.opened`
 
-#: A listing page looks at this many names at most, and fits in one frame.
-LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
-LIST_BYTES = 65535 - 16
 
 _PING_OK = encode(c.PingOk())
-_ATTACH_OK = encode(c.AttachOk())
-_STREAM_EXPECT_OK = encode(c.StreamExpectOk())
-_DETACH_OK = encode(c.DetachOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
 _PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
@@ -77,9 +72,6 @@ def _pseq_exhausted(pseq: int) -> str:
 
 #: What a client frame may exceed the limits by and still be read (and refused with a reason).
 FRAME_SLACK = 64 << 10
-
-#: Messages held for a client whose ATTACH waits for its stream to open; more get INVALID.
-MAX_WAITING = 1024
 
 
 @dataclass
@@ -134,7 +126,7 @@ class CoreConfig:
         return max(8, min(10_000, self.max_unread // self.max_frame()))
 
 
-class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
+class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, HeadersHandling):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -290,191 +282,6 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
                 st.append_queued()
         self.outbox.append((s.identity, _PING_OK))
 
-    def _on_list_streams(self, s: Session, cmd) -> None:
-        """LIST-STREAMS: the first page of LIST-STREAMS-PAGE (ZEPS/1 has no way to ask for more)."""
-        if self._over_budget(s):
-            return
-        names, _next = self._list_page(s, "")
-        self.outbox.append((s.identity, encode(c.ListStreamsOk(names))))
-
-    def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage) -> None:
-        if self._over_budget(s):
-            return
-        names, after = self._list_page(s, cmd.after)
-        self.outbox.append((s.identity, encode(c.ListStreamsPageOk(names, after))))
-
-    def _list_page(self, s: Session, after: str):
-        """From the catalogue in memory, never the disk: the names after ``after`` the client may
-        read (a stream one may not read is not even named), looking at ``LIST_SCAN`` names at
-        most, as many as fit in one frame."""
-        acl = self.acl
-        visible = (lambda n: True) if acl is None else (lambda n: acl.may_subscribe(s.user, n))
-        return self.catalogue.page(after, visible, scan=LIST_SCAN, max_bytes=LIST_BYTES)
-
-    def _over_budget(self, s: Session) -> bool:
-        """Pay for one command whose cost is not per message; INVALID "limit: ..." if the
-        client's budget is spent (it refills at ``admin_rate`` a second)."""
-        cfg = self.config
-        if s.spend(self.now, cfg.admin_rate, cfg.admin_burst):
-            return False
-        self._invalid(s.identity, Reason.limit("admin_rate", cfg.admin_rate))
-        return True
-
-    def _on_attach(self, s: Session, cmd: c.Attach) -> None:
-        expect, s.expect = s.expect, None       # STREAM-EXPECT holds for this ATTACH only
-        acl = self.acl
-        if acl is not None and not acl.may_attach(s.user, cmd.stream):
-            self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "attach", cmd.stream))
-            return
-        if cmd.stream not in self.catalogue:
-            if expect is not None:   # joins only what exists; never makes it (again)
-                self._invalid(s.identity, Reason.stream_deleted(cmd.stream) if expect
-                              else Reason.no_stream(cmd.stream))
-                return
-            if not self.config.auto_create:
-                self._invalid(s.identity, Reason.no_stream(cmd.stream, created_on_attach=False))
-                return
-            if acl is not None and not (acl.may_publish(s.user, cmd.stream)
-                                        or acl.may_admin(s.user, cmd.stream)):
-                # A reader does not create streams: it could fill max_total_streams with
-                # empty ones and leave the publishers none.
-                self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), "create",
-                                                             cmd.stream))
-                return
-            if self._too_many_streams(s):
-                return
-        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
-            self._release_idle_streams(self.config.max_streams - 1)
-        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
-            self._invalid(s.identity, Reason.limit("max_streams", self.config.max_streams))
-            return
-        if cmd.stream not in self.streams and not self.datadir.is_open(cmd.stream):
-            self._open_later(s, cmd, expect)     # the disk may be slow: not on the loop
-            return
-        try:
-            stream = self.stream(cmd.stream)
-            actual = self.datadir.incarnation(cmd.stream) if expect else 0
-        except Exception as exc:   # JournalError, OSError: say why, stay unattached
-            self._invalid(s.identity, Reason.failed(f"cannot open stream {cmd.stream!r}", exc))
-            self.log("attach_failed", stream=cmd.stream, error=str(exc))
-            return
-        if expect and actual != expect:     # deleted and made again since the client knew it
-            self._invalid(s.identity, Reason.stream_recreated(cmd.stream, expect, actual))
-            return
-        stream.attach(s)
-        self._set_rights(s)
-        self.outbox.append((s.identity, _ATTACH_OK))
-
-    def _open_later(self, s: Session, cmd: c.Attach, expect: Optional[int]) -> None:
-        """Opening a journal touches the disk (a new stream: its directory, files and their
-        fsyncs; an existing one: its recovery), which may take as long as the disk likes: the
-        shell does it off the loop (:attr:`Round.to_open`) and calls :meth:`opened`. The client
-        waits; what it sends meanwhile is held, in order (:data:`MAX_WAITING`)."""
-        waiting = self.opening.get(cmd.stream)
-        if waiting is None:
-            waiting = self.opening[cmd.stream] = []
-            self._to_open.append(cmd.stream)
-        waiting.append((s, cmd, expect))
-        s.waiting = []
-
-    def take_opens(self) -> List[str]:
-        """The streams to open since the last call (each once, until :meth:`opened`)."""
-        names, self._to_open = self._to_open, []
-        return names
-
-    def opened(self, name: str, error: Optional[BaseException], now: float) -> None:
-        """The shell opened stream ``name``'s journal (``DataDir.journal``), or failed to with
-        ``error``: the waiting ATTACHes are answered, then what each client sent meanwhile."""
-        for s, cmd, expect in self.opening.pop(name, ()):
-            if self.sessions.get(s.identity) is not s:
-                continue                                  # forgotten meanwhile
-            held, s.waiting = s.waiting or [], None
-            if error is None:
-                s.expect = expect
-                self._on_attach(s, cmd)                   # the journal is open: no wait now
-            else:
-                self._invalid(s.identity, Reason.failed(f"cannot open stream {name!r}", error))
-                self.log("attach_failed", stream=name, error=str(error))
-            for frames in held:
-                self.receive(s.identity, frames, now)
-
-    def _on_stream_id(self, s: Session, cmd) -> None:
-        """The attached stream's incarnation (kept in memory while the stream is open)."""
-        inc = self.datadir.incarnation(s.stream)
-        self.outbox.append((s.identity, encode(c.StreamIdOk(inc))))
-
-    def _on_stream_expect(self, s: Session, cmd: c.StreamExpect) -> None:
-        """The next ATTACH joins incarnation ``cmd.incarnation`` only (0: whichever exists),
-        and creates nothing."""
-        s.expect = cmd.incarnation
-        self.outbox.append((s.identity, _STREAM_EXPECT_OK))
-
-    def _set_rights(self, s: Session) -> None:
-        acl = self.acl
-        s.may_publish = acl is None or acl.may_publish(s.user, s.stream)
-        s.may_subscribe = acl is None or acl.may_subscribe(s.user, s.stream)
-
-    # ------------------------------------------------------------------ security
-    def identify(self, identity: bytes, user: Optional[str]) -> None:
-        """The shell learnt the key a connection authenticated with (CurveZMQ ``User-Id``)."""
-        if user:
-            self.users[identity] = user
-            if self.allowed_keys is not None and user not in self.allowed_keys:
-                self.revoked[identity] = False  # revoked between its handshake and now
-            s = self.sessions.get(identity)
-            if s is not None:
-                s.user = user
-
-    def set_allowed_keys(self, keys) -> None:
-        """The CURVE allow-list (at start, and reloaded on SIGHUP): the public keys (Z85) that
-        may connect. The authenticator judges only new handshakes, so a connection whose key is
-        no longer among them is revoked here, as NATS closes a revoked user's connections: its
-        session is forgotten (detached, subscriptions and peering gone), it is told so with one
-        INVALID ``not allowed: ...``, and every later command on that connection is refused the
-        same way, whatever the state (a new session cannot start on it). A key allowed again
-        is served again (from a new ATTACH). Costs one look per connection, once per reload."""
-        self.allowed_keys = allowed = frozenset(keys)
-        before, self.revoked = self.revoked, {}
-        for identity, user in self.users.items():
-            if user not in allowed:          # its refusals stay ERROR if it chose them
-                s = self.sessions.get(identity)
-                self.revoked[identity] = before.get(identity, s is not None and s.reasons)
-        for identity in self.revoked.keys() - before.keys():
-            self.log("key_revoked", client=identity.hex(), key=self.users[identity])
-            self.forget(identity)
-            self._refuse_revoked(identity)
-
-    def _refuse_revoked(self, identity: bytes) -> None:
-        """INVALID (or ERROR, code NOT_ALLOWED, fields ``connect`` and no stream) to a
-        connection whose key was revoked; it has no session to hold the choice."""
-        user = self.users.get(identity)
-        reason = Reason.key_revoked(self.acl.who(user) if self.acl is not None
-                                    else f"client {user!r}")
-        self.outbox.append((identity, reason.frame(self.revoked[identity])))
-        self.invalids[reason.label] += 1
-
-    def set_acl(self, acl) -> None:
-        """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
-        a client that lost the right to read loses its subscriptions, with INVALID; nobody is
-        disconnected."""
-        self.acl = acl
-        for s in list(self.sessions.values()):
-            if s.stream is None:
-                continue
-            self._set_rights(s)
-            if not s.may_subscribe and s.subscriptions:
-                st = self.streams.get(s.stream)
-                if st is not None:
-                    st.unsubscribe_all(s)
-                self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may no longer read "
-                                          f"stream {s.stream!r}: subscriptions removed")
-
-    def _on_detach(self, s: Session, cmd) -> None:
-        self.streams[s.stream].detach(s)     # routes what was queued first
-        self._end_peering(s)
-        self.outbox.append((s.identity, _DETACH_OK))
-        self._to_free.append(s)          # a clean DETACH frees the session once DETACH-OK is out
-
     def _on_subscribe(self, s: Session, cmd: c.Subscribe) -> None:
         if not s.may_subscribe:
             self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "subscribe", s.stream))
@@ -628,44 +435,6 @@ class BrokerCore(StreamAdministration, Congestion, Timers, HeadersHandling):
         s.timestamps = True
         self.outbox.append((s.identity, _DELIVER_TIMESTAMPS_OK))
 
-
-    # ------------------------------------------------------------------ streams
-    def stream(self, name: str) -> Stream:
-        """The stream, opened on first use; also marks it most recently used."""
-        st = self.streams.pop(name, None)
-        if st is not None:
-            self.streams[name] = st                      # dict order is the LRU order
-        else:
-            st = Stream(name, self.datadir.journal(name), self.outbox,
-                        replay_batch_records=self.config.replay_batch_records,
-                        replay_batch_bytes=self.config.replay_batch_bytes,
-                        regex_strikes=self.config.regex_strikes, log=self.log,
-                        invalids=self.invalids, settings=self.datadir.settings(name))
-            self.streams[name] = st
-            self.catalogue.add(name)
-            if len(self.streams) > self.config.max_open_streams:
-                self._release_idle_streams(self.config.max_open_streams, spare=name)
-        return st
-
-    def _release_idle_streams(self, keep: int, spare: Optional[str] = None) -> None:
-        """Close the least recently used streams that nobody uses (no client, nothing pending
-        or unconfirmed; never ``spare``) until at most ``keep`` are open: each open journal
-        holds file descriptors, and a broker with many streams must not run out of them."""
-        excess = len(self.streams) - keep
-        for name in list(self.streams):
-            if excess <= 0:
-                break
-            st = self.streams[name]
-            if name == spare or st.sessions or st.queued_publishes or st.confirming or st.catching_up:
-                continue
-            del self.streams[name]
-            excess -= 1
-            for counter in COUNTERS:
-                self.released_counts[counter] += getattr(st, counter)
-            try:
-                self.datadir.release(name)
-            except Exception as exc:                      # that stream's problem only
-                self.log("stream_close_failed", stream=name, error=str(exc))
 
     # ------------------------------------------------------------------ rounds
     def round(self, now: float, send: Callable[[], None], synced: bool = False) -> Round:

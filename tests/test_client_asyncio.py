@@ -380,6 +380,8 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             await answer(ident, c.Invalid("unknown command 56"))   # ... nor batches
             await expect(c.StreamDescribe)
             await answer(ident, c.Invalid("unknown command 54"))
+            await expect(c.HeadersSelect)
+            await answer(ident, c.Invalid("unknown command 70"))   # ... nor headers
             await connecting
             subscribing = asyncio.ensure_future(client.subscribe(""))
             _, cmd = await expect(c.Subscribe)
@@ -406,6 +408,8 @@ def test_a_broker_that_forgets_the_client_gets_a_new_attach_and_a_resume(forget)
             await answer(again, c.BatchSelectOk(1 << 20))          # and batches
             await expect(c.StreamDescribe)
             await answer(again, c.StreamDescribeOk(1, 2, 0, 0, 0, 0, 0, 0, 0))
+            await expect(c.HeadersSelect)
+            await answer(again, c.HeadersSelectOk(255, 65536))     # and headers
             _, cmd = await expect(c.Subscribe)
             assert (cmd.pattern, cmd.latest) == ("", 2)       # resumes after the last handed
             await answer(again, c.SubscribeOk())

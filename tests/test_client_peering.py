@@ -25,14 +25,14 @@ OLD_BROKER_LIMITS = c.Invalid("unknown command 44")
 
 def peering(confirms=False, timestamps=False, window=WINDOW, heartbeat=5.0, timeout=2.0, now=0.0,
             idempotent=False, producer_id=None, batching=False, reasons=False,
-            incarnations=False):
-    """A peering; exactly-once publishing, batching, REASONS-SELECT and STREAM-ID off unless
+            incarnations=False, headers=False):
+    """A peering; exactly-once publishing, batching, REASONS-SELECT, STREAM-ID and headers off unless
     asked (tests/test_client_producer.py, tests/test_client_batching.py, tests/test_reasons.py,
     tests/test_stream_incarnation.py)."""
     return Peering("s", credit_window=window, confirms=confirms, timestamps=timestamps,
                    timeout=timeout, heartbeat=heartbeat, now=now, idempotent=idempotent,
                    producer_id=producer_id, batching=batching, reasons=reasons,
-                   incarnations=incarnations)
+                   incarnations=incarnations, headers=headers)
 
 
 def sent(p):

@@ -166,7 +166,8 @@ def test_a_broker_that_refuses_producer_leaves_at_least_once_without_an_error():
 
 def test_without_confirms_nothing_is_numbered_and_no_producer_is_sent():
     p = Peering("s", credit_window=100, confirms=False, timestamps=False, timeout=1,
-                heartbeat=1, now=0.0, batching=False, reasons=False, incarnations=False)
+                heartbeat=1, now=0.0, batching=False, reasons=False, incarnations=False,
+                headers=False)
     sent(p)
     feed(p, c.AttachOk())
     assert sent(p) == [c.Limits()]

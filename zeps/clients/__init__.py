@@ -158,12 +158,13 @@ from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
 from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, HandshakeFailed,
                      InvalidError, NoStream, PatternRemoved, ProducerFenced, ProducerStateLost,
                      StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
-from .message import Message, MessageBatch, StreamInfo
+from .message import Headers, Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Subscription",
            "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
+           "Headers",
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",

@@ -147,15 +147,18 @@ class AsyncClient(ops.FrontEnd):
 
     # ------------------------------------------------------------------ publishing
 
-    async def publish(self, key: str, body: Union[bytes, bytearray, memoryview, str]) -> AsyncReceipt:
-        """Publish one message, as :meth:`Client.publish`; returns its
+    async def publish(self, key: str, body: Union[bytes, bytearray, memoryview, str],
+                      headers=None) -> AsyncReceipt:
+        """Publish one message (with ``headers``, if given), as :meth:`Client.publish`; returns its
         :class:`~zeps.clients.AsyncReceipt` (``await receipt`` for its sequence, with confirms).
 
         Waits only when the socket is at its high-water mark, the client is reconnecting, or
         the peering was silent for ``heartbeat`` seconds; otherwise it lets the event loop run
         every 2 ms, before sending. Cancelled, the message was not sent."""
-        frame = publish_frame(key, body)
+        frame = publish_frame(key, body, headers)
         p = self._p
+        if headers and p.headers_offered is False:
+            ops.check_headers(self)
         now = _monotonic()
         if now >= self._next_look:
             self._next_look = now + LOOK_INTERVAL

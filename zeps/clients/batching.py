@@ -41,6 +41,7 @@ from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
                               BadEntries, publish_batch_head, walk)
 from ..protocol.commands import Publish
 from ..protocol.deliver import SIGNATURE
+from ..protocol.headers import PUBLISH_H_ID
 
 __all__ = ["PublishQueue", "batch_frames", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD",
            "MAX_BATCH_BYTES", "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
@@ -82,9 +83,10 @@ class PublishQueue:
         return len(self.frames)
 
     def add(self, frame: bytes) -> List[bytes]:
-        """Queue one PUBLISH frame; returns the frames to send first, in order (empty mostly)."""
+        """Queue one PUBLISH frame; returns the frames to send first, in order (empty mostly).
+        A PUBLISH-H (a message with headers) is never batched: it goes alone, in its place."""
         entry = len(frame) - _PUBLISH_PREFIX
-        alone = PUBLISH_HEAD_SIZE + entry > self.max_batch or (
+        alone = frame[2] == PUBLISH_H_ID or PUBLISH_HEAD_SIZE + entry > self.max_batch or (
             self.max_body is not None and entry - _ENTRY_FIXED - frame[_PUBLISH_PREFIX]
             > self.max_body)
         if not alone and self.size + entry <= self.max_batch and len(self.frames) < MAX_BATCH_ENTRIES:

@@ -164,9 +164,18 @@ class Client(ops.FrontEnd):
 
     # ------------------------------------------------------------------ publishing
 
-    def publish(self, key: str, body: Union[bytes, bytearray, memoryview, str]) -> Receipt:
+    def publish(self, key: str, body: Union[bytes, bytearray, memoryview, str],
+                headers=None) -> Receipt:
         """Publish one message with routing ``key`` (text, at most 255 UTF-8 bytes) and ``body``
         (bytes; a ``str`` is encoded as UTF-8); return its :class:`~zeps.clients.Receipt`.
+
+        ``headers``: the message's headers, a dict (``{"uuid": b"...", "ttl": "30"}``; a list
+        of values for a repeated name) or ``(name, value)`` pairs, kept in order (names: text,
+        1 to 255 UTF-8 bytes; values: bytes, a ``str`` is encoded as UTF-8; at most 255 pairs
+        and 64 KiB, which count against the broker's body limit). Subscribers read them as
+        :attr:`Message.headers <zeps.clients.Message.headers>`. A message with headers travels
+        alone (never in a PUBLISH-BATCH). Raises :class:`InvalidError` at once if the broker
+        does not take headers.
 
         Asynchronous: returns once ZeroMQ has taken the message. Blocks while the socket is at
         its high-water mark or the client is reconnecting, up to ``timeout`` seconds, then
@@ -175,7 +184,9 @@ class Client(ops.FrontEnd):
         confirms, ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
         sequence; without, the receipt is already done (sequence unknown).
         """
-        frame = publish_frame(key, body)
+        frame = publish_frame(key, body, headers)
+        if headers and self._p.headers_offered is False:
+            ops.check_headers(self)
         if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("publish")
         self._owner = _get_ident()

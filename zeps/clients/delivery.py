@@ -3,7 +3,9 @@
 Pure (no socket, no clock), as the rest of the peering. What arrives:
 
 * **DELIVER / DELIVER-TS** frames are decoded into :class:`~zeps.clients.message.Message`
-  objects and buffered with their credit cost (``zeps.protocol.deliver``);
+  objects and buffered with their credit cost (``zeps.protocol.deliver``); so are **DELIVER-H**
+  frames (a message with headers, after HEADERS-SELECT), whose cost includes their headers
+  (``zeps.protocol.headers``);
 * a **DELIVER-BATCH** is kept whole as a :class:`~zeps.clients.message.MessageBatch` (its
   credit is one sum from the entries' offsets; nothing is decoded per message) unless it
   repeats sequences already received, which are dropped one by one (defensive: never hand a
@@ -32,7 +34,9 @@ from typing import List, Optional
 
 from ..protocol import commands as c
 from ..protocol.codec import encode
+from ..protocol.codec import ProtocolError, decode_headers
 from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
+from ..protocol.headers import Headers, deliver_h_cost
 from ..protocol.reasons import Reason
 from .batching import ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
 from .errors import InvalidError
@@ -166,6 +170,30 @@ class Delivery:
             return
         self.buffered_messages += 1
         self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
+
+    def _on_deliver_h(self, frame: bytes) -> None:
+        """A DELIVER-H: a message with headers (and its timestamp), costing DELIVER's credit
+        plus its headers block's length."""
+        try:
+            cmd = decode_headers(frame)
+        except ProtocolError as e:
+            log.warning("zeps: ignoring a bad DELIVER-H frame: %s", e)
+            return
+        cost = deliver_h_cost(frame)
+        seq = cmd.sequence
+        if not self.subscribed or seq <= self.last_received:
+            self.consumed += cost         # defensive: never hand a duplicate; it used credit
+            if self.consumed >= self.topup:
+                self._grant()
+            return
+        self.last_received = seq
+        self.buffered += cost
+        if self.buffered + self.consumed > self.credit_window:
+            self._beyond_credit()
+            return
+        self.buffered_messages += 1
+        self.buffer.append((build_message(seq, cmd.key, cmd.body, cmd.timestamp, self.stream,
+                                          Headers(cmd.headers)), cost))
 
     def _on_deliver_batch(self, frame: bytes) -> None:
         """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the

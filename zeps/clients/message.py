@@ -7,8 +7,9 @@ from typing import List, Optional, Sequence
 
 from zeps.protocol.batch import ENTRY_COST_EXTRA
 from zeps.protocol.deliver import message_cost
+from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
 
-__all__ = ["Message", "MessageBatch", "StreamInfo", "build_message"]
+__all__ = ["Message", "MessageBatch", "StreamInfo", "Headers", "build_message"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,11 @@ class Message:
             ``Client(..., timestamps=False, batching=False)`` (plain ZEPS/1 DELIVER) or from a
             broker without batches with ``timestamps=False``.
         stream: the stream the message belongs to, when known.
+        headers: the message's headers, a :class:`~zeps.protocol.headers.Headers` (a tuple of
+            ``(name, value)`` pairs, ``str`` and ``bytes``, in the order published, names
+            possibly repeated; ``get``, ``getall``, ``last``, ``names`` look them up); empty
+            for a message published without headers. The client asks the broker for them
+            (HEADERS-SELECT); from a broker without headers they are always empty.
     """
 
     sequence: int
@@ -34,6 +40,7 @@ class Message:
     body: bytes
     timestamp: Optional[int] = None
     stream: Optional[str] = None
+    headers: Headers = NO_HEADERS
 
     @property
     def text(self) -> str:
@@ -49,26 +56,30 @@ class Message:
 
     @property
     def cost(self) -> int:
-        """Credit this message costs (``8 + len(key) + 1 + len(body)``)."""
+        """Credit this message costs (``8 + len(key) + 1 + len(body)``; with headers, as
+        DELIVER-H, plus their block's length)."""
+        if self.headers:
+            return message_cost(self.key, self.body) + len(encode_block(self.headers))
         return message_cost(self.key, self.body)
 
 
 _new = object.__new__
-_set_sequence, _set_key, _set_body, _set_timestamp, _set_stream = (
+_set_sequence, _set_key, _set_body, _set_timestamp, _set_stream, _set_headers = (
     Message.__dict__[f.name].__set__ for f in fields(Message))
 
 
 def build_message(sequence: int, key: str, body: bytes, timestamp: Optional[int],
-                  stream: Optional[str]) -> Message:
-    """``Message(sequence, key, body, timestamp, stream)`` for the client's delivery hot path:
-    sets the slots through their descriptors, twice as fast as the frozen dataclass's
-    ``__init__`` (the values come from the decoder, already of the right types)."""
+                  stream: Optional[str], headers: Headers = NO_HEADERS) -> Message:
+    """``Message(sequence, key, body, timestamp, stream, headers)`` for the client's delivery
+    hot path: sets the slots through their descriptors, twice as fast as the frozen
+    dataclass's ``__init__`` (the values come from the decoder, already of the right types)."""
     m = _new(Message)
     _set_sequence(m, sequence)
     _set_key(m, key)
     _set_body(m, body)
     _set_timestamp(m, timestamp)
     _set_stream(m, stream)
+    _set_headers(m, headers)
     return m
 
 
@@ -167,6 +178,14 @@ class MessageBatch:
         if self._messages is None:
             return [self._ts] * (len(self._offsets) - 1)
         return [m.timestamp for m in self._messages]
+
+    @property
+    def headers(self) -> List[Headers]:
+        """The messages' headers (see :attr:`Message.headers`; a DELIVER-BATCH never carries
+        any: a message with headers comes alone, as DELIVER-H)."""
+        if self._messages is None:
+            return [NO_HEADERS] * (len(self._offsets) - 1)
+        return [m.headers for m in self._messages]
 
     @property
     def messages(self) -> List[Message]:

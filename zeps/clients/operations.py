@@ -17,8 +17,9 @@ from typing import Optional
 
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, encode_publish
+from ..protocol.headers import encode_block, normalise, publish_h_frame
 from ..units import check_endpoint, to_timestamp_ns
-from .errors import ZepsError, ZepsTimeout
+from .errors import InvalidError, ZepsError, ZepsTimeout
 from .message import StreamInfo
 from .peering import ABSENT, CLOSED, CONNECTING, Peering
 from .requests import RequestKind
@@ -95,8 +96,10 @@ class FrontEnd:
 
 
 
-def publish_frame(key: str, body) -> bytes:
-    """The PUBLISH frame of ``(key, body)``: TypeError / ValueError for what cannot be sent."""
+def publish_frame(key: str, body, headers=None) -> bytes:
+    """The PUBLISH frame of ``(key, body)``, or with ``headers`` (a dict, or ``(name, value)``
+    pairs: :func:`zeps.protocol.headers.normalise`; none or empty: a plain PUBLISH) the
+    PUBLISH-H: TypeError / ValueError for what cannot be sent."""
     if type(body) is not bytes:
         if isinstance(body, str):
             body = body.encode("utf-8")
@@ -105,9 +108,23 @@ def publish_frame(key: str, body) -> bytes:
     if type(key) is not str and not isinstance(key, str):
         raise TypeError(f"key must be str, not {type(key).__name__}")
     try:
+        if headers:
+            raw = key.encode("utf-8")
+            if len(raw) > 255:
+                raise ValueError("key longer than 255 bytes")
+            return publish_h_frame(encode_block(normalise(headers)), raw, bytes(body))
         return encode_publish(key, body)
     except ProtocolError as e:
         raise ValueError(str(e)) from None
+
+
+def check_headers(front) -> None:
+    """A publish with headers to a broker that refused HEADERS-SELECT (an older broker) would
+    be refused by it as an unknown command, after the fact: say so now."""
+    if front._p.headers_offered is False:
+        raise InvalidError(f"the broker at {front.endpoint} does not take message headers "
+                           f"(it refused HEADERS-SELECT): publish without headers",
+                           "PUBLISH-H")
 
 
 def connect(front):

@@ -82,6 +82,8 @@ _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS = encode(c.DeliverTimestamps())
 _LIMITS = c.Limits()
 _BATCH_SELECT = c.BatchSelect()
+_HEADERS_SELECT = c.HeadersSelect()
+_DELIVER_H_HEAD = SIGNATURE + bytes((c.DeliverHeaders.ID,))
 _REASONS_SELECT = encode(c.ReasonsSelect())
 _STREAM_ID = c.StreamId()
 
@@ -112,7 +114,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  batching: bool = True, reasons: bool = True, incarnations: bool = True,
-                 create: bool = False):
+                 create: bool = False, headers: bool = True):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
         self.stream = stream
@@ -124,6 +126,10 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.batching = bool(batching)
         #: Ask REASONS-SELECT before each ATTACH (refusals as codes and fields).
         self.reasons = bool(reasons)
+        #: Ask HEADERS-SELECT after each ATTACH (messages with headers come as DELIVER-H);
+        #: ``headers_offered``: the broker's answer on this connection (None: not yet).
+        self.headers = bool(headers)
+        self.headers_offered: Optional[bool] = None
         #: Publishes waiting to leave as one PUBLISH-BATCH; its ``max_batch`` is the broker's
         #: answer to BATCH-SELECT on this connection (None: plain PUBLISH only).
         self.queue = PublishQueue()
@@ -394,6 +400,8 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
             self._on_deliver(frame, 0)
         elif frame.startswith(DELIVER_BATCH_HEAD):
             self._on_deliver_batch(frame)
+        elif frame.startswith(_DELIVER_H_HEAD):
+            self._on_deliver_h(frame)
         else:
             self._on_command(frame, now)
 
@@ -439,6 +447,8 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
                 self.incarnation = cmd.incarnation
         elif kind is RequestKind.BATCH_SELECT:
             self.offered_batch = min(cmd.max_batch, MAX_BATCH_BYTES)
+        elif kind is RequestKind.HEADERS_SELECT:
+            self.headers_offered = True
         elif kind is RequestKind.BATCH_LIMITS:
             if cmd.max_message:         # the stream's own limit replaces the broker's
                 self.queue.max_body = cmd.max_message
@@ -478,6 +488,9 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
             self.request(c.ConfirmSelect(), RequestKind.CONFIRM_SELECT, now)
             # The stream's last sequence before any publish of ours: lets receipts be exact.
             self.request(c.StreamInfo(), RequestKind.ANCHOR, now)
+        if self.headers:             # before any SUBSCRIBE: messages with headers as DELIVER-H
+            self.headers_offered = None
+            self.request(_HEADERS_SELECT, RequestKind.HEADERS_SELECT, now)
         if self.timestamps:          # before any SUBSCRIBE: every delivery then carries its time
             self._send(_DELIVER_TIMESTAMPS)
         for pattern, latest in sorted(self.patterns.items(), key=lambda kv: kv[1]):

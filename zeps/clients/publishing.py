@@ -39,6 +39,7 @@ from .states import ABSENT, ATTACHED
 __all__ = ["Publishing"]
 
 _PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
+_PUBLISH_H_HEAD = SIGNATURE + bytes((c.PublishHeaders.ID,))
 _U32_unpack_from = struct.Struct(">I").unpack_from
 
 
@@ -145,7 +146,8 @@ class Publishing:
         :meth:`_keep_unsent`, frames sent while connecting); the publishes count as sent."""
         for frame in frames:
             self._send(frame)
-            self.pubs_since_request += frame.startswith(_PUBLISH_HEAD)
+            self.pubs_since_request += (frame.startswith(_PUBLISH_HEAD)
+                                        or frame.startswith(_PUBLISH_H_HEAD))
 
     def _keep_unsent(self) -> None:
         """The connection is being replaced. Publishes never handed to the old socket reached
@@ -164,7 +166,7 @@ class Publishing:
 
 def _publishes_in(frame: bytes) -> int:
     """How many publishes a frame of the outbox carries (0: not a publish)."""
-    if frame.startswith(_PUBLISH_HEAD):
+    if frame.startswith(_PUBLISH_HEAD) or frame.startswith(_PUBLISH_H_HEAD):
         return 1
     if frame.startswith(PUBLISH_BATCH_HEAD):
         return _U32_unpack_from(frame, 3)[0]
@@ -172,8 +174,9 @@ def _publishes_in(frame: bytes) -> int:
 
 
 def _plain_publishes(frame: bytes) -> List[bytes]:
-    """The PUBLISH frames an outbox frame carries (a batch unbatched), none for others."""
-    if frame.startswith(_PUBLISH_HEAD):
+    """The PUBLISH (or PUBLISH-H) frames an outbox frame carries (a batch unbatched), none for
+    others."""
+    if frame.startswith(_PUBLISH_HEAD) or frame.startswith(_PUBLISH_H_HEAD):
         return [frame]
     if frame.startswith(PUBLISH_BATCH_HEAD):
         return unbatch(frame)

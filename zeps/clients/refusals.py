@@ -129,6 +129,11 @@ class Refusals:
         elif kind is RequestKind.BATCH_SELECT:
             log.debug("zeps: the broker at %s does not batch (%s): plain PUBLISH/DELIVER",
                       self.endpoint, reason)
+        elif kind is RequestKind.HEADERS_SELECT:
+            log.debug("zeps: the broker at %s does not take headers (%s): messages come "
+                      "without them, and a publish with headers is refused", self.endpoint,
+                      reason)
+            self.headers_offered = False
         elif kind is RequestKind.BATCH_LIMITS:       # the broker's own limit stands
             self.queue.max_batch = self.offered_batch
         elif kind is RequestKind.PRODUCER:

@@ -43,6 +43,8 @@ class RequestKind(Enum):
     BATCH_SELECT = "batch_select"
     #: ``STREAM-DESCRIBE`` after BATCH-SELECT: the stream's own body limit; batching starts.
     BATCH_LIMITS = "batch_limits"
+    #: ``HEADERS-SELECT`` after each ATTACH: messages with headers come as DELIVER-H.
+    HEADERS_SELECT = "headers_select"
     #: ``CONFIRM-SELECT`` after each ATTACH, with confirms.
     CONFIRM_SELECT = "confirm_select"
     #: ``STREAM-INFO`` after CONFIRM-SELECT: the stream's last sequence before any publish of
@@ -89,6 +91,7 @@ REPLY_KINDS: Dict[type, FrozenSet[RequestKind]] = {
     c.ProducerOk: frozenset((_K.PRODUCER,)),
     c.BatchSelectOk: frozenset((_K.BATCH_SELECT,)),
     c.StreamDescribeOk: frozenset((_K.BATCH_LIMITS,)),
+    c.HeadersSelectOk: frozenset((_K.HEADERS_SELECT,)),
     c.ReasonsSelectOk: frozenset((_K.REASONS_SELECT,)),
     c.StreamIdOk: frozenset((_K.STREAM_ID,)),
     c.StreamExpectOk: frozenset((_K.STREAM_EXPECT,)),

@@ -154,17 +154,26 @@ def _iso(ns: int) -> Optional[str]:
 def message_json(stream: str, msg) -> dict:
     """The JSON object of one message (``subscribe --json``, ``replay --format json``): the body
     is always in ``body``, as UTF-8 text (``"encoding": "utf8"``) or, when it is not valid
-    UTF-8, as base64 (``"encoding": "base64"``); ``time`` is ``timestamp`` (ns) in ISO-8601."""
+    UTF-8, as base64 (``"encoding": "base64"``); ``time`` is ``timestamp`` (ns) in ISO-8601.
+    A message with headers has ``headers``: a list of ``{"name", "value", "encoding"}`` in
+    order, each value encoded as a body is (one without headers has no such key)."""
     obj = {"stream": stream, "sequence": msg.sequence, "key": msg.key}
-    try:
-        obj["body"] = msg.body.decode("utf-8")
-        obj["encoding"] = "utf8"
-    except UnicodeDecodeError:
-        obj["body"] = base64.b64encode(msg.body).decode("ascii")
-        obj["encoding"] = "base64"
+    obj["body"], obj["encoding"] = _text_or_base64(msg.body)
     obj["timestamp"] = msg.timestamp
     obj["time"] = _iso(msg.timestamp) if msg.timestamp else None
+    headers = getattr(msg, "headers", ())
+    if headers:
+        obj["headers"] = [dict(zip(("name", "value", "encoding"), (n, *_text_or_base64(v))))
+                          for n, v in headers]
     return obj
+
+
+def _text_or_base64(raw: bytes):
+    """``(text, "utf8")`` or, when ``raw`` is not UTF-8, ``(base64, "base64")``."""
+    try:
+        return raw.decode("utf-8"), "utf8"
+    except UnicodeDecodeError:
+        return base64.b64encode(raw).decode("ascii"), "base64"
 
 
 def _escape(body: bytes) -> str:

@@ -136,7 +136,8 @@ def run_bridge(args) -> int:
             signal.signal(sig, handler)
     s = bridge.sender
     print(f"zeps bridge: stopped after sequence {s.head}: {s.messages} message(s) in "
-          f"{s.datagrams} datagram(s), {s.refs} too large, {s.heads} HEAD(s)", file=sys.stderr)
+          f"{s.datagrams} datagram(s), {s.refs} by reference ({s.header_refs} with headers, "
+          f"the rest too large), {s.heads} HEAD(s)", file=sys.stderr)
     return 130 if stopped_by[:1] == [signal.SIGINT] else 0     # Ctrl-C: 128 + SIGINT
 
 

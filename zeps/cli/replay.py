@@ -133,7 +133,7 @@ def _replay_journal(args, match) -> int:
                 for rec in it:
                     if match(rec.key):
                         out.write(Message(rec.sequence, rec.key, rec.body, rec.timestamp,
-                                          args.stream))
+                                          args.stream, rec.headers))
                     if bar is not None:
                         bar.update(rec.sequence - last)
                     last = rec.sequence

@@ -196,7 +196,8 @@ class Bridge:
             if msg is not None:
                 n = 0
                 while msg is not None:
-                    for d in sender.add(msg.sequence, msg.key, msg.body, msg.timestamp):
+                    for d in sender.add(msg.sequence, msg.key, msg.body, msg.timestamp,
+                                        msg.headers):
                         send(d)
                     n += 1
                     msg = sub.poll(0) if n < _BATCH else None

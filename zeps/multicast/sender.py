@@ -9,7 +9,9 @@ head in a HEAD datagram every ``head_interval`` seconds, busy or idle.
 A message too large for one datagram is not split: it goes out as a REF entry (sequence and
 ``after`` only), which tells receivers to fetch that one message from the broker. Splitting would
 make a large message as likely to be lost as all of its fragments together, and the broker keeps
-it anyway.
+it anyway. A message with headers goes out as a REF entry too (counted in :attr:`Sender.refs`
+and :attr:`Sender.header_refs`): the datagram format (version 1) has no room for headers, and
+the receivers' fetch from the broker brings the message with them.
 
 The I/O shell (:mod:`zeps.multicast.bridge`) decides when to :meth:`Sender.flush` a partly filled
 datagram: when the broker has nothing more for it at once, so a quiet stream sends each message
@@ -65,21 +67,26 @@ class Sender:
         #: Counters: messages carried, REF entries, DATA and HEAD datagrams.
         self.messages = 0
         self.refs = 0
+        self.header_refs = 0            # of which: messages with headers
         self.datagrams = 0
         self.heads = 0
 
-    def add(self, sequence: int, key: str, body: bytes, timestamp: int | None) -> list[bytes]:
+    def add(self, sequence: int, key: str, body: bytes, timestamp: int | None,
+            headers=()) -> list[bytes]:
         """Take the next message from the broker; return the datagrams it completed (0 or 1).
+        A message with ``headers`` goes as a REF entry (receivers fetch it, headers and all).
 
         Sequences must increase; a sequence not above :attr:`head` is ignored."""
         if sequence <= self.head:
             return []
         raw_key = key.encode("utf-8")
         size = dg.entry_size(len(raw_key), len(body))
-        if self._base + size > self.max_datagram:
+        if headers or self._base + size > self.max_datagram:
             entry = dg.encode_ref(sequence, self.head)
             size = dg.REF_SIZE
             self.refs += 1
+            if headers:
+                self.header_refs += 1
         else:
             entry = dg.encode_entry(sequence, self.head, timestamp or 0, raw_key, body)
             self.messages += 1

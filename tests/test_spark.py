@@ -115,9 +115,11 @@ def _fetch(endpoint, stream, n, timeout=10.0):
 def test_path_read_equals_journal(spark, journal_dir):
     path, recs, _ = journal_dir
     df = _read(spark, path=path, stream="orders", maxRecordsPerPartition=150)
-    assert [f.name for f in df.schema.fields] == ["stream", "sequence", "key", "body", "timestamp"]
+    assert [f.name for f in df.schema.fields] == ["stream", "sequence", "key", "body", "timestamp",
+                                                  "headers"]
     assert [f.dataType.simpleString() for f in df.schema.fields] == [
-        "string", "bigint", "string", "binary", "timestamp"]
+        "string", "bigint", "string", "binary", "timestamp",
+        "array<struct<key:string,value:binary>>"]
     segs = [n for n in os.listdir(os.path.join(path, stream_dir_name("orders")))
             if n.endswith(".log")]
     assert len(segs) > 3

@@ -249,9 +249,9 @@ class _BatchBuilder:
                 mask = both(mask, pc.is_in(key, value_set=pa.array(list(f.value), pa.string())))
         return mask
 
-    def build(self, seq, ts_ns, key, body):
+    def build(self, seq, ts_ns, key, body, headers=None):
         """seq, ts_ns: int64 numpy arrays (ts_ns may be None: unknown); key: pa.string();
-        body: pa.binary()."""
+        body: pa.binary(); headers: the journal's ``HEADERS_TYPE`` array, or None (none)."""
         import numpy as np
         pa = self.pa
         mask = self._mask(key)
@@ -262,6 +262,7 @@ class _BatchBuilder:
                 seq = seq[npmask]
                 ts_ns = None if ts_ns is None else ts_ns[npmask]
                 key, body = key.filter(mask), body.filter(mask)
+                headers = None if headers is None else headers.filter(mask)
         n = len(seq)
         if n == 0:
             return None
@@ -276,6 +277,9 @@ class _BatchBuilder:
                           pa.array(np.ascontiguousarray(ts_ns // 1000, dtype=np.int64),
                                    type=pa.int64()).view(pa.timestamp("us", tz="UTC"))),
         }
+        if "headers" in self.names:
+            htype = self.pa_schema.field("headers").type
+            cols["headers"] = pa.nulls(n, htype) if headers is None else headers
         arrays = []
         for f in self.pa_schema:
             a = cols[f.name]
@@ -296,7 +300,8 @@ def read_partition(plan: _ReadPlan, part: ZepsPartition) -> Iterator:
                 # records retention deleted after planning are skipped (with a warning)
                 for cols in read_columns(reader, part.first, part.last,
                                          verify_crc=plan.o.verify_crc):
-                    rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body)
+                    rb = b.build(cols.sequence, cols.timestamp_ns, cols.key, cols.body,
+                                 cols.headers)
                     if rb is not None:
                         # smaller batches let the JVM convert one while Python parses the next
                         for off in range(0, rb.num_rows, ARROW_BATCH_ROWS):
@@ -321,6 +326,7 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
         stamps: List[Optional[int]] = []
         keys: List[str] = []
         bodies: List[bytes] = []
+        headers: List = []
         done = False
         waited = 0.0
         while not done:
@@ -342,18 +348,29 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
             stamps.append(msg.timestamp)
             keys.append(msg.key)
             bodies.append(msg.body)
+            headers.append([{"key": n, "value": v} for n, v in msg.headers] if msg.headers
+                           else None)
             done = msg.sequence >= part.last
             if len(seqs) >= chunk or done:
                 rb = b.build(np.array(seqs, dtype=np.int64), _stamps(stamps),
-                             pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
-                seqs, stamps, keys, bodies = [], [], [], []
+                             pa.array(keys, pa.string()), pa.array(bodies, pa.binary()),
+                             _headers(headers))
+                seqs, stamps, keys, bodies, headers = [], [], [], [], []
                 if rb is not None:
                     yield rb
         if seqs:
             rb = b.build(np.array(seqs, dtype=np.int64), _stamps(stamps),
-                         pa.array(keys, pa.string()), pa.array(bodies, pa.binary()))
+                         pa.array(keys, pa.string()), pa.array(bodies, pa.binary()),
+                         _headers(headers))
             if rb is not None:
                 yield rb
+
+
+def _headers(headers):
+    """The messages' headers (lists of ``{key, value}`` or None) as a ``headers`` column."""
+    import pyarrow as pa
+    from ..journal.columnar import HEADERS_TYPE
+    return pa.array(headers, type=HEADERS_TYPE)
 
 
 def _stamps(stamps):

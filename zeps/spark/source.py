@@ -22,6 +22,11 @@ __all__ = ["ZepsDataSource", "ZepsBatchReader", "ZepsFilteringBatchReader", "Zep
            "ZepsWriter", "ZepsStreamWriter", "ZepsPartition", "ZepsCommitMessage", "base_schema"]
 
 
+#: The ``headers`` column: ``array<struct<key: string, value: binary>>``.
+HEADERS_TYPE = T.ArrayType(T.StructType([T.StructField("key", T.StringType(), True),
+                                         T.StructField("value", T.BinaryType(), True)]), True)
+
+
 def base_schema(body_type: Optional[T.DataType] = None) -> T.StructType:
     body_type = T.BinaryType() if body_type is None else body_type
     return T.StructType([
@@ -30,6 +35,8 @@ def base_schema(body_type: Optional[T.DataType] = None) -> T.StructType:
         T.StructField("key", T.StringType(), True),
         T.StructField("body", body_type, True),
         T.StructField("timestamp", T.TimestampType(), True),
+        # a message's headers in order (null: none), as Spark's Kafka source has them
+        T.StructField("headers", HEADERS_TYPE, True),
     ])
 
 

@@ -34,7 +34,7 @@ class ZepsCommitMessage(WriterCommitMessage):
         return f"ZepsCommitMessage(count={self.count}, last_seq={self.last_seq})"
 
 
-_SINK_COLUMNS = ("key", "body")
+_SINK_COLUMNS = ("key", "body", "headers")
 _IGNORED_COLUMNS = ("stream", "sequence", "timestamp")   # what a zeps read produces
 
 
@@ -51,10 +51,23 @@ def check_sink_schema(schema: T.StructType) -> None:
     if "key" in lower and not isinstance(lower["key"].dataType, T.StringType):
         raise ZepsSparkError(f"column 'key' must be a string, not "
                              f"{lower['key'].dataType.simpleString()}")
+    if "headers" in lower and not _headers_type(lower["headers"].dataType):
+        raise ZepsSparkError(f"column 'headers' must be array<struct<key: string, value: binary "
+                             f"or string>> (as a zeps or Kafka read has it), not "
+                             f"{lower['headers'].dataType.simpleString()}")
     extra = [n for n in names if n.lower() not in _SINK_COLUMNS + _IGNORED_COLUMNS]
     if extra:
         raise ZepsSparkError(f"unexpected column '{extra[0]}': the zeps sink publishes 'key' "
-                             "(string) and 'body' (binary or string); select those")
+                             "(string), 'body' (binary or string) and 'headers'; select those")
+
+
+def _headers_type(t) -> bool:
+    """Is ``t`` an array of structs with a string ``key`` and a binary or string ``value``?"""
+    if not isinstance(t, T.ArrayType) or not isinstance(t.elementType, T.StructType):
+        return False
+    f = {x.name.lower(): x.dataType for x in t.elementType.fields}
+    return (set(f) == {"key", "value"} and isinstance(f["key"], T.StringType)
+            and isinstance(f["value"], (T.BinaryType, T.StringType)))
 
 
 #: Local properties Spark sets on the tasks of a streaming query's micro-batch.
@@ -77,6 +90,23 @@ def _this_task_producer_id(write_id: str) -> Optional[str]:
     from pyspark import TaskContext
     task = TaskContext.get()
     return None if task is None else task_producer_id(write_id, task)
+
+
+def _publish_with_headers(c, items, headers) -> None:
+    """Publish ``items`` in order: runs of rows without headers (null or empty) as batches,
+    each row with headers by itself (PUBLISH-H; batches never carry headers)."""
+    run = []
+    for item, h in zip(items, headers):
+        if not h:
+            run.append(item)
+            continue
+        if run:
+            c.publish_batch(run)
+            run = []
+        c.publish(item[0], item[1], headers=[(x["key"], b"" if x["value"] is None else x["value"])
+                                             for x in h])
+    if run:
+        c.publish_batch(run)
 
 
 def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) -> ZepsCommitMessage:
@@ -103,7 +133,10 @@ def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) 
                 items = [("" if k is None else k,
                           b"" if b is None else (b.encode("utf-8") if isinstance(b, str) else b))
                          for k, b in zip(keys, bodies)]
-                c.publish_batch(items)
+                if "headers" in names:         # a row with headers is published alone
+                    _publish_with_headers(c, items, rb.column(names["headers"]).to_pylist())
+                else:
+                    c.publish_batch(items)
                 count += len(items)
             if count:
                 last = c.wait_for_confirms(timeout=max(o.timeout, 30.0))

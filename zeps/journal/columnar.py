@@ -59,7 +59,8 @@ from .batchcols import BatchRun
 from .blockcrc import first_bad_crc
 from ..protocol.batch import DELIVER_BATCH_ID
 from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, LIMIT,
-                     PID_LEN_OFFSET, PRODUCER_FLAG, SHORT, TS_OFFSET, parse_records, record_span)
+                     PID_LEN_OFFSET, PRODUCER_FLAG, SHORT, TS_OFFSET, BatchRecord, parse_records,
+                     record_span)
 from .segment import ScanResult, Segment
 from .walk import be_view, walk
 
@@ -262,10 +263,14 @@ class ColumnSink:
         return int(self.out[-1].sequence[-1]) + 1 if self.out else 0
 
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
-              last_ts: Optional[int]) -> ScanResult:
+              last_ts: Optional[int], exact: bool = False) -> ScanResult:
         """Parse blocks from ``pos`` (record ``seq``) up to ``limit`` until a block yields
         rows (LIMIT), the records past ``last`` begin (LIMIT), ``limit`` is reached (END) or a
-        record is short (SHORT) or bad (BAD) - the statuses of :meth:`Segment.parse`."""
+        record is short (SHORT) or bad (BAD) - the statuses of :meth:`Segment.parse`. A
+        segment of a compacted stream (``seg.gaps``: its sequences may have gaps) is read
+        record by record (:meth:`_parse_gapped`)."""
+        if seg.gaps:
+            return self._parse_gapped(seg, pos, seq, limit, want_seq, last_ts, exact)
         last = self.last
         need = 0
         while True:
@@ -359,6 +364,47 @@ class ColumnSink:
                                _reason(buf, int(positions[i + n]), nseq, nts, why)),
                     nseq, nts, emitted)
         return None, nseq, nts, emitted
+
+    def _parse_gapped(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
+                      last_ts: Optional[int], exact: bool) -> ScanResult:
+        """:meth:`parse` for a segment whose sequences may have gaps (compaction removed
+        records, :mod:`.compaction`): the block's records are read by
+        :meth:`Segment.parse` (records whole, positions from their sizes), the rows built
+        from them one by one: the same rows, stops and errors, without the vectorised checks
+        (which assume consecutive sequences)."""
+        last = self.last
+        recs: list = []
+        res = seg.parse(pos, seq, limit, recs, max_records=1 << 16, max_bytes=self.block_bytes,
+                        last_ts=last_ts, chunks=True, exact=exact)
+        rows: list = []
+        keys: list = []
+        p, ts = pos, last_ts
+        stop = None
+        for r in recs:
+            for m in (r.records() if isinstance(r, BatchRecord) else (r,)):
+                if m.sequence < want_seq:
+                    continue
+                if last is not None and m.sequence > last:
+                    stop = ScanResult(LIMIT, p, r.sequence, ts, None)
+                    break
+                try:
+                    keys.append(m.key)
+                except UnicodeDecodeError:
+                    stop = ScanResult(BAD, p, r.sequence, ts, "key is not valid UTF-8")
+                    break
+                rows.append(m)
+            if stop is not None:
+                break
+            p += r.size
+            ts = r.timestamp
+        if rows:
+            self.out.append(_record_columns(rows, keys))
+            self.count += len(rows)
+        if stop is not None:
+            return stop
+        if rows and res.status == END:
+            return ScanResult(LIMIT, res.pos, res.seq, res.last_ts, None)
+        return res
 
     def _headers_run(self, buf, positions, after, i, j, pos, seq, want_seq, last_ts):
         """Records with a headers extension ``positions[i:j]``, read one by one by
@@ -495,8 +541,8 @@ def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bo
     end) of a :class:`~zeps.journal.JournalReader` (or :class:`~zeps.journal.Journal`), in
     order, one block at a time. Same records, same end and same errors as
     ``view.read_from(first, end_seq=last)``; records that retention deleted are skipped with a
-    warning on the ``zeps.journal`` logger. ``verify_crc=False`` skips the CRC check (the other
-    checks stay)."""
+    warning on the ``zeps.journal`` logger, those compaction removed silently.
+    ``verify_crc=False`` skips the CRC check (the other checks stay)."""
     view._check_open()
     seq = max(first, 1)
     cursor = None
@@ -508,8 +554,9 @@ def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bo
                             view.stream_dir, seq, last)
             return
         got = int(sink.out[0].sequence[0])
-        if got > seq:
+        kept = view._firsts[0] if view._firsts else got
+        if got > seq and seq < kept:      # (the gaps of a compacted stream are no loss)
             log.warning("journal %s: records %d..%d were deleted by retention; continuing at %d",
-                        view.stream_dir, seq, got - 1, got)
+                        view.stream_dir, seq, min(got, kept) - 1, got)
         yield from sink.out
         seq = int(sink.out[-1].sequence[-1]) + 1

@@ -21,6 +21,14 @@ Decisions:
 * ``snapshot_interval_bytes`` (8 MiB): the producer state is snapshotted every that many bytes
   of log (and at each roll and close), so opening after a crash applies at most that many
   bytes of records to rebuild it.
+* ``compact`` (a compacted stream, :mod:`.compaction`): its sealed segments may have gaps
+  between sequences (records removed by compaction), which its readers accept; it implies
+  ``key_index``. A stream's ``SETTINGS.json`` saying ``compact`` makes it so whatever the
+  configuration says (:mod:`.settings`).
+* ``key_index`` (off by default: its memory grows with the number of distinct keys, about 130
+  bytes each): the writer keeps the last-value index (:mod:`.lastvalue`), for
+  :meth:`Journal.latest <zeps.journal.Journal.latest>` and
+  :meth:`Journal.snapshot <zeps.journal.Journal.snapshot>`.
 * ``max_record_bytes`` is at most 2^30-1: the record's length field has 30 bits for the frame
   and its headers (its top bits flag a producer extension and a headers extension).
 """
@@ -45,8 +53,13 @@ class JournalConfig:
     max_producers: int = 10_000
     snapshot_interval_bytes: int = 8 << 20
     producer_max_age_ms: Optional[int] = 24 * 3600 * 1000
+    compact: bool = False
+    key_index: bool = False
 
     def __post_init__(self) -> None:
+        for name in ("compact", "key_index"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True or False, not {getattr(self, name)!r}")
         if self.fsync not in FSYNC_POLICIES:
             raise ValueError(f"fsync must be one of {FSYNC_POLICIES}, not {self.fsync!r}")
         for name in ("segment_bytes", "index_interval_bytes", "max_record_bytes",

@@ -25,6 +25,10 @@ class RecordIterator:
                          missing (deleted by retention)
     ``skipped_to``       the sequence the iterator continued at after the last gap, or None
     ``missed``           how many sequences were skipped over all gaps
+    ``compacted``        how many sequences were skipped because compaction removed them (a
+                         compacted stream's gaps: the normal case there, not a loss, so not a
+                         ``gap``; only sequences below the stream's first kept one count as
+                         deleted by retention)
     ``next_seq``         the sequence of the next record to be yielded
 
     Following uses ``clock()`` (monotonic seconds) to measure ``timeout`` and ``sleep()``
@@ -55,6 +59,7 @@ class RecordIterator:
         self.gap = False
         self.skipped_to: Optional[int] = None
         self.missed = 0
+        self.compacted = 0
         self._buf: List[Record] = []
         self._i = 0
         self._cursor = None
@@ -71,6 +76,17 @@ class RecordIterator:
         self.missed += to_seq - self.next_seq
         self.next_seq = to_seq
 
+    def _jump(self, to_seq: int) -> None:
+        """The next record is ``to_seq``, above ``next_seq``: the sequences below the first
+        kept one were deleted by retention (a gap), the others removed by compaction."""
+        firsts = self._view._firsts
+        kept = firsts[0] if firsts else to_seq
+        if self.next_seq < kept:
+            self._note_gap(min(to_seq, kept))
+        if to_seq > self.next_seq:
+            self.compacted += to_seq - self.next_seq
+            self.next_seq = to_seq
+
     def __iter__(self):
         return self
 
@@ -84,7 +100,7 @@ class RecordIterator:
                 r = self._buf[self._i]
                 self._i += 1
                 if r.sequence != self.next_seq:
-                    self._note_gap(r.sequence)
+                    self._jump(r.sequence)
                 self.next_seq = r.sequence + 1
                 return r
             if self._done:

@@ -37,6 +37,11 @@ Decisions and why:
   segment exists; if it cannot be written the roll, and so the batch, fails with
   :class:`JournalFullError` and nothing changes), and, unsynced, every
   ``snapshot_interval_bytes`` of log and at close. Details in :mod:`.producers`.
+* **Last-value index and compaction** (``key_index``/``compact``): each append updates the
+  index (:mod:`.lastvalue`, API in :mod:`.kv`), rebuilt on open from its checkpoint (written at
+  close, and at a roll by a short-lived thread of its own) plus the records after it. A
+  compacted stream's sealed segments may have gaps; opening it first finishes or discards what
+  an interrupted compaction left (:func:`.compaction.recover`).
 """
 from __future__ import annotations
 
@@ -47,11 +52,14 @@ import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+from . import compaction, lastvalue
+from . import settings as stream_settings
 from .config import JournalConfig
 from .errors import InvalidRecordError, JournalError, JournalFullError, JournalNotFoundError
 from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
 from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
+from .kv import KEY_CHECKPOINT_MIN, KeyValues
 from .record import Record, encode_batch
 from .recovery import load_sealed, recover
 from .retention import segments_to_delete
@@ -62,7 +70,7 @@ log = logging.getLogger("zeps.journal")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class Journal(StreamView):
+class Journal(StreamView, KeyValues):
     """The single writer of one stream directory. Create with :meth:`Journal.open`."""
 
     def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int,
@@ -87,6 +95,11 @@ class Journal(StreamView):
         self._producers = ProducerState(config.max_producers, self._producer_max_age_ns())
         self._loose_snapshot: Optional[int] = None   # the snapshot not at a segment start
         self._snapshot_pos = 0        # position in the active segment of the last snapshot
+        self._gaps = config.compact or stream_settings.is_compact(stream_dir)
+        self._keys: Optional[lastvalue.KeyIndex] = (
+            lastvalue.KeyIndex() if config.key_index or self._gaps else None)
+        self._keys_upto = 0           # the sequence before which the last checkpoint is
+        self._key_writer = lastvalue.Writer(stream_dir)
 
     # ------------------------------------------------------------------ opening
 
@@ -118,6 +131,7 @@ class Journal(StreamView):
         return j
 
     def _recover(self) -> None:
+        compaction.recover(self._dir)
         seqs = list_segment_seqs(self._dir)
         if not seqs:
             seg = self._create_segment(1)
@@ -126,8 +140,9 @@ class Journal(StreamView):
             self._next_seq = 1
             self._last_entry_pos = 0
             self._load_producers()
+            self._load_keys()
             return
-        self._segs = [Segment(self._dir, q) for q in seqs]
+        self._segs = [Segment(self._dir, q, self._gaps) for q in seqs]
         self._firsts = list(seqs)
         last = self._segs[-1]
         self._next_seq = recover(last, self._interval).seq
@@ -145,6 +160,7 @@ class Journal(StreamView):
             os.fdatasync(last.fd)
         self._written_seq = self._durable_seq = self._next_seq - 1
         self._load_producers()
+        self._load_keys()
 
     def _producer_max_age_ns(self) -> Optional[int]:
         ms = self.config.producer_max_age_ms
@@ -159,10 +175,15 @@ class Journal(StreamView):
         if upto == self._next_seq:
             self._snapshot_pos = self._active.size
 
+    def _load_keys(self) -> None:
+        if self._keys is not None:
+            self._keys, self._keys_upto = lastvalue.rebuild(self, self._dir, self._firsts[0],
+                                                            self._next_seq)
+
     def _create_segment(self, first_seq: int) -> Segment:
         """Create the files of a new segment (index files first: a reader that sees the log
         finds its index) and make the directory entries durable (except under "never")."""
-        seg = Segment(self._dir, first_seq)
+        seg = Segment(self._dir, first_seq, self._gaps)
         created = []
         try:
             for path in (seg.index_path, seg.time_path, seg.log_path):
@@ -318,6 +339,8 @@ class Journal(StreamView):
                 self._durable_seq = last
         if producers is not None:
             self._producers.observe_records(records)
+        if self._keys is not None:
+            self._keys.observe_records(records, pre)
         if seg.size - self._snapshot_pos >= self.config.snapshot_interval_bytes:
             self._write_loose_snapshot()
         return records
@@ -438,6 +461,10 @@ class Journal(StreamView):
         self._last_entry_pos = 0
         if self.config.retention_bytes is not None or self.config.retention_ms is not None:
             self.apply_retention()
+        k = self._keys
+        if k is not None and self._next_seq - self._keys_upto >= max(len(k), KEY_CHECKPOINT_MIN):
+            if self._key_writer.start(k, self._next_seq, self._firsts[0]):
+                self._keys_upto = self._next_seq
 
     # ------------------------------------------------------------------ durability
 
@@ -538,6 +565,10 @@ class Journal(StreamView):
             if synced and self._active is not None and self._loose_snapshot != self._next_seq \
                     and self._next_seq != self._active.first_seq:
                 self._write_loose_snapshot()
+            self._key_writer.join()
+            if synced and self._keys is not None and self._active is not None \
+                    and (self._keys_upto != self._next_seq or self._key_writer.error):
+                self._write_key_checkpoint()
         finally:
             with self._sync_lock:
                 self._closed = True

@@ -9,6 +9,9 @@ It differs from the writer's view only in the hooks of :class:`~zeps.journal.vie
   not whole and CRC-verified;
 * how the list of segments changes: a reader re-lists the directory when it reaches the end of
   the last segment it knows, so it finds rolled segments and segments retention deleted.
+
+A compacted stream's reader (its ``SETTINGS.json`` says ``compact``, or the configuration does)
+accepts gaps between sequences in its segments (:mod:`.compaction`).
 """
 from __future__ import annotations
 
@@ -19,6 +22,7 @@ from .config import JournalConfig
 from .errors import JournalNotFoundError
 from .recovery import load_sealed, load_tail
 from .segment import Segment, check_dir, list_segment_seqs
+from .settings import is_compact
 from .view import StreamView
 
 
@@ -30,7 +34,9 @@ class JournalReader(StreamView):
     def __init__(self, stream_dir, config: Optional[JournalConfig] = None):
         self._dir = os.fspath(stream_dir)
         check_dir(self._dir)
-        self._interval = (config or JournalConfig()).index_interval_bytes
+        config = config or JournalConfig()
+        self._interval = config.index_interval_bytes
+        self._gaps = config.compact or is_compact(self._dir)
         self._segs = []
         self._firsts = []
         self._closed = False
@@ -49,7 +55,7 @@ class JournalReader(StreamView):
         if seqs == self._firsts:
             return False
         old = {s.first_seq: s for s in self._segs}
-        self._segs = [old.get(q) or Segment(self._dir, q) for q in seqs]
+        self._segs = [old.get(q) or Segment(self._dir, q, self._gaps) for q in seqs]
         keep = set(seqs)
         for q, seg in old.items():
             if q not in keep:

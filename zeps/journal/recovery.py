@@ -37,16 +37,18 @@ MAX_BACKOFF = 4
 
 
 def scan_entries(seg: Segment, pos: int, seq: int, limit: int, interval: int,
-                 last_entry_pos: int, need_first: bool):
+                 last_entry_pos: int, need_first: bool, exact: bool = False):
     """Verify records from ``pos`` to ``limit`` and compute the index entries they need
-    (same rule as the writer: over records, a batch record being one). Returns
-    (ScanResult, [(seq, pos, ts)])."""
+    (same rule as the writer: over records, a batch record being one). ``exact``: ``pos``
+    and ``seq`` come from an index entry (in a compacted segment, the record there must be
+    ``seq``). Returns (ScanResult, [(seq, pos, ts)])."""
     entries = []
     last_ts = None
     while True:
         out: List[Record] = []
         res = seg.parse(pos, seq, limit, out, max_records=8192, last_ts=last_ts,
-                        chunks=True)
+                        chunks=True, exact=exact)
+        exact = False
         new, last_entry_pos = entries_for(out, pos, last_entry_pos, interval, need_first)
         if new:
             entries += new
@@ -70,7 +72,7 @@ def _entry_ok(seg: Segment, entry, size: int) -> bool:
     if pos >= size:
         return False
     out: List[Record] = []
-    seg.parse(pos, seq, size, out, max_records=1, block=4096)
+    seg.parse(pos, seq, size, out, max_records=1, block=4096, exact=True)
     return bool(out)
 
 
@@ -81,7 +83,7 @@ def _valid_prefix(seg: Segment, mem: MemIndex, size: int) -> int:
     prev_seq, prev_pos, prev_ts = seg.first_seq - 1, -1, 0
     for i in range(len(mem)):
         s, p, t = mem.entry(i)
-        if i == 0 and (s != seg.first_seq or p != 0):
+        if i == 0 and (not _first_entry_ok(seg, s) or p != 0):
             break
         if s <= prev_seq or p <= prev_pos or p >= size or t < prev_ts:
             break
@@ -94,12 +96,18 @@ def _valid_prefix(seg: Segment, mem: MemIndex, size: int) -> int:
     return 0
 
 
+def _first_entry_ok(seg: Segment, s0: int) -> bool:
+    """Whether ``s0`` may be the sequence of a segment's first record (in a compacted
+    segment, the first one kept: at or above the segment's first sequence)."""
+    return s0 == seg.first_seq or (seg.gaps and s0 > seg.first_seq)
+
+
 def _file_index_plausible(seg: Segment, idx: FileIndex, size: int) -> bool:
     n = len(idx)
     if n == 0:
         return size == 0
     s0, p0, _ = idx.entry(0)
-    if s0 != seg.first_seq or p0 != 0:
+    if not _first_entry_ok(seg, s0) or p0 != 0:
         return False
     s, p, _ = idx.entry(n - 1)
     return s >= seg.first_seq and p < size
@@ -118,7 +126,8 @@ def recover(seg: Segment, interval: int) -> ScanResult:
         seq0, pos0, _ = mem.entry(k - 1)
     else:
         seq0, pos0 = seg.first_seq, 0
-    res, entries = scan_entries(seg, pos0, seq0, size, interval, pos0, need_first=(k == 0))
+    res, entries = scan_entries(seg, pos0, seq0, size, interval, pos0, need_first=(k == 0),
+                                exact=k > 0)
     if res.pos < size:
         log.warning("journal recovery: %s: cut %d bytes at offset %d (%s); last good "
                     "sequence %d", seg.log_path, size - res.pos, res.pos, res.describe(),
@@ -161,9 +170,12 @@ def load_sealed(seg: Segment, interval: int, persist: bool) -> None:
     except FileNotFoundError:
         idx = None
     res = None
-    if idx is not None and _file_index_plausible(seg, idx, size):
+    if idx is not None and _file_index_plausible(seg, idx, size) and not len(idx):
+        res = ScanResult(END, 0, seg.first_seq, None, None)   # empty (compaction emptied it)
+    elif idx is not None and _file_index_plausible(seg, idx, size):
         seq0, pos0, _ = idx.entry(len(idx) - 1)
-        res, extra = scan_entries(seg, pos0, seq0, size, interval, pos0, need_first=False)
+        res, extra = scan_entries(seg, pos0, seq0, size, interval, pos0, need_first=False,
+                                  exact=True)
         if res.pos == pos0 and res.status == BAD or extra:
             res = None                     # the last entry is wrong, or the index is short
     if res is None:

@@ -2,8 +2,8 @@
 
 Whole segments only, oldest first, never the active (last) one. A segment goes while the stream
 is over ``retention_bytes``, or while its newest record is older than ``retention_ms`` at
-``now_ns``; the first segment that meets neither condition stops the pass (retention never
-leaves a hole between kept segments).
+``now_ns`` (a sealed segment left empty by compaction counts as old); the first segment that
+meets neither condition stops the pass (retention never leaves a hole between kept segments).
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ def segments_to_delete(segments: Iterable[Tuple[int, Optional[int]]], total_byte
     for size, newest_ts in segments:
         if retention_bytes is not None and total_bytes > retention_bytes:
             reasons.append("size")
-        elif (retention_ms is not None and newest_ts is not None
-              and newest_ts < now_ns - retention_ms * 1_000_000):
+        elif retention_ms is not None and (
+                newest_ts < now_ns - retention_ms * 1_000_000 if newest_ts is not None
+                else size == 0):
             reasons.append("age")
         else:
             break

@@ -22,7 +22,8 @@ from typing import List, Optional, Tuple
 
 from .errors import CorruptionError, JournalError, JournalNotFoundError
 from .index import FileIndex
-from .record import END, HEADER_SIZE, SHORT, Record, ScanResult, parse_records
+from .record import (END, GAPS, GAPS_AFTER_FIRST, HEADER_SIZE, SHORT, Record, ScanResult,
+                     parse_records)
 
 SEQ_DIGITS = 20
 LOG_SUFFIX = ".log"
@@ -72,9 +73,11 @@ def check_dir(path: str) -> None:
 class Segment:
     """A segment of a stream. Reading state is shared by the writer and readers."""
 
-    def __init__(self, dirpath: str, first_seq: int):
+    def __init__(self, dirpath: str, first_seq: int, gaps: bool = False):
         self.dir = dirpath
         self.first_seq = first_seq
+        self.gaps = gaps           # a compacted stream's: records may skip sequences
+        self.ino = 0               # the log file's inode (compaction replaces the file)
         base = os.path.join(dirpath, segment_base(first_seq))
         self.log_path = base + LOG_SUFFIX
         self.index_path = base + INDEX_SUFFIX
@@ -104,6 +107,10 @@ class Segment:
             return
         flags = (os.O_RDWR | os.O_APPEND) if writable else os.O_RDONLY
         self.fd = os.open(self.log_path, flags | _CLOEXEC)
+        try:
+            self.ino = os.fstat(self.fd).st_ino
+        except OSError:
+            self.ino = 0
 
     def open_index_writers(self) -> None:
         """Open both index files for appending (the writer's active segment)."""
@@ -135,10 +142,15 @@ class Segment:
         self.close()
 
     def unload(self) -> None:
-        """Close the files of a sealed segment (LRU eviction); loading re-opens them."""
+        """Close the files of a sealed segment (LRU eviction); loading re-opens them (and,
+        if compaction replaced them meanwhile, finds the new ones: what was learnt of the old
+        file is forgotten)."""
         self.close()
         self.index = None
         self.loaded = False
+        self.size = None
+        self.first_ts = self.last_ts = None
+        self.bad_pos = self.bad_reason = None
 
     def delete_files(self) -> None:
         """Unlink the segment's files (log first: it is what readers list; the producer
@@ -158,16 +170,26 @@ class Segment:
               max_records: int = 1 << 62, max_bytes: int = 1 << 62, want_seq: int = 0,
               stop_ts: Optional[int] = None, block: int = BLOCK, n0: int = 0,
               nbytes0: int = 0, last_ts: Optional[int] = None,
-              chunks: bool = False) -> ScanResult:
+              chunks: bool = False, exact: bool = False,
+              gaps: Optional[bool] = None) -> ScanResult:
         """Parse records from byte ``pos`` (whose record must be ``seq``) up to ``limit``, one
         ``os.pread`` per block (a record longer than the block gets a read of its size).
         ``n0``/``nbytes0``: messages/frame bytes the same read already emitted (limits are
         totals); ``last_ts``: timestamp of the record before ``pos``, if the read saw it;
         ``chunks``: batch records are emitted whole (see
-        :func:`~zeps.journal.record.parse_records`)."""
+        :func:`~zeps.journal.record.parse_records`). In a segment with ``gaps`` (by default
+        its own), records may skip sequences and the one at ``pos`` may be above ``seq``,
+        unless ``exact`` (``pos`` and ``seq`` come from an index entry: that record must be
+        ``seq``, so that a stale index is found out, never followed) and ``pos > 0`` (nothing
+        can be skipped before the first record)."""
         n = n0
         nbytes = nbytes0
         fd = self.fd
+        if not (self.gaps if gaps is None else gaps):
+            mode = first_mode = 0
+        else:
+            mode, first_mode = GAPS, (GAPS_AFTER_FIRST if exact and pos > 0 else GAPS)
+        start = pos
         while True:
             if pos >= limit:
                 return ScanResult(END, pos, seq, last_ts, None, n, nbytes)
@@ -175,7 +197,8 @@ class Segment:
             buf = os.pread(fd, want, pos)
             end = len(buf)
             res = parse_records(buf, 0, end, seq, out, max_records, max_bytes, want_seq,
-                                stop_ts, n, nbytes, last_ts, chunks)
+                                stop_ts, n, nbytes, last_ts, chunks,
+                                first_mode if pos == start else mode)
             pos += res.pos
             res.pos = pos
             status, seq, last_ts, n, nbytes = res.status, res.seq, res.last_ts, res.n, res.nbytes
@@ -198,7 +221,7 @@ class Segment:
             idx = self.index
             if idx is not None and len(idx) > 0:
                 seq, pos, ts = idx.entry(0)
-                if seq == self.first_seq and pos == 0:
+                if (seq == self.first_seq or self.gaps and seq > self.first_seq) and pos == 0:
                     self.first_ts = ts
                     return ts
             out: List[Record] = []

@@ -6,6 +6,15 @@ broker's default): retention by bytes and by age, the largest message, the segme
 (``STREAM-PURGE``) records ``purged_to``: no sequence at or below it is served again, even while
 the segment that holds it is still on disk (the segments wholly below it are deleted at once).
 
+A *compacted* stream (``compact``, ``zeps stream create --compact``; issue 18 item 2) keeps at
+least the latest message of every key: :mod:`.compaction` rewrites its sealed segments without
+the messages a later one of the same key superseded, keeping a tombstone (an empty body: the key
+was deleted) for ``delete_retention_ms`` (0: one day, as Kafka's ``delete.retention.ms``), and
+runs once the bytes written since the last compaction are at least
+``min_cleanable_dirty_ratio`` of the sealed segments' (0: one half, as Kafka's
+``min.cleanable.dirty.ratio``). Its journal has the last-value index (:mod:`.lastvalue`).
+Sequences never change: its readers skip the removed ones.
+
 The file is replaced atomically (write, fsync, rename), so it is either the old or the new one.
 
 Every stream also has an *incarnation* (``<stream dir>/INCARNATION``: 16 hex digits), random and
@@ -27,6 +36,9 @@ from .config import JournalConfig
 from .errors import JournalError
 
 FILE = "SETTINGS.json"
+#: Kafka's defaults for ``delete.retention.ms`` and ``min.cleanable.dirty.ratio``.
+DEFAULT_DELETE_RETENTION_MS = 86_400_000
+DEFAULT_DIRTY_RATIO = 0.5
 INCARNATION_FILE = "INCARNATION"
 
 
@@ -37,12 +49,36 @@ class StreamSettings:
     max_message: int = 0              # 0: the broker's ``--max-message``
     segment_bytes: int = 0            # 0: the broker's ``--segment-bytes``
     purged_to: int = 0                # messages up to this sequence were purged
+    compact: bool = False             # a compacted stream (keeps the latest message per key)
+    delete_retention_ms: int = 0      # 0: one day; how long compaction keeps a tombstone
+    min_cleanable_dirty_ratio: float = 0.0   # 0: 0.5; compaction runs from this dirty ratio
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**64:
+            if f.name == "compact":
+                if not isinstance(v, bool):
+                    raise ValueError(f"compact must be true or false, not {v!r}")
+            elif f.name == "min_cleanable_dirty_ratio":
+                if (not isinstance(v, (int, float)) or isinstance(v, bool)
+                        or not 0.0 <= v <= 1.0):
+                    raise ValueError(f"min_cleanable_dirty_ratio must be a number from 0 to 1 "
+                                     f"(0: the default, 0.5), not {v!r}")
+            elif not isinstance(v, int) or isinstance(v, bool) or not 0 <= v < 2**64:
                 raise ValueError(f"{f.name} must be an integer from 0, not {v!r}")
+        if not self.compact and (self.delete_retention_ms or self.min_cleanable_dirty_ratio):
+            raise ValueError("delete_retention_ms and min_cleanable_dirty_ratio are settings "
+                             "of a compacted stream (compact)")
+
+    @property
+    def delete_retention_ns(self) -> int:
+        """How long compaction keeps a tombstone, in ns (the default if 0)."""
+        return (self.delete_retention_ms or DEFAULT_DELETE_RETENTION_MS) * 1_000_000
+
+    @property
+    def dirty_ratio(self) -> float:
+        """The dirty ratio from which compaction runs (the default if 0)."""
+        return self.min_cleanable_dirty_ratio or DEFAULT_DIRTY_RATIO
 
     def same_limits(self, other: "StreamSettings") -> bool:
         """The settings a creator chooses are equal (``purged_to`` is the stream's state)."""
@@ -57,6 +93,8 @@ class StreamSettings:
             changes["retention_ms"] = self.retention_ms
         if self.segment_bytes:
             changes["segment_bytes"] = self.segment_bytes
+        if self.compact:
+            changes["compact"] = changes["key_index"] = True
         if self.max_message:
             changes["max_record_bytes"] = max(base.max_record_bytes, self.max_message + overhead)
         return dataclasses.replace(base, **changes) if changes else base
@@ -68,12 +106,32 @@ def read(stream_dir: str) -> Optional[StreamSettings]:
     try:
         with open(path, "rb") as f:
             data = json.loads(f.read().decode("utf-8"))
-        return StreamSettings(**{k: int(data.get(k, 0)) for k in
-                                 (f.name for f in dataclasses.fields(StreamSettings))})
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        values = {}
+        for f in dataclasses.fields(StreamSettings):
+            v = data.get(f.name, f.default)
+            if f.name == "compact":
+                values[f.name] = v if isinstance(v, bool) else bool(int(v))
+            elif f.name == "min_cleanable_dirty_ratio":
+                values[f.name] = float(v)
+            else:
+                values[f.name] = int(v)
+        return StreamSettings(**values)
     except FileNotFoundError:
         return None
     except (OSError, ValueError, TypeError) as exc:
         raise JournalError(f"unreadable stream settings {path}: {exc}") from None
+
+
+def is_compact(stream_dir: str) -> bool:
+    """Whether the stream's own settings make it a compacted stream (False if it has none, or
+    if they cannot be read: reading it then reports any gap as corruption)."""
+    try:
+        own = read(stream_dir)
+    except JournalError:
+        return False
+    return own is not None and own.compact
 
 
 def write(stream_dir: str, settings: StreamSettings) -> None:

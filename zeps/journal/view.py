@@ -49,12 +49,15 @@ _MAX_BLOCK = 4 << 20
 class Cursor:
     """Where a read stopped: the next record is ``seq`` at byte ``pos`` of ``seg``; ``ts`` is
     the timestamp of the record before it (None if unknown); ``want``: the sequence the next
-    read continues from (above ``seq`` when the read stopped inside a batch record)."""
+    read continues from (above ``seq`` when the read stopped inside a batch record); ``ino``:
+    the log file's inode then (compaction replaces a file: a position in the old one means
+    nothing in the new one, so such a cursor is dropped and the read locates again)."""
 
-    __slots__ = ("seg", "pos", "seq", "ts", "want")
+    __slots__ = ("seg", "pos", "seq", "ts", "want", "ino")
 
     def __init__(self, seg: Segment, pos: int, seq: int, ts: Optional[int], want: int):
         self.seg, self.pos, self.seq, self.ts, self.want = seg, pos, seq, ts, max(seq, want)
+        self.ino = seg.ino
 
 
 class RecordSink:
@@ -86,9 +89,10 @@ class RecordSink:
         return self.out[-1].last_sequence + 1 if self.out else 0
 
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
-              last_ts: Optional[int]) -> ScanResult:
-        """Parse from ``pos`` (record ``seq``) to ``limit``; blocks sized from the records
-        wanted and the average record size seen so far."""
+              last_ts: Optional[int], exact: bool = False) -> ScanResult:
+        """Parse from ``pos`` (record ``seq``; exactly that one if ``exact``: see
+        :meth:`Segment.parse`) to ``limit``; blocks sized from the records wanted and the
+        average record size seen so far."""
         out = self.out
         view = self.view
         before = len(out)
@@ -96,7 +100,7 @@ class RecordSink:
         want = min(self.max_bytes - self.nbytes, (self.max_records - n0) * view._avg_record)
         block = int(min(_MAX_BLOCK, max(16384, want * 1.25 + view._interval + 4096)))
         res = seg.parse(pos, seq, limit, out, self.max_records, self.max_bytes, want_seq, None,
-                        block, n0, self.nbytes, last_ts, self.chunks)
+                        block, n0, self.nbytes, last_ts, self.chunks, exact)
         got = res.n - n0
         if got:
             stored = res.nbytes - self.nbytes + HEADER_SIZE * (len(out) - before)
@@ -319,7 +323,9 @@ class StreamView:
             seg, pos, s, ts = cursor.seg, cursor.pos, cursor.seq, cursor.ts
             self._prepare(seg)            # it may have been evicted from the LRU since
             from_index = False
-        else:
+            if seg.ino != cursor.ino:     # compaction replaced the file meanwhile
+                cursor = None
+        if cursor is None or cursor.want != seq:
             if self._segs and seq < self._segs[0].first_seq:
                 self._refresh()
             loc = self._locate(seq)
@@ -336,7 +342,7 @@ class StreamView:
         relisted = False
         while True:
             limit = self._limit(seg)
-            res = sink.parse(seg, pos, s, limit, seq, ts)
+            res = sink.parse(seg, pos, s, limit, seq, ts, from_index and pos == start_pos)
             pos, s, ts = res.pos, res.seq, res.last_ts
             if res.status == LIMIT:
                 return Cursor(seg, pos, s, ts, max(seq, sink.after()))
@@ -392,6 +398,8 @@ class StreamView:
                         return None
                     s = nxt.first_seq
                     seq = max(seq, s)
+                elif nxt.first_seq > s and seg.gaps:
+                    s = nxt.first_seq   # compaction removed the last records of seg
                 else:
                     if sink.count:
                         return Cursor(seg, pos, s, ts, max(seq, sink.after()))
@@ -421,7 +429,11 @@ class StreamView:
         lo, hi = 0, len(segs)
         while lo < hi:                  # last segment whose first timestamp is < ts
             mid = (lo + hi) >> 1
-            fts = self._first_ts(segs[mid])
+            k = mid
+            fts = self._first_ts(segs[k])
+            while fts is None and k + 1 < len(segs) and segs[k].gaps:
+                k += 1                  # emptied by compaction: it is where the next begins
+                fts = self._first_ts(segs[k])
             if fts is not None and fts < ts:
                 lo = mid + 1
             else:
@@ -431,13 +443,14 @@ class StreamView:
             return segs[0].first_seq
         seg = segs[i]
         pos, s = seg.start_below_ts(ts)
-        res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384)
+        res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384, exact=pos > 0)
         if res.status == BAD and res.pos == pos and seg.sealed:
             log.warning("journal: %s: time index entry does not match the log, rebuilding "
                         "the index in memory", seg.time_path)
             rebuild_in_memory(seg, self._interval)
             pos, s = seg.start_below_ts(ts)
-            res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384)
+            res = seg.parse(pos, s, self._limit(seg), None, stop_ts=ts, block=16384,
+                            exact=pos > 0)
         if res.status == LIMIT:
             return res.seq
         if res.status == BAD and not self._soft_bad(seg, res.pos):

@@ -15,10 +15,11 @@ from .format import (CRC_OFFSET, ENTRY_IN_DELIVER, EXT_FIXED, HEADER, HEADER_SIZ
                      LENGTH_MASK, MAX_FRAME, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PID_LEN_OFFSET,
                      PRODUCER_FLAG, TS_OFFSET, BatchRecord, HeadersRecord, ProducerRecord, Record,
                      StreamStats, expand, record_span)
-from .parser import BAD, END, LIMIT, SHORT, ScanResult, parse_records
+from .parser import BAD, END, GAPS, GAPS_AFTER_FIRST, LIMIT, SHORT, ScanResult, parse_records
 
 __all__ = [
-    "BAD", "CRC_OFFSET", "END", "ENTRY_IN_DELIVER", "EXT_FIXED", "HEADER", "HEADER_SIZE",
+    "BAD", "CRC_OFFSET", "END", "ENTRY_IN_DELIVER", "EXT_FIXED", "GAPS", "GAPS_AFTER_FIRST",
+    "HEADER", "HEADER_SIZE",
     "HEADERS_FLAG", "HeadersRecord",
     "LENGTH_MASK", "LIMIT", "MAX_FRAME", "MAX_KEY", "MAX_PRODUCER_ID", "MAX_PSEQ",
     "PID_LEN_OFFSET", "PRODUCER_FLAG", "SHORT", "TS_OFFSET",

@@ -28,6 +28,10 @@ LIMIT = 1    # max_records / max_bytes reached (``pos`` is the next record)
 SHORT = 2    # the record at ``pos`` is not complete within ``end`` (``need`` bytes needed)
 BAD = 3      # the bytes at ``pos`` are not a valid record (``reason`` says why)
 
+# parse_records() gaps modes (a compacted segment)
+GAPS = 1              # a record's sequence may be above the expected one
+GAPS_AFTER_FIRST = 2  # the same, except for the first record, which must be the expected one
+
 
 class ScanResult:
     """Where a scan stopped: ``status`` (END/LIMIT/SHORT/BAD), ``pos`` and ``seq`` of the first
@@ -56,7 +60,8 @@ class ScanResult:
 def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional[list],
                   max_records: int = 1 << 62, max_bytes: int = 1 << 62,
                   want_seq: int = 0, stop_ts: Optional[int] = None, n: int = 0, nbytes: int = 0,
-                  last_ts: Optional[int] = None, chunks: bool = False) -> ScanResult:
+                  last_ts: Optional[int] = None, chunks: bool = False,
+                  gaps: int = 0) -> ScanResult:
     """Parse the records in ``buf[pos:end]`` whose first sequence must be ``expect_seq``.
 
     Whole, CRC-verified messages with ``sequence >= want_seq`` are appended to ``out`` as
@@ -82,6 +87,12 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
     record's; a producer extension, if flagged, must hold a 1..255-byte UTF-8 producer id and
     a non-zero pseq. A batch record's rules are in :mod:`.format`'s docstring.
 
+    ``gaps`` (a compacted segment, :mod:`zeps.journal.compaction`, has gaps between its
+    sequences): 0, each record's sequence is the expected one; :data:`GAPS`, a record's
+    sequence may also be above it (sequences still increase); :data:`GAPS_AFTER_FIRST`, the
+    same except for the record at ``pos``, which must be ``expect_seq`` exactly (``pos`` comes
+    from an index entry, which names the record it points at).
+
     Returns a :class:`ScanResult`: ``pos``/``seq`` are those of the first record not consumed,
     ``last_ts`` the timestamp of the last consumed record (the one given if none was), ``info``
     is the number of bytes needed for SHORT, the reason text for BAD; ``n``/``nbytes`` the
@@ -93,6 +104,7 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
     crc_value = _crc_value
     crc_extend = _crc_extend
     append = out.append if out is not None else None
+    start = pos
     while True:
         avail = end - pos
         if avail < HEADER_SIZE:
@@ -129,7 +141,8 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
             if block is not None:
                 return ScanResult(BAD, pos, expect_seq, last_ts, "headers on a batch record",
                                   n, nbytes)
-            batch = _check_batch(frame, ts, expect_seq)
+            batch = _check_batch(frame, ts, expect_seq,
+                                 gaps == GAPS or (gaps and pos != start))
             if isinstance(batch, str):
                 return ScanResult(BAD, pos, expect_seq, last_ts, batch, n, nbytes)
             if producer is not None:
@@ -179,7 +192,8 @@ def parse_records(buf: bytes, pos: int, end: int, expect_seq: int, out: Optional
                 producer = producer.decode("utf-8")
             except UnicodeDecodeError:
                 return ScanResult(BAD, pos, expect_seq, last_ts, "producer id is not valid UTF-8", n, nbytes)
-        if seq != expect_seq:
+        if seq != expect_seq and (not gaps or seq < expect_seq
+                                  or (gaps == GAPS_AFTER_FIRST and pos == start)):
             return ScanResult(BAD, pos, expect_seq, last_ts,
                               f"sequence {seq} where {expect_seq} was expected", n, nbytes)
         if last_ts is not None and ts < last_ts:
@@ -224,16 +238,17 @@ def _batch_producer(pid: bytes, pseq: int, count: int):
         return ("producer id is not valid UTF-8",)
 
 
-def _check_batch(frame: bytes, ts: int, expect_seq: int):
+def _check_batch(frame: bytes, ts: int, expect_seq: int, gap: bool = False):
     """``(sequence, count, entry offsets into frame)`` of a CRC-checked DELIVER-BATCH frame
-    stored with header timestamp ``ts``, or the reason it is not a valid batch record."""
+    stored with header timestamp ``ts``, or the reason it is not a valid batch record
+    (``gap``: its sequence may be above ``expect_seq``)."""
     length = len(frame)
     if length < DELIVER_HEAD_SIZE + MIN_ENTRY:
         return f"batch record length {length} is below the minimum"
     _, _, bts, seq, count = DELIVER_HEAD.unpack_from(frame, 0)
     if bts != ts:
         return "batch timestamp differs from the record's"
-    if seq != expect_seq:
+    if seq != expect_seq and not (gap and seq > expect_seq):
         return f"sequence {seq} where {expect_seq} was expected"
     if count > (length - DELIVER_HEAD_SIZE) // MIN_ENTRY:
         return f"batch count {count} does not fit its {length} bytes"

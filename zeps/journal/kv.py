@@ -1,0 +1,138 @@
+"""The writer's current-state API (issue 18, item 1): what :class:`~zeps.journal.Journal` answers
+from its last-value index (:mod:`.lastvalue`) - a key's latest message, the live keys under a
+prefix in key order, the sequence that answer is consistent at - and its checkpoint at close.
+
+A mixin of :class:`~zeps.journal.Journal` (which owns ``_keys``, the index, and the read loop);
+kept apart so that the journal module stays about appending and files.
+"""
+from __future__ import annotations
+
+import logging
+from bisect import bisect_right
+from typing import Iterable, List, Optional
+
+from . import lastvalue
+from .errors import JournalError
+from .record import BatchRecord, Record, expand
+
+log = logging.getLogger("zeps.journal")
+
+#: A checkpoint is due at a roll once this many messages (or as many as the index has keys,
+#: if more) were appended since the last one.
+KEY_CHECKPOINT_MIN = 4096
+
+
+class KeyValues:
+    """The last-value API of a writer whose config has ``key_index`` (or ``compact``)."""
+
+    _keys: Optional[lastvalue.KeyIndex]
+
+    def _key_index(self) -> lastvalue.KeyIndex:
+        self._check_open()
+        if self._keys is None:
+            raise JournalError(f"journal {self._dir} has no key index (JournalConfig.key_index "
+                               f"is off and the stream is not compacted)")
+        return self._keys
+
+    @property
+    def keys_seq(self) -> int:
+        """The sequence the key index is consistent at: it reflects every message up to it
+        (the last one appended; the index is updated by each append)."""
+        self._key_index()
+        return self._next_seq - 1
+
+    def key_count(self) -> int:
+        """How many live keys the index holds (including those whose latest message retention
+        deleted since the last open: they are not served)."""
+        return len(self._key_index())
+
+    def latest_seq(self, key: str) -> Optional[int]:
+        """The sequence of ``key``'s latest message, or None (never published, deleted by a
+        tombstone, or its latest message removed by retention or a purge). O(1)."""
+        got = self._key_index().get(key.encode("utf-8"))
+        if got is None or got[0] < self._firsts[0]:
+            return None
+        return got[0]
+
+    def latest(self, key: str) -> Optional[Record]:
+        """``key``'s latest message as a :class:`~zeps.journal.Record` (a message of a batch
+        record too), or None (as :meth:`latest_seq`). One read at the position the index keeps;
+        if that position is stale (compaction moved the record), through the sparse index."""
+        got = self._key_index().get(key.encode("utf-8"))
+        if got is None or got[0] < self._firsts[0]:
+            return None
+        return self._read_at(*got)
+
+    def latest_many(self, keys: Iterable[str]) -> List[Optional[Record]]:
+        """:meth:`latest` of each key, in order."""
+        return [self.latest(k) for k in keys]
+
+    def snapshot(self, prefix: str = "", after: Optional[str] = None) -> lastvalue.KeySnapshot:
+        """The live keys under ``prefix`` in key order (UTF-8 byte order), consistent at its
+        ``.seq`` (= :attr:`keys_seq` now): iterating yields ``(key, sequence)`` a bounded chunk
+        at a time, skipping keys changed since (they are in the stream after ``.seq``); see
+        :class:`~zeps.journal.lastvalue.KeySnapshot`. ``after``: resume after that key. Read
+        the values with :meth:`read_at` or :meth:`latest`."""
+        index = self._key_index()
+        return lastvalue.KeySnapshot(index, prefix, self._next_seq - 1,
+                                     lambda: self._firsts[0], after)
+
+    def read_at(self, seq: int) -> Optional[Record]:
+        """The message ``seq`` (None if the journal does not hold it: removed by compaction or
+        retention, or not written yet)."""
+        self._check_open()
+        if not self._firsts or seq < self._firsts[0] or seq >= self._next_seq:
+            return None
+        recs = self.read_batch(seq, 1)
+        return recs[0] if recs and recs[0].sequence == seq else None
+
+    def _read_at(self, seq: int, pos: int) -> Optional[Record]:
+        """Message ``seq``, whose record the index says starts at byte ``pos`` of its segment:
+        the record there is read and checked to hold ``seq`` (its sequence is in its
+        CRC-checked frame); if it does not, :meth:`read_at`."""
+        i = bisect_right(self._firsts, seq) - 1
+        if i >= 0:
+            seg = self._segs[i]
+            self._prepare(seg)
+            limit = self._limit(seg)
+            if pos < limit:
+                out: list = []
+                seg.parse(pos, seg.first_seq, limit, out, max_records=1, chunks=True,
+                          gaps=True, block=4096)
+                if out and out[0].sequence <= seq <= out[0].last_sequence:
+                    r = out[0]
+                    if isinstance(r, BatchRecord):
+                        k = seq - r.sequence
+                        return expand(r.frame, r.offsets, r.sequence, r.timestamp, k, k + 1,
+                                      r.producer, r.pseq)[0]
+                    return r
+        return self.read_at(seq)
+
+    def _write_key_checkpoint(self) -> None:
+        """The checkpoint of the index at the end of the log, synced (at close)."""
+        keys, d = self._keys.copy_state()
+        try:
+            lastvalue.write_file(self._dir, self._next_seq,
+                                 lastvalue.encode(self._next_seq, keys, d, self._firsts[0]), True)
+            self._keys_upto = self._next_seq
+        except OSError as e:
+            log.warning("journal %s: cannot write the key index checkpoint (%s); the next open "
+                        "rebuilds more of it from the log", self._dir, e)
+
+    def reload_segments(self, first_seqs: Iterable[int]) -> int:
+        """Compaction rewrote these sealed segments (their first sequences): close them, so
+        that their next read opens the new files (a read under way keeps the old ones; a
+        cursor into an old file is found out by its inode and located again). Returns how
+        many were open."""
+        self._check_open()
+        n = 0
+        wanted = set(first_seqs)
+        for seg in self._segs[:-1]:
+            if seg.first_seq in wanted and seg.loaded and seg is not self._active:
+                with self._sync_lock:   # the old file needs no fdatasync any more
+                    if seg in self._unsynced:
+                        self._unsynced.remove(seg)
+                self._forget(seg)
+                seg.unload()
+                n += 1
+        return n

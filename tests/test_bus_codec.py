@@ -137,6 +137,7 @@ def _pub(i, value):
     (_pub(3, b"2016-11-18 14:36"), "bad timestamp"),
     (_pub(3, b"2" * 65), "timestamp too large"),
     (_pub(4, b"u" * 65), "uuid too large"),
+    (_pub(4, b"0f8fad5b\nd9cb"), "bad uuid"),
     (_pub(5, b"d" * ((1 << 20) + 1)), "data too large"),
 ])
 def test_malformed_pub(frames, reason):
@@ -164,7 +165,8 @@ topics = st.text(min_size=1, max_size=40).filter(lambda t: len(t.encode()) <= 25
 subtree = st.text(max_size=20).filter(lambda t: ";" not in t and "," not in t)
 events = st.builds(bus.Event, topics, st.integers(0, 2**64 - 1), st.text(max_size=30),
                    st.sampled_from([TS, "2020-01-01T00:00:00Z", "2020-01-01"]),
-                   st.text(max_size=36), st.binary(max_size=64))
+                   st.text(st.characters(blacklist_categories=("Cc", "Cs")), max_size=36),
+                   st.binary(max_size=64))
 dialects = st.sampled_from([bus.RFC, bus.REFERENCE])
 
 
@@ -217,5 +219,8 @@ def test_a_plain_zeps_message_as_an_event():
     u = bytes(range(16))
     ev = bus.from_message(3, "/t", b"d", 0, [("uuid", u), ("ttl", b"5")])
     assert ev.uuid == "00010203-0405-0607-0809-0a0b0c0d0e0f"
+    # 16 bytes of text are a PUB's own UUID, kept as it was
+    assert bus.from_message(3, "/t", b"d", 0, [("uuid", b"0123456789abcdef")]).uuid == \
+        "0123456789abcdef"
     assert bus.to_headers(EVENT) == (("producer", b"producer"), ("timestamp", TS.encode()),
                                      ("uuid", UUID.encode()))

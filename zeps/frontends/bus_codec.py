@@ -30,7 +30,7 @@ import re
 import uuid as _uuid
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Iterable, List, Sequence, Tuple, Union
+from typing import Iterable, List, Optional, Sequence, Tuple, Union
 
 from .wire import (DEFAULT_LIMITS, MAX_KEY, Buffer, Limits, Malformed, check_count, check_size,
                    decode_decimal, encode_u64, text)
@@ -40,6 +40,7 @@ SYNC = b"SYNC"
 SYNCEND = b"SYNCEND"
 #: What the reference's publisher sends as the sequence of a PUB (``String(null)``).
 NULL = b"null"
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
 _ISO8601 = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}"
                       r"(?:T[0-9]{2}:[0-9]{2}(?::[0-9]{2}(?:\.[0-9]{1,9})?)?"
                       r"(?:Z|[+-][0-9]{2}(?::?[0-9]{2})?)?)?")
@@ -122,6 +123,14 @@ def check_timestamp(value: str) -> str:
     return value
 
 
+def check_uuid(value: str) -> str:
+    """A UUID is text (RFC 4122's form, not checked further): no control character. So a
+    ``uuid`` header of 16 bytes holding one is told apart from CHP's binary UUID."""
+    if _CONTROL.search(value):
+        raise Malformed("bad uuid", "a control character")
+    return value
+
+
 def iso8601(ns: int) -> str:
     """A journal timestamp (ns since the epoch) as JavaScript's ``toISOString`` writes one
     (``2016-11-18T14:36:49.007Z``): the timestamp of an event published by a plain ZEPS client."""
@@ -148,7 +157,7 @@ def _event(frames: Sequence[Buffer], limits: Limits, sequence: int) -> Event:
     return Event(text(topic_f, "topic", MAX_KEY, empty=False), sequence,
                  text(producer_f, "producer", limits.max_producer),
                  check_timestamp(text(ts_f, "timestamp", limits.max_timestamp)),
-                 text(uuid_f, "uuid", limits.max_uuid), bytes(data_f))
+                 check_uuid(text(uuid_f, "uuid", limits.max_uuid)), bytes(data_f))
 
 
 def decode_pub(frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS) -> Event:
@@ -226,19 +235,22 @@ def to_headers(event: Event) -> Tuple[Tuple[str, bytes], ...]:
 def from_message(sequence: int, key: str, value: bytes, timestamp_ns: int,
                  headers: Iterable[Tuple[str, bytes]] = ()) -> Event:
     """The event of a message of the stream: producer, timestamp and UUID from its headers (the
-    first of each name, if UTF-8; a 16-byte UUID, as CHP keeps one, in its text form); a
-    message without a ``timestamp`` header has its journal timestamp (:func:`iso8601`)."""
+    first of each name, if UTF-8; a ``uuid`` of 16 bytes that are not text - not UTF-8, or
+    with a control character, which a PUB's UUID never has - is a binary UUID, as CHP keeps
+    one, given in its text form); a message without a ``timestamp`` header has its journal
+    timestamp (:func:`iso8601`)."""
     fields = {}
     for name, raw in headers:
         if name in fields or name not in (PRODUCER_HEADER, TIMESTAMP_HEADER, UUID_HEADER):
             continue
-        if name == UUID_HEADER and len(raw) == 16:
-            fields[name] = str(_uuid.UUID(bytes=bytes(raw)))
-            continue
         try:
-            fields[name] = bytes(raw).decode("utf-8")
+            field: Optional[str] = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
-            pass
+            field = None
+        if name == UUID_HEADER and len(raw) == 16 and (field is None or _CONTROL.search(field)):
+            field = str(_uuid.UUID(bytes=bytes(raw)))
+        if field is not None:
+            fields[name] = field
     return Event(key, sequence, fields.get(PRODUCER_HEADER, ""),
                  fields.get(TIMESTAMP_HEADER) or iso8601(timestamp_ns),
                  fields.get(UUID_HEADER, ""), value)

@@ -71,11 +71,11 @@ class KeyValues:
         """The live keys under ``prefix`` in key order (UTF-8 byte order), consistent at its
         ``.seq`` (= :attr:`keys_seq` now): iterating yields ``(key, sequence)`` a bounded chunk
         at a time, skipping keys changed since (they are in the stream after ``.seq``); see
-        :class:`~zeps.journal.lastvalue.KeySnapshot`. ``after``: resume after that key. Read
-        the values with :meth:`read_at` or :meth:`latest`."""
+        :class:`~zeps.journal.lastvalue.KeySnapshot`. ``after``: resume after that key.
+        ``.records()`` gives the messages themselves (or :meth:`read_at` each sequence)."""
         index = self._key_index()
         return lastvalue.KeySnapshot(index, prefix, self._next_seq - 1,
-                                     lambda: self._firsts[0], after)
+                                     lambda: self._firsts[0], after, self._read_at)
 
     def read_at(self, seq: int) -> Optional[Record]:
         """The message ``seq`` (None if the journal does not hold it: removed by compaction or

@@ -1,0 +1,484 @@
+"""Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
+
+    python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100] [--client sdk|raw]
+                                 [--fsync interval] [--runs 1]
+
+One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
+process of the machine shares, in the first 8 bytes of each body), one live subscriber process
+and a broker process, each instrumented from the outside (bench-only wrappers installed in that
+process before it starts; the broker's code is the checkout's, unchanged). Every message is
+followed through these stamps, matched by its send time:
+
+=====  ========================================================================================
+P0     the publisher's clock read, just before ``Client.publish`` (raw: the DEALER's send)
+P1     ``publish`` returned (the frame is in ZeroMQ's queue)
+W      the broker's loop woke up from its wait (the last wake-up before B1; none when busy)
+B1     the broker's core got the frame (``BrokerCore.receive``)
+B2     the journal append of its round returned (``Journal.append_batch``)
+B3     routing done: its DELIVER (or DELIVER-BATCH) is in the core's outbox
+B4     the broker's socket took the frame (``Broker._send``)
+S1     the subscriber's peering got the frame (``Peering.receive``; raw: ``recv`` returned)
+S2     the application got the message (``Subscription.next`` returned)
+=====  ========================================================================================
+
+Each process also records its garbage collections (``gc.callbacks``), the broker its fsyncs
+(``Journal.sync``, in gevent's thread pool). The report gives each stage's p50 / p99 / p99.9,
+then, for the messages whose end-to-end delay is at or above the p99 (and the p99.9), each
+stage's mean share and how many of them overlapped a collection or an fsync.
+"""
+from __future__ import annotations
+
+import argparse
+from array import array
+import gc
+import multiprocessing
+import os
+import pickle
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List
+
+STAMP_BYTES = 8
+KEY = "bench.key"
+END_KEY = "bench.end"
+
+STAGES = (("publish call", "P0", "P1"), ("to broker wake-up", "P1", "W"),
+          ("broker read", "W", "B1"), ("journal append", "B1", "B2"),
+          ("route", "B2", "B3"), ("broker send", "B3", "B4"),
+          ("to subscriber", "B4", "S1"), ("SDK hand-out", "S1", "S2"))
+
+
+# ---------------------------------------------------------------------------------- probes
+
+def gc_probe() -> list:
+    """Record this process's collections as ``(start_ns, end_ns, generation)``."""
+    events: list = []
+    began = [0]
+
+    def cb(phase, info):
+        if phase == "start":
+            began[0] = time.monotonic_ns()
+        else:
+            events.append((began[0], time.monotonic_ns(), info["generation"]))
+    gc.callbacks.append(cb)
+    return events
+
+
+def frame_stamps(frame: bytes) -> List[int]:
+    """The send times in the bodies of a PUBLISH, PUBLISH-BATCH, DELIVER, DELIVER-TS or
+    DELIVER-BATCH frame (empty for anything else)."""
+    from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, PUBLISH_BATCH_ID,
+                                     PUBLISH_HEAD_SIZE, walk)
+    from zeps.protocol.commands import Publish
+    from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID, KEYLEN_OFFSET, TS_SHIFT
+    if len(frame) < 3:
+        return []
+    kind = frame[2]
+    if kind == Publish.ID:                                  # PUBLISH: keylen key bodylen body
+        at = 3 + 1 + frame[3] + 4
+        return [int.from_bytes(frame[at:at + 8], "big")]
+    if kind in (DELIVER_ID, DELIVER_TS_ID):
+        k = KEYLEN_OFFSET + (TS_SHIFT if kind == DELIVER_TS_ID else 0)
+        at = k + 1 + frame[k] + 4
+        return [int.from_bytes(frame[at:at + 8], "big")]
+    if kind in (PUBLISH_BATCH_ID, DELIVER_BATCH_ID):
+        head = PUBLISH_HEAD_SIZE if kind == PUBLISH_BATCH_ID else DELIVER_HEAD_SIZE
+        count = int.from_bytes(frame[head - 4:head], "big")
+        offs = walk(frame, head, len(frame), count, check_keys=False)
+        out = []
+        for start in offs[:-1]:
+            at = start + 1 + frame[start] + 4
+            out.append(int.from_bytes(frame[at:at + 8], "big"))
+        return out
+    return []
+
+
+# ---------------------------------------------------------------------------------- broker
+
+def _broker_child(argv: List[str]) -> int:
+    """The broker, with stamps: ``bench_stages broker OUT_FILE <zeps broker arguments>``."""
+    out_file, args = argv[0], argv[1:]
+    from zeps.broker import server, core, stream
+    from zeps.cli.broker import main
+    from zeps.journal.journal import Journal
+
+    mono = time.monotonic_ns
+    b1: Dict[int, int] = {}
+    b2: Dict[int, int] = {}
+    b3: Dict[int, int] = {}
+    b4: Dict[int, int] = {}
+    wakes: List[int] = []
+    syncs: List[tuple] = []
+    gcs = gc_probe()
+    in_round: List[int] = []
+
+    receive = core.BrokerCore.receive
+
+    def receive_stamped(self, identity, frames, now):
+        t = mono()
+        for s in frame_stamps(frames[0]):
+            b1[s] = t
+            in_round.append(s)
+        return receive(self, identity, frames, now)
+    core.BrokerCore.receive = receive_stamped
+
+    append_batch = Journal.append_batch
+
+    def append_stamped(self, items, *a, **kw):
+        out = append_batch(self, items, *a, **kw)
+        t = mono()
+        for s in in_round:
+            b2.setdefault(s, t)
+        return out
+    Journal.append_batch = append_stamped
+
+    append_queued = stream.Stream.append_queued
+
+    def append_queued_stamped(self):
+        r = append_queued(self)
+        t = mono()
+        for s in in_round:
+            b3.setdefault(s, t)
+        in_round.clear()
+        return r
+    stream.Stream.append_queued = append_queued_stamped
+
+    send_raw = server._send_raw
+
+    def send_raw_stamped(sock, data, flags):
+        r = send_raw(sock, data, flags)
+        if len(data) > 3 and data[:2] == b"\xaa\xa5":     # a frame, not a routing id
+            t = mono()
+            for s in frame_stamps(data):
+                b4.setdefault(s, t)
+        return r
+    server._send_raw = send_raw_stamped
+
+    wait = server.Broker._wait
+
+    def wait_stamped(self, timeout):
+        r = wait(self, timeout)
+        wakes.append(mono())
+        return r
+    server.Broker._wait = wait_stamped
+
+    sync = Journal.sync
+
+    def sync_stamped(self):
+        t = mono()
+        try:
+            return sync(self)
+        finally:
+            syncs.append((t, mono()))
+    Journal.sync = sync_stamped
+
+    profile = os.environ.get("ZEPS_STAGES_PROFILE")     # cProfile the broker into this file
+    try:
+        if profile:
+            import cProfile
+            prof = cProfile.Profile()
+            try:
+                return prof.runcall(main, args)
+            finally:
+                prof.dump_stats(profile)
+        return main(args)
+    finally:
+        with open(out_file, "wb") as f:
+            pickle.dump(dict(B1=b1, B2=b2, B3=b3, B4=b4, wakes=wakes, syncs=syncs, gc=gcs), f)
+
+
+def start_broker(tmp: str, fsync: str, env=None):
+    out = os.path.join(tmp, "broker-stamps.pickle")
+    proc = subprocess.Popen([sys.executable, "-m", "bench.bench_stages", "broker", out,
+                             "--endpoint", "tcp://127.0.0.1:*", "--data-dir",
+                             os.path.join(tmp, "data"), "--fsync", fsync,
+                             "--log-level", "warning"], stdout=subprocess.PIPE, env=env)
+    ready, _, _ = select.select([proc.stdout], [], [], 30)
+    line = proc.stdout.readline().decode() if ready else ""
+    if "listening on " not in line:
+        proc.kill()
+        raise SystemExit(f"broker did not start: {line!r}")
+    return proc, line.split("listening on ", 1)[1].split()[0], out
+
+
+# ---------------------------------------------------------------------------------- clients
+
+def _pace(rate: float, seconds: float):
+    start = time.monotonic_ns()
+    step = 1e9 / rate
+    for i in range(max(1, int(rate * seconds))):
+        due = start + int(i * step)
+        while True:
+            now = time.monotonic_ns()
+            if now >= due:
+                break
+            if due - now > 200_000:
+                time.sleep((due - now - 100_000) / 1e9)
+        yield i
+
+
+def _publisher(kind, endpoint, stream, rate, seconds, size, ready, go, out):
+    gcs = gc_probe()
+    pad = b"x" * max(0, size - STAMP_BYTES)
+    mono = time.monotonic_ns
+    p1 = array("q")             # send time, return time, ...: no object per message (no GC)
+    if kind == "sdk":
+        from zeps.clients import Client
+        with Client(endpoint, stream, timeout=60) as cl:
+            ready.set()
+            go.wait()
+            cpu = time.process_time()
+            pub = cl.publish
+            for _ in _pace(rate, seconds):
+                t = mono()
+                pub(KEY, t.to_bytes(8, "big") + pad)
+                p1.extend((t, mono()))
+            cpu = time.process_time() - cpu
+            cl.flush()
+            pub(END_KEY, b"x" * 8)
+            cl.flush()
+    else:
+        import zmq
+        from bench.bench_broker import dealer, request
+        from zeps.protocol import commands as c
+        from zeps.protocol import encode_publish
+        ctx = zmq.Context()
+        s = dealer(ctx, endpoint)
+        request(s, c.Attach(stream), c.AttachOk)
+        ready.set()
+        go.wait()
+        cpu = time.process_time()
+        send = s.send
+        for _ in _pace(rate, seconds):
+            t = mono()
+            send(encode_publish(KEY, t.to_bytes(8, "big") + pad))
+            p1.extend((t, mono()))
+        cpu = time.process_time() - cpu
+        send(encode_publish(END_KEY, b"x" * 8))
+        request(s, c.Ping(), c.PingOk)
+        s.close()
+        ctx.term()
+    out.put(("pub", p1, gcs, cpu))
+
+
+def _subscriber(kind, endpoint, stream, ready, go, out):
+    gcs = gc_probe()
+    mono = time.monotonic_ns
+    s1: Dict[int, int] = {}
+    s2 = array("q")             # send time, time the application got it, ...
+    if kind == "sdk":
+        from zeps.clients import Client
+        from zeps.clients.peering import Peering
+        receive = Peering.receive
+
+        def receive_stamped(self, frame, now):
+            t = mono()
+            for s in frame_stamps(frame):
+                s1[s] = t
+            return receive(self, frame, now)
+        Peering.receive = receive_stamped
+        with Client(endpoint, stream, timeout=60, create=True) as cl:
+            nxt = cl.subscribe("", live=True).next
+            ready.set()
+            go.wait()
+            cpu = time.process_time()
+            while True:
+                msg = nxt(timeout=60)
+                t = mono()
+                if msg.key == END_KEY:
+                    cpu = time.process_time() - cpu
+                    break
+                s2.extend((int.from_bytes(msg.body[:8], "big"), t))
+    else:
+        import zmq
+        from bench.bench_broker import dealer, request
+        from zeps.protocol import commands as c
+        from zeps.protocol import encode
+        from zeps.protocol.deliver import DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET
+        ctx = zmq.Context()
+        s = dealer(ctx, endpoint)
+        request(s, c.Attach(stream), c.AttachOk)
+        request(s, c.Subscribe("", c.LATEST_LIVE), c.SubscribeOk)
+        s.send(encode(c.Credit(1 << 40)))
+        ready.set()
+        go.wait()
+        cpu = time.process_time()
+        end = END_KEY.encode()
+        while True:
+            frame = s.recv()
+            t = mono()
+            if frame[2] != DELIVER_ID:
+                continue
+            klen = frame[KEYLEN_OFFSET]
+            if frame[KEY_OFFSET:KEY_OFFSET + klen] == end:
+                cpu = time.process_time() - cpu
+                break
+            st = frame_stamps(frame)[0]
+            s1[st] = t
+            s2.extend((st, t))
+        s.close()
+        ctx.term()
+    out.put(("sub", s1, s2, gcs, cpu))
+
+
+# ---------------------------------------------------------------------------------- analysis
+
+def pct(sorted_values, p):
+    return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
+
+
+def _overlaps(events, lo, hi) -> bool:
+    return any(a < hi and b > lo for a, b, *_ in events)
+
+
+def analyse(pub, sub, broker) -> dict:
+    """Per-message stage stamps -> per-stage percentiles and the tail's make-up."""
+    import bisect
+    p1 = dict(zip(pub["p1"][::2], pub["p1"][1::2]))
+    s1, s2 = sub["s1"], dict(zip(sub["s2"][::2], sub["s2"][1::2]))
+    wakes = broker["wakes"]
+    rows = []
+    for p0, p1t in p1.items():
+        if p0 not in s2 or p0 not in broker["B1"]:
+            continue
+        st = {"P0": p0, "P1": p1t, "B1": broker["B1"][p0], "B2": broker["B2"].get(p0),
+              "B3": broker["B3"].get(p0), "B4": broker["B4"].get(p0), "S1": s1.get(p0),
+              "S2": s2[p0]}
+        if None in st.values():
+            continue
+        i = bisect.bisect_right(wakes, st["B1"]) - 1
+        w = wakes[i] if i >= 0 else 0
+        st["W"] = w if w >= st["P1"] else st["P1"]     # busy when it came: no wake-up to wait
+        rows.append(st)
+    e2e = sorted(r["S2"] - r["P0"] for r in rows)
+    out = {"n": len(rows), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)},
+           "stages": {}, "tail": {}}
+    for name, a, b in STAGES:
+        d = sorted(r[b] - r[a] for r in rows)
+        out["stages"][name] = {p: pct(d, p) for p in (50, 99, 99.9)}
+        out["stages"][name]["mean"] = statistics.fmean(d)
+    for p in (99, 99.9):
+        cut = out["e2e"][p]
+        slow = [r for r in rows if r["S2"] - r["P0"] >= cut]
+        tail = {name: statistics.fmean(r[b] - r[a] for r in slow) for name, a, b in STAGES}
+        tail["_n"] = len(slow)
+        tail["_e2e"] = statistics.fmean(r["S2"] - r["P0"] for r in slow)
+        tail["_gc_pub"] = sum(_overlaps(pub["gc"], r["P0"], r["P1"]) for r in slow)
+        tail["_gc_broker"] = sum(_overlaps(broker["gc"], r["P1"], r["B4"]) for r in slow)
+        tail["_gc_sub"] = sum(_overlaps(sub["gc"], r["B4"], r["S2"]) for r in slow)
+        tail["_fsync"] = sum(_overlaps(broker["syncs"], r["P1"], r["B4"]) for r in slow)
+        out["tail"][p] = tail
+    out["gc_counts"] = {who: _gc_summary(d["gc"]) for who, d in
+                        (("publisher", pub), ("broker", broker), ("subscriber", sub))}
+    out["fsyncs"] = len(broker["syncs"])
+    return out
+
+
+def _gc_summary(events) -> str:
+    if not events:
+        return "none"
+    by = {}
+    for a, b, g in events:
+        by.setdefault(g, []).append(b - a)
+    return ", ".join(f"gen{g}: {len(v)} (max {max(v) / 1e3:.0f} us)" for g, v in sorted(by.items()))
+
+
+def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> dict:
+    fork = multiprocessing.get_context("fork")
+    with tempfile.TemporaryDirectory(prefix="zeps-stages-") as tmp:
+        proc, endpoint, stamps = start_broker(tmp, fsync)
+        try:
+            q = fork.Queue()
+            rp, rs, go = fork.Event(), fork.Event(), fork.Event()
+            sub = fork.Process(target=_subscriber, args=(kind, endpoint, "stages", rs, go, q))
+            sub.start()
+            rs.wait(60)
+            pub = fork.Process(target=_publisher,
+                               args=(kind, endpoint, "stages", rate, seconds, size, rp, go, q))
+            pub.start()
+            rp.wait(60)
+            time.sleep(0.2)
+            cpu = _cpu_seconds(proc.pid)
+            go.set()
+            got = {}
+            for _ in range(2):
+                item = q.get(timeout=seconds + 120)
+                got[item[0]] = item
+            cpu = _cpu_seconds(proc.pid) - cpu
+            pub.join()
+            sub.join()
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+        with open(stamps, "rb") as f:
+            broker = pickle.load(f)
+    _, p1, pgc, pcpu = got["pub"]
+    _, s1, s2, sgc, scpu = got["sub"]
+    res = analyse({"p1": p1, "gc": pgc}, {"s1": s1, "s2": s2, "gc": sgc}, broker)
+    n = len(p1) // 2
+    res["cpu"] = {"publisher": pcpu / n, "broker": cpu / n, "subscriber": scpu / n}
+    return res
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def report(res: dict, title: str) -> str:
+    us = lambda ns: f"{ns / 1e3:,.0f}"          # noqa: E731
+    lines = [f"### {title}", "",
+             f"{res['n']:,} of {res['sent']:,} messages followed end to end; "
+             f"end-to-end p50 {us(res['e2e'][50])} us, p99 {us(res['e2e'][99])} us, "
+             f"p99.9 {us(res['e2e'][99.9])} us", "",
+             "| stage | p50 | p99 | p99.9 | mean | mean in the slowest 1% | "
+             "mean in the slowest 0.1% |", "|---|---:|---:|---:|---:|---:|---:|"]
+    for name, a, b in STAGES:
+        s = res["stages"][name]
+        lines.append(f"| {name} ({a}→{b}) | {us(s[50])} | {us(s[99])} | {us(s[99.9])} | "
+                     f"{us(s['mean'])} | {us(res['tail'][99][name])} | "
+                     f"{us(res['tail'][99.9][name])} |")
+    lines.append("")
+    for p in (99, 99.9):
+        t = res["tail"][p]
+        lines.append(f"* slowest messages (e2e >= p{p}): {t['_n']}, mean {us(t['_e2e'])} us; "
+                     f"overlapping a collection: publisher {t['_gc_pub']}, broker "
+                     f"{t['_gc_broker']}, subscriber {t['_gc_sub']}; an fsync: {t['_fsync']}")
+    lines.append("* collections: " + "; ".join(f"{k}: {v}" for k, v in res["gc_counts"].items())
+                 + f"; fsyncs: {res['fsyncs']}")
+    lines.append("* CPU per message (us): " + ", ".join(
+        f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
+        + " (the publisher's includes its pacing, which spins between messages)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["broker"]:
+        return _broker_child(argv[1:])
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rate", type=float, default=10_000)
+    ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--size", type=int, default=100)
+    ap.add_argument("--client", choices=("sdk", "raw"), default="sdk")
+    ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
+    ap.add_argument("--runs", type=int, default=1)
+    args = ap.parse_args(argv)
+    if args.size < STAMP_BYTES:
+        ap.error(f"--size must be at least {STAMP_BYTES}")
+    for i in range(args.runs):
+        res = run_once(args.client, args.rate, args.seconds, args.size, args.fsync)
+        print(report(res, f"{args.client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
+                          f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -13,6 +13,11 @@ bad record means (:mod:`.view`). Module map:
   parsing (what is valid)
 * :mod:`.index`         - sparse offset index and time index files, the entry rule
 * :mod:`.producers`     - the producer state (last pseq per producer id) and its snapshots
+* :mod:`.lastvalue`     - the last-value index (key -> latest sequence and position), its
+  sorted keys, prefix snapshots and checkpoint file; :mod:`.kv` - the writer's API over it
+  (``latest``, ``snapshot``, ``keys_seq``)
+* :mod:`.compaction`    - compacted streams: which segments to clean (a pure rule), the
+  rewrite keeping the latest message per key, the crash-safe swap and its recovery
 * :mod:`.segment`       - one segment: file naming, block reads, lookups
 * :mod:`.recovery`      - checking/rebuilding a segment's index, recovering its tail
 * :mod:`.open_segments` - the LRU of open sealed segments
@@ -63,6 +68,18 @@ Decisions and known limits (details in each module's docstring):
   ids are kept (LRU), none older than ``producer_max_age_ms`` (one day): a retry after that
   many other producers published, or that long, is not deduplicated. :meth:`Journal.producer`
   looks one id up (O(1)); :meth:`Journal.bind_producer` binds one to a CurveZMQ key.
+* Current state (issue 18): with ``JournalConfig.key_index`` (and in every compacted stream)
+  the writer keeps ``key -> (latest sequence, position)`` as it appends (an empty body, a
+  tombstone, removes the key), checkpointed in ``<upto>.keys`` (at close, and at a roll once as
+  many messages as keys were appended since the last one, written by a short-lived thread of
+  the journal's own from a copy taken on the caller's thread) and rebuilt on open from the
+  newest valid checkpoint plus the records after it (the whole log if there is none).
+  :meth:`Journal.latest` reads a key's latest message; :meth:`Journal.snapshot` iterates the
+  live keys under a prefix in key order, a chunk at a time, consistent at its ``seq``. A
+  compacted stream (``SETTINGS.json``: ``compact``) has gaps between sequences in its sealed
+  segments, which :mod:`.compaction` rewrote without the superseded messages; every reader
+  accepts them there (and only there), a read of a removed sequence gets the next kept one, and
+  ``read_from``'s iterator counts them in ``compacted``, not as a ``gap`` (a loss).
 * Every valid stream name (1 to 255 bytes of UTF-8) has a directory: one whose escaped form
   would exceed 255 bytes is stored under a hashed directory name with the real name in its
   ``NAME`` file (``names.py``); the data directory's own ``LOCK`` is never a stream's name.

@@ -50,6 +50,14 @@ def _positive(parse):
     return check
 
 
+def _frontend_spec(kind):
+    def parse(text):
+        from zeps.frontends.spec import parse_spec
+        return parse_spec(kind, text)
+    parse.__name__ = f"{kind} PORT:STREAM"
+    return parse
+
+
 def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     """The flags of ``zeps broker``; defaults also come from ZEPS_ENDPOINT / ZEPS_DATA_DIR."""
     parser.add_argument("--endpoint", default=os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT),
@@ -137,6 +145,27 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="yes: monitoring pages and metrics show stable hashes instead of "
                              "stream names, client ids, keys and patterns, and no paths; auto "
                              "(default): yes with --curve-secret unless --monitor-token is given")
+    fe = parser.add_argument_group("front ends: other protocols over a stream's journal "
+                                   "(docs/protocol.md, Front ends)")
+    fe.add_argument("--chp", metavar="PORT:STREAM", action="append", default=[],
+                    type=_arg(_frontend_spec("chp")),
+                    help="serve STREAM to CHP (RFC 12, the Guide's Clone) clients: snapshot "
+                         "ROUTER on PORT, publisher PUB on PORT+1, collector on PORT+2, bound on "
+                         "the --endpoint's host (repeatable). Not with --curve-secret: CHP has "
+                         "no security")
+    fe.add_argument("--chp-collector", choices=("sub", "pull"), default="sub",
+                    help="the CHP collector's socket: sub (default, as RFC 12 says: clients "
+                         "connect a PUB) or pull (for clients that connect a PUSH, as the "
+                         "Guide's Python clone.py does)")
+    fe.add_argument("--bus", metavar="PORT:STREAM", action="append", default=[],
+                    type=_arg(_frontend_spec("bus")),
+                    help="serve STREAM to Event BUS clients: snapshot ROUTER on PORT, publisher "
+                         "PUB on PORT+1, collector ROUTER on PORT+2 (repeatable). Not with "
+                         "--curve-secret")
+    fe.add_argument("--bus-dialect", choices=("rfc", "reference"), default="rfc",
+                    help="how the BUS front end writes sequences and subtree lists: rfc "
+                         "(default: 8 bytes in network order, ';') or reference (decimal text, "
+                         "',': what the Node reference client reads); both are accepted on input")
     parser.add_argument("--log-json", action="store_true", help="log JSON lines instead of text")
     parser.add_argument("--log-level", choices=("debug", "info", "warning", "error"), default="info")
 
@@ -249,6 +278,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         datadir.close()
         print(f"zeps: error: {exc}", file=sys.stderr)
         return 2
+    specs = [*args.chp, *args.bus]
+    problem = _check_frontends(args, specs)
+    if problem:
+        datadir.close()
+        print(f"zeps: error: {problem}", file=sys.stderr)
+        return 2
     try:
         broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue,
                         curve=curve)
@@ -260,6 +295,13 @@ def run_from_args(args: argparse.Namespace) -> int:
         broker.core.set_allowed_keys(curve.keys)
     if acl is not None:
         broker.core.set_acl(acl)
+    try:
+        frontends = _start_frontends(args, specs, broker, jconf, log)
+    except zmq.ZMQError as exc:
+        broker.stop()
+        broker.serve_forever()              # stopped: returns at once, closing socket and journals
+        print(f"zeps: error: cannot open a front end: {exc}", file=sys.stderr)
+        return 1
     if curve is None:
         log.warning("broker_open", detail="no --curve-secret: traffic is plaintext and any "
                                           "client that reaches the endpoint may publish and read "
@@ -275,8 +317,10 @@ def run_from_args(args: argparse.Namespace) -> int:
     monitor = None
     if args.monitor is not None:
         try:
-            monitor = _start_monitor(args, broker, log, monitor_token)
+            monitor = _start_monitor(args, broker, log, monitor_token, frontends)
         except OSError as exc:
+            for f in frontends:
+                f.stop()
             broker.stop()
             broker.serve_forever()          # stopped: returns at once, closing socket and journals
             print(f"zeps: error: cannot serve monitoring on {args.monitor[0]}:{args.monitor[1]}: "
@@ -291,6 +335,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     try:
         broker.serve_forever()
     finally:
+        for f in frontends:
+            f.stop()
         if monitor is not None:
             monitor.stop()
     log.info("broker_stopped", endpoint=broker.endpoint)
@@ -311,7 +357,56 @@ def monitor_redactor(args, curve, token):
     return Redactor(os.urandom(32))
 
 
-def _start_monitor(args, broker, log, token=None):
+def _check_frontends(args, specs) -> str:
+    """Why ``--chp``/``--bus`` cannot be served as given ("" if they can)."""
+    if not specs:
+        return ""
+    if args.curve_secret:
+        return ("--chp and --bus cannot be used with --curve-secret: CHP and the Event BUS have "
+                "no authentication or encryption, so their ports would open the stream to anyone "
+                "(docs/protocol.md, Front ends)")
+    from zeps.frontends.spec import check_specs
+    try:
+        check_specs(specs)
+    except ValueError as exc:
+        return str(exc)
+    return ""
+
+
+def _start_frontends(args, specs, broker, jconf, log):
+    """The CHP and BUS front ends, bound and started (greenlets of this process, clients of the
+    broker's own endpoint). zmq.ZMQError (a port taken) stops those already open."""
+    if not specs:
+        return []
+    import zmq.green
+    from zeps.frontends import bus_codec
+    from zeps.frontends.bus_server import BusServer
+    from zeps.frontends.chp_server import ChpServer
+    from zeps.frontends.wire import Limits
+    ctx = zmq.green.Context()
+    common = dict(broker_endpoint=broker.endpoint, data_dir=args.data_dir, context=ctx,
+                  journal_config=jconf, limits=Limits(max_value=args.max_message), log=log,
+                  expiry=args.expiry, pub_hwm=args.client_queue)
+    started = []
+    try:
+        for spec in specs:
+            if spec.kind == "chp":
+                f = ChpServer(spec, collector=args.chp_collector, **common)
+            else:
+                f = BusServer(spec, dialect=bus_codec.DIALECTS[args.bus_dialect], **common)
+            started.append(f.open())
+    except zmq.ZMQError:
+        for f in started:
+            f.close()
+        raise
+    for f in started:
+        f.start()
+        log.info("frontend_started", frontend=f.spec.kind, ports=f"{f.host}:{f.spec.port}-"
+                 f"{f.spec.port + 2}", stream=f.spec.stream)
+    return started
+
+
+def _start_monitor(args, broker, log, token=None, frontends=()):
     """The monitoring HTTP server (``--monitor``), started; its fsync histogram is fed by the
     broker's sync greenlet."""
     from zeps.broker.http import MonitorServer
@@ -332,6 +427,10 @@ def _start_monitor(args, broker, log, token=None):
     about = {"server": "zeps", "version": zeps_version, "pid": os.getpid(),
              "endpoint": broker.endpoint, "data_dir": os.path.abspath(args.data_dir),
              "fsync": args.fsync}
+    if frontends:                       # counters read when /varz is made; names hidden if redacted
+        about["frontends"] = {f.spec.name: {"port": f.spec.port, "counters": f.counters.live(),
+                                            **({} if redact else {"stream": f.spec.stream})}
+                              for f in frontends}
     log.info("monitor_access", token=token is not None, redacted=redact is not None)
     return MonitorServer(broker.core, host, port, metrics=metrics, clock=broker.clock,
                          about=about, log=log, token=token, redact=redact).start()

@@ -112,35 +112,44 @@ class ChpFrontEnd:
         return msg
 
     # ------------------------------------------------------------------ live feed
-    def on_message(self, sequence: int, key: str, value: bytes, headers, now: float
-                   ) -> Optional[Frames]:
+    def on_message(self, sequence: int, key: str, value: bytes, headers, now: float, *,
+                   replayed: bool = False) -> Optional[Frames]:
         """A message of the stream as ZEPS delivers it (headers: ``(name, bytes)`` pairs):
         :meth:`on_live` of its CHP reading (:func:`~zeps.frontends.chp_codec.from_message`;
         headers CHP cannot carry are left out and counted)."""
         msg, dropped = codec.from_message(sequence, key, value, headers)
-        if dropped:
+        if dropped and not replayed:
             self.counters.add("publisher.headers left out", dropped)
-        return self.on_live(msg, now)
+        return self.on_live(msg, now, replayed=replayed)
 
-    def on_live(self, msg: codec.KvMsg, now: float) -> Optional[Frames]:
+    def on_live(self, msg: codec.KvMsg, now: float, *, replayed: bool = False
+                ) -> Optional[Frames]:
         """A message of the stream (``msg.sequence`` its ZEPS sequence; UUID and properties as
         published, empty for a plain ZEPS publish): the KVPUB to send, or None for a key no CHP
         client may see (empty, or a command word: counted). Keeps the ttl schedule: an update
-        with a ttl (re)schedules its key's delete, any other update or a delete cancels it."""
+        with a ttl (re)schedules its key's delete, any other update or a delete cancels it.
+
+        ``replayed``: a message the front end reads again at start (the stream as it was when
+        the broker started; ``now`` is then the time it was journalled, on the caller's clock):
+        only the ttl schedule is kept, nothing is sent or counted, and None is returned."""
         key = msg.key
         if not key or key in codec.RESERVED_KEYS:
-            self.counters.add("publisher.reserved key")
+            if not replayed:
+                self.counters.add("publisher.reserved key")
             return None
         ttl = None
         if msg.value:
             try:
                 ttl = msg.ttl
             except Malformed:                      # a ZEPS publisher's bad ttl header
-                self.counters.add("publisher.bad ttl")
+                if not replayed:
+                    self.counters.add("publisher.bad ttl")
         if ttl is None:
             self.ttl.cancel(key)
         elif not self.ttl.set(key, now + ttl):
             self.counters.add("ttl.full")
+        if replayed:
+            return None
         self.heartbeat.activity(now)
         self.counters.add("publisher.kvpub")
         return codec.encode_kvpub(msg)
@@ -166,6 +175,10 @@ class ChpFrontEnd:
             if d is not None and d < deadline:
                 deadline = d
         return deadline
+
+    def forget_ttls(self) -> None:
+        """The stream was deleted and made again: no key of the old one is due."""
+        self.ttl = TtlSchedule(self.ttl.max_keys)
 
     def close(self) -> None:
         self.snapshots.close()

@@ -26,5 +26,10 @@ class Counters:
     def __getitem__(self, name: str) -> int:
         return self._values.get(name, 0)
 
+    def live(self) -> Dict[str, int]:
+        """The counters themselves (not a copy), for a report that reads them when it is made
+        (the monitor's ``/varz``). Not to be changed by the caller."""
+        return self._values
+
     def as_dict(self) -> Dict[str, int]:
         return dict(sorted(self._values.items()))

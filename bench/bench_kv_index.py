@@ -12,7 +12,13 @@ prints the command and:
    each in a fresh process;
 4. the checkpoint: its size, the time to write it at close, and the copy taken on the caller's
    thread at a roll (what the broker's loop pays; the encoding and writing run in a thread);
-5. ``latest(key)`` and the first 1,000 messages of a prefix snapshot (per key).
+5. ``latest(key)`` and the first 1,000 messages of a prefix snapshot (per key);
+6. compaction beside a writer (issue 18 item 2): a compacted stream of ``N`` messages over
+   ``N / 10`` keys; while a thread compacts its sealed segments, the main thread (as the
+   broker's loop) appends one message and reads it back every millisecond, a calm
+   publish->deliver pair at the journal: that pair's p50/p99/max with and without the
+   compaction running, and the compaction's time and bytes. (The broker runs the compaction the
+   same way, off its loop; this measures what sharing the process - the GIL - costs the loop.)
 
 Everything is written under a temporary directory (``--dir`` to choose where) and deleted.
 """
@@ -81,6 +87,61 @@ def child(path: str) -> None:
                       "latest_s": latest, "snapshot_per_key_s": snap, "close_s": close}))
 
 
+def pair_latencies(j, seconds: float, stop=None):
+    """Append one message and read it back every ms for ``seconds`` (or until ``stop()``):
+    the latencies in seconds."""
+    out = []
+    end = time.perf_counter() + seconds
+    i = 0
+    while time.perf_counter() < end and not (stop is not None and stop()):
+        t0 = time.perf_counter()
+        r = j.append(f"calm.{i % 10}", BODY)
+        got = j.read_batch(r.sequence, 1)
+        out.append(time.perf_counter() - t0)
+        assert got[0].sequence == r.sequence
+        i += 1
+        time.sleep(max(0.0, 0.001 - (time.perf_counter() - t0)))
+    return out
+
+
+def pct(xs, q):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else 0.0
+
+
+def bench_compaction(base: str, n: int) -> None:
+    import threading
+    from zeps.journal import Journal, JournalConfig, compaction
+    from zeps.journal import settings as stream_settings
+    path = os.path.join(base, "compact")
+    os.makedirs(path)
+    stream_settings.write(path, stream_settings.StreamSettings(compact=True))
+    j = Journal.open(path, JournalConfig(fsync="never", segment_bytes=4 << 20))
+    keys = max(1, n // 10)
+    for i in range(0, n, BATCH):
+        j.append_batch([(f"kv.{k % keys}", BODY) for k in range(i, min(n, i + BATCH))])
+    calm = pair_latencies(j, 2.0)
+    done = []
+    result = []
+    t = threading.Thread(target=lambda: (result.append(compaction.compact(
+        path, j.segment_seqs()[:-1])), done.append(time.perf_counter())))
+    t0 = time.perf_counter()
+    t.start()
+    during = pair_latencies(j, 600.0, stop=lambda: bool(done))
+    t.join()
+    res = result[0]
+    j.reload_segments(res.segments)
+    j.close()
+    print(f"\ncompaction beside a writer: {n:,} messages over {keys:,} keys, 4 MiB segments\n")
+    print("| calm pair (append + read back, every ms) | p50 | p99 | max | pairs |\n|---|---|---|---|---|")
+    for name, xs in (("without compaction", calm), ("during compaction", during)):
+        print(f"| {name} | {pct(xs, .5) * 1e6:.0f} µs | {pct(xs, .99) * 1e6:.0f} µs | "
+              f"{max(xs) * 1e6:.0f} µs | {len(xs)} |")
+    print(f"\ncompaction: {done[0] - t0:.2f} s, {len(res.segments)} segments rewritten, "
+          f"{res.bytes_before / 2**20:.1f} -> {res.bytes_after / 2**20:.1f} MiB, "
+          f"{res.removed:,} messages removed")
+
+
 def run_child(path: str) -> dict:
     out = subprocess.run([sys.executable, "-m", "bench.bench_kv_index", "--child", path],
                          capture_output=True, text=True, check=True,
@@ -127,6 +188,7 @@ def main() -> None:
         print(f"| open (index rebuilt from the log, no checkpoint) | {cold['open_s']:.2f} s |")
         print(f"| RSS of the index rebuilt from the log | {cold['rss_delta'] / n:.0f} bytes "
               f"per key |")
+        bench_compaction(base, n)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

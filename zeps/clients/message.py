@@ -18,7 +18,9 @@ class Message:
 
     Attributes:
         sequence: the stream's sequence number of the message (1, 2, 3, ...; gaps appear only
-            where a subscription pattern filtered messages out or retention removed them).
+            where a subscription pattern filtered messages out, retention removed them, or, in
+            a compacted stream, compaction removed messages a later one of the same key
+            superseded: all normal, none a loss).
         key: the routing key (text).
         body: the message contents (bytes).
         timestamp: when the broker journalled it, in ns since the Unix epoch, or ``None`` when

@@ -3,14 +3,10 @@ keeping the latest message of each key with sequences unchanged, readers that ta
 normal (JournalReader, read_from, read_chunks, seq_at, the columnar reader), the crash-safe swap
 (a real SIGKILL at every step, then the journal opened and checked), and the writer's index
 across it. Real files in a temp dir; the crashes are child processes killed by their own
-fault-injection point (``ZEPS_COMPACT_CRASH_AT``)."""
+fault-injection point (``ZEPS_COMPACT_CRASH_AT``), in tests/test_journal_kv_crash.py."""
 from __future__ import annotations
 
 import os
-import shutil
-import signal
-import subprocess
-import sys
 
 import pytest
 
@@ -20,7 +16,6 @@ from zeps.journal.compaction import keep, should_compact
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.commands import PublishBatch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 T0 = 1_700_000_000 * 10**9
 MS = 1_000_000
 RETENTION_MS = 10_000          # tombstones are kept 10 s (of the injected clock)
@@ -443,60 +438,6 @@ def test_retention_deletes_a_segment_compaction_emptied(tmp_path):
     assert j.apply_retention() > 0
     assert j.latest("same").body == b"v39"
     j.close()
-
-
-# ----------------------------------------------------------------------------- crashes
-
-CHILD = r"""
-import sys
-sys.path.insert(0, sys.argv[1])
-from zeps.journal import compaction
-compaction.compact(sys.argv[2], [int(x) for x in sys.argv[3].split(",")],
-                   now_ns=int(sys.argv[4]))
-print("finished", flush=True)
-"""
-
-
-@pytest.mark.parametrize("step", [f"{s}:{n}" for s in compaction.STEPS for n in (1, 3)
-                                  if not (s in ("map", "checkpoint") and n > 1)])
-def test_sigkill_during_compaction_loses_nothing(tmp_path, step):
-    """The compaction, in a child process, SIGKILLs itself at ``step`` (its n-th occurrence:
-    in the first or the third segment it rewrites). Opening the journal afterwards finishes or
-    discards what was left; the state of every key is intact, the records read are those of
-    the stream before (same sequences, same bytes), a superset of what the whole compaction
-    keeps; the writer's index agrees; a new compaction then ends where an uninterrupted one
-    does."""
-    path = tmp_path / "s"
-    model, clock = make_stream(path)
-    seals = sealed(path)
-    before = records(path)
-    now = clock.t + (RETENTION_MS - 300) * MS
-    whole = tmp_path / "whole"
-    shutil.copytree(path, whole)
-    compaction.compact(str(whole), seals, now_ns=now)
-    ideal = records(whole)
-    p = subprocess.run([sys.executable, "-c", CHILD, REPO, str(path),
-                        ",".join(map(str, seals)), str(now)],
-                       env=dict(os.environ, ZEPS_COMPACT_CRASH_AT=step),
-                       capture_output=True, timeout=120)
-    assert p.returncode == -signal.SIGKILL, (p.returncode, p.stdout, p.stderr)
-    if step.startswith(("cleaned", "swap", "replace-index")):
-        assert leftovers(path)                    # the crash left work behind
-    j = Journal.open(path, cfg(), Clock())
-    assert leftovers(path) == []
-    got = list(j.read_from(1))
-    by_seq = {r.sequence: r for r in before}
-    assert all(by_seq[r.sequence] == r for r in got)
-    assert {r.sequence for r in got} >= {r.sequence for r in ideal}
-    assert state_of(got) == model
-    for k, (s, body) in model.items():
-        rec = j.latest(k)
-        assert (rec.sequence, rec.body) == (s, body)
-    assert dict(j.snapshot()) == {k: s for k, (s, _) in model.items()}
-    j.close()
-    assert list(JournalReader(path).read_from(1)) == got
-    compaction.compact(str(path), seals, now_ns=now)
-    assert records(path) == ideal
 
 
 def test_a_second_compaction_waits_for_none(tmp_path):

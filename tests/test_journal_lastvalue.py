@@ -1,24 +1,20 @@
 """The last-value index (issue 18, item 1): key -> latest sequence and position, maintained at
 append, checkpointed beside the journal and rebuilt after a crash; tombstones; prefix snapshots
-consistent at a sequence. Real files in a temp dir; the crash is a real SIGKILL of a child."""
+consistent at a sequence. Real files in a temp dir; the crash (a real SIGKILL of a child) is in
+tests/test_journal_kv_crash.py."""
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
-import sys
-import time
 
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from zeps.journal import Journal, JournalConfig, JournalError, JournalReader
+from zeps.journal import Journal, JournalConfig, JournalError
 from zeps.journal import lastvalue, settings as stream_settings
 from zeps.journal.lastvalue import KeyIndex, SortedKeys
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.commands import PublishBatch
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Clock:
@@ -315,42 +311,3 @@ def test_a_compacted_streams_settings_turn_the_index_on(tmp_path):
     j.append("k", b"v")
     assert j.latest("k").body == b"v"
     j.close()
-
-
-# ----------------------------------------------------------------------------- a real crash
-
-CHILD = r"""
-import sys
-sys.path.insert(0, sys.argv[2])
-from zeps.journal import Journal, JournalConfig
-cfg = JournalConfig(segment_bytes=8192, fsync="always", key_index=True, index_interval_bytes=512)
-j = Journal.open(sys.argv[1], cfg)
-i = j.next_seq
-while True:
-    k = "k%d" % (i % 97)
-    j.append_batch([(k, b"" if i % 13 == 0 else b"v%d" % i)])
-    print(j.durable_seq, flush=True)
-    i += 1
-"""
-
-
-def test_sigkill_of_the_writer_then_reopen_rebuilds_the_index_from_the_log(tmp_path):
-    """A writer appending (fsync always) is SIGKILLed twice; each reopen's index is exactly the
-    state of the records the log holds (what a replay gives), and the acknowledged ones are
-    there."""
-    path = tmp_path / "s"
-    for _ in range(2):
-        p = subprocess.Popen([sys.executable, "-c", CHILD, str(path), REPO],
-                             stdout=subprocess.PIPE)
-        acked = 0
-        deadline = time.monotonic() + 60
-        while acked < 600 + 400 * _ and time.monotonic() < deadline:
-            acked = int(p.stdout.readline())
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-        p.stdout.close()
-        j = Journal.open(path, cfg(segment_bytes=8192, index_interval_bytes=512), Clock())
-        assert j.last_seq >= acked
-        model = replay_state(JournalReader(path))
-        check_index(j, model)
-        j.close()

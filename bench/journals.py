@@ -9,7 +9,7 @@ from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import decode
 from zeps.protocol.batch import encode_publish_batch
 
-from bench.systems import KEY, body
+from bench.systems import POOL, groups, messages
 
 BATCH = 10_000
 #: Messages per batch record: what an SDK publishing with batches (publish_batch of 100) stores.
@@ -17,17 +17,18 @@ GROUP = 100
 
 
 def grow(data_dir: str, stream: str, upto: int, size: int) -> int:
-    """Append messages of ``size`` bytes (key :data:`~bench.systems.KEY`) to ``stream`` in
-    ``data_dir`` until it holds ``upto``; returns its last sequence. The data directory must
+    """Append the suite's :func:`~bench.systems.messages` of ``size`` bytes, cycled, to ``stream``
+    in ``data_dir`` until it holds ``upto``; returns its last sequence. The data directory must
     not be in use by a broker."""
     with DataDir(data_dir, JournalConfig(fsync="never")) as dd:
         j = dd.journal(stream)
-        group = decode(encode_publish_batch([(KEY, body(size))] * GROUP))
+        records = [decode(encode_publish_batch(g)) for g in groups(size, GROUP)]
         while j.last_seq < upto:
             left = upto - j.last_seq
-            if left >= BATCH:
-                j.append_batch([group] * (BATCH // GROUP))
+            if left >= BATCH:                  # BATCH is a multiple of POOL: the cycle goes on
+                j.append_batch(records * (BATCH // POOL))
             else:
-                j.append_batch([(KEY, body(size))] * left)
+                pool = messages(size)
+                j.append_batch([pool[i % POOL] for i in range(left)])
         dd.sync_all()
         return j.last_seq

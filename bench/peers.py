@@ -93,6 +93,14 @@ class Server:
         """The server's resident set size in bytes."""
         return rss_bytes(self.proc.pid)
 
+    def log_count(self, text: str) -> int:
+        """How many lines of the server's log so far contain ``text``."""
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return sum(text in line for line in f)
+        except OSError:
+            return 0
+
     def log_tail(self) -> str:
         try:
             return Path(self.log_path).read_text(errors="replace")[-2000:]
@@ -149,13 +157,22 @@ def zeps_broker(fsync: str = "interval", extra=(), data_dir: Optional[str] = Non
     return server
 
 
+#: What redis-server logs when its AOF fsync lags (``everysec``: writes then wait for the disk).
+REDIS_SLOW_FSYNC = "fsync is taking too long"
+#: What it logs when it starts rewriting its AOF (a forked child writes the whole dataset).
+REDIS_AOF_REWRITE = "Background append only file rewriting started"
+
+
 def redis_server(appendfsync: str = "everysec") -> Server:
-    """redis-server with the AOF on (``appendfsync`` everysec or always), no RDB snapshots."""
+    """redis-server with the AOF on (``appendfsync`` everysec or always), no RDB snapshots; its
+    log in its temporary directory (:meth:`Server.log_count`; on stdout, a pipe nobody reads,
+    it would block the server once the pipe is full)."""
     tmp = tempfile.mkdtemp(prefix="zeps-bench-redis-")
     port = free_port()
     argv = ["redis-server", "--bind", "127.0.0.1", "--port", str(port), "--dir", tmp,
             "--appendonly", "yes", "--appendfsync", appendfsync, "--save", "",
-            "--daemonize", "no", "--logfile", "", "--protected-mode", "yes",
+            "--daemonize", "no", "--logfile", os.path.join(tmp, "redis-server.log"),
+            "--protected-mode", "yes",
             "--maxclients", "4064"]
     server = Server("redis-server", argv, tmp)
     server.port = port
@@ -176,13 +193,16 @@ def nats_server() -> Server:
                     f"port {port}")
 
 
-def versions() -> dict:
-    """Versions of everything the report names (a peer that is absent: 'not installed')."""
+def versions(servers: bool = True) -> dict:
+    """Versions of everything the report names (a peer that is absent: 'not installed');
+    without ``servers``, only Python's, pyzmq's and libzmq's."""
     import importlib.metadata as md
 
     import zmq
     out = {"python": sys.version.split()[0], "pyzmq": zmq.__version__,
            "libzmq": zmq.zmq_version()}
+    if not servers:
+        return out
     for pkg in ("redis", "hiredis", "nats-py"):
         try:
             out[pkg] = md.version(pkg)

@@ -1,17 +1,22 @@
-"""The suite's report: markdown tables, the run's header, and docs/benchmarks.md updated from it.
+"""The suite's report (markdown tables, the run's header), and the docs generated from results.
 
-Each run writes one file, ``bench/out/suite-<UTC time>.md`` (and ``bench/out/suite-latest.md``, a
-copy): a header (date, ``uptime``, CPU model, cores, versions, the exact command, the peers that
-could not run and why) and one table per scenario, every figure as ``median (min–max)`` over the
-repetitions beside its baseline and their ratio.
+Each suite run writes one file, ``bench/out/suite-<UTC time>.md`` (and
+``bench/out/suite-latest.md``, a copy): a header (date, ``uptime`` before and after, CPU model,
+cores, versions, the exact command, the peers that could not run and why) and one section per
+scenario (``<!-- scenario NAME -->``), every figure as ``median (min–max)`` over the repetitions
+beside its baseline and their ratio. ``python -m bench.run_all`` writes ``bench/out/NAME.md`` for
+the other benchmarks, with the same header.
 
-    python -m bench.report [REPORT.md]     # copy a report into docs/benchmarks.md
+    python -m bench.report              # regenerate the docs' blocks from bench/results
+    python -m bench.report --take       # take the newest outputs of bench/out first (all of them)
+    python -m bench.report --take suite bench_spark     # ... or these
+    python -m bench.report --check      # exit 1 if a block is not what its source gives
 
-replaces what lies between the ``<!-- suite:begin -->`` and ``<!-- suite:end -->`` lines of
-docs/benchmarks.md with the report (default: ``bench/out/suite-latest.md``).
+What a block is and how outputs are taken: :mod:`bench.docs`.
 """
 from __future__ import annotations
 
+import argparse
 import datetime
 import os
 import platform
@@ -22,12 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import List
 
-from bench import peers
+from bench import docs, peers
 
 REPO = Path(__file__).resolve().parent.parent
 OUT = REPO / "bench" / "out"
-DOCS = REPO / "docs" / "benchmarks.md"
-BEGIN, END = "<!-- suite:begin -->", "<!-- suite:end -->"
 
 
 @dataclass
@@ -79,24 +82,32 @@ def uptime() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
-def header(command: str, started: datetime.datetime, elapsed: float, before: str) -> str:
-    v = peers.versions()
+def header(command: str, started: datetime.datetime, elapsed: float, before: str,
+           servers: bool = True) -> str:
+    """A run's header: when, how long, the exact command, the machine, its load before and after
+    (``uptime``), the versions (with ``servers``, those of the peers too and which are absent)."""
+    v = peers.versions(servers)
     load = os.getloadavg()[0]
+    versions = f"Python {v['python']}, pyzmq {v['pyzmq']}, libzmq {v['libzmq']}"
+    if servers:
+        versions += (f", redis-server {v['redis-server']}, redis-py {v['redis']} "
+                     f"(hiredis {v['hiredis']}), nats-server {v['nats-server']}, "
+                     f"nats-py {v['nats-py']}")
     lines = [
-        f"Run of {started:%Y-%m-%d %H:%M} UTC, {elapsed / 60:.0f} min: `{command}`",
+        f"Run of {started:%Y-%m-%d %H:%M} UTC, "
+        f"{f'{elapsed:.0f} s' if elapsed < 90 else f'{elapsed / 60:.0f} min'}: `{command}`",
         "",
         f"* machine: {cpu_model()}, {os.cpu_count()} cores, {platform.system()} "
         f"{platform.release()}",
         f"* `uptime` before: {before}",
         f"* `uptime` after: {uptime()}",
-        f"* versions: Python {v['python']}, pyzmq {v['pyzmq']}, libzmq {v['libzmq']}, "
-        f"redis-server {v['redis-server']}, redis-py {v['redis']} (hiredis {v['hiredis']}), "
-        f"nats-server {v['nats-server']}, nats-py {v['nats-py']}",
+        f"* versions: {versions}",
     ]
-    absent = {p: peers.missing(p) for p in peers.NEEDS}
-    for p, why in absent.items():
-        if why:
-            lines.append(f"* **{p}: {why}** — its figures are marked as not measured")
+    if servers:
+        absent = {p: peers.missing(p) for p in peers.NEEDS}
+        for p, why in absent.items():
+            if why:
+                lines.append(f"* **{p}: {why}** — its figures are marked as not measured")
     if load > (os.cpu_count() or 1):
         lines.append(f"* **noisy**: the load average ({load:.1f}) was above the number of cores: "
                      f"other work shared the machine, so absolute figures are low and spread; "
@@ -113,24 +124,29 @@ def write(text: str, started: datetime.datetime, out: Path = OUT) -> Path:
     return path
 
 
-def update_docs(report: Path, docs: Path = DOCS) -> None:
-    """Put ``report`` between the suite markers of ``docs``."""
-    text = docs.read_text()
-    if BEGIN not in text or END not in text:
-        raise SystemExit(f"{docs}: no {BEGIN} / {END} lines to replace between")
-    head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
-    docs.write_text(f"{head}{BEGIN}\n{report.read_text().rstrip()}\n{END}{tail}")
-
-
 def main(argv=None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    report = Path(args[0]) if args else OUT / "suite-latest.md"
-    if not report.is_file():
-        print(f"bench.report: error: no report {report}", file=sys.stderr)
-        return 2
-    update_docs(report)
-    print(f"docs/benchmarks.md updated from {report}")
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n")[0])
+    parser.add_argument("--take", nargs="*", metavar="NAME",
+                        help="first copy the newest outputs of bench/out into bench/results (all, "
+                             "or these: suite, bench_codec, ...)")
+    parser.add_argument("--check", action="store_true",
+                        help="change nothing; exit 1 if a generated block differs from its source")
+    args = parser.parse_args(argv)
+    if args.check:
+        stale = [(doc, src) for doc in docs.DOCS for src, view, body in docs.blocks(doc.read_text())
+                 if body != docs.render(src, view)]
+        for doc, src in stale:
+            print(f"{doc.relative_to(REPO)}: the block from {src} is not what it gives")
+        return 1 if stale else 0
+    if args.take is not None:
+        try:
+            taken = docs.take(args.take or None)
+        except ValueError as e:
+            print(f"bench.report: error: {e}", file=sys.stderr)
+            return 2
+        print(f"bench/results: took {', '.join(taken) or 'nothing'}")
+    for doc in docs.update():
+        print(f"{doc.relative_to(REPO)} updated")
     return 0
 
 

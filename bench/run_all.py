@@ -7,13 +7,20 @@ measures against its own baseline in the same run, and the machine has few cores
 (:mod:`bench.suite`; it writes its report to ``bench/out/suite-*.md``); the others measure one
 part each (codec, journal, Spark reader) or ZEPS alone beside a plain ZeroMQ baseline. Each
 benchmark prints its own table (the figure beside its baseline); the outputs are also kept in
-``bench/out/NAME.txt``. ``--quick`` gives every benchmark a small count: it checks that each
-one runs and reports, which is what ``make test`` does through ``tests/test_bench_smoke.py``.
+``bench/out/NAME.txt`` (what it printed, stderr too) and, for a full run that ended well,
+``bench/out/NAME.md``: the run's header (time, exact command, machine, ``uptime`` before and
+after) and what it printed on stdout, which ``python -m bench.report --take`` takes into
+``bench/results`` and the docs (:mod:`bench.docs`). ``--quick`` gives every benchmark a small
+count: it checks that each one runs and reports, which is what ``make test`` does through
+``tests/test_bench_smoke.py``; its outputs are never taken into the docs.
 """
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import re
+import shlex
 import subprocess
 import sys
 import time
@@ -21,31 +28,61 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# name -> (full arguments, quick arguments)
+# name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
+# (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
-    "bench_codec": ([], ["--n", "2000"]),
-    "bench_journal": ([], ["--quick"]),
-    "bench_broker": ([], ["--n", "2000"]),
-    "bench_client": ([], ["--n", "2000"]),
-    "bench_latency": ([], ["--rate", "1000", "--seconds", "0.5"]),
-    "bench_wakeup": ([], ["--n", "200", "--rounds", "1"]),
-    "suite": ([], ["--quick"]),
-    "bench_spark": (["--n", "10000000"], ["--n", "20000"]),
+    "bench_codec": ("bench_codec", [], ["--n", "2000"]),
+    "bench_journal": ("bench_journal", [], ["--quick"]),
+    "bench_broker": ("bench_broker", [], ["--n", "2000"]),
+    "bench_client": ("bench_client", [], ["--n", "2000"]),
+    "bench_redis_py": ("bench_redis_py", [], ["--seconds", "0.1", "--runs", "1"]),
+    "bench_latency": ("bench_latency", [], ["--rate", "1000", "--seconds", "0.5"]),
+    "bench_wakeup": ("bench_wakeup", [], ["--n", "200", "--rounds", "1"]),
+    "suite": ("suite", [], ["--quick"]),
+    "bench_spark": ("bench_spark", ["--n", "10000000"], ["--n", "20000"]),
+    "bench_spark_batches": ("bench_spark", ["--n", "10000000", "--group", "100"],
+                            ["--n", "20000", "--group", "100"]),
+    "bench_multicast": ("bench_multicast", [], ["--n", "2000"]),
 }
+#: Benchmarks whose header names the peers' versions (they run redis-server or nats-server).
+WITH_SERVERS = {"bench_redis_py"}
+#: Benchmarks that need root; skipped (and said so) without it.
+NEEDS_ROOT = {"bench_multicast"}
+#: Heading levels an output's headings go down by in its .md (they sit under the docs' ###).
+HEADING_SHIFT = 2
 
 
-def run(name: str, args, out_dir: Path, timeout: float) -> int:
+def markdown(stdout: str) -> str:
+    """What a benchmark printed, as the body of its .md: its headings shifted down to sit under
+    a section of the docs; an output without a table kept as it is, in a code block."""
+    if "|---" not in stdout:
+        return f"```\n{stdout.strip()}\n```\n"
+    return re.sub(r"^(#+) ", lambda m: "#" * (len(m[1]) + HEADING_SHIFT) + " ",
+                  stdout.strip(), flags=re.M) + "\n"
+
+
+def run(name: str, args, out_dir: Path, timeout: float, quick: bool = False) -> int:
+    from bench import report
+    module = BENCHMARKS[name][0]
     print(f"\n=== {name} {' '.join(args)}", flush=True)
     env = dict(os.environ)
     env.setdefault("PYSPARK_PYTHON", sys.executable)
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", f"bench.{name}", *args], cwd=str(HERE.parent),
-                          env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    when = datetime.datetime.now(datetime.timezone.utc)
+    before = report.uptime()
+    proc = subprocess.run([sys.executable, "-m", f"bench.{module}", *args], cwd=str(HERE.parent),
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                           timeout=timeout)
     sys.stdout.write(proc.stdout)
+    sys.stdout.write(proc.stderr)
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / f"{name}.txt").write_text(proc.stdout)
-    print(f"=== {name}: exit {proc.returncode} in {time.monotonic() - started:.1f}s", flush=True)
+    (out_dir / f"{name}.txt").write_text(proc.stdout + proc.stderr)
+    elapsed = time.monotonic() - started
+    if proc.returncode == 0 and not quick and module != "suite":
+        command = shlex.join(["python", "-m", f"bench.{module}", *args])
+        head = report.header(command, when, elapsed, before, servers=name in WITH_SERVERS)
+        (out_dir / f"{name}.md").write_text(f"{head}\n{markdown(proc.stdout)}")
+    print(f"=== {name}: exit {proc.returncode} in {elapsed:.1f}s", flush=True)
     return proc.returncode
 
 
@@ -56,10 +93,14 @@ def main(argv=None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="per benchmark, seconds")
     args = parser.parse_args(argv)
     failed = []
-    for name, (full, quick) in BENCHMARKS.items():
+    for name, (_, full, quick) in BENCHMARKS.items():
         if args.only and name not in args.only:
             continue
-        if run(name, quick if args.quick else full, HERE / "out", args.timeout) != 0:
+        if name in NEEDS_ROOT and os.geteuid() != 0:
+            print(f"\n=== {name}: skipped, it needs root (a private network namespace)")
+            continue
+        if run(name, quick if args.quick else full, HERE / "out", args.timeout,
+               args.quick) != 0:
             failed.append(name)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)

@@ -5,7 +5,8 @@
 Runs every scenario of :data:`SCENARIOS` one after the other (never two at once), starting and
 stopping each server itself (127.0.0.1, ephemeral ports, temporary directories), and writes the
 report to ``bench/out/suite-<UTC time>.md`` and ``bench/out/suite-latest.md``;
-``python -m bench.report`` copies it into docs/benchmarks.md. ``--quick`` gives every scenario
+``python -m bench.report --take suite`` takes it into bench/results/suite.md and regenerates the
+docs from it (:mod:`bench.docs`). ``--quick`` gives every scenario
 tiny counts and one repetition: it checks that each one runs and reports (``make test`` does
 that through tests/test_bench_smoke.py). A peer that is not installed is reported as such.
 """
@@ -61,11 +62,11 @@ def main(argv=None) -> int:
             failed.append(name)
             text = traceback.format_exc()
             print(text, file=sys.stderr, flush=True)
-            sections.append(f"### {name}\n\nFAILED:\n\n```\n{text}```\n")
+            sections.append(f"<!-- scenario {name} -->\n### {name}\n\nFAILED:\n\n```\n{text}```\n")
             continue
         for table in tables:
-            sections.append(table.render())
             print(table.render(), flush=True)
+        sections.append(f"<!-- scenario {name} -->\n" + "\n".join(t.render() for t in tables))
         print(f"--- {name}: {time.monotonic() - t:.1f}s", flush=True)
     text = (report.header(command, started, time.monotonic() - t0, before) + "\n"
             + "\n".join(sections))

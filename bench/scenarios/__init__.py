@@ -22,16 +22,26 @@ class System:
     label: str
     module: object
     peer: Optional[str] = None            # key of bench.peers.NEEDS, None: always available
+    path: Optional[str] = None            # the publishing path (``path=`` of its publish)
+    reads: str = ""                       # its reading path, where tables show readers
+
+    @property
+    def reader(self) -> str:
+        """The label of a column of its readers (fan-out, replay)."""
+        return self.reads or self.label
 
     def missing(self) -> Optional[str]:
         return peers.missing(self.peer) if self.peer else None
 
 
-SDK = System("ZEPS SDK", zeps_sdk)
+SDK = System("ZEPS SDK", zeps_sdk, reads="ZEPS SDK, next()")
+SDK_EACH = System("ZEPS SDK, publish() per message", zeps_sdk, path="each")
 SDK_BULK = System("ZEPS SDK, batches()", zeps_sdk_bulk)
 RAW = System("ZEPS, raw pyzmq", zeps_raw)
-REDIS = System("Redis, redis-py", redis_py, "redis")
-NATS = System("JetStream, nats-py", nats_py, "nats")
+REDIS = System("Redis, redis-py", redis_py, "redis", reads="Redis, redis-py XREAD by 1000")
+REDIS_EACH = System("Redis, redis-py xadd() per call", redis_py, "redis", path="each")
+NATS = System("JetStream, nats-py", nats_py, "nats",
+              reads="JetStream, nats-py ordered push consumer")
 PROXY = System("ZeroMQ XSUB/XPUB proxy", zmq_proxy)
 
 
@@ -104,8 +114,9 @@ def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publish
     if hasattr(mod, "prepare"):
         mod.prepare(conn, stream)
     end = consumers > 0
-    jobs = [(_publisher, (mod, conn, stream, size, seconds or s.seconds, rate, confirms, end, limit))
-            for _ in range(publishers)]
+    path = {"path": system.path} if system.path else {}
+    jobs = [(_publisher, (mod, conn, stream, size, seconds or s.seconds, rate, confirms, end, limit,
+                          path)) for _ in range(publishers)]
     extra = dict(options or {})
     if mod is zmq_proxy:
         extra["ends"] = publishers
@@ -123,9 +134,9 @@ def pubsub(system: System, conn, stream: str, s: Settings, *, size: int, publish
                    finish - start, lost)
 
 
-def _publisher(mod, conn, stream, size, seconds, rate, confirms, end, limit, *, ready, go):
+def _publisher(mod, conn, stream, size, seconds, rate, confirms, end, limit, path, *, ready, go):
     return mod.publish(conn, stream, size=size, seconds=seconds, rate=rate, confirms=confirms,
-                       end=end, limit=limit, ready=ready, go=go)
+                       end=end, limit=limit, ready=ready, go=go, **path)
 
 
 def _consumer(mod, conn, stream, latency, extra, *, ready, go):

@@ -53,7 +53,7 @@ def run(s: Settings):
             figs[PROXY, size, subs] = _delivered(PROXY, p.conn, s, size, subs)
     systems = (SDK, SDK_BULK, REDIS, NATS, RAW, PROXY)
     t = Table("Live fan-out", prose(__doc__),
-              ["body", "subscribers"] + [x.label for x in systems]
+              ["body", "subscribers"] + [x.reader for x in systems]
               + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ proxy"])
     for size, subs in points:
         cells = [figs[x, size, subs].text() if (x, size, subs) in figs else x.missing()

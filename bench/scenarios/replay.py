@@ -57,7 +57,7 @@ def run(s: Settings):
     systems = (SDK, SDK_BULK, REDIS, NATS, RAW)
     t = Table(f"Replay of a {n:,}-message stream from its first message",
               prose(__doc__),
-              ["body"] + [x.label for x in systems]
+              ["body"] + [x.reader for x in systems]
               + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "SDK batches() ÷ Redis",
                  "ZEPS raw ÷ Redis"])
     for size in s.sizes:

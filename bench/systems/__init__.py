@@ -1,9 +1,11 @@
 """The systems the suite drives, one module each, all with the same two worker functions.
 
-* :mod:`.zeps_sdk`  — ZEPS through its SDK (:class:`zeps.clients.Client`): the Python user's view;
+* :mod:`.zeps_sdk`  — ZEPS through its SDK (:class:`zeps.clients.Client`): the Python user's view
+  (``publish_batch`` of 100, or ``publish()`` per message);
 * :mod:`.zeps_raw`  — ZEPS through bare pyzmq DEALER sockets and pre-encoded frames: the server's
   capacity (the fastest client there is for it);
-* :mod:`.redis_py`  — Redis Streams through redis-py with hiredis (XADD pipelined by 100, XREAD);
+* :mod:`.redis_py`  — Redis Streams through redis-py with hiredis (XADD pipelined by 100, or one
+  XADD per call; XREAD);
 * :mod:`.nats_py`   — NATS JetStream through nats-py (file storage);
 * :mod:`.zmq_proxy` — ZeroMQ's own C++ XSUB/XPUB proxy: no journal, no sequence (the floor).
 
@@ -14,7 +16,9 @@ Every module has::
         -> (count, delays_ns)
 
 ``publish`` sends messages of ``size`` bytes for ``seconds`` (flat out, stopping early after
-``limit`` messages rounded up to :data:`BURST`, or paced at ``rate``
+``limit`` messages rounded up to :data:`BURST`, cycling through the :func:`messages` of that size
+(:data:`POOL` different bodies under :data:`POOL_KEYS` keys, the same for every system: no system
+gains from one repeated key and body); or paced at ``rate``
 messages/s with its send time in the first 8 bytes of each body), then waits until the server has
 them (confirmed durable with ``confirms``), then, with ``end``, one end marker (routing key
 :data:`END_KEY`); it returns how many it sent. ``consume`` reads live (or, ``from_start``, from
@@ -25,12 +29,22 @@ measured part (see :func:`bench.measure.run_workers`).
 ``conn`` is what the system's server gives: an endpoint, a port, a URL. A module may also have
 ``prepare(conn, stream)`` (create the stream before the workers start) and ``settle(conn, stream,
 total)`` (wait until the server has stored ``total`` messages, for publishers whose last call
-does not say so); the measured time runs until ``settle`` returns.
+does not say so); the measured time runs until ``settle`` returns; and ``drop(conn, stream)``
+(delete a stream after its run, so that a long-lived server does not grow run after run).
+
+A module whose client has more than one way to publish takes ``path=`` (the suite's
+:class:`bench.scenarios.System` names it): ``zeps_sdk`` ``"batch"`` (``publish_batch`` of 100)
+or ``"each"`` (``publish()`` per message), ``redis_py`` ``"pipeline"`` (100 XADDs per round
+trip) or ``"each"`` (one XADD per call, its reply awaited).
 """
 from __future__ import annotations
 
+import functools
+import itertools
+import random
 import struct
 import time
+from typing import List, Tuple
 
 #: Routing key (subject suffix) of ordinary messages and of the end marker.
 KEY = "bench.key"
@@ -39,11 +53,39 @@ END_KEY = "bench.end"
 STAMP = struct.Struct(">Q")
 #: Flat-out publishers look at the clock once per this many messages.
 BURST = 500
+#: Different messages a flat-out publisher cycles through (a multiple of BURST and of 100, the
+#: batch size of the SDK's publish_batch, of redis-py's pipeline and of raw PUBLISH-BATCH frames).
+POOL = 1000
+#: Different keys among them (``bench.k0`` ... ``bench.k63``: all match the prefix ``bench.``).
+POOL_KEYS = 64
 
 
 def body(size: int) -> bytes:
     """A body of ``size`` bytes (at least 8: a stamp may replace its head)."""
     return b"x" * max(size, STAMP.size)
+
+
+@functools.lru_cache(maxsize=None)
+def messages(size: int) -> List[Tuple[str, bytes]]:
+    """:data:`POOL` messages ``(key, body)`` with bodies of ``size`` bytes (at least 8), each body
+    different (seeded pseudo-random bytes: every system and every run gets the same ones), keys
+    cycling through :data:`POOL_KEYS` names. Computed once: publishers pay nothing per message
+    to vary them."""
+    rnd = random.Random(size)
+    n = max(size, STAMP.size)
+    return [(f"bench.k{i % POOL_KEYS}", rnd.randbytes(n)) for i in range(POOL)]
+
+
+def groups(size: int, per: int = 100) -> List[List[Tuple[str, bytes]]]:
+    """:func:`messages` cut into lists of ``per`` (a divisor of :data:`POOL`)."""
+    pool = messages(size)
+    return [pool[i:i + per] for i in range(0, POOL, per)]
+
+
+def bursts(items: list, per: int):
+    """``items`` (a cycle of what a publisher sends) as an endless cycle of lists of ``per``: what
+    one :func:`flat_out` burst sends."""
+    return itertools.cycle([items[i:i + per] for i in range(0, len(items), per)])
 
 
 def stamped(pad: bytes) -> bytes:

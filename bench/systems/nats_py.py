@@ -1,10 +1,10 @@
 """NATS JetStream through nats-py: a file-storage stream per run, subjects ``<stream>.<key>``.
 
-Publishing without confirms is a core NATS publish into the stream's subject (nothing comes
-back), then ``flush()``; :func:`settle` waits until the stream holds every message, or all it
-will: JetStream drops core publishes it cannot take in time, and the suite counts those as lost.
-The end marker is always published with an acknowledgement. With confirms it is
-``js.publish_async`` (acks awaited together, as nats-py allows) and
+Publishing without confirms is a core NATS publish (``nc.publish``, no ack) into the stream's
+subject (nothing comes back), then ``flush()``; :func:`settle` waits until the stream holds
+every message, or all it will: JetStream drops core publishes it cannot take in time, and the
+suite counts those as lost. The end marker is always published with an acknowledgement. With
+confirms it is ``js.publish_async`` (acks awaited together, as nats-py allows) and
 ``publish_async_completed()``. Consumers are ordered push consumers (flow control, one
 subscription, read with ``async for``): ``DeliverPolicy.NEW`` for live, ``ALL`` from the start (a
 pull consumer fetching 1000 at a time was no faster here). nats-server 2.9 has no fsync setting
@@ -21,7 +21,7 @@ try:
 except ImportError:   # not installed: bench.peers.missing('nats') says so, nothing here runs
     nats = ConsumerConfig = DeliverPolicy = StorageType = None
 
-from bench.systems import END_KEY, KEY, BURST, body, delay_ns, due_times, stamped
+from bench.systems import END_KEY, KEY, BURST, POOL, body, bursts, delay_ns, due_times, messages, stamped
 
 TIMEOUT = 120.0
 #: Seconds without growth after which a stream is taken to hold all it will.
@@ -43,6 +43,15 @@ def prepare(url, stream) -> None:
         nc = await connect(url)
         await nc.jetstream().add_stream(name=stream, subjects=[f"{stream}.>"],
                                         storage=StorageType.FILE)
+        await nc.close()
+    _run(main())
+
+
+def drop(url, stream) -> None:
+    """Delete ``stream`` (after its run)."""
+    async def main():
+        nc = await connect(url)
+        await nc.jetstream().delete_stream(stream)
         await nc.close()
     _run(main())
 
@@ -78,6 +87,7 @@ def publish(url, stream, *, size, seconds, rate=0.0, confirms=False, end=False, 
         js = nc.jetstream()
         subject = f"{stream}.{KEY}"
         pad = body(size)
+        cycle = bursts([(f"{stream}.{key}", data) for key, data in messages(size)], BURST)
         ready()
         go()
         n = 0
@@ -94,8 +104,8 @@ def publish(url, stream, *, size, seconds, rate=0.0, confirms=False, end=False, 
             send = js.publish_async if confirms else nc.publish
             deadline = time.monotonic() + seconds
             while time.monotonic() < deadline and (limit is None or n < limit):
-                for _ in range(BURST):
-                    await send(subject, pad)
+                for subj, data in next(cycle):
+                    await send(subj, data)
                 n += BURST
         if confirms:
             await js.publish_async_completed()
@@ -138,13 +148,13 @@ def consume(url, stream, *, expect=None, from_start=False, latency=False, ready,
 
 
 def fill(url, stream, n, size) -> None:
-    """Add ``n`` messages to ``stream`` with core publishes, publishing again what JetStream
-    dropped until it holds them all."""
+    """Add ``n`` messages to ``stream`` with core publishes (the :func:`messages` cycled),
+    publishing again what JetStream dropped until it holds them all."""
     async def main(count):
         nc = await connect(url)
-        subject, pad = f"{stream}.{KEY}", body(size)
-        for _ in range(count):
-            await nc.publish(subject, pad)
+        pool = [(f"{stream}.{key}", data) for key, data in messages(size)]
+        for i in range(count):
+            await nc.publish(*pool[i % POOL])
         await nc.flush(timeout=TIMEOUT)
         await nc.close()
 

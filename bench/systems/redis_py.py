@@ -1,8 +1,11 @@
-"""Redis Streams through redis-py with hiredis: XADD pipelined by 100, XREAD by 1000.
+"""Redis Streams through redis-py with hiredis: XADD pipelined by 100 or one per call, XREAD by 1000.
 
 A message is one stream entry with one field: its name is the routing key (the end marker's is
 :data:`~bench.systems.END_KEY`), its value the body. Redis answers every XADD, so publishing
-"with confirms" is the same as without (durable per the server's ``appendfsync``). Paced
+"with confirms" is the same as without (durable per the server's ``appendfsync``). Flat-out
+publishers take one of two paths (``path=``): ``"pipeline"``, 100 XADDs per round trip
+(``pipeline(transaction=False)``, as ``publish_batch`` of 100), or ``"each"``, one ``xadd()``
+per call, each reply awaited; the field dictionaries are built before the start signal. Paced
 publishers (latency) send one XADD per message, unpipelined. Consumers read with XREAD from
 ``0-0`` (the suite gives each run a fresh stream, so that is every message published after the
 consumer was ready) and block at most 1 s per call.
@@ -16,7 +19,8 @@ try:
 except ImportError:   # not installed: bench.peers.missing('redis') says so, nothing here runs
     redis = None
 
-from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from bench.systems import (END_KEY, KEY, BURST, POOL, body, bursts, delay_ns, flat_out, messages,
+                           pace, stamped)
 
 PIPELINE = 100
 READ_COUNT = 1000
@@ -28,10 +32,11 @@ def connect(port: int) -> redis.Redis:
 
 
 def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
-            ready, go):
+            path="pipeline", ready, go):
     r = connect(port)
     r.ping()
     pad = body(size)
+    cycle = bursts([{key: data} for key, data in messages(size)], BURST)
     ready()
     go()
     if rate:
@@ -39,17 +44,25 @@ def publish(port, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
         for _ in pace(rate, seconds):
             r.xadd(stream, {KEY: stamped(pad)})
             n += 1
-    else:
-        fields = {KEY: pad}
+    elif path == "pipeline":
         pipe = r.pipeline(transaction=False)
 
         def burst():
-            for i in range(BURST):
+            for i, fields in enumerate(next(cycle)):
                 pipe.xadd(stream, fields)
                 if i % PIPELINE == PIPELINE - 1:
                     pipe.execute()
         n = flat_out(seconds, burst, limit)
         pipe.execute()
+    elif path == "each":
+        xadd = r.xadd
+
+        def burst():
+            for fields in next(cycle):
+                xadd(stream, fields)
+        n = flat_out(seconds, burst, limit)
+    else:
+        raise ValueError(f"no publishing path {path!r}")
     if end:
         r.xadd(stream, {END_KEY: pad})
     r.close()
@@ -83,13 +96,20 @@ def consume(port, stream, *, expect=None, from_start=False, latency=False, ready
     return n, delays
 
 
+def drop(port, stream) -> None:
+    """Delete ``stream`` (after its run: the server's memory and AOF do not grow run after run)."""
+    r = connect(port)
+    r.delete(stream)
+    r.close()
+
+
 def fill(port, stream, n, size) -> None:
-    """Append ``n`` entries to ``stream`` (pipelined by 1000)."""
+    """Append ``n`` entries to ``stream`` (pipelined by 1000), the :func:`messages` cycled."""
     r = connect(port)
     pipe = r.pipeline(transaction=False)
-    fields = {KEY: body(size)}
+    pool = [{key: data} for key, data in messages(size)]
     for i in range(n):
-        pipe.xadd(stream, fields)
+        pipe.xadd(stream, pool[i % POOL])
         if i % 1000 == 999:
             pipe.execute()
     pipe.execute()

@@ -1,6 +1,7 @@
 """ZEPS through bare pyzmq DEALER sockets: the broker's capacity, with the least client work.
 
-Publishers send pre-encoded PUBLISH-BATCH frames of :data:`BATCH` messages flat out (paced ones,
+Publishers send pre-encoded PUBLISH-BATCH frames of :data:`BATCH` messages flat out (the
+suite's :func:`~bench.systems.messages`, cut into frames once before the start; paced ones,
 for latency, send one PUBLISH per message) and end with PING (or, with confirms, wait for the
 CONFIRM that covers every message); consumers BATCH-SELECT (latency probes stay on DELIVER),
 SUBSCRIBE, keep a credit window granted and read DELIVER-BATCH frames without decoding more than
@@ -12,7 +13,7 @@ import time
 
 import zmq
 
-from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from bench.systems import END_KEY, KEY, BURST, body, bursts, delay_ns, flat_out, groups, pace, stamped
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
 from zeps.protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD_SIZE, batch_cost, batch_count,
@@ -78,6 +79,7 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
     if confirms:
         request(s, c.ConfirmSelect(), c.ConfirmSelectOk)
     pad = body(size)
+    cycle = bursts([encode_publish_batch(g) for g in groups(size, BATCH)], BURST // BATCH)
     ready()
     go()
     send = s.send
@@ -87,10 +89,8 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             send(encode_publish(KEY, stamped(pad)))
             n += 1
     else:
-        frame = encode_publish_batch([(KEY, pad)] * BATCH)
-
         def burst():
-            for _ in range(BURST // BATCH):
+            for frame in next(cycle):
                 send(frame)
         n = flat_out(seconds, burst, limit)
     if confirms:

@@ -1,22 +1,25 @@
 """ZEPS through its SDK, :class:`zeps.clients.Client`: what a Python user's program gets.
 
-Publishers call ``Client.publish_batch`` with 100 messages at a time (as redis-py pipelines 100
-XADDs; with confirms too: each message keeps its receipt inside the client), then ``flush()``
-(or, with confirms, ``wait_for_confirms()``: the time runs until every message is confirmed
-durable); paced publishers (latency) call ``publish`` per message;
+Flat-out publishers take one of two paths (``path=``): ``"batch"``, ``Client.publish_batch`` with
+100 messages at a time (as redis-py pipelines 100 XADDs; with confirms too: each message keeps
+its receipt inside the client), or ``"each"``, ``Client.publish`` per message (the SDK batches
+what it has not sent yet by itself); then ``flush()`` (or, with confirms,
+``wait_for_confirms()``: the time runs until every message is confirmed durable). Paced
+publishers (latency) call ``publish`` per message;
 consumers iterate a subscription (live, or from the first message) with the default credit
 window and DELIVER-TS timestamps, as an application would.
 """
 from __future__ import annotations
 
-from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from bench.systems import (END_KEY, KEY, BURST, body, bursts, delay_ns, flat_out, groups, messages,
+                           pace, stamped)
 from zeps.clients import Client
 
 TIMEOUT = 120.0
 
 
 def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
-            ready, go):
+            path="batch", ready, go):
     pad = body(size)
     with Client(endpoint, stream, confirms=confirms, timeout=TIMEOUT) as cl:
         ready()
@@ -27,13 +30,22 @@ def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=Fa
             for _ in pace(rate, seconds):
                 pub(KEY, stamped(pad))
                 n += 1
-        else:                               # 100 at a time, as redis-py's pipeline of 100
-            group = [(KEY, pad)] * 100
+        elif path == "batch":               # 100 at a time, as redis-py's pipeline of 100
+            cycle = bursts(groups(size), BURST // 100)
 
             def burst():
-                for _ in range(BURST // 100):
-                    cl.publish_batch(group)
+                for g in next(cycle):
+                    cl.publish_batch(g)
             n = flat_out(seconds, burst, limit)
+        elif path == "each":                # one call per message, as one XADD per call
+            cycle = bursts(messages(size), BURST)
+
+            def burst():
+                for key, data in next(cycle):
+                    pub(key, data)
+            n = flat_out(seconds, burst, limit)
+        else:
+            raise ValueError(f"no publishing path {path!r}")
         if confirms:
             cl.wait_for_confirms()
         else:

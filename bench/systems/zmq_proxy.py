@@ -14,7 +14,7 @@ import multiprocessing
 
 import zmq
 
-from bench.systems import END_KEY, KEY, BURST, body, delay_ns, flat_out, pace, stamped
+from bench.systems import END_KEY, KEY, BURST, body, bursts, delay_ns, flat_out, messages, pace, stamped
 
 WARMUP = b"warmup"
 _FORK = multiprocessing.get_context("fork")
@@ -68,6 +68,7 @@ def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
     pub.setsockopt(zmq.SNDHWM, 0)
     pub.connect(conn[0])
     pad = body(size)
+    cycle = bursts([key.encode() + data for key, data in messages(size)], BURST)
     ready()
     while not go(0.01):
         pub.send(WARMUP)
@@ -78,10 +79,8 @@ def publish(conn, stream, *, size, seconds, rate=0.0, confirms=False, end=False,
             send(_KEY + stamped(pad))
             n += 1
     else:
-        msg = _KEY + pad
-
         def burst():
-            for _ in range(BURST):
+            for msg in next(cycle):
                 send(msg)
         n = flat_out(seconds, burst, limit)
     if end:

@@ -1,0 +1,202 @@
+"""The targets of issue 11 beside what the suite measured: a view of ``bench/results/suite.md``.
+
+``<!-- bench:begin bench/results/suite.md targets -->`` in docs/benchmarks.md is made by
+:func:`render` from the suite's tables (the figures are the tables' medians, copied with the case
+they hold for: body size, publishers, fsync, client path), so the targets table can never say
+something else than the tables above it. A target whose table is not in the results says so.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, List, Optional, Sequence, Tuple
+
+Rows = List[Dict[str, str]]
+NUMBER = re.compile(r"-?[\d,]+(?:\.\d+)?")
+
+
+def tables(text: str) -> List[Tuple[str, Rows]]:
+    """Every markdown table of ``text`` under a ``### title``: (title, rows as {column: cell})."""
+    out, title = [], ""
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("### "):
+            title = line[4:].strip()
+        if line.startswith("| ") and i + 1 < len(lines) and lines[i + 1].startswith("|---"):
+            cols = [c.strip() for c in line.strip().strip("|").split("|")]
+            rows = []
+            for row in lines[i + 2:]:
+                if not row.startswith("| "):
+                    break
+                rows.append(dict(zip(cols, (c.strip() for c in row.strip().strip("|").split("|")))))
+            out.append((title, rows))
+    return out
+
+
+def median(cell: Optional[str]) -> Optional[float]:
+    """The first number of a cell (a figure's median, a ratio), or None."""
+    if not cell:
+        return None
+    m = NUMBER.match(cell.strip())
+    return float(m[0].replace(",", "")) if m else None
+
+
+def short(cell: str) -> str:
+    """A figure without its min–max: ``718,906 msg/s``."""
+    return re.sub(r" \([^)]*\)", "", cell)
+
+
+class Results:
+    def __init__(self, text: str):
+        self.tables = tables(text)
+
+    def rows(self, titles: Sequence[str], **where) -> Rows:
+        """Rows of the first table whose title starts with one of ``titles``, with the given
+        cells (a condition on a column the table does not have is ignored)."""
+        for prefix in titles:
+            for title, rows in self.tables:
+                if title.startswith(prefix):
+                    return [r for r in rows
+                            if all(r.get(k.replace("_", " "), v) == v for k, v in where.items())]
+        return []
+
+    def cell(self, titles, columns: Sequence[str], **where) -> Optional[str]:
+        """The cell of the first of ``columns`` present in the first row found."""
+        for row in self.rows(titles, **where):
+            for col in columns:
+                if col in row and median(row[col]) is not None:
+                    return row[col]
+        return None
+
+
+INGEST_BATCH = ("Ingest — 100 messages per call", "Ingest — the Python user's view")
+INGEST_EACH = ("Ingest — one call per message",)
+INGEST_CAP = ("Ingest — server capacity",)
+SDK_BATCH = ("ZEPS SDK, publish_batch(100), no confirms", "ZEPS SDK")
+SDK_BATCH_C = ("ZEPS SDK, publish_batch(100) + wait_for_confirms()",)
+REDIS_PIPE = ("Redis, redis-py pipeline of 100 XADD (every XADD answered)", "Redis, redis-py")
+NATS_ACKS = ("JetStream, nats-py js.publish_async() + acks awaited",)
+RAW = ("ZEPS, raw pyzmq PUBLISH-BATCH of 100, no confirms", "ZEPS, raw pyzmq")
+RBENCH = ("redis-benchmark -P 100 XADD, one connection per publisher",
+          "redis-benchmark -P 100 XADD")
+PROXY = ("ZeroMQ XSUB/XPUB proxy (no journal, no confirms)",
+         "ZeroMQ XSUB/XPUB proxy (no journal)", "ZeroMQ XSUB/XPUB proxy")
+NOT_IN = "not in these results"
+
+
+def _ratio(a: Optional[str], b: Optional[str]) -> Optional[float]:
+    x, y = median(a), median(b)
+    return x / y if x is not None and y else None
+
+
+def _met(ok: Optional[bool]) -> str:
+    return "—" if ok is None else ("yes" if ok else "no")
+
+
+def rows(r: Results) -> List[Tuple[str, str, str]]:
+    """(target, measured, met?) for every target the suite measures."""
+    out = []
+    case = dict(body="100 B", fsync="interval", confirms="no")
+    pubs = sorted({row.get("publishers", "") for row in r.rows(INGEST_BATCH, **case)},
+                  key=lambda p: int(p) if p.isdigit() else 0)
+
+    # SDK publish >= 1M msg/s
+    figs = [(p, r.cell(INGEST_BATCH, SDK_BATCH, publishers=p, **case)) for p in pubs]
+    figs = [(p, f) for p, f in figs if f]
+    best = max((median(f) for _, f in figs), default=None)
+    out.append(("SDK publish ≥ 1M msg/s (100 B, fsync interval, no confirms)",
+                "; ".join(f"`publish_batch(100)`, {p} publisher(s): {short(f)}" for p, f in figs)
+                or NOT_IN, _met(None if best is None else best >= 1e6)))
+
+    one = dict(publishers=pubs[0], **case) if pubs else case
+    sdk = r.cell(INGEST_BATCH, SDK_BATCH, **one)
+    raw = r.cell(INGEST_CAP, RAW, **one)
+    rb = r.cell(INGEST_CAP, RBENCH, **one)
+    px = r.cell(INGEST_CAP, PROXY, **one)
+    for target, base, need in (("≥ 3× redis-benchmark -P 100", rb, 3.0),
+                               ("≥ 1.0× ZeroMQ's XSUB/XPUB proxy", px, 1.0)):
+        a, b = _ratio(sdk, base), _ratio(raw, base)
+        measured = (f"SDK {a:.2f}×, raw pyzmq ZEPS {b:.2f}× ({short(base)}; 100 B, "
+                    f"{one.get('publishers')} publisher(s), fsync interval)"
+                    if a is not None and b is not None else NOT_IN)
+        out.append((f"… SDK publish {target}", measured,
+                    "—" if a is None else f"SDK {_met(a >= need)}, server {_met(b >= need)}"))
+
+    # replay of 1M >= 2M msg/s
+    replay = ("Replay of a",)
+    bulk = r.cell(replay, ("ZEPS SDK, batches()",), body="100 B")
+    nxt = r.cell(replay, ("ZEPS SDK, next()", "ZEPS SDK"), body="100 B")
+    out.append(("SDK replay ≥ 2M msg/s (100 B)",
+                f"`batches()` {short(bulk)}, `next()` {short(nxt)}" if bulk and nxt else NOT_IN,
+                _met(None if bulk is None else median(bulk) >= 2e6)))
+
+    # fan-out to 10 >= 3M delivered/s
+    fan = r.cell(("Live fan-out",), ("ZEPS SDK, batches()",), body="100 B", subscribers="10")
+    out.append(("fan-out to 10 SDK subscribers ≥ 3M delivered msg/s (100 B)",
+                f"`batches()` {short(fan)}" if fan else NOT_IN,
+                _met(None if fan is None else median(fan) >= 3e6)))
+
+    # Python user's view >= 5x redis-py and nats-py (durable ingest, replay)
+    sdk_c = r.cell(INGEST_BATCH, SDK_BATCH_C, **one)
+    redis = r.cell(INGEST_BATCH, REDIS_PIPE, **one)
+    nats_c = r.cell(INGEST_EACH, NATS_ACKS, **one)
+    x, y = _ratio(sdk_c, redis), _ratio(sdk_c, nats_c)
+    rr = _ratio(bulk, r.cell(replay, ("Redis, redis-py XREAD by 1000", "Redis, redis-py"),
+                             body="100 B"))
+    rn = _ratio(bulk, r.cell(replay, ("JetStream, nats-py ordered push consumer",
+                                      "JetStream, nats-py"), body="100 B"))
+    parts = []
+    if x is not None and y is not None:
+        parts.append(f"durable ingest (`publish_batch(100)` + confirms): {x:.1f}× redis-py's "
+                     f"pipeline of 100, {y:.1f}× nats-py's `publish_async()` + acks")
+    if rr is not None and rn is not None:
+        parts.append(f"replay (`batches()`): {rr:.1f}× redis-py, {rn:.1f}× nats-py")
+    got = [v for v in (x, y, rr, rn) if v is not None]
+    out.append(("Python user's view ≥ 5× redis-py and nats-py (durable ingest, replay; 100 B)",
+                "; ".join(parts) or NOT_IN,
+                _met(min(got) >= 5 if len(got) == 4 else None)))
+
+    # p99 live latency <= 1 ms
+    lat = r.rows(("End-to-end latency",), body="100 B", system="ZEPS SDK")
+    p99 = lat[0]["p99"] if lat else None
+    out.append(("p99 live latency ≤ 1 ms (100 B, at the latency table's rate)",
+                f"SDK p99 {short(p99)}, p50 {short(lat[0]['p50'])}" if p99 else NOT_IN,
+                _met(None if p99 is None else median(p99) <= 1.0)))
+
+    # replay start in the longest stream <= 10 ms
+    starts = r.rows(("Replay start",), system="ZEPS")
+    if starts:
+        longest = starts[-1]
+        out.append((f"replay start ≤ 10 ms (ZEPS, {longest['messages']} messages)",
+                    f"{short(longest['start'])} (shortest stream: {short(starts[0]['start'])})",
+                    _met(median(longest["start"]) <= 10.0)))
+    else:
+        out.append(("replay start ≤ 10 ms in the longest stream", NOT_IN, "—"))
+
+    # many prefix subscriptions <= 2x one
+    prefix = r.rows(("Routing cost",), patterns="prefix")
+    if prefix:
+        most = prefix[-1]
+        cost = most["time per message ÷ K = 1"]
+        out.append((f"{most['K']} prefix subscriptions ≤ 2× one", cost,
+                    _met(median(cost) <= 2.0)))
+    else:
+        out.append(("many prefix subscriptions ≤ 2× one", NOT_IN, "—"))
+
+    # zero-credit subscriber costs the publisher <= 5%
+    zc = r.rows(("A zero-credit subscriber",))
+    others = [row for row in zc if row.get("case", "").startswith("+")]
+    if others:
+        ratios = [row["÷ publisher alone"] for row in others]
+        out.append(("a zero-credit subscriber costs the publisher ≤ 5% (100 B)",
+                    "publisher's rate " + " and ".join(ratios) + " of alone",
+                    _met(all(median(x) >= 0.95 for x in ratios))))
+    else:
+        out.append(("a zero-credit subscriber costs the publisher ≤ 5%", NOT_IN, "—"))
+    return out
+
+
+def render(text: str) -> str:
+    """The targets table from the text of a suite report."""
+    lines = ["| target | measured (medians of the tables above) | met? |", "|---|---|---|"]
+    lines += [f"| {t} | {m} | {ok} |" for t, m, ok in rows(Results(text))]
+    return "\n".join(lines) + "\n"

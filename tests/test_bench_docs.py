@@ -1,0 +1,126 @@
+"""The figures in the docs are generated from bench/results, and stay what their sources give.
+
+Every block between ``<!-- bench:begin SOURCE [VIEW] -->`` and ``<!-- bench:end -->`` in
+README.md, docs/benchmarks.md and docs/operations.md must be, byte for byte, what
+:func:`bench.docs.render` makes of its source (a committed file of bench/results); a table of
+figures on docs/benchmarks.md outside a block would be a figure no command produced. The rest
+checks the generator itself on files of its own (pure: no process, no benchmark run).
+"""
+import re
+
+import pytest
+
+from bench import docs, targets
+
+REPO = docs.REPO
+
+
+@pytest.mark.parametrize("doc", docs.DOCS, ids=lambda p: p.name)
+def test_every_generated_block_is_what_its_source_gives(doc):
+    text = doc.read_text()
+    for source, view, body in docs.blocks(text):
+        assert source.startswith("bench/results/"), f"{doc.name}: {source} is not a result file"
+        assert (REPO / source).is_file(), f"{doc.name}: no {source}"
+        assert body == docs.render(source, view), (
+            f"{doc.name}: the block from {source} {view or ''} is not what it gives: run "
+            f"`python -m bench.report`")
+    n = len(docs.blocks(text))
+    assert len(re.findall(r"^<!-- bench:begin", text, re.M)) == n, "a malformed block"
+    assert len(re.findall(r"^<!-- bench:end -->", text, re.M)) == n, "a malformed block"
+
+
+def test_the_benchmarks_page_has_its_blocks_and_no_table_of_figures_outside_them():
+    text = (REPO / "docs" / "benchmarks.md").read_text()
+    sources = {(s, v) for s, v, _ in docs.blocks(text)}
+    assert ("bench/results/suite.md", None) in sources
+    assert ("bench/results/suite.md", "targets") in sources
+    outside = docs.BLOCK.sub("", text)
+    rows = [line for line in outside.splitlines()
+            if line.lstrip().startswith("|") and re.search(r"\d", line)]
+    assert not rows, f"tables of figures no command generated: {rows}"
+
+
+def _report(command, sections, load="0.50"):
+    head = (f"Run of 2026-11-24 20:00 UTC, 5 min: `{command}`\n\n"
+            f"* `uptime` before: load average: {load}\n")
+    return head + "\n" + "".join(f"<!-- scenario {n} -->\n### {n}\n\n{body}\n\n"
+                                 for n, body in sections)
+
+
+def test_a_run_of_some_scenarios_replaces_only_theirs_each_under_its_own_header():
+    base = _report("python -m bench.suite --reps 3",
+                   [("ingest", "old ingest"), ("fanout", "old fanout"), ("routing", "FAILED")])
+    part = _report("python -m bench.suite --only routing --reps 3", [("routing", "new routing")],
+                   load="4.20")
+    merged = docs.merge_suite(base, part)
+    head, sections = docs.split_report(merged)
+    assert head == docs.split_report(base)[0]
+    assert list(sections) == ["ingest", "fanout", "routing"]
+    assert sections["ingest"] == docs.split_report(base)[1]["ingest"]
+    routing = sections["routing"]
+    assert routing.startswith(docs.OTHER_RUN + "Run of 2026-11-24 20:00 UTC, 5 min: "
+                              "`python -m bench.suite --only routing --reps 3`")
+    assert "load average: 4.20" in routing and "new routing" in routing
+    assert "FAILED" not in merged
+    # taking it again changes nothing; a whole run replaces everything, headers included
+    assert docs.merge_suite(merged, part) == merged
+    whole = _report("python -m bench.suite", [("ingest", "new ingest")])
+    assert docs.merge_suite(merged, whole) == whole
+
+
+def test_a_quick_run_or_a_partial_run_with_nothing_to_merge_into_is_refused():
+    with pytest.raises(ValueError, match="--quick"):
+        docs.merge_suite(None, _report("python -m bench.suite --quick", [("ingest", "x")]))
+    with pytest.raises(ValueError, match="some scenarios only"):
+        docs.merge_suite(None, _report("python -m bench.suite --only ingest", [("ingest", "x")]))
+
+
+def test_take_copies_full_outputs_and_regenerate_rewrites_stale_blocks(tmp_path):
+    out, results = tmp_path / "out", tmp_path / "bench" / "results"
+    out.mkdir()
+    (out / "suite-latest.md").write_text(_report("python -m bench.suite", [("ingest", "| 1 |")]))
+    (out / "bench_codec.md").write_text("Run of ...: `python -m bench.bench_codec`\n\n| 2 |\n")
+    assert docs.take(out=out, results=results) == ["suite", "bench_codec"]
+    assert (results / "bench_codec.md").read_text().endswith("| 2 |\n")
+    with pytest.raises(ValueError, match="bench_spark"):
+        docs.take(["bench_spark"], out=out, results=results)
+    doc = ("intro\n<!-- bench:begin bench/results/bench_codec.md -->\nstale | 9 |\n"
+           "<!-- bench:end -->\nafter\n")
+    new = docs.regenerate(doc, repo=tmp_path)
+    assert new == ("intro\n<!-- bench:begin bench/results/bench_codec.md -->\nRun of ...: "
+                   "`python -m bench.bench_codec`\n\n| 2 |\n<!-- bench:end -->\nafter\n")
+    assert docs.regenerate(new, repo=tmp_path) == new
+
+
+INGEST_COLUMNS = " | ".join(["body", "publishers", "fsync", *targets.SDK_BATCH[:1],
+                             *targets.SDK_BATCH_C, *targets.REDIS_PIPE[:1]])
+SUITE = """Run of 2026-11-24 20:00 UTC, 40 min: `python -m bench.suite`
+
+<!-- scenario ingest -->
+### Ingest — 100 messages per call (the Python user's view)
+
+| """ + INGEST_COLUMNS + """ |
+|---|---|---|---|---|---|
+| 100 B | 1 | interval | 900,000 (800,000–950,000) msg/s | 300,000 msg/s | 150,000 msg/s |
+| 100 B | 4 | interval | 1,100,000 msg/s | 400,000 msg/s | 160,000 msg/s |
+
+<!-- scenario replay -->
+### Replay of a 1,000,000-message stream from its first message
+
+| body | ZEPS SDK, next() | ZEPS SDK, batches() | Redis, redis-py XREAD by 1000 |
+|---|---|---|---|
+| 100 B | 300,000 msg/s | 1,200,000 msg/s | 250,000 msg/s |
+"""
+
+
+def test_the_targets_view_copies_each_median_with_its_case_and_judges_it():
+    rows = {t: (m, ok) for t, m, ok in targets.rows(targets.Results(SUITE))}
+    measured, met = rows["SDK publish ≥ 1M msg/s (100 B, fsync interval, no confirms)"]
+    assert "1 publisher(s): 900,000 msg/s" in measured and "4 publisher(s): 1,100,000" in measured
+    assert met == "yes"
+    measured, met = rows["SDK replay ≥ 2M msg/s (100 B)"]
+    assert measured == "`batches()` 1,200,000 msg/s, `next()` 300,000 msg/s" and met == "no"
+    measured, met = rows["fan-out to 10 SDK subscribers ≥ 3M delivered msg/s (100 B)"]
+    assert (measured, met) == (targets.NOT_IN, "—")
+    table = targets.render(SUITE)
+    assert table.startswith("| target | measured") and table.count("\n") == len(rows) + 2

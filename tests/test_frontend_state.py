@@ -61,9 +61,11 @@ def test_session_sends_entries_then_end_in_order():
     assert c["snapshot.served"] == 1 and len(snaps) == 0
 
 
-def test_a_reader_that_never_reads_costs_one_message_and_its_slot_comes_back():
+def test_a_reader_that_never_reads_costs_one_message_and_holds_no_slot():
     """An endless snapshot to a peer whose pipe is full: the session takes nothing more from its
-    iterator than its head; after stall_timeout it is dropped and another client is served."""
+    iterator than its head; meanwhile another client is served (a blocked session is not
+    making progress, so it does not take one of the ``max_active`` slots); after stall_timeout
+    the blocked one is dropped."""
     c = Counters()
     taken = itertools.count()
 
@@ -80,13 +82,29 @@ def test_a_reader_that_never_reads_costs_one_message_and_its_slot_comes_back():
         snaps.pump(peer.send, t * 0.01)
     assert len(peer.got[b"stuck"]) == 100
     assert next(taken) == 101                       # 100 sent, one head held, nothing more
-    assert b"calm" not in peer.got                  # it waits for the one slot
+    assert peer.got[b"calm"] == [[b"small"], [b"END"]]
     assert snaps.next_deadline(10.0) == pytest.approx(10.05)   # retried, not spun on
     snaps.pump(peer.send, 9.99 + 30.0)
-    assert c["snapshot.abandoned"] == 1
-    while snaps.pump(peer.send, 40.0):
+    assert c["snapshot.abandoned"] == 1 and len(snaps) == 0
+
+
+def test_readers_that_never_read_are_dropped_longest_blocked_first_when_room_is_needed():
+    c = Counters()
+    snaps = Snapshots(lambda r: (iter([[b"x"]] * 100), [b"END"]), c, max_active=2,
+                      max_sessions=3)
+    peer = Peer()
+    for i in range(3):
+        peer.room[b"stuck%d" % i] = 0                 # never read
+        snaps.request(b"stuck%d" % i, i)
+        snaps.pump(peer.send, float(i))               # blocked at i: 0, 1, 2
+    assert len(snaps) == 3 and c["snapshot.abandoned"] == 0
+    snaps.request(b"calm", 9)
+    assert snaps.next_deadline(3.0) == 3.0
+    while snaps.pump(peer.send, 3.0):
         pass
-    assert peer.got[b"calm"] == [[b"small"], [b"END"]]
+    assert len(peer.got[b"calm"]) == 101
+    assert c["snapshot.abandoned"] == 1               # stuck0, blocked the longest
+    assert sorted(s.ident for s in snaps.sessions()) == [b"stuck1", b"stuck2"]
 
 
 def test_blocked_session_resumes_where_it_stopped():

@@ -19,6 +19,10 @@ class Counters:
     def add(self, name: str, n: int = 1) -> None:
         self._values[name] = self._values.get(name, 0) + n
 
+    def set(self, name: str, value: int) -> None:
+        """A gauge among the counters (``zeps.position``: the last sequence taken)."""
+        self._values[name] = value
+
     def malformed(self, socket: str, reason: str) -> None:
         self.add(f"{socket}.malformed")
         self.add(f"{socket}.malformed.{reason}")

@@ -272,6 +272,7 @@ class FrontEndShell:
             d = link.on_frame(frames[0], now)
             if d is not None:
                 self.delivered(d, now)
+                self.counters.set("zeps.position", d.sequence)
         return True
 
     def _read_collector(self, now: float) -> bool:

@@ -13,13 +13,18 @@ never read it, and clients may ask for many at once. So:
   session ends). A client that never reads therefore costs its pipe (``SNDHWM`` messages) and
   one head message, and nothing grows; after ``stall_timeout`` seconds without progress its
   session is dropped so that it gives its slot back.
-* :class:`Snapshots` runs at most ``max_active`` sessions, round robin, ``turn`` entries each per
-  turn and ``round_budget`` in all per :meth:`Snapshots.pump`, so one huge snapshot neither
-  starves the others nor stalls the broker's loop. Requests beyond wait in a FIFO of
+* :class:`Snapshots` runs its sessions round robin, ``turn`` entries each per turn and
+  ``round_budget`` in all per :meth:`Snapshots.pump`, so one huge snapshot neither starves the
+  others nor stalls the broker's loop. A session is opened, through the front end's ``opener``,
+  when fewer than ``max_active`` sessions are making progress (not blocked on their peer) and
+  fewer than ``max_sessions`` are open; so readers that never read do not hold the slots of
+  those that do: they only count against ``max_sessions``, and once that many are open a
+  request that waits has the session blocked the longest dropped to make room
+  (``snapshot.abandoned``, as after ``stall_timeout``). Requests beyond wait in a FIFO of
   ``max_waiting``; one identity has at most one request active or waiting (a second is
   ignored: ``snapshot.busy``); beyond the FIFO a request is dropped (``snapshot.refused``; the
-  Guide's clients ask again after a silence). Sessions are opened, through the front end's
-  ``opener``, only when a slot is free, so a waiting request holds no iterator.
+  Guide's clients ask again after a silence). A waiting request holds no iterator; an open
+  session holds its iterator's state and one message.
 """
 from __future__ import annotations
 
@@ -100,12 +105,13 @@ class Snapshots:
     """The snapshot socket's sessions. ``counters`` is the front end's
     :class:`~zeps.frontends.counters.Counters`."""
 
-    def __init__(self, opener: Opener, counters, *, max_active: int = 8, max_waiting: int = 256,
-                 turn: int = 64, round_budget: int = 1024, stall_timeout: float = 30.0,
-                 retry: float = 0.05):
+    def __init__(self, opener: Opener, counters, *, max_active: int = 8, max_sessions: int = 32,
+                 max_waiting: int = 256, turn: int = 64, round_budget: int = 1024,
+                 stall_timeout: float = 30.0, retry: float = 0.05):
         self._opener = opener
         self._counters = counters
         self.max_active = max_active
+        self.max_sessions = max(max_sessions, max_active)
         self.max_waiting = max_waiting
         self.turn = turn
         self.round_budget = round_budget
@@ -136,8 +142,21 @@ class Snapshots:
         c.add("snapshot.requested")
         return True
 
+    def _running(self) -> int:
+        return sum(1 for s in self._active.values() if s.blocked_since is None)
+
+    def _room(self) -> bool:
+        """A waiting request can be opened now (maybe in place of a blocked session)."""
+        if not self._waiting or self._running() >= self.max_active:
+            return False
+        return len(self._active) < self.max_sessions or self._running() < len(self._active)
+
     def _open(self) -> None:
-        while self._waiting and len(self._active) < self.max_active:
+        while self._room():
+            if len(self._active) >= self.max_sessions:     # make room: the longest blocked
+                victim = min((s for s in self._active.values() if s.blocked_since is not None),
+                             key=lambda s: s.blocked_since)
+                self._drop(victim, "snapshot.abandoned")
             ident, request = self._waiting.popleft()
             try:
                 entries, end = self._opener(request)
@@ -172,17 +191,20 @@ class Snapshots:
                 self._active.move_to_end(ident)          # round robin across calls
         return self.next_deadline(now) == now
 
-    def _end(self, s: Session, outcome: str) -> None:
+    def _drop(self, s: Session, outcome: str) -> None:
         s.close()
         del self._active[s.ident]
         del self._idents[s.ident]
         self._counters.add(outcome)
+
+    def _end(self, s: Session, outcome: str) -> None:
+        self._drop(s, outcome)
         self._open()
 
     def next_deadline(self, now: float) -> Optional[float]:
         """When :meth:`pump` has something to do: now if a session can go on or a request can
         start; ``retry`` seconds on if all wait for their peers; None if there is none."""
-        if self._waiting and len(self._active) < self.max_active:
+        if self._room():
             return now
         deadline = None
         for s in self._active.values():

@@ -1,0 +1,464 @@
+"""The broker's CHP front end (``zeps broker --chp PORT:STREAM``, RFC 12) with real clients: raw
+ZeroMQ sockets speaking the RFC (tests/frontends.py) and ZEPS peers on the same stream.
+
+Every command byte for byte; a late joiner's snapshot then updates with no gap while the stream
+changes under it; ttl, deletes, subtrees; one journal shared with ZEPS clients both ways; a broker
+restart; and hostile clients (ICANHAZ? floods, KVSET floods, snapshot readers that never read,
+malformed commands on every socket) beside calm ones, which they must not hurt."""
+from __future__ import annotations
+
+import random
+import struct
+import threading
+import uuid as uuidlib
+
+import pytest
+import zmq
+
+from zeps.protocol import commands as c
+
+from .frontends import (ChpClient, counters, free_ports, recv, restart, rss_kib, start,
+                        wait_counter, wait_position)
+from .pair import Pair
+from .rawclient import RawClient
+
+U64 = struct.Struct(">Q")
+HUGZ = [b"HUGZ", b"\0" * 8, b"", b"", b""]
+
+
+def zeps_reader(endpoint: str, stream: str, latest: int = 0) -> RawClient:
+    """A ZEPS subscriber that asked for headers (DELIVER-H)."""
+    r = RawClient(endpoint, zmq.Context.instance())
+    r.send(c.HeadersSelect())
+    r.expect(c.HeadersSelectOk)
+    r.attach(stream)
+    return r.subscribe("", latest, credit=1 << 30)
+
+
+def zeps_messages(r: RawClient, n: int, timeout: float = 10.0):
+    out = []
+    while len(out) < n:
+        cmd = r.recv(timeout)
+        if isinstance(cmd, (c.Deliver, c.DeliverHeaders)):
+            out.append(cmd)
+    return out
+
+
+def zeps_publisher(endpoint: str, stream: str) -> RawClient:
+    return RawClient(endpoint, zmq.Context.instance()).attach(stream)
+
+
+def warm(client: ChpClient, key: str = "~warm") -> None:
+    """Set ``key`` until its KVPUB comes back: the collector's subscription has reached this
+    client's PUB (a PUB drops what it sends before), and the PUB socket reaches the client."""
+    for _ in range(100):
+        client.set(key, b"w")
+        msg = client.update(0.2)
+        while msg is not None and msg.key != key:
+            msg = client.update(0.2)
+        if msg is not None:
+            return
+    raise AssertionError("the collector never took a KVSET")
+
+
+@pytest.fixture
+def chp(start_broker):
+    port = free_ports()
+    b = start(start_broker, "--chp", f"{port}:kv")
+    b.port = port
+    b.name = f"chp:{port}"
+    return b
+
+
+# --------------------------------------------------------------------------- the RFC's bytes
+
+def test_every_chp_command_byte_for_byte(chp):
+    ctx = zmq.Context.instance()
+    reader = zeps_reader(chp.endpoint, "kv")
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"")
+    sub.connect(f"tcp://127.0.0.1:{chp.port + 1}")
+    # HUGZ: "HUGZ" | 00000000 | <empty> | <empty> | <empty>, when nothing else goes out
+    assert recv(sub) == HUGZ
+    client = ChpClient(chp.port)
+    warm(client)                  # "~warm" set until it came back: maybe more than once
+    # KVSET -> KVPUB: key | sequence (the ZEPS one, 8 bytes) | UUID | properties | value
+    uid = uuidlib.uuid4().bytes
+    client.pub.send_multipart([b"/a/k", b"\x2a" * 8, uid, b"color=red\n", b"v1"])
+    deliver = zeps_messages(reader, 1)[0]
+    while deliver.key != "/a/k":
+        warm_seq = deliver.sequence
+        deliver = zeps_messages(reader, 1)[0]
+    seq = deliver.sequence
+    assert seq == warm_seq + 1
+    frames = recv(sub)
+    while frames[0] != b"/a/k":
+        frames = recv(sub)
+    assert frames == [b"/a/k", U64.pack(seq), uid, b"color=red\n", b"v1"]
+    # ... and a ZEPS subscriber has its UUID and properties as headers
+    assert isinstance(deliver, c.DeliverHeaders)
+    assert (deliver.key, deliver.body) == ("/a/k", b"v1")
+    assert deliver.headers == (("uuid", uid), ("color", b"red"))
+    # ICANHAZ? subtree -> KVSYNC key | sequence | <empty> | <empty> | value, then
+    # KTHXBAI "KTHXBAI" | sequence | <empty> | <empty> | subtree
+    snap = ctx.socket(zmq.DEALER)
+    snap.connect(f"tcp://127.0.0.1:{chp.port}")
+    snap.send_multipart([b"ICANHAZ?", b"/a/"])
+    assert recv(snap) == [b"/a/k", U64.pack(seq), b"", b"", b"v1"]
+    assert recv(snap) == [b"KTHXBAI", U64.pack(seq), b"", b"", b"/a/"]
+    # KVSET with an empty value deletes: KVPUB with an empty value; the key leaves snapshots
+    client.pub.send_multipart([b"/a/k", b"\0" * 8, b"", b"", b""])
+    frames = recv(sub)
+    while frames[0] != b"/a/k":
+        frames = recv(sub)
+    assert frames == [b"/a/k", U64.pack(seq + 1), b"", b"", b""]
+    snap.send_multipart([b"ICANHAZ?", b""])
+    assert recv(snap) == [b"~warm", U64.pack(warm_seq), b"", b"", b"w"]
+    assert recv(snap) == [b"KTHXBAI", U64.pack(seq + 1), b"", b"", b""]
+    snap.close(0)
+    sub.close(0)
+    client.close()
+
+
+def test_a_guide_clone_client_pushes_to_a_pull_collector(start_broker):
+    port = free_ports()
+    b = start(start_broker, "--chp", f"{port}:kv", "--chp-collector", "pull")
+    client = ChpClient(port, collector=zmq.PUSH)          # the Guide's clone.py
+    client.subscribed()
+    client.set("/p/k", b"pushed")                         # a PUSH queues: nothing is lost
+    client.until(lambda cl: cl.kvmap.get("/p/k") == b"pushed")
+    assert counters(b, f"chp:{port}")["collector.kvset"] == 1
+    client.close()
+
+
+# --------------------------------------------------------------------------- behaviour
+
+def test_a_late_joiner_gets_the_snapshot_then_every_update_with_no_gap(chp):
+    """2000 keys, then 1500 updates and deletes from a ZEPS publisher while a CHP client joins:
+    its snapshot plus the KVPUBs above KTHXBAI's sequence (every one, strictly increasing)
+    give exactly the stream's final state."""
+    pub = zeps_publisher(chp.endpoint, "kv")
+    model = {}
+    for i in range(2000):
+        key, value = f"/a/{i:04d}", b"z%d" % i
+        pub.send(c.Publish(key, value))
+        model[key] = value
+    pub.send(c.Ping())
+    pub.expect(c.PingOk)
+    joiner = ChpClient(chp.port)
+    joiner.subscribed()
+    rng = random.Random(5)
+    updates = []
+    for j in range(1500):
+        key = f"/a/{rng.randrange(2000):04d}" if j % 10 else f"/b/{j}"
+        updates.append((key, b"" if j % 7 == 0 else b"u%d" % j))
+    done = threading.Event()
+
+    def write():
+        w = zeps_publisher(chp.endpoint, "kv")
+        for key, value in updates:
+            w.send(c.Publish(key, value))
+        w.send(c.Ping())
+        w.expect(c.PingOk)
+        w.close()
+        done.set()
+    t = threading.Thread(target=write)
+    t.start()
+    snapshot = joiner.sync()
+    t.join()
+    assert done.is_set()
+    kthxbai = snapshot[-1]
+    assert kthxbai.key == "KTHXBAI" and kthxbai.value == b""
+    assert all(m.sequence <= kthxbai.sequence for m in snapshot)
+    last = 2000 + 1500
+    joiner.until(lambda cl: cl.sequence == last, timeout=20)
+    assert joiner.applied == list(range(kthxbai.sequence + 1, last + 1))
+    for key, value in updates:
+        if value:
+            model[key] = value
+        else:
+            model.pop(key, None)
+    assert joiner.kvmap == model
+    joiner.close()
+
+
+def test_ttl_deletes_keys_when_due_and_publishes_the_delete(chp):
+    client = ChpClient(chp.port)
+    warm(client)
+    reader = zeps_reader(chp.endpoint, "kv")
+    client.set("/t/a", b"short", (("ttl", "0.2"),))
+    client.set("/t/c", b"kept", (("ttl", "0.3"),))
+    client.set("/t/c", b"kept")                           # set again without ttl: not deleted
+    client.set("/t/d", b"later", (("ttl", "0.6"),))
+    client.set("/t/b", b"stays")
+    client.until(lambda cl: len([k for k in cl.kvmap if k.startswith("/t/")]) == 4)
+    client.until(lambda cl: "/t/a" not in cl.kvmap)
+    client.until(lambda cl: "/t/d" not in cl.kvmap)       # due after /t/c's cancelled ttl
+    assert client.kvmap["/t/c"] == b"kept" and client.kvmap["/t/b"] == b"stays"
+    # the deletes are messages of the stream: a ZEPS subscriber sees two empty bodies
+    seen = []
+    while ("/t/d", b"") not in seen:
+        seen += [(m.key, m.body) for m in zeps_messages(reader, 1)]
+    assert [m for m in seen if not m[1]] == [("/t/a", b""), ("/t/d", b"")]
+    fresh = ChpClient(chp.port, subtree="/t/")
+    fresh.sync()
+    assert fresh.kvmap == {"/t/b": b"stays", "/t/c": b"kept"}
+    assert counters(chp, chp.name)["ttl.expired"] == 2
+    client.close()
+    fresh.close()
+
+
+def test_subtrees_filter_snapshots_and_updates(chp):
+    pub = zeps_publisher(chp.endpoint, "kv")
+    for key in ["/x/1", "/x/2", "/xy/3", "/y/1", "x"]:
+        pub.send(c.Publish(key, key.encode()))
+    wait_position(chp, chp.name, 5)
+    x = ChpClient(chp.port, subtree="/x/")
+    got = x.sync()
+    assert [(m.key, m.value) for m in got[:-1]] == [("/x/1", b"/x/1"), ("/x/2", b"/x/2")]
+    assert got[-1].key == "KTHXBAI" and got[-1].value == b"/x/" and got[-1].sequence == 5
+    x.subscribed()
+    pub.send(c.Publish("/y/2", b"no"), c.Publish("/x/3", b"yes"))
+    assert x.update().key == "/x/3"
+    everything = ChpClient(chp.port)
+    everything.sync()
+    assert set(everything.kvmap) == {"/x/1", "/x/2", "/xy/3", "/y/1", "x", "/y/2", "/x/3"}
+    x.close()
+    everything.close()
+
+
+def test_one_journal_for_chp_and_zeps_clients(chp):
+    """A ZEPS publish is a KVPUB and in the snapshot; a KVSET is a ZEPS message with headers."""
+    client = ChpClient(chp.port)
+    warm(client)
+    reader = zeps_reader(chp.endpoint, "kv")
+    pub = zeps_publisher(chp.endpoint, "kv")
+    pub.send(c.Publish("/z/plain", b"from zeps"))
+    client.until(lambda cl: "/z/plain" in cl.kvmap)
+    msg = client.last["/z/plain"]
+    assert (msg.key, msg.value, msg.uuid, msg.properties) == ("/z/plain", b"from zeps", b"", ())
+    uid = uuidlib.uuid4().bytes
+    client.set("/z/chp", b"from chp", (("ttl", "3600"), ("owner", "me")), uid)
+    got = zeps_messages(reader, 1)[0]
+    while got.key != "/z/chp":
+        got = zeps_messages(reader, 1)[0]
+    assert (got.key, got.body) == ("/z/chp", b"from chp")
+    assert got.headers == (("uuid", uid), ("ttl", b"3600"), ("owner", b"me"))
+    fresh = ChpClient(chp.port, subtree="/z/")
+    fresh.sync()
+    assert fresh.kvmap == {"/z/plain": b"from zeps", "/z/chp": b"from chp"}
+    client.close()
+    fresh.close()
+
+
+def test_a_broker_restart_keeps_the_hashmap_and_its_ttls(chp):
+    client = ChpClient(chp.port)
+    warm(client)
+    client.set("/r/a", b"1", (("x", "y"),))
+    client.set("/r/b", b"2")
+    client.set("/r/gone", b"3")
+    client.set("/r/gone", b"")
+    client.set("/r/ttl", b"4", (("ttl", "5"),))
+    client.until(lambda cl: cl.kvmap.get("/r/ttl") == b"4")
+    before = client.sequence
+    client.close()
+    restart(chp)
+    after = ChpClient(chp.port, subtree="/r/")
+    got = after.sync()
+    assert after.kvmap == {"/r/a": b"1", "/r/b": b"2", "/r/ttl": b"4"}
+    assert got[-1].sequence == before
+    # the ttl set before the restart still deletes its key, after it
+    after.until(lambda cl: "/r/ttl" not in cl.kvmap, timeout=15)
+    assert after.applied == [before + 1]
+    after.close()
+
+
+# --------------------------------------------------------------------------- hostile clients
+
+def test_icanhaz_floods_do_not_delay_a_calm_client(chp):
+    pub = zeps_publisher(chp.endpoint, "kv")
+    for i in range(3000):
+        pub.send(c.Publish(f"/f/{i:05d}", b"v" * 2000))
+    wait_position(chp, chp.name, 3000)
+    ctx = zmq.Context.instance()
+    hostile = []
+    for _ in range(20):                                   # 20 connections that never read
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 4096)
+        s.connect(f"tcp://127.0.0.1:{chp.port}")
+        for _ in range(500):
+            s.send_multipart([b"ICANHAZ?", b""])
+        hostile.append(s)
+    wait_counter(chp, chp.name, "snapshot.busy", 5000)
+    calm = ChpClient(chp.port, subtree="/f/")
+    got = calm.sync(timeout=10)
+    assert len(got) == 3001 and len(calm.kvmap) == 3000
+    seen = counters(chp, chp.name)
+    assert seen["snapshot.busy"] >= 5000 and seen["snapshot.served"] >= 1
+    for s in hostile:
+        s.close(0)
+    calm.close()
+
+
+def test_a_snapshot_reader_that_never_reads_costs_its_pipe_not_the_snapshot(chp):
+    """40 readers that ask for a 25 MiB snapshot and never read: the broker's memory grows by
+    their pipes at most (16 messages each), not by their snapshots (1 GiB together), and a calm
+    client still gets its own snapshot at once."""
+    pub = zeps_publisher(chp.endpoint, "kv")
+    value = b"v" * (64 << 10)
+    for i in range(400):
+        pub.send(c.Publish(f"/big/{i:03d}", value))
+    wait_position(chp, chp.name, 400)
+    probe = ChpClient(chp.port, subtree="/big/")
+    probe.sync()
+    assert len(probe.kvmap) == 400
+    before = rss_kib(chp.proc.pid)
+    ctx = zmq.Context.instance()
+    sleepers = []
+    for _ in range(40):
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 4096)
+        s.connect(f"tcp://127.0.0.1:{chp.port}")
+        s.send_multipart([b"ICANHAZ?", b"/big/"])
+        sleepers.append(s)
+    wait_counter(chp, chp.name, "snapshot.requested", 1 + 40)
+    calm = ChpClient(chp.port, subtree="/big/")
+    calm.sync(timeout=10)
+    assert len(calm.kvmap) == 400
+    grown = rss_kib(chp.proc.pid) - before
+    # their pipes: 40 x 16 messages of 64 KiB = 40 MiB at most (measured: 34 MiB); their
+    # snapshots would be 1000 MiB
+    assert grown < 96 << 10, f"the broker grew by {grown} KiB"
+    for s in sleepers:
+        s.close(0)
+    probe.close()
+    calm.close()
+
+
+def test_a_kvset_flood_does_not_stop_a_calm_publisher_or_zeps_clients(chp):
+    pair = Pair(chp.endpoint, stream="calm")
+    calm = ChpClient(chp.port, subtree="/calm/")
+    warm(calm, "/calm/warm")
+    flood = ChpClient(chp.port, subtree="/nothing/")
+    warm(flood, "/nothing/warm")
+    stop = threading.Event()
+
+    def flooding():
+        n = 0
+        while not stop.is_set() and n < 200_000:
+            flood.set(f"/flood/{n % 1000}", b"x" * 100)
+            n += 1
+    t = threading.Thread(target=flooding)
+    t.start()
+    try:
+        wait_counter(chp, chp.name, "collector.kvset", 5000)
+        for i in range(20):
+            calm.set(f"/calm/{i}", b"c%d" % i)
+        pair.publish(100)
+        calm.until(lambda cl: len(cl.kvmap) == 21, timeout=20)
+        assert pair.wait_all(timeout=20)
+    finally:
+        stop.set()
+        t.join()
+    assert pair.problems == []
+    assert all(calm.kvmap[f"/calm/{i}"] == b"c%d" % i for i in range(20))
+    pair.close()
+    calm.close()
+    flood.close()
+
+
+def test_malformed_commands_on_every_socket_are_ignored_and_counted(start_broker):
+    port = free_ports()
+    b = start(start_broker, "--chp", f"{port}:kv", "--max-message", "64K")
+    name = f"chp:{port}"
+    calm = ChpClient(port)
+    warm(calm)
+    ctx = zmq.Context.instance()
+    # the snapshot ROUTER
+    snap = ctx.socket(zmq.DEALER)
+    snap.setsockopt(zmq.LINGER, 0)
+    snap.connect(f"tcp://127.0.0.1:{port}")
+    bad_requests = [
+        [b"ICANHAZ?"],                                    # frame count
+        [b"ICANHAZ?", b"", b""],                          # frame count
+        [b"ICANHAZ?"] + [b""] * 2000,                     # frame count (2001 frames)
+        [b"ICANHAZ"],                                     # bad command
+        [b"KVSET", b"x"],                                 # bad command
+        [b"ICANHAZ?", b"\xff\xfe"],                       # subtree not UTF-8
+        [b"ICANHAZ?", b"/" * 256],                        # subtree too large
+    ]
+    for frames in bad_requests:
+        snap.send_multipart(frames)
+    # the collector (a PUB, as the RFC's clients; warmed up, so nothing is dropped)
+    hostile = ChpClient(port, subtree="/nothing/")
+    warm(hostile, "/nothing/warm")
+    uid = b"u" * 16
+    bad_sets = [
+        [b"/k", b"\0" * 8, uid, b""],                     # frame count
+        [b"/k", b"\0" * 8, uid, b"", b"v", b"extra"],     # frame count
+        [b"/k"] + [b""] * 500,                            # frame count
+        [b"/k", b"\0" * 7, uid, b"", b"v"],               # bad sequence
+        [b"/k", b"\0" * 8, b"u" * 5, b"", b"v"],          # bad uuid
+        [b"/k", b"\0" * 8, uid, b"a=1", b"v"],            # bad properties (no newline)
+        [b"/k", b"\0" * 8, uid, b"noequals\n", b"v"],     # bad properties
+        [b"/k", b"\0" * 8, uid, b"ttl=soon\n", b"v"],     # bad ttl
+        [b"/k", b"\0" * 8, uid, b"uuid=x\n", b"v"],       # reserved property
+        [b"HUGZ", b"\0" * 8, b"", b"", b"v"],             # reserved key
+        [b"KTHXBAI", b"\0" * 8, b"", b"", b"v"],          # reserved key
+        [b"", b"\0" * 8, b"", b"", b"v"],                 # empty key
+        [b"\xff", b"\0" * 8, b"", b"", b"v"],             # key not UTF-8
+        [b"k" * 256, b"\0" * 8, b"", b"", b"v"],          # key too large
+        [b"/k", b"\0" * 8, b"", b"", b"v" * ((64 << 10) + 1)],   # value too large
+    ]
+    for frames in bad_sets:
+        hostile.pub.send_multipart(frames)
+    # the PUB socket takes no commands: a peer of the wrong kind is refused by ZeroMQ itself
+    wrong = ctx.socket(zmq.DEALER)
+    wrong.setsockopt(zmq.LINGER, 0)
+    wrong.connect(f"tcp://127.0.0.1:{port + 1}")
+    wrong.send_multipart([b"ICANHAZ?", b""])
+    seen = wait_counter(b, name, "collector.malformed", len(bad_sets))
+    seen = wait_counter(b, name, "snapshot.malformed", len(bad_requests))
+    assert seen["snapshot.malformed"] == len(bad_requests)
+    assert seen["collector.malformed"] == len(bad_sets)
+    assert seen["snapshot.malformed.frame count"] == 3
+    assert seen["snapshot.malformed.bad command"] == 2
+    assert seen["collector.malformed.frame count"] == 3
+    assert seen["collector.malformed.reserved key"] == 2
+    assert seen["collector.malformed.value too large"] == 1
+    assert "collector.kvset" in seen and seen["collector.kvset"] >= 2     # the two warm-ups
+    # nothing of them reached the stream, and everyone is still served
+    calm.set("/after", b"ok")
+    calm.until(lambda cl: cl.kvmap.get("/after") == b"ok")
+    snap.send_multipart([b"ICANHAZ?", b"/after"])
+    assert recv(snap)[0] == b"/after"
+    assert recv(snap)[0] == b"KTHXBAI"
+    fresh = ChpClient(port)
+    fresh.sync()
+    assert set(fresh.kvmap) == {"~warm", "/nothing/warm", "/after"}
+    assert "frontend_ignored" in b.log()
+    for s in (snap, wrong):
+        s.close(0)
+    for cl in (calm, hostile, fresh):
+        cl.close()
+
+
+def test_front_ends_are_refused_with_curve_and_ports_checked(tmp_path):
+    import subprocess
+    import sys
+    from .conftest import REPO
+    secret = tmp_path / "broker.key_secret"
+    subprocess.run([sys.executable, "-m", "zeps", "keys", "--dir", str(tmp_path), "new",
+                    "broker"], check=True, cwd=str(REPO), capture_output=True)
+    for args, expect in [
+            (["--curve-secret", str(secret), "--chp", "5556:kv"], "cannot be used with --curve"),
+            (["--chp", "5556:kv", "--bus", "5557:ev"], "port 5557"),
+            (["--chp", "65535:kv"], "65533")]:
+        r = subprocess.run([sys.executable, "-m", "zeps.broker", "--endpoint",
+                            "tcp://127.0.0.1:*", "--data-dir", str(tmp_path / "d"), *args],
+                           cwd=str(REPO), capture_output=True, text=True, timeout=30)
+        assert r.returncode == 2 and expect in r.stderr, (args, r.stderr)

@@ -54,13 +54,15 @@ def run(s: Settings):
     systems = (SDK, SDK_BULK, REDIS, NATS, RAW, PROXY)
     t = Table("Live fan-out", prose(__doc__),
               ["body", "subscribers"] + [x.reader for x in systems]
-              + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "ZEPS raw ÷ proxy"])
+              + ["SDK next() ÷ redis-py", "SDK next() ÷ nats-py", "SDK batches() ÷ redis-py",
+                 "ZEPS raw ÷ proxy"])
     for size, subs in points:
         cells = [figs[x, size, subs].text() if (x, size, subs) in figs else x.missing()
                  for x in systems]
         g = figs.get
         t.add(f"{size} B", subs, *cells, ratio(g((SDK, size, subs)), g((REDIS, size, subs))),
               ratio(g((SDK, size, subs)), g((NATS, size, subs))),
+              ratio(g((SDK_BULK, size, subs)), g((REDIS, size, subs))),
               ratio(g((RAW, size, subs)), g((PROXY, size, subs))))
     t.notes = ["Delivered messages per second, all subscribers together; every subscriber "
                "process shares the machine's cores with the server and the publisher."]

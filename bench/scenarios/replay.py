@@ -58,8 +58,8 @@ def run(s: Settings):
     t = Table(f"Replay of a {n:,}-message stream from its first message",
               prose(__doc__),
               ["body"] + [x.reader for x in systems]
-              + ["ZEPS SDK ÷ Redis", "ZEPS SDK ÷ JetStream", "SDK batches() ÷ Redis",
-                 "ZEPS raw ÷ Redis"])
+              + ["SDK next() ÷ redis-py", "SDK next() ÷ nats-py", "SDK batches() ÷ redis-py",
+                 "ZEPS raw ÷ redis-py"])
     for size in s.sizes:
         g = figs.get
         t.add(f"{size} B", *[figs[x, size].text() if (x, size) in figs else x.missing()

@@ -123,8 +123,12 @@ def take(names: Optional[Iterable[str]] = None, out: Path = OUT,
     if latest.is_file() and (names is None or "suite" in names):
         target = results / "suite.md"
         base = target.read_text() if target.is_file() else None
-        target.write_text(merge_suite(base, latest.read_text()))
-        taken.append("suite")
+        try:
+            target.write_text(merge_suite(base, latest.read_text()))
+            taken.append("suite")
+        except ValueError:
+            if names is not None:             # asked for by name: say why not
+                raise                         # (taking everything skips a --quick report)
     for path in sorted(out.glob("bench_*.md")):
         if names is None or path.stem in names:
             shutil.copyfile(path, results / path.name)

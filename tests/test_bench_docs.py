@@ -84,6 +84,12 @@ def test_take_copies_full_outputs_and_regenerate_rewrites_stale_blocks(tmp_path)
     assert (results / "bench_codec.md").read_text().endswith("| 2 |\n")
     with pytest.raises(ValueError, match="bench_spark"):
         docs.take(["bench_spark"], out=out, results=results)
+    # a --quick suite run left in bench/out is skipped by a take of everything, refused by name
+    (out / "suite-latest.md").write_text(_report("python -m bench.suite --quick", [("x", "| 3 |")]))
+    assert docs.take(out=out, results=results) == ["bench_codec"]
+    assert "| 1 |" in (results / "suite.md").read_text()
+    with pytest.raises(ValueError, match="--quick"):
+        docs.take(["suite"], out=out, results=results)
     doc = ("intro\n<!-- bench:begin bench/results/bench_codec.md -->\nstale | 9 |\n"
            "<!-- bench:end -->\nafter\n")
     new = docs.regenerate(doc, repo=tmp_path)

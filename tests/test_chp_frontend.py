@@ -27,11 +27,13 @@ HUGZ = [b"HUGZ", b"\0" * 8, b"", b"", b""]
 
 
 def zeps_reader(endpoint: str, stream: str, latest: int = 0) -> RawClient:
-    """A ZEPS subscriber that asked for headers (DELIVER-H)."""
+    """A ZEPS subscriber that asked for headers and timestamps (DELIVER-H, DELIVER-TS)."""
     r = RawClient(endpoint, zmq.Context.instance())
     r.send(c.HeadersSelect())
     r.expect(c.HeadersSelectOk)
     r.attach(stream)
+    r.send(c.DeliverTimestamps())
+    r.expect(c.DeliverTimestampsOk)
     return r.subscribe("", latest, credit=1 << 30)
 
 
@@ -39,7 +41,7 @@ def zeps_messages(r: RawClient, n: int, timeout: float = 10.0):
     out = []
     while len(out) < n:
         cmd = r.recv(timeout)
-        if isinstance(cmd, (c.Deliver, c.DeliverHeaders)):
+        if isinstance(cmd, (c.DeliverTs, c.DeliverHeaders)):
             out.append(cmd)
     return out
 

@@ -24,8 +24,10 @@ from . import bus_codec
 from .bus import BusFrontEnd
 from .shell import FrontEndShell
 
-#: Records read from the journal at a time by a snapshot session.
+#: Records read from the journal at a time by a snapshot session (and their bytes, at least one
+#: record): what an open session holds besides its head message.
 READ_RECORDS = 64
+READ_BYTES = 256 << 10
 
 
 class BusServer(FrontEndShell):
@@ -71,7 +73,7 @@ class BusServer(FrontEndShell):
             reader = self.reader()
             if reader is None:
                 return
-            records = reader.read_batch(seq, max_records=READ_RECORDS, max_bytes=1 << 20)
+            records = reader.read_batch(seq, max_records=READ_RECORDS, max_bytes=READ_BYTES)
             if not records:
                 return
             for r in records:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 from zeps.protocol.headers import DELIVER_H_ID
+from zeps.protocol.snapshot import SNAPSHOT_ENTRY_H_ID, SNAPSHOT_ENTRY_ID
 
 
 from .session import ATTACHED, Session
@@ -20,7 +21,8 @@ from .session import ATTACHED, Session
 if TYPE_CHECKING:
     pass
 
-_DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID, DELIVER_H_ID)
+_DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID, DELIVER_H_ID, SNAPSHOT_ENTRY_ID,
+             SNAPSHOT_ENTRY_H_ID)
 
 
 class _Stale(bytes):
@@ -62,6 +64,9 @@ class Congestion:
             s.delivered -= batch_count(frame) if cid == DELIVER_BATCH_ID else 1
             if st is not None:
                 st.unsent(s, frame)
+            return
+        if cid == SNAPSHOT_ENTRY_ID or cid == SNAPSHOT_ENTRY_H_ID:
+            self.snapshot_unsent(s, frame)       # taken back as a DELIVER is (snapshots.py)
             return
         s.held.append(frame)
         if len(s.held) > self.config.max_held:

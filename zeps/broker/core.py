@@ -43,6 +43,7 @@ from .catalogue import StreamCatalogue
 from .congestion import Congestion
 from .headers import HeadersHandling
 from .session import ATTACHED, ProtocolViolation, Session
+from .snapshots import Snapshots
 from .timers import Timers
 from .stream import COUNTERS, Stream
 
@@ -126,7 +127,8 @@ class CoreConfig:
         return max(8, min(10_000, self.max_unread // self.max_frame()))
 
 
-class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, HeadersHandling):
+class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, HeadersHandling,
+                 Snapshots):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -154,6 +156,7 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         #: Streams whose journal the shell opens off the loop, and the ATTACHes waiting for each.
         self.opening: Dict[str, List[Tuple[Session, c.Attach, Optional[int]]]] = {}
         self._to_open: List[str] = []
+        self.snapshotting: Dict[bytes, object] = {}       # SNAPSHOTs under way (snapshots.py)
 
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
@@ -477,6 +480,8 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         for st in self.streams.values():
             if st.catching_up and st.pump():
                 more = True
+        if self.snapshotting and self.pump_snapshots():
+            more = True
         return more
 
     def confirm(self) -> None:
@@ -557,4 +562,5 @@ _HANDLERS = {
     c.Producer: BrokerCore._on_producer,
     c.HeadersSelect: BrokerCore._on_headers_select,
     c.PublishHeaders: BrokerCore._on_publish_headers,
+    c.Snapshot: BrokerCore._on_snapshot,
 }

@@ -40,7 +40,7 @@ _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId,
-                  c.PublishHeaders)
+                  c.PublishHeaders, c.Snapshot)
 
 
 
@@ -67,7 +67,7 @@ class Session:
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
-                 "headers",
+                 "headers", "snapshot",
                  "batches", "budget", "budget_at", "waiting")
 
     def __init__(self, identity: bytes, now: float):
@@ -115,6 +115,7 @@ class Session:
         #: Why this peering's publishes are refused (fenced, out of order: a reasons.Reason),
         #: until a PRODUCER that is accepted; None: they are not.
         self.producer_refusal = None
+        self.snapshot = None            # the SNAPSHOT under way (broker/snapshots.py), or None
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:

@@ -75,8 +75,15 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="keep at most this many bytes per stream (whole segments are deleted)")
     parser.add_argument("--retention-age", type=_positive(parse_duration), default=None,
                         help="delete segments whose newest message is older than this (e.g. 7d)")
+    parser.add_argument("--key-index", action="store_true",
+                        help="keep a last-value index (key -> latest message) for every stream, "
+                             "for SNAPSHOT and zeps kv (memory grows with the distinct keys; a "
+                             "compacted stream has one anyway)")
     parser.add_argument("--expiry", type=_positive(parse_duration), default=60.0,
                         help="forget a client silent for this long (default 60s)")
+    parser.add_argument("--compaction-check", type=_positive(parse_duration), default=30.0,
+                        help="look for compacted streams to compact this often (default 30s; "
+                             "each is compacted once its dirty ratio says so)")
     parser.add_argument("--max-message", type=_positive(parse_size), default=1 << 20,
                         help="largest message body accepted (default 1M)")
     parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
@@ -243,7 +250,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         max_record_bytes=args.max_message + 512,
         retention_bytes=args.retention_bytes,
         retention_ms=int(args.retention_age * 1000) if args.retention_age else None,
-        producer_max_age_ms=max(1, int(args.producer_max_age * 1000)))
+        producer_max_age_ms=max(1, int(args.producer_max_age * 1000)),
+        key_index=args.key_index)
     try:
         datadir = DataDir(args.data_dir, jconf)
     except JournalLockedError as exc:
@@ -264,7 +272,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              admin_rate=args.admin_rate,
-                             admin_burst=max(1, int(args.admin_rate)))
+                             admin_burst=max(1, int(args.admin_rate)),
+                             compaction_check=args.compaction_check)
     _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None

@@ -21,6 +21,7 @@ from . import commands as c
 from . import batch as _b
 from . import deliver as _d
 from . import headers as _h
+from . import snapshot as _s
 
 SIGNATURE = _d.SIGNATURE
 _SIG0, _SIG1 = 0xAA, 0xA5
@@ -58,6 +59,10 @@ _LAYOUT = {
     c.ListStreamsPageOk: (("streams", "strings"), ("next", "string")),
     c.Error: (("code", "u16"), ("fields", "texts"), ("text", "text")),
     c.DeliverTs: (("timestamp", "u64"), ("sequence", "u64"), ("key", "string"), ("body", "chunk")),
+    c.SnapshotEntry: (("timestamp", "u64"), ("sequence", "u64"), ("key", "string"),
+                      ("body", "chunk")),
+    c.Snapshot: (("prefixes", "strings"),),
+    c.SnapshotEnd: (("sequence", "u64"), ("count", "u64")),
     c.LimitsOk: (("max_message", "u64"), ("max_credit", "u64")),
     c.Producer: (("producer", "string"), ("next", "u64")),
     c.ProducerOk: (("last", "u64"),),
@@ -103,7 +108,7 @@ def encode(cmd: c.Command) -> bytes:
         return encode_publish(cmd.key, cmd.body)
     if cls is c.PublishBatch or cls is c.DeliverBatch:
         return _encode_batch(cmd)
-    if cls is c.PublishHeaders or cls is c.DeliverHeaders:
+    if cls is c.PublishHeaders or cls is c.DeliverHeaders or cls is c.SnapshotEntryH:
         return _encode_headers(cmd)
     layout = _LAYOUT.get(cls)
     if layout is None:
@@ -216,7 +221,7 @@ def decode(frame: Buffer) -> c.Command:
         return decode_publish(frame)
     if cid == _b.PUBLISH_BATCH_ID or cid == _b.DELIVER_BATCH_ID:
         return decode_batch(frame)
-    if cid == _h.PUBLISH_H_ID or cid == _h.DELIVER_H_ID:
+    if cid == _h.PUBLISH_H_ID or cid == _h.DELIVER_H_ID or cid == _s.SNAPSHOT_ENTRY_H_ID:
         return decode_headers(frame)
     cls = c.BY_ID.get(cid)
     if cls is None:
@@ -349,20 +354,22 @@ def _encode_headers(cmd) -> bytes:
     body = _enc_chunk("body", cmd.body)
     if type(cmd) is c.PublishHeaders:
         return b"".join((_h.PUBLISH_H_HEAD, block, key, body))
-    return b"".join((_h.DELIVER_H_HEAD, _enc_number("timestamp", cmd.timestamp, _U64, 64),
+    head = _s.ENTRY_H_HEAD if type(cmd) is c.SnapshotEntryH else _h.DELIVER_H_HEAD
+    return b"".join((head, _enc_number("timestamp", cmd.timestamp, _U64, 64),
                      _enc_number("sequence", cmd.sequence, _U64, 64), block, key, body))
 
 
 def decode_headers(frame: Buffer):
-    """PUBLISH-H or DELIVER-H (signature already checked). The headers' head is checked
-    against the limits before a single pair is read (:func:`zeps.protocol.headers.check_head`):
+    """PUBLISH-H, DELIVER-H or SNAPSHOT-ENTRY-H (signature already checked). The headers' head
+    is checked against the limits before a single pair is read (:func:`zeps.protocol.headers.check_head`):
     a declared count or size over them is refused at once, whatever follows."""
     if type(frame) is not bytes:
         frame = bytes(frame)
     if frame[2] == _h.PUBLISH_H_ID:
         cls, pos = c.PublishHeaders, 3
     else:
-        cls, pos = c.DeliverHeaders, _h.DELIVER_H_BLOCK
+        cls = c.SnapshotEntryH if frame[2] == _s.SNAPSHOT_ENTRY_H_ID else c.DeliverHeaders
+        pos = _h.DELIVER_H_BLOCK
         _need(frame, pos, cls.NAME)
     try:
         end = _h.block_end(frame, pos, len(frame))
@@ -378,7 +385,7 @@ def decode_headers(frame: Buffer):
     if cls is c.PublishHeaders:
         return c.PublishHeaders(key, body, headers, block)
     ts, seq = _U64.unpack_from(frame, 3)[0], _U64.unpack_from(frame, 11)[0]
-    return c.DeliverHeaders(ts, seq, key, body, headers, block)
+    return cls(ts, seq, key, body, headers, block)
 
 
 _U32_unpack_from = _U32.unpack_from

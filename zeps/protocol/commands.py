@@ -502,6 +502,52 @@ class Error(Command):
     text: str = ""
 
 
+# --- key snapshots (ids 74-77; zeps/protocol/snapshot.py has the entry frames) ---------------
+
+@_command
+class Snapshot(Command):
+    """C: the latest message of every live key under any of ``prefixes`` (1 to 16 prefixes, no
+    regex) of a stream with a key index: SNAPSHOT-ENTRY (or -H) per key, under the client's
+    credit, then SNAPSHOT-END. Attached, not subscribed, one at a time."""
+    ID: ClassVar[int] = 74
+    NAME: ClassVar[str] = "SNAPSHOT"
+    prefixes: Tuple[str, ...] = field(default=("",))
+
+
+@_command
+class SnapshotEntry(Command):
+    """S: one key's latest message (DELIVER-TS's layout, its own id)."""
+    ID: ClassVar[int] = 75
+    NAME: ClassVar[str] = "SNAPSHOT-ENTRY"
+    timestamp: int
+    sequence: int
+    key: str
+    body: bytes
+
+
+@_command
+class SnapshotEntryH(Command):
+    """S: one key's latest message, with its headers (DELIVER-H's layout, its own id)."""
+    ID: ClassVar[int] = 76
+    NAME: ClassVar[str] = "SNAPSHOT-ENTRY-H"
+    timestamp: int
+    sequence: int
+    key: str
+    body: bytes
+    headers: Tuple[Tuple[str, bytes], ...]
+    block: bytes = field(default=b"", compare=False, repr=False)
+
+
+@_command
+class SnapshotEnd(Command):
+    """S: the snapshot is complete and consistent at ``sequence`` (subscribe from it: SUBSCRIBE
+    with latest = ``sequence``); ``count`` entries were sent."""
+    ID: ClassVar[int] = 77
+    NAME: ClassVar[str] = "SNAPSHOT-END"
+    sequence: int
+    count: int
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
@@ -513,6 +559,7 @@ ALL_COMMANDS = (
     BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch, ListStreamsPage, ListStreamsPageOk,
     ReasonsSelect, ReasonsSelectOk, Error,
     HeadersSelect, HeadersSelectOk, PublishHeaders, DeliverHeaders,      # (ids 70-73)
+    Snapshot, SnapshotEntry, SnapshotEntryH, SnapshotEnd,                # (ids 74-77)
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 assert len(BY_ID) == len(ALL_COMMANDS), "two commands share an id"

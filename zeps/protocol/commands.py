@@ -4,6 +4,9 @@ Ids 1..12 are the spec's (``shared/spec/zeps.txt``) and never change. Ids 32 and
 this implementation's extensions (13..31 are left unassigned); each one's bytes are written
 down in ``docs/protocol.md``.
 
+Note: over 600 lines, by design: it is the table of every command, one small frozen class per
+command id (the codec's layouts are in ``codec.py``); splitting it would scatter the ids.
+
 Text fields (stream, pattern, key, reason) are ``str`` and travel as UTF-8 in a ZEPS
 ``string`` (1-octet length, so at most 255 *bytes* once encoded); ERROR's texts have a 4-octet
 length. Bodies are ``bytes``.

@@ -243,6 +243,22 @@ class AsyncClient(ops.FrontEnd):
         """``LIST-STREAMS`` (as :meth:`Client.list_streams`)."""
         return await self._run(ops.list_streams(self, timeout))
 
+    async def snapshot(self, prefix="", timeout: Optional[float] = None):
+        """As :meth:`Client.snapshot` (a :class:`~zeps.clients.snapshot.Snapshot`)."""
+        from .snapshot_io import aread_snapshot
+        conn = self._conn
+        return await aread_snapshot(self.endpoint, self.stream, prefix,
+                                    timeout=self.timeout if timeout is None else timeout,
+                                    context=conn.context, curve=conn.curve)
+
+    def iter_snapshot(self, prefix="", timeout: Optional[float] = None):
+        """As :meth:`Client.iter_snapshot`, for ``async for``."""
+        from .snapshot_io import AsyncSnapshotIterator
+        conn = self._conn
+        return AsyncSnapshotIterator(self.endpoint, self.stream, prefix,
+                                     timeout=self.timeout if timeout is None else timeout,
+                                     context=conn.context, curve=conn.curve)
+
     # ------------------------------------------------------------------ driving operations
 
     async def _run(self, steps):

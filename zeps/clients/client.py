@@ -389,6 +389,28 @@ class Client(ops.FrontEnd):
         """Names of the streams the broker holds (``LIST-STREAMS``)."""
         return self._run(ops.list_streams(self, timeout))
 
+    def snapshot(self, prefix="", timeout: Optional[float] = None):
+        """The latest message of every live key under ``prefix`` (a str, or up to 16 of them)
+        of the stream, and the sequence that is consistent at: a
+        :class:`~zeps.clients.snapshot.Snapshot` (a list of :class:`Message` with ``.seq``);
+        subscribe ``from_seq=snap.seq + 1`` for what came after. Read on a connection of its
+        own, under credit (``SNAPSHOT``; the stream needs a key index: ``InvalidError``
+        otherwise). :meth:`iter_snapshot` hands the entries out as they come instead."""
+        from .snapshot_io import read_snapshot
+        return read_snapshot(self.endpoint, self.stream, prefix, **self._snapshot_options(timeout))
+
+    def iter_snapshot(self, prefix="", timeout: Optional[float] = None):
+        """As :meth:`snapshot`, an iterator of the entries (credit granted back as they are
+        taken: memory bounded by the window); its ``.seq`` is set once it is exhausted."""
+        from .snapshot_io import SnapshotIterator
+        return SnapshotIterator(self.endpoint, self.stream, prefix,
+                                **self._snapshot_options(timeout))
+
+    def _snapshot_options(self, timeout):
+        conn = self._conn
+        return {"timeout": self.timeout if timeout is None else timeout,
+                "context": conn.context, "curve": conn.curve}
+
     # ------------------------------------------------------------------ closing
 
     @_guarded

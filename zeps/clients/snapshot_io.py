@@ -1,0 +1,123 @@
+"""The I/O of a snapshot (:mod:`zeps.clients.snapshot`): a DEALER socket of its own, blocking
+(:class:`SnapshotIterator`) or asyncio (:class:`AsyncSnapshotIterator`). Both hand out entries
+as they arrive and grant credit back only for those handed out, so iterating slowly (or
+stopping) holds the broker back instead of filling memory; ``seq`` is set once the iteration
+ends. ``timeout``: the most seconds without a frame from the broker (:class:`ZepsTimeout`)."""
+from __future__ import annotations
+
+
+from typing import Sequence
+
+import zmq
+
+from .errors import ZepsTimeout
+from .snapshot import SNAPSHOT_WINDOW, Snapshot, SnapshotReader
+from .transport import check_endpoint, zmq_for
+
+__all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]
+
+
+class _Base:
+    def __init__(self, endpoint: str, stream: str, prefixes: Sequence[str] = ("",), *,
+                 timeout: float = 10.0, context=None, curve=None, window: int = SNAPSHOT_WINDOW):
+        self.endpoint = check_endpoint(endpoint)
+        self.reader = SnapshotReader(stream, prefixes, window)
+        self.timeout = float(timeout)
+        self.context = context
+        self.curve = curve
+
+    @property
+    def seq(self) -> int:
+        """The sequence the snapshot is consistent at (once iterated to the end)."""
+        return self.reader.seq
+
+    def _socket(self, asyncio: bool):
+        _, ctx = zmq_for(self.context, asyncio=asyncio)
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if self.curve is not None:
+            self.curve.apply(sock)
+        try:
+            sock.connect(self.endpoint)
+        except zmq.ZMQError as e:
+            sock.close()
+            raise ValueError(f"bad endpoint {self.endpoint!r}: {e}") from None
+        return sock
+
+    def _timed_out(self) -> ZepsTimeout:
+        return ZepsTimeout(f"snapshot of stream {self.reader.stream!r}: nothing from the broker "
+                           f"at {self.endpoint} for {self.timeout:g}s")
+
+
+class SnapshotIterator(_Base):
+    """Blocking: ``for message in SnapshotIterator(...)``; then ``.seq``."""
+
+    def __iter__(self):
+        r = self.reader
+        sock = self._socket(False)
+        try:
+            while True:
+                for frame in r.outgoing:
+                    sock.send(frame)
+                r.outgoing.clear()
+                if r.buffered:
+                    yield from r.take()
+                    continue
+                if r.error is not None:
+                    raise r.error
+                if r.done:
+                    return
+                if not sock.poll(int(self.timeout * 1000) + 1, zmq.POLLIN):
+                    raise self._timed_out()
+                while True:
+                    try:
+                        r.receive(sock.recv(zmq.NOBLOCK))
+                    except zmq.Again:
+                        break
+        finally:
+            sock.close()
+
+
+class AsyncSnapshotIterator(_Base):
+    """asyncio: ``async for message in AsyncSnapshotIterator(...)``; then ``.seq``."""
+
+    async def __aiter__(self):
+        import asyncio
+        r = self.reader
+        sock = self._socket(True)
+        try:
+            while True:
+                for frame in r.outgoing:
+                    await sock.send(frame)
+                r.outgoing.clear()
+                if r.buffered:
+                    for m in r.take():
+                        yield m
+                    continue
+                if r.error is not None:
+                    raise r.error
+                if r.done:
+                    return
+                try:
+                    frame = await asyncio.wait_for(sock.recv(), self.timeout)
+                except asyncio.TimeoutError:
+                    raise self._timed_out() from None
+                r.receive(frame)
+        finally:
+            sock.close()
+
+
+def read_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",), **kw) -> Snapshot:
+    """The whole snapshot as a :class:`~zeps.clients.snapshot.Snapshot` (a list with ``seq``)."""
+    it = SnapshotIterator(endpoint, stream, prefixes, **kw)
+    out = list(it)
+    return Snapshot(out, it.seq)
+
+
+async def aread_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",),
+                         **kw) -> Snapshot:
+    it = AsyncSnapshotIterator(endpoint, stream, prefixes, **kw)
+    out = [m async for m in it]
+    return Snapshot(out, it.seq)
+
+

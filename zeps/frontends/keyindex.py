@@ -5,12 +5,13 @@ index (``zeps/journal/lastvalue.py``, issue 18 item 1) and SNAPSHOT, the wire ex
 serves it (ids 74-77), landed after this front end was written, and SNAPSHOT needs a peering
 per snapshot and a stream with a key index (``--key-index`` or a compacted stream); until the
 front end uses it, it keeps this index itself, for any stream, built from the stream as its
-ZEPS subscription delivers it (from sequence 1 at start, then live). It maps each live key to the sequence of its latest message (the value stays in
-the journal; the shell reads it when a KVSYNC is sent), so it costs about 150 bytes a key,
-bounded by ``max_keys`` (a key beyond is not indexed, and counted: snapshots then miss it,
-which the shell logs). Replacing it changes only the shell's snapshot source
-(:meth:`KeyIndex.snapshot` has the meaning of ``lastvalue.KeySnapshot``, but yields the keys it
-skips too, so that a session's budget counts them).
+ZEPS subscription delivers it (from sequence 1 at start, then live). It maps each live key to
+the sequence of its latest message (the value stays in the journal; the shell reads it when a
+KVSYNC is sent), so it costs about 150 bytes a key, bounded by ``max_keys`` (a key beyond is
+not indexed, and counted: snapshots then miss it, which the shell logs). Replacing it changes
+only the shell's snapshot source (:meth:`KeyIndex.snapshot` has the meaning of
+``lastvalue.KeySnapshot``, but yields the keys it skips too, so that a session's budget counts
+them).
 
 **A snapshot without a copy.** :meth:`KeyIndex.snapshot` iterates the keys under a prefix in
 key order, a chunk at a time, finding its place again by key after each chunk, so updates in

@@ -5,8 +5,12 @@
 * The Event BUS protocol (``shared/spec/event-bus.txt``, micro-toolkit/event-bus-zeromq):
   a snapshot ROUTER on P, a publisher PUB on P+1 and a collector ROUTER on P+2.
 
-The codecs (``chp_codec``, ``bus_codec``) and the per-front-end state (``chp``, ``bus``, with
-``snapshots``, ``ttl`` and ``counters``) are pure: frames and ``now`` in, frames and decisions out,
-no socket, no event loop, no clock read. The I/O shells that own the sockets are separate modules.
-Nothing is imported here, so importing a codec loads no shell.
+``zeps broker --chp PORT:STREAM`` / ``--bus PORT:STREAM`` runs them (docs/protocol.md, "Front
+ends"). The codecs (``chp_codec``, ``bus_codec``, with ``wire``), the per-front-end state
+(``chp``, ``bus``, with ``snapshots``, ``ttl``, ``counters`` and the CHP front end's interim
+``keyindex``), the front end's ZEPS peering with its broker (``link``) and the ``PORT:STREAM``
+specs (``spec``) are pure: frames and ``now`` in, frames and decisions out, no socket, no event
+loop, no clock read. The I/O shells own the sockets and a greenlet each: ``shell`` (what both
+share), ``chp_server`` and ``bus_server``. Nothing is imported here, so importing a codec loads
+no shell.
 """

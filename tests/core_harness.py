@@ -55,6 +55,7 @@ class Core:
         self.pipe: dict[bytes, int] = {}
         self.unsent: list[tuple] = []          # (ident, decoded command) handed back, in order
         self.to_sync: list = []              # journals the last round named, not yet synced
+        self.compactions: list = []          # (job, result, error) of the compactions run
 
     # ------------------------------------------------------------------ input
     def send(self, ident: bytes, *cmds: c.Command) -> None:
@@ -114,7 +115,24 @@ class Core:
         if done.to_open:
             self.open_streams(done.to_open)
             self.collect()
+        if done.to_compact:
+            self.compact(done.to_compact)
         return done.more
+
+    def compact(self, jobs) -> None:
+        """Run the compactions a round named, at once (the shell runs them in its thread
+        pool), and hand each result back; :attr:`compactions` keeps (job, result, error)."""
+        from zeps.journal import compaction
+        for job in jobs:
+            result = error = None
+            try:
+                result = compaction.run(job.path, job.sealed, interval=job.interval,
+                                        fsync=job.fsync)
+            except Exception as exc:
+                error = exc
+            self.compactions.append((job, result, error))
+            self.core.compacted(job, result, error)
+        self.collect()
 
     def drain(self) -> None:
         """Rounds until no replay work is left."""

@@ -6,10 +6,12 @@ check the name and the ACL's ``admin`` right, then act on the data directory and
 """
 from __future__ import annotations
 
-from zeps.journal.settings import StreamSettings
+from zeps.journal.settings import (DEFAULT_DELETE_RETENTION_MS, DEFAULT_DIRTY_RATIO,
+                                   StreamSettings)
 from zeps.protocol import commands as c, encode
 from zeps.protocol.reasons import Reason
 
+from .compacting import Compacting
 from .session import DETACH_FRAME, Session, bad_stream_name
 from .stream import COUNTERS
 
@@ -19,7 +21,25 @@ LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
 LIST_BYTES = 65535 - 16
 
 
-class StreamAdministration:
+def x_settings(cmd: c.StreamCreateX) -> StreamSettings:
+    """The settings a STREAM-CREATE-X asks for; ValueError saying why they cannot be: a flag
+    this broker does not know, a key index without ``compact`` (a stream's settings keep none
+    yet), a dirty ratio over 1000 per mille, or compaction settings without ``compact``."""
+    unknown = cmd.flags & ~(c.FLAG_COMPACT | c.FLAG_KEY_INDEX)
+    if unknown:
+        raise ValueError(f"unknown flags {unknown:#x} (known: 1 compact, 2 key index)")
+    compact = bool(cmd.flags & c.FLAG_COMPACT)
+    if cmd.flags & c.FLAG_KEY_INDEX and not compact:
+        raise ValueError("a key index is kept only with compact (flag 1) for now")
+    if cmd.min_dirty_permille > 1000:
+        raise ValueError(f"min_dirty_permille {cmd.min_dirty_permille} is over 1000")
+    return StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
+                          cmd.segment_bytes, compact=compact,
+                          delete_retention_ms=cmd.delete_retention_ms,
+                          min_cleanable_dirty_ratio=cmd.min_dirty_permille / 1000)
+
+
+class StreamAdministration(Compacting):
     """The handlers of the stream administration commands (see docs/protocol.md)."""
 
     #: STREAM-DELETEs done, and the messages the deleted streams held, since start (the
@@ -69,6 +89,14 @@ class StreamAdministration:
         opens nothing: its journal is opened by the first ATTACH, under ``max_open_streams``.
         The settings are checked before anything is written; a stream's ``max_message`` may not
         pass the broker's."""
+        self._create(s, cmd, lambda: StreamSettings(cmd.retention_bytes, cmd.retention_ms,
+                                                    cmd.max_message, cmd.segment_bytes))
+
+    def _on_stream_create_x(self, s: Session, cmd: c.StreamCreateX) -> None:
+        """STREAM-CREATE with a compacted stream's settings too (see :func:`x_settings`)."""
+        self._create(s, cmd, lambda: x_settings(cmd))
+
+    def _create(self, s: Session, cmd, make) -> None:
         if self._admin_refused(s, cmd.stream, "create"):
             return
         if not self._exists(cmd.stream) and self._too_many_streams(s):
@@ -77,8 +105,11 @@ class StreamAdministration:
             self._invalid(s.identity, Reason.limit("max_message", self.config.max_message))
             return
         try:
-            settings = StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
-                                      cmd.segment_bytes)
+            settings = make()
+        except ValueError as exc:
+            self._invalid(s.identity, f"{cmd.NAME}: {exc}")
+            return
+        try:
             created = self.datadir.create(cmd.stream, settings)
         except Exception as exc:                 # JournalError, OSError: say why
             self._invalid(s.identity, Reason.failed(f"cannot create stream {cmd.stream!r}", exc))
@@ -88,6 +119,26 @@ class StreamAdministration:
             self.catalogue.add(cmd.stream)
             self.log("stream_created", stream=cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamCreateOk())))
+
+    def _on_stream_settings(self, s: Session, cmd: c.StreamSettingsGet) -> None:
+        """STREAM-SETTINGS: the stream's own settings as the STREAM-CREATE-X that makes it (the
+        empty name: the broker's defaults, with a compacted stream's)."""
+        if cmd.stream == "":
+            if self._over_budget(s):
+                return
+            base = self.datadir.config
+            self.outbox.append((s.identity, encode(c.StreamCreateX(
+                "", base.retention_bytes or 0, base.retention_ms or 0, self.config.max_message,
+                base.segment_bytes, 0, DEFAULT_DELETE_RETENTION_MS,
+                round(DEFAULT_DIRTY_RATIO * 1000)))))
+            return
+        if self._no_stream(s, cmd.stream) or self._over_budget(s):
+            return
+        own = self.datadir.settings(cmd.stream)
+        self.outbox.append((s.identity, encode(c.StreamCreateX(
+            cmd.stream, own.retention_bytes, own.retention_ms, own.max_message, own.segment_bytes,
+            (c.FLAG_COMPACT | c.FLAG_KEY_INDEX) if own.compact else 0, own.delete_retention_ms,
+            round(own.min_cleanable_dirty_ratio * 1000)))))
 
     def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe) -> None:
         if cmd.stream == "":
@@ -113,7 +164,8 @@ class StreamAdministration:
             self.config.max_message, base.segment_bytes))))
 
     def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
-        if self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream):
+        if (self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream)
+                or self._being_compacted(s, cmd.stream)):
             return
         st = self.stream(cmd.stream)
         st.append_queued()
@@ -128,7 +180,8 @@ class StreamAdministration:
         self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
 
     def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
-        if self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream):
+        if (self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream)
+                or self._being_compacted(s, cmd.stream)):
             return
         held = 0
         try:                # its journal is opened if it is not: how many messages it held
@@ -152,6 +205,7 @@ class StreamAdministration:
             self.log("stream_delete_failed", stream=cmd.stream, error=str(exc))
             return
         self.catalogue.remove(cmd.stream)
+        self._forget_compaction(cmd.stream)
         self.streams_deleted += 1
         self.messages_deleted += held
         self.log("stream_deleted", stream=cmd.stream)

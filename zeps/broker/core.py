@@ -56,6 +56,8 @@ class Round:
     more: bool                  # replay work remains: run the next round without waiting
     to_sync: List[Stream]       # journals to fsync (off the loop), then ``round(synced=True)``
     to_open: List[str]          # streams to open (off the loop), then :meth:`BrokerCore.opened`
+    #: compactions to run (off the loop, one at a time), then :meth:`BrokerCore.compacted`
+    to_compact: Tuple = ()
 
 
 _PING_OK = encode(c.PingOk())
@@ -82,6 +84,7 @@ class CoreConfig:
     fsync: str = "interval"               # the journals' policy: the core times "interval" syncs
     fsync_interval: float = 0.05          # seconds between group fsyncs (fsync=interval)
     retention_check: float = 10.0         # seconds between retention passes
+    compaction_check: float = 30.0        # seconds between looks for compacted streams to clean
     congestion_backoff: float = 0.01      # first wait after a client's pipe was full (doubles)
     congestion_backoff_max: float = 1.0
     max_held: int = 256                   # replies held for a congested client before it is forgotten
@@ -150,6 +153,7 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
         self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
         self._next_expiry = self._next_retention = self._next_sync = float("-inf")
+        self._next_compaction = float("-inf")
         self.queued = 0                    # messages published since the last append_queued()
         self.now = float("-inf")           # the time of the message being handled
         self.catalogue = StreamCatalogue(datadir.streams())   # every stored stream's name
@@ -462,7 +466,7 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         to_sync = self.tick(now)
         if self.outbox:
             send()
-        return Round(more, to_sync, self.take_opens())
+        return Round(more, to_sync, self.take_opens(), self.take_compactions())
 
     def append_queued(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
@@ -558,6 +562,8 @@ _HANDLERS = {
     c.StreamDescribe: BrokerCore._on_stream_describe,
     c.StreamPurge: BrokerCore._on_stream_purge,
     c.StreamDelete: BrokerCore._on_stream_delete,
+    c.StreamCreateX: BrokerCore._on_stream_create_x,
+    c.StreamSettingsGet: BrokerCore._on_stream_settings,
     c.Limits: BrokerCore._on_limits,
     c.Producer: BrokerCore._on_producer,
     c.HeadersSelect: BrokerCore._on_headers_select,

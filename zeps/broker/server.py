@@ -29,6 +29,10 @@ session. The same monitor reports handshakes that fail (``HANDSHAKE_FAILED_*``: 
 at a CurveZMQ broker, a wrong server key, a key the authenticator refused): the loop waits on it
 too and logs them, rate-limited (:mod:`zeps.broker.handshakes`).
 
+Compaction of a compacted stream (:mod:`zeps.broker.compacting`) runs the same way: the round
+names a job, a greenlet runs :func:`zeps.journal.compaction.run` in the thread pool (one at a
+time), and the loop hands the result to :meth:`BrokerCore.compacted`.
+
 fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a second greenlet
 that never touches the socket (a send from another greenlet can consume the edge-triggered
 ZMQ_FD signal and leave the loop asleep); it wakes the loop through a pipe, and the loop sends the
@@ -47,6 +51,8 @@ import gevent.select
 import structlog
 import zmq
 from zmq.utils.monitor import recv_monitor_message
+
+from zeps.journal import compaction
 
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
@@ -128,6 +134,7 @@ class Broker:
         self.on_fsync: Optional[Callable[[float], None]] = None   # seconds one sync took
         self._synced = False
         self._opened: List[Tuple[str, Optional[BaseException]]] = []   # by _open, for the loop
+        self._compacted: List[tuple] = []          # (job, result, error) by _compact, for the loop
         self._stopping = False
 
     def _core_log(self, event: str, **kw) -> None:
@@ -159,6 +166,10 @@ class Broker:
             opened, self._opened = self._opened, []
             for name, error in opened:
                 core.opened(name, error, now)
+        if self._compacted:                           # compactions finished since the last round
+            compacted, self._compacted = self._compacted, []
+            for job, result, error in compacted:
+                core.compacted(job, result, error)
         receive = core.receive
         ident_fd = self._ident_fd
         n = size = 0
@@ -193,6 +204,8 @@ class Broker:
             self._start_sync(done.to_sync)
         for name in done.to_open:
             gevent.spawn(self._open, name)
+        if done.to_compact:                           # the core names one at a time
+            gevent.spawn(self._compact, done.to_compact)
         return n > 0 or done.more or bool(self._opened)
 
     def _wait(self, timeout: float) -> None:
@@ -304,6 +317,22 @@ class Broker:
             error = exc
         self._opened.append((name, error))
         os.write(self._wake_w, b"o")
+
+    # ------------------------------------------------------------------ compaction
+    def _compact(self, jobs) -> None:
+        """Run the compactions a round named in the thread pool (the rewrite's I/O, and its
+        Python work, which lets go of the GIL every few ms, beside the loop), then wake the
+        loop, which hands each result to the core (:meth:`BrokerCore.compacted`)."""
+        pool = gevent.get_hub().threadpool
+        for job in jobs:
+            result = error = None
+            try:
+                result = pool.apply(compaction.run, (job.path, job.sealed),
+                                    {"interval": job.interval, "fsync": job.fsync})
+            except Exception as exc:                   # logged by the core; the stream goes on
+                error = exc
+            self._compacted.append((job, result, error))
+        os.write(self._wake_w, b"c")
 
     # ------------------------------------------------------------------ group fsync
     def _start_sync(self, streams: List[Stream]) -> None:

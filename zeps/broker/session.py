@@ -36,7 +36,7 @@ DETACH_FRAME = encode(c.Detach())
 #: Commands a client may send in any state.
 _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate, c.StreamDelete,
               c.StreamPurge, c.StreamDescribe, c.BatchSelect, c.ReasonsSelect, c.StreamExpect,
-              c.HeadersSelect)
+              c.HeadersSelect, c.StreamCreateX, c.StreamSettingsGet)
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId,

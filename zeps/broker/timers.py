@@ -1,4 +1,5 @@
-"""The broker core's timers: expiry of silent clients, retention, the group-fsync schedule.
+"""The broker core's timers: expiry of silent clients, retention, compaction checks, the
+group-fsync schedule.
 
 A mixin of :class:`~zeps.broker.core.BrokerCore`. No clock of its own: the shell calls
 :meth:`Timers.tick` with the time and waits until :meth:`Timers.next_deadline`.
@@ -19,7 +20,7 @@ class Timers:
 
     def next_deadline(self) -> float:
         """When :meth:`tick` next has work (monotonic seconds)."""
-        nxt = min(self._next_expiry, self._next_retention)
+        nxt = min(self._next_expiry, self._next_retention, self._next_compaction)
         if self.config.fsync == "interval":
             nxt = min(nxt, self._next_sync)
         if self.congested:
@@ -38,6 +39,9 @@ class Timers:
         if now >= self._next_retention:
             self._next_retention = now + self.config.retention_check
             self._retention()
+        if now >= self._next_compaction:
+            self._next_compaction = now + self.config.compaction_check
+            self.check_compaction()
         if self.config.fsync != "interval" or now < self._next_sync:
             return []
         self._next_sync = now + self.config.fsync_interval
@@ -57,7 +61,10 @@ class Timers:
         self.log("fsync_failed", stream=stream.name, error=str(exc))
 
     def _retention(self) -> None:
+        job = self.compacting
         for st in list(self.streams.values()):
+            if job is not None and job.stream == st.name:
+                continue             # its segments are being rewritten: the next pass
             try:
                 dropped = st.journal.apply_retention()
             except Exception as exc:       # one stream's failure is that stream's

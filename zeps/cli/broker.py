@@ -81,6 +81,9 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                              "compacted stream has one anyway)")
     parser.add_argument("--expiry", type=_positive(parse_duration), default=60.0,
                         help="forget a client silent for this long (default 60s)")
+    parser.add_argument("--compaction-check", type=_positive(parse_duration), default=30.0,
+                        help="look for compacted streams to compact this often (default 30s; "
+                             "each is compacted once its dirty ratio says so)")
     parser.add_argument("--max-message", type=_positive(parse_size), default=1 << 20,
                         help="largest message body accepted (default 1M)")
     parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
@@ -269,7 +272,8 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              admin_rate=args.admin_rate,
-                             admin_burst=max(1, int(args.admin_rate)))
+                             admin_burst=max(1, int(args.admin_rate)),
+                             compaction_check=args.compaction_check)
     _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None

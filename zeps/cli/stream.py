@@ -24,6 +24,17 @@ def _duration(text: str) -> float:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def _ratio(text: str) -> float:
+    import argparse
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a ratio from 0 to 1 (e.g. 0.5), not {text!r}")
+    return value
+
+
 def add_parser(sub) -> None:
     from .common import Parser
     p = sub.add_parser("stream", help="create, describe, list, purge and delete streams",
@@ -43,6 +54,19 @@ def add_parser(sub) -> None:
                    help="largest message body (at most the broker's --max-message)")
     c.add_argument("--segment-bytes", type=_size, default=0, metavar="SIZE",
                    help="segment size (the unit retention deletes)")
+    c.add_argument("--compact", action="store_true",
+                   help="a compacted stream: the broker keeps at least the latest message of "
+                        "every key and removes those a later one superseded (a replay skips "
+                        "their sequences)")
+    c.add_argument("--delete-retention", type=_duration, default=0, metavar="DURATION",
+                   help="with --compact: how long a tombstone (an empty body) is kept "
+                        "(default 1d)")
+    c.add_argument("--min-dirty-ratio", type=_ratio, default=0, metavar="RATIO",
+                   help="with --compact: compact once the bytes written since the last "
+                        "compaction are this share of the sealed segments (0-1, default 0.5)")
+    c.add_argument("--key-index", action="store_true",
+                   help="keep a key index (a compacted stream always has one; without "
+                        "--compact, not kept yet)")
     i = actions.add_parser("info", help="a stream's state and settings")
     i.add_argument("stream", metavar="STREAM", type=_stream_name)
     i.add_argument("--json", action="store_true",
@@ -93,6 +117,20 @@ def _defaults(ep, t, curve):
         return None
 
 
+def _compaction(ep, stream, t, curve):
+    """A compacted stream's settings (None: not compacted, or a broker too old to say)."""
+    from zeps.clients import admin
+    try:
+        own = admin.stream_settings(ep, stream, timeout=t, curve=curve)
+    except admin.Unsupported:
+        return None
+    if not own.compact:
+        return None
+    return {"compact": True, "key_index": own.key_index,
+            "delete_retention_s": (own.delete_retention_ms or 86_400_000) / 1000,
+            "min_dirty_ratio": own.min_dirty_ratio or 0.5}
+
+
 def _number(v) -> str:
     return str(int(v)) if isinstance(v, float) and v.is_integer() else str(v)
 
@@ -102,23 +140,39 @@ def cmd_stream(args) -> int:
 
     ep, t = args.endpoint, args.connect_timeout
     if args.action == "create":
-        admin.create_stream(ep, args.stream, retention_bytes=args.retention_bytes,
-                            retention_age=args.retention_age, max_message=args.max_message,
-                            segment_bytes=args.segment_bytes, timeout=t, curve=args.curve)
+        if not args.compact and (args.delete_retention or args.min_dirty_ratio
+                                 or args.key_index):
+            raise UsageError("--delete-retention, --min-dirty-ratio and --key-index are "
+                             "settings of a compacted stream: add --compact")
+        try:
+            admin.create_stream(ep, args.stream, retention_bytes=args.retention_bytes,
+                                retention_age=args.retention_age, max_message=args.max_message,
+                                segment_bytes=args.segment_bytes, compact=args.compact,
+                                key_index=args.key_index, delete_retention=args.delete_retention,
+                                min_dirty_ratio=args.min_dirty_ratio, timeout=t,
+                                curve=args.curve)
+        except admin.Unsupported as e:
+            raise UsageError(f"the broker at {ep} cannot make a compacted stream (it predates "
+                             f"them): {e.reason}") from None
         return 0
     if args.action == "info":
         d = admin.describe_stream(ep, args.stream, timeout=t, curve=args.curve)
         obj = _describe_json(d, _defaults(ep, t, args.curve))
+        obj["compaction"] = _compaction(ep, args.stream, t, args.curve)
         if args.json:
             print(json.dumps(obj))
             return 0
         in_force = obj.pop("in_force")
+        compaction = obj.pop("compaction")
+        obj["settings"].update(compaction or {"compact": False})
         for k, v in obj.items():
             if k != "settings":
                 print(f"{k:16} {v if v is not None else '-'}")
                 continue
             for sk, sv in v.items():        # its own value, else the broker's (and says so)
-                if sv is not None:
+                if isinstance(sv, bool):
+                    shown = "yes" if sv else "no"
+                elif sv is not None:
                     shown = _number(sv)
                 elif in_force is None:
                     shown = "(broker default)"

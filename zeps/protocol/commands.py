@@ -333,6 +333,42 @@ class StreamDescribeOk(Command):
     segment_bytes: int
 
 
+# --- compacted streams (ids 78-79; issue 18 item 2) -------------------------------------------
+
+#: STREAM-CREATE-X ``flags``: a compacted stream (the latest message per key kept); a key
+#: index (implied by ``COMPACT``, and only allowed with it for now). Other bits: INVALID.
+FLAG_COMPACT = 1
+FLAG_KEY_INDEX = 2
+
+
+@_command
+class StreamCreateX(Command):
+    """C: STREAM-CREATE with the settings of a compacted stream too: ``flags`` (``FLAG_*``),
+    ``delete_retention_ms`` (how long compaction keeps a tombstone; 0: one day) and
+    ``min_dirty_permille`` (compaction runs from this dirty ratio, in thousandths; 0: 500).
+    Answered by STREAM-CREATE-OK. S: the answer to STREAM-SETTINGS (the stream's own
+    settings, i.e. the STREAM-CREATE-X that makes it as it is)."""
+    ID: ClassVar[int] = 78
+    NAME: ClassVar[str] = "STREAM-CREATE-X"
+    stream: str
+    retention_bytes: int = 0
+    retention_ms: int = 0
+    max_message: int = 0
+    segment_bytes: int = 0
+    flags: int = 0
+    delete_retention_ms: int = 0
+    min_dirty_permille: int = 0
+
+
+@_command
+class StreamSettingsGet(Command):
+    """C: a stream's own settings, without attaching: answered by STREAM-CREATE-X (the empty
+    name: the broker's defaults, as STREAM-DESCRIBE). Allowed before ATTACH."""
+    ID: ClassVar[int] = 79
+    NAME: ClassVar[str] = "STREAM-SETTINGS"
+    stream: str
+
+
 # --- batching (an extension: zeps/protocol/batch.py has the layouts) -----------------------
 
 @_command
@@ -559,6 +595,7 @@ ALL_COMMANDS = (
     StreamInfoOk, ListStreams, ListStreamsOk, DeliverTimestamps, DeliverTimestampsOk, DeliverTs,
     Limits, LimitsOk, Producer, ProducerOk, StreamCreate, StreamCreateOk, StreamDelete,
     StreamDeleteOk, StreamPurge, StreamPurgeOk, StreamDescribe, StreamDescribeOk,
+    StreamCreateX, StreamSettingsGet,                                    # (ids 78-79)
     BatchSelect, BatchSelectOk, PublishBatch, DeliverBatch, ListStreamsPage, ListStreamsPageOk,
     ReasonsSelect, ReasonsSelectOk, Error,
     HeadersSelect, HeadersSelectOk, PublishHeaders, DeliverHeaders,      # (ids 70-73)

@@ -1,0 +1,132 @@
+"""Compacted streams through a real broker (issue 18, item 2): created with the SDK
+(STREAM-CREATE-X), compacted by the broker itself (its ``--compaction-check`` timer, the rewrite
+in its thread pool) while clients publish, the journal shrinks, a replay through the broker
+gives every key's latest value with the removed sequences skipped and taken as normal (the SDK
+reports no loss), and a calm publish->deliver pair on another stream beside it loses nothing.
+The pair's p99 during the compactions and without them is printed, not asserted (the
+figures are bench/bench_compaction.py's); the CLI creates and shows such a stream."""
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import sys
+import time
+
+from zeps.clients import Client, admin
+
+from .pair import Pair
+
+STREAM = "kv"
+KEYS = 20
+
+
+def log_bytes(data) -> int:
+    from zeps.journal.names import stream_dir_name
+    path = os.path.join(data, stream_dir_name(STREAM))
+    return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
+               if n.endswith(".log"))
+
+
+def wait_for(fn, ok, timeout):
+    deadline = time.monotonic() + timeout
+    value = fn()
+    while not ok(value) and time.monotonic() < deadline:
+        time.sleep(0.05)
+        value = fn()
+    return value
+
+
+def p99(values):
+    if not values:
+        return float("nan")
+    values = sorted(values)
+    return values[min(len(values) - 1, int(0.99 * len(values)))]
+
+
+def publish(endpoint, n, start, model):
+    with Client(endpoint, STREAM, confirms=True, timeout=30, batching=False) as c:
+        for i in range(start, start + n):
+            key = f"cfg.{i % KEYS}"
+            body = b"" if i % 13 == 5 else b"value %06d" % i
+            c.publish(key, body)
+            if body:
+                model[key] = body
+            else:
+                model.pop(key, None)
+            if i % 50 == 49:
+                c.wait_for_confirms()
+        c.wait_for_confirms()
+
+
+def replay(endpoint):
+    seqs, state = [], {}
+    with Client(endpoint, STREAM, timeout=30) as c:
+        last = c.info().last
+        sub = c.subscribe("", from_seq=1)
+        deadline = time.monotonic() + 60
+        while (not seqs or seqs[-1] < last) and time.monotonic() < deadline:
+            msg = sub.poll(1.0)
+            if msg is None:
+                continue
+            seqs.append(msg.sequence)
+            if msg.body:
+                state[msg.key] = msg.body
+            else:
+                state.pop(msg.key, None)
+    return seqs, state
+
+
+def test_the_broker_compacts_a_compacted_stream_beside_a_calm_pair(start_broker, tmp_path,
+                                                                   caplog):
+    data = tmp_path / "data"
+    b = start_broker(data, "--compaction-check", "0.2")
+    admin.create_stream(b.endpoint, STREAM, compact=True, segment_bytes=8192,
+                        delete_retention=3600)
+    own = admin.stream_settings(b.endpoint, STREAM)
+    assert own.compact and own.key_index and own.delete_retention_ms == 3_600_000
+    pair = Pair(b.endpoint, stream="calm")
+    try:
+        pair.start_paced(0.005)
+        assert wait_for(lambda: len(pair.received), lambda n: n >= 100, 30) >= 100
+        calm_until = time.monotonic_ns()
+        model: dict = {}
+        during_from = time.monotonic_ns()
+        publish(b.endpoint, 4000, 0, model)
+        written = 4000 * 40                           # at least: records of ~40 bytes
+        size = wait_for(lambda: log_bytes(data), lambda s: s < written / 3, 60)
+        during_until = time.monotonic_ns()
+        assert size < written / 3, f"the journal did not shrink: {size} bytes"
+        got = len(pair.received)
+        assert wait_for(lambda: len(pair.received), lambda n: n >= got + 100, 30) >= got + 100
+        pair.stop_paced()
+        assert pair.wait_all(30), f"{len(pair.received)} of {pair.sent}"
+        assert not pair.problems, pair.problems[:3]
+        calm = pair.latencies(0, calm_until)
+        during = pair.latencies(during_from, during_until)
+        print(f"\ncalm pair p99: {p99(calm) * 1e3:.2f} ms without compaction ({len(calm)} "
+              f"messages), {p99(during) * 1e3:.2f} ms while publishing and compacting "
+              f"({len(during)}); journal {size} bytes for {written}+ written")
+    finally:
+        pair.close()
+    with caplog.at_level(logging.DEBUG, logger="zeps"):
+        seqs, state = replay(b.endpoint)
+    assert state == model
+    assert seqs == sorted(set(seqs)) and seqs[-1] == 4000 and len(seqs) < 1000
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING], caplog.records[:3]
+    assert "compacted" in b.log_path.read_text()
+    b.stop()
+
+
+def test_the_cli_creates_a_compacted_stream_and_shows_its_settings(broker):
+    def zeps(*args):
+        return subprocess.run([sys.executable, "-m", "zeps", *args, "--endpoint",
+                               broker.endpoint], capture_output=True, text=True, timeout=60)
+    r = zeps("stream", "create", "cfg", "--compact", "--delete-retention", "2h",
+             "--min-dirty-ratio", "0.25")
+    assert r.returncode == 0, r.stderr
+    r = zeps("stream", "info", "cfg")
+    assert r.returncode == 0, r.stderr
+    assert "compact" in r.stdout and "7200" in r.stdout and "0.25" in r.stdout, r.stdout
+    r = zeps("stream", "create", "bad", "--delete-retention", "2h")
+    assert r.returncode != 0 and "--compact" in r.stderr

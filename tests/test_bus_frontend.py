@@ -303,6 +303,9 @@ def test_malformed_commands_and_huge_subtree_lists_are_ignored_and_counted(start
     ]
     for frames in bad_pubs:
         producer.send_multipart(frames)
+    # the PUB socket takes no commands: a peer of the wrong kind is refused by ZeroMQ itself
+    wrong = raw_socket(zmq.DEALER, port + 1)
+    wrong.send_multipart([b"SYNCSTART", b"", U64.pack(0)])
     seen = wait_counter(b, name, "collector.malformed", len(bad_pubs))
     seen = wait_counter(b, name, "snapshot.malformed", len(bad_requests))
     assert seen["snapshot.malformed"] == len(bad_requests)
@@ -322,6 +325,6 @@ def test_malformed_commands_and_huge_subtree_lists_are_ignored_and_counted(start
     reader = zeps_reader(b.endpoint, "ev")
     keys = {m.key for m in zeps_messages(reader, 2)}
     assert reader.nothing(0.3) and keys <= {"/c/warm", "/c/after"}
-    for s in (snap, huge, producer):
+    for s in (snap, huge, producer, wrong):
         s.close(0)
     calm.close()

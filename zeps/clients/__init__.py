@@ -164,7 +164,7 @@ from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Subscription",
            "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
-           "Headers",
+           "Headers", "KVMap", "AsyncKVMap", "Snapshot",
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
@@ -182,6 +182,10 @@ def __getattr__(name: str):
         from . import aio as module
     elif name == "CurveKeys":
         from . import curve as module
+    elif name in ("KVMap", "AsyncKVMap"):
+        from . import kv as module
+    elif name == "Snapshot":
+        from . import snapshot as module
     elif name == "MulticastSubscriber":
         # zeps.multicast is the floor above this package (it uses Client): offered here for
         # `from zeps.clients import MulticastSubscriber` (README); .importlinter allows it.

@@ -4,7 +4,8 @@ in its thread pool) while clients publish, the journal shrinks, a replay through
 gives every key's latest value with the removed sequences skipped and taken as normal (the SDK
 reports no loss), and a calm publish->deliver pair on another stream beside it loses nothing.
 The pair's p99 during the compactions and without them is printed, not asserted (the
-figures are bench/bench_compaction.py's); the CLI creates and shows such a stream."""
+figures are bench/bench_compaction.py's); the CLI creates and shows such a stream; a
+compaction process killed at its commit point loses nothing."""
 from __future__ import annotations
 
 import logging
@@ -130,3 +131,35 @@ def test_the_cli_creates_a_compacted_stream_and_shows_its_settings(broker):
     assert "compact" in r.stdout and "7200" in r.stdout and "0.25" in r.stdout, r.stdout
     r = zeps("stream", "create", "bad", "--delete-retention", "2h")
     assert r.returncode != 0 and "--compact" in r.stderr
+
+
+def test_a_compaction_process_killed_at_its_commit_point_loses_nothing(start_broker, tmp_path,
+                                                                       monkeypatch):
+    """Each compaction's child process SIGKILLs itself once its first segment's rewrite is
+    committed (``B.log.swap``) and before it is in place: the broker logs the failure and keeps
+    serving the same state (the next child finishes what the last one committed first, so
+    they make progress); a restart finishes the swap; later compactions run."""
+    data = tmp_path / "data"
+    monkeypatch.setenv("ZEPS_COMPACT_CRASH_AT", "swap")
+    b = start_broker(data, "--compaction-check", "0.2")
+    admin.create_stream(b.endpoint, STREAM, compact=True, segment_bytes=8192)
+    model: dict = {}
+    publish(b.endpoint, 2000, 0, model)
+    log = wait_for(lambda: b.log_path.read_text(), lambda t: "compaction_failed" in t, 60)
+    assert "compaction_failed" in log and "signal 9" in log
+    from zeps.journal.names import stream_dir_name
+    path = os.path.join(data, stream_dir_name(STREAM))
+    seqs, state = replay(b.endpoint)
+    assert state == model and seqs == sorted(set(seqs)) and seqs[-1] == 2000
+    b.stop()
+    monkeypatch.delenv("ZEPS_COMPACT_CRASH_AT")
+    b.restart()
+    seqs, state = replay(b.endpoint)                  # opens the journal: recovery
+    assert state == model and seqs == sorted(set(seqs)) and seqs[-1] == 2000
+    assert not any(n.endswith((".swap", ".cleaned")) for n in os.listdir(path))
+    publish(b.endpoint, 1000, 2000, model)
+    assert wait_for(lambda: b.log_path.read_text().count("compacted"), lambda n: n >= 1, 60)
+    seqs, state = replay(b.endpoint)
+    assert state == model and seqs == sorted(set(seqs)) and seqs[-1] == 3000
+    assert len(seqs) < 1000
+    b.stop()

@@ -30,8 +30,9 @@ at a CurveZMQ broker, a wrong server key, a key the authenticator refused): the 
 too and logs them, rate-limited (:mod:`zeps.broker.handshakes`).
 
 Compaction of a compacted stream (:mod:`zeps.broker.compacting`) runs the same way: the round
-names a job, a greenlet runs :func:`zeps.journal.compaction.run` in the thread pool (one at a
-time), and the loop hands the result to :meth:`BrokerCore.compacted`.
+names a job, a greenlet runs it in the thread pool (one at a time) - in a child process
+(:mod:`zeps.broker.compactor`: the rewrite's Python work would share the loop's GIL in a
+thread) - and the loop hands the result to :meth:`BrokerCore.compacted`.
 
 fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a second greenlet
 that never touches the socket (a send from another greenlet can consume the edge-triggered
@@ -52,8 +53,7 @@ import structlog
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
-from zeps.journal import compaction
-
+from . import compactor
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
 from .stream import Stream
@@ -327,8 +327,7 @@ class Broker:
         for job in jobs:
             result = error = None
             try:
-                result = pool.apply(compaction.run, (job.path, job.sealed),
-                                    {"interval": job.interval, "fsync": job.fsync})
+                result = pool.apply(compactor.run, (job,))
             except Exception as exc:                   # logged by the core; the stream goes on
                 error = exc
             self._compacted.append((job, result, error))

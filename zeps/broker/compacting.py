@@ -5,9 +5,9 @@ Every ``compaction_check`` seconds (:class:`~zeps.broker.timers.Timers`) the cor
 open compacted streams, in turn, for one whose sealed segments changed since it last looked (a
 segment was sealed: new dirty bytes; nothing else can make the dirty ratio grow) and names it
 in the round's ``to_compact`` as a :class:`CompactionJob`, one at a time. The shell runs
-:func:`zeps.journal.compaction.run` over it off the loop (gevent's thread pool: the rewrite's
-I/O and its Python work, which lets go of the GIL every few ms, beside the loop), which
-compacts only if the stream's dirty ratio says so, and hands the result back to
+:func:`zeps.journal.compaction.run` over it off the loop (in a child process,
+:mod:`zeps.broker.compactor`, waited for in gevent's thread pool), which compacts only if the
+stream's dirty ratio says so, and hands the result back to
 :meth:`Compacting.compacted` on the loop: the journal is told which segments were rewritten
 (``reload_segments``; reads under way keep the old files, later ones open the new ones).
 

@@ -320,9 +320,10 @@ class Broker:
 
     # ------------------------------------------------------------------ compaction
     def _compact(self, jobs) -> None:
-        """Run the compactions a round named in the thread pool (the rewrite's I/O, and its
-        Python work, which lets go of the GIL every few ms, beside the loop), then wake the
-        loop, which hands each result to the core (:meth:`BrokerCore.compacted`)."""
+        """Run the compactions a round named, each in a child process waited for in the thread
+        pool (:mod:`zeps.broker.compactor`: the rewrite shares nothing with the loop, not even
+        the GIL), then wake the loop, which hands each result to the core
+        (:meth:`BrokerCore.compacted`)."""
         pool = gevent.get_hub().threadpool
         for job in jobs:
             result = error = None

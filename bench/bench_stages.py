@@ -113,6 +113,7 @@ def _broker_child(argv: List[str]) -> int:
     b3: Dict[int, int] = {}
     b4: Dict[int, int] = {}
     wakes: List[int] = []
+    long_waits: List[tuple] = []
     syncs: List[tuple] = []
     gcs = gc_probe()
     in_round: List[int] = []
@@ -162,8 +163,12 @@ def _broker_child(argv: List[str]) -> int:
     wait = server.Broker._wait
 
     def wait_stamped(self, timeout):
+        t = mono()
         r = wait(self, timeout)
-        wakes.append(mono())
+        now = mono()
+        wakes.append(now)
+        if now - t > 20_000_000:                          # a long wait: was it woken?
+            long_waits.append((t, now, timeout))
         return r
     server.Broker._wait = wait_stamped
 
@@ -178,6 +183,20 @@ def _broker_child(argv: List[str]) -> int:
     Journal.sync = sync_stamped
 
     profile = os.environ.get("ZEPS_STAGES_PROFILE")     # cProfile the broker into this file
+    gc_try = os.environ.get("ZEPS_STAGES_GC")             # experiment: "freeze", "T0[,T1]"
+    if gc_try:
+        serve = server.Broker.serve_forever
+
+        def serve_gc(self):
+            for part in gc_try.split(":"):
+                if part == "freeze":
+                    gc.collect()
+                    gc.freeze()
+                else:
+                    t = [int(x) for x in part.split(",")]
+                    gc.set_threshold(*t, *gc.get_threshold()[len(t):])
+            return serve(self)
+        server.Broker.serve_forever = serve_gc
     try:
         if profile:
             import cProfile
@@ -189,7 +208,8 @@ def _broker_child(argv: List[str]) -> int:
         return main(args)
     finally:
         with open(out_file, "wb") as f:
-            pickle.dump(dict(B1=b1, B2=b2, B3=b3, B4=b4, wakes=wakes, syncs=syncs, gc=gcs), f)
+            pickle.dump(dict(B1=b1, B2=b2, B3=b3, B4=b4, wakes=wakes, syncs=syncs, gc=gcs,
+                             long_waits=long_waits), f)
 
 
 def start_broker(tmp: str, fsync: str, env=None):
@@ -326,6 +346,93 @@ def _subscriber(kind, endpoint, stream, ready, go, out):
     out.put(("sub", s1, s2, gcs, cpu))
 
 
+def _proxy(out) -> None:
+    import zmq
+    ctx = zmq.Context()
+    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
+    xsub.bind("tcp://127.0.0.1:*")
+    xpub.bind("tcp://127.0.0.1:*")
+    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+    zmq.proxy(xsub, xpub)
+
+
+def _proxy_publisher(front, rate, seconds, size, ready, go, out):
+    import zmq
+    pad = b"x" * max(0, size - STAMP_BYTES)
+    mono = time.monotonic_ns
+    p1 = array("q")
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUB)
+    s.connect(front)
+    ready.set()
+    while not go.wait(0.01):              # a PUB drops what no subscription reached yet
+        s.send(b"warmup")
+    send = s.send
+    key = KEY.encode()
+    for _ in _pace(rate, seconds):
+        t = mono()
+        send(key + t.to_bytes(8, "big") + pad)
+        p1.extend((t, mono()))
+    send(END_KEY.encode())
+    s.close(linger=-1)
+    ctx.term()
+    out.put(("pub", p1))
+
+
+def _proxy_subscriber(back, ready, go, out):
+    import zmq
+    mono = time.monotonic_ns
+    s2 = array("q")
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.SUB)
+    s.setsockopt(zmq.SUBSCRIBE, b"")
+    s.connect(back)
+    while s.recv() != b"warmup":
+        pass
+    ready.set()
+    go.wait()
+    key, end, at = KEY.encode(), END_KEY.encode(), len(KEY)
+    while True:
+        m = s.recv()
+        t = mono()
+        if m == end:
+            break
+        if m[:at] == key:
+            s2.extend((int.from_bytes(m[at:at + 8], "big"), t))
+    s.close()
+    ctx.term()
+    out.put(("sub", s2))
+
+
+def run_proxy(rate: float, seconds: float, size: int) -> dict:
+    """The same paced publisher through ZeroMQ's XSUB/XPUB proxy (no journal): end to end only."""
+    fork = multiprocessing.get_context("fork")
+    q = fork.Queue()
+    proxy = fork.Process(target=_proxy, args=(q,), daemon=True)
+    proxy.start()
+    try:
+        front, back = q.get(timeout=30)
+        rp, rs, go = fork.Event(), fork.Event(), fork.Event()
+        pub = fork.Process(target=_proxy_publisher, args=(front, rate, seconds, size, rp, go, q))
+        sub = fork.Process(target=_proxy_subscriber, args=(back, rs, go, q))
+        pub.start()
+        sub.start()
+        rp.wait(60)
+        rs.wait(60)
+        time.sleep(0.2)
+        go.set()
+        got = dict(q.get(timeout=seconds + 120) for _ in range(2))
+        pub.join()
+        sub.join()
+    finally:
+        proxy.kill()
+        proxy.join()
+    p1 = dict(zip(got["pub"][::2], got["pub"][1::2]))
+    s2 = dict(zip(got["sub"][::2], got["sub"][1::2]))
+    e2e = sorted(s2[k] - k for k in p1 if k in s2)
+    return {"n": len(e2e), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)}}
+
+
 # ---------------------------------------------------------------------------------- analysis
 
 def pct(sorted_values, p):
@@ -376,6 +483,14 @@ def analyse(pub, sub, broker) -> dict:
     out["gc_counts"] = {who: _gc_summary(d["gc"]) for who, d in
                         (("publisher", pub), ("broker", broker), ("subscriber", sub))}
     out["fsyncs"] = len(broker["syncs"])
+    # waits of 20 ms or more that ended after a message of the run had reached the broker's
+    # socket (P1) before the wait began: the loop slept while something was there to read
+    p1s = sorted(p1.values())
+    out["stuck_waits"] = [(b - a, timeout) for a, b, timeout in broker.get("long_waits", ())
+                          if p1s and p1s[0] < a < p1s[-1]
+                          and any(a > x and broker["B1"].get(k, 0) > a for k, x in p1.items())]
+    span = max(r["S2"] for r in rows) - min(r["P0"] for r in rows)
+    out["fsync_busy"] = sum(b - a for a, b in broker["syncs"]) / span if span else 0.0
     return out
 
 
@@ -452,7 +567,11 @@ def report(res: dict, title: str) -> str:
                      f"overlapping a collection: publisher {t['_gc_pub']}, broker "
                      f"{t['_gc_broker']}, subscriber {t['_gc_sub']}; an fsync: {t['_fsync']}")
     lines.append("* collections: " + "; ".join(f"{k}: {v}" for k, v in res["gc_counts"].items())
-                 + f"; fsyncs: {res['fsyncs']}")
+                 + f"; fsyncs: {res['fsyncs']} (busy {res['fsync_busy']:.0%} of the run: the "
+                 "share of slow messages that would overlap one by chance)")
+    if res.get("stuck_waits"):
+        lines.append("* the broker's loop slept while a message waited: " + ", ".join(
+            f"{d / 1e6:.1f} ms (timeout {t * 1e3:.1f} ms)" for d, t in res["stuck_waits"]))
     lines.append("* CPU per message (us): " + ", ".join(
         f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
         + " (the publisher's includes its pacing, which spins between messages)")
@@ -467,14 +586,28 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=10_000)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--client", choices=("sdk", "raw"), default="sdk")
+    ap.add_argument("--client", choices=("sdk", "raw", "proxy"), default="sdk",
+                    help="the ZEPS SDK, bare pyzmq DEALERs, or ZeroMQ's proxy (end to end only)")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--summary", action="store_true",
+                    help="one line of name=value figures per run instead of the tables")
     args = ap.parse_args(argv)
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     for i in range(args.runs):
+        if args.client == "proxy":
+            e = run_proxy(args.rate, args.seconds, args.size)["e2e"]
+            print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
+                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f}", flush=True)
+            continue
         res = run_once(args.client, args.rate, args.seconds, args.size, args.fsync)
+        if args.summary:
+            e, cpu = res["e2e"], res["cpu"]
+            print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
+                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
+                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()), flush=True)
+            continue
         print(report(res, f"{args.client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
                           f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
     return 0

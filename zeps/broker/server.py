@@ -43,6 +43,7 @@ ROUTER's receive high-water mark fills, and the publishers' DEALER sockets block
 """
 from __future__ import annotations
 
+import gc
 import os
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
@@ -89,6 +90,18 @@ def _libc_malloc_trim():
 _malloc_trim = _libc_malloc_trim()
 _EAGAIN = zmq.EAGAIN
 _EHOSTUNREACH = zmq.EHOSTUNREACH
+
+
+def _freeze_heap() -> None:
+    """After start-up, move every object alive (the imports', the broker's own) out of the
+    garbage collector's sight (``gc.freeze``): a full collection then looks only at what was
+    made since. A full collection of the started broker, all of it seen, takes 9-13 ms on the
+    project's machine (``python -m bench.bench_stages``, issue 20): a stall every message
+    routed meanwhile would wait for. Python's thresholds stay: at 10k messages/s the broker
+    makes about one young collection a second (0.1-0.2 ms each); a higher first threshold
+    would make them rarer and proportionally longer."""
+    gc.collect()
+    gc.freeze()
 
 
 def _timed(fn: Callable[[], object]) -> float:
@@ -142,6 +155,7 @@ class Broker:
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
+        _freeze_heap()
         try:
             while not self._stopping:
                 busy = self._round()
@@ -206,12 +220,16 @@ class Broker:
             gevent.spawn(self._open, name)
         if done.to_compact:                           # the core names one at a time
             gevent.spawn(self._compact, done.to_compact)
-        return n > 0 or done.more or bool(self._opened)
+        # A round that emptied the socket is followed by the wait, not by another round that
+        # would find nothing (at a low rate, one message per round: that round cost as much
+        # as the message's own; issue 20).
+        return (n > 0 and not drained) or done.more or bool(self._opened)
 
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
         # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
         if (_getsockopt(self.sock, _EVENTS) | _getsockopt(self._monitor, _EVENTS)) & _POLLIN:
+            gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
         ready, _, _ = gevent.select.select([self.fd, self._monitor_fd, self._wake_r], [], [],

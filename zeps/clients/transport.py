@@ -25,20 +25,25 @@ log = logging.getLogger("zeps.client")
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _backend_send = zmq.backend.Socket.send
+_EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
 _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
 #: The socket's send high-water mark (frames) with batching: small, so that a publisher
-#: faster than the broker finds the socket busy soon and its publishes join batches (natural
+#: faster than the socket finds it busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
-#: queue (8 made the client pay for ZeroMQ's flow-control wake-ups: measured slower than 64,
-#: which batches most of a tight loop; 1000 batches little). Set before connecting: ZeroMQ
-#: sizes a pipe's low-water mark when it creates it, and a mark lowered later leaves the writer
-#: waiting for a wake-up that never comes. Raised to ZeroMQ's default (1000) when the broker
-#: does not batch (raising is safe).
-BATCH_SNDHWM = 64
+#: queue. "Busy" is then what Nagle's algorithm calls data in flight: frames ZeroMQ's I/O
+#: thread has not taken yet. With 64, ZeroMQ's I/O thread kept up with a tight loop of
+#: ``publish()`` and 60% of its publishes left as single PUBLISH frames, which cost the broker
+#: a frame each; with 4, a publish leaves alone only while the I/O thread keeps up, and
+#: ``publish()`` with confirms went 1.2-1.6x faster (docs/benchmarks.md, issue 20). Fewer (1
+#: or 2) made ``publish_batch`` wait for the I/O thread after each frame (half as fast). Set
+#: before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a mark
+#: lowered later leaves the writer waiting for a wake-up that never comes. Raised to ZeroMQ's
+#: default (1000) when the broker does not batch (raising is safe).
+BATCH_SNDHWM = 4
 PLAIN_SNDHWM = 1000
 
 
@@ -231,7 +236,9 @@ class Connection:
         if self.sock is None:
             return
         mon = self.mon
-        while True:
+        # Asking the monitor costs a third of a refused read (zmq.Again is a raised exception):
+        # it is called on every wake-up of a subscriber, and almost always has nothing.
+        while mon.get(_EVENTS) & _POLLIN:
             try:
                 parts = mon.recv_multipart(_NOBLOCK)
             except zmq.Again:

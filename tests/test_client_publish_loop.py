@@ -1,0 +1,68 @@
+"""``publish()`` in a loop (issue 20): a publisher faster than its socket finds it busy after a
+few frames (the DEALER's send high-water mark, ``transport.BATCH_SNDHWM``) and its publishes
+leave together as PUBLISH-BATCH frames (natural batching, :mod:`zeps.clients.batching`). That
+path must give exactly what plain PUBLISH frames give: the same messages, in the same order,
+each confirmed once with its own sequence. Real broker process, real sockets on 127.0.0.1; no
+figure of time is asserted (the speed is measured in bench/, docs/benchmarks.md)."""
+from __future__ import annotations
+
+import zmq
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from zeps.clients import Client
+from zeps.clients.transport import BATCH_SNDHWM, PLAIN_SNDHWM
+
+FAST = dict(timeout=20.0, heartbeat=5.0)
+
+messages = st.lists(st.tuples(st.sampled_from(["", "k", "a.b", "clé", "x" * 255]),
+                              st.binary(max_size=300)), min_size=1, max_size=400)
+# where the program stops publishing for a moment to ask the broker something (a flush): the
+# queue in front of it must leave before it, in order
+pauses = st.sets(st.integers(0, 399), max_size=3)
+
+
+def _read_all(endpoint: str, stream: str, n: int):
+    with Client(endpoint, stream, **FAST) as cl:
+        sub = cl.subscribe()
+        got = [sub.next(timeout=20) for _ in range(n)]
+        assert sub.poll(0.05) is None                       # nothing more
+    return got
+
+
+def test_a_batching_client_keeps_only_a_few_frames_ahead_of_zeromqs_io_thread(broker):
+    """With ZeroMQ's default (1000) or 64, a tight loop of publishes rarely finds the socket
+    busy: most leave as single frames, each a frame for the broker to read and decode."""
+    with Client(broker.endpoint, "hwm", create=True, **FAST) as cl:
+        assert cl.max_batch is not None                     # the broker batches
+        assert cl._conn.sock.getsockopt(zmq.SNDHWM) == BATCH_SNDHWM <= 8
+    with Client(broker.endpoint, "hwm", batching=False, **FAST) as plain:
+        assert plain._conn.sock.getsockopt(zmq.SNDHWM) == PLAIN_SNDHWM
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(items=messages, stops=pauses, confirms=st.booleans())
+def test_publishes_in_a_loop_give_what_plain_publishes_give(broker, items, stops, confirms):
+    got = {}
+    for batching in (True, False):
+        stream = f"loop-{batching}-{confirms}-{abs(hash((tuple(items), tuple(stops)))) % 10**9}"
+        with Client(broker.endpoint, stream, confirms=confirms, batching=batching,
+                    **FAST) as pub:
+            receipts = []
+            for i, (key, body) in enumerate(items):
+                receipts.append(pub.publish(key, body))
+                if i in stops:
+                    pub.flush()
+            if confirms:
+                assert pub.wait_for_confirms() == len(items)
+                assert pub.unconfirmed == 0
+                got[batching, "seq"] = [r.result(0) for r in receipts]
+            else:
+                pub.flush()
+        got[batching] = [(m.sequence, m.key, m.body)
+                         for m in _read_all(broker.endpoint, stream, len(items))]
+    expected = [(i, key, body) for i, (key, body) in enumerate(items, 1)]
+    assert got[True] == got[False] == expected
+    if confirms:                      # every message confirmed once, with its own sequence
+        assert got[True, "seq"] == got[False, "seq"] == list(range(1, len(items) + 1))

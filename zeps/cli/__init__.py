@@ -28,11 +28,11 @@ import os
 import sys
 from typing import List, Optional
 
-from . import bench, bridge, broker, keys, publish, replay, stats, stream, subscribe, top
+from . import bench, bridge, broker, keys, kv, publish, replay, stats, stream, subscribe, top
 from .common import Parser, UsageError, message_json, message_line, parse_time  # noqa: F401
 
 COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "stream", "top", "keys", "bridge",
-            "bench")
+            "bench", "kv")
 
 
 def build_parser() -> Parser:
@@ -47,7 +47,7 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.add_parser("broker", help="run the broker (zeps broker --help for its options)",
                    add_help=False)
-    for module in (publish, subscribe, replay, stats, stream, top, keys, bridge, bench):
+    for module in (publish, subscribe, replay, stats, stream, top, keys, bridge, bench, kv):
         module.add_parser(sub)
     return parser
 

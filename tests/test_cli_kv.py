@@ -1,0 +1,58 @@
+"""``zeps kv get|put|del|ls|watch|history`` against a real broker (issue 18 item 4)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from tests.test_cli import ENV, REPO, zeps
+from zeps.clients import Client
+
+
+def test_put_get_del_ls_history(start_broker):
+    b = start_broker(None, "--key-index")
+    ep = ("--endpoint", b.endpoint)
+    assert zeps("kv", "put", "cfg", "a", "1", *ep).stdout == "1\n"
+    assert zeps("kv", "put", "cfg", "ab", "2", *ep).stdout == "2\n"
+    r = zeps("kv", "put", "cfg", "a", "-", "--ttl", "30", *ep, input="one\n")
+    assert r.returncode == 0 and r.stdout == "3\n", r.stderr
+    assert zeps("kv", "get", "cfg", "a", *ep).stdout == "one\n\n"
+    got = json.loads(zeps("kv", "get", "cfg", "a", "--json", *ep).stdout)
+    assert got["headers"] == [{"name": "ttl", "value": "30", "encoding": "utf8"}]
+    assert zeps("kv", "ls", "cfg", *ep).stdout == "a\nab\n"
+    assert zeps("kv", "del", "cfg", "a", *ep).stdout == "4\n"
+    r = zeps("kv", "get", "cfg", "a", *ep)
+    assert r.returncode == 1 and "no value for key 'a'" in r.stderr
+    assert zeps("kv", "ls", "cfg", "a", "--values", *ep).stdout == "ab 2\n"
+    assert zeps("kv", "history", "cfg", "a", *ep).stdout.splitlines() == [
+        "1 PUT a 1", "3 PUT a one\\n", "4 DEL a"]
+    r = zeps("kv", "ls", "missing", *ep)
+    assert r.returncode == 2 and "no stream" in r.stderr
+    r = zeps("kv", "put", "cfg", "x", "", *ep)
+    assert r.returncode == 2 and "kv del" in r.stderr
+
+
+def test_a_stream_without_the_key_index_is_refused_with_the_way_out(start_broker):
+    b = start_broker()
+    assert zeps("kv", "put", "plain", "a", "1", "--endpoint", b.endpoint).returncode == 0
+    r = zeps("kv", "ls", "plain", "--endpoint", b.endpoint)
+    assert r.returncode == 1 and "--key-index" in r.stderr
+
+
+def test_watch_prints_the_current_values_then_the_changes(start_broker):
+    b = start_broker(None, "--key-index")
+    with Client(b.endpoint, "cfg", confirms=True) as pub:
+        pub.publish("a", b"1")
+        pub.wait_for_confirms(10)
+        proc = subprocess.Popen([sys.executable, "-m", "zeps", "kv", "watch", "cfg", "--count",
+                                 "3", "--endpoint", b.endpoint], stdout=subprocess.PIPE,
+                                text=True, cwd=str(REPO), env=ENV)
+        try:
+            assert proc.stdout.readline() == "1 PUT a 1\n"     # the snapshot is taken
+            pub.publish("b", b"2")
+            pub.publish("a", b"")
+            pub.wait_for_confirms(10)
+            out, _ = proc.communicate(timeout=30)
+        finally:
+            proc.kill()
+    assert out.splitlines() == ["2 PUT b 2", "3 DEL a"]

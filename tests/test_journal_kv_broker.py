@@ -4,8 +4,10 @@ compaction run beside the live broker (another process's writer, as the broker w
 its loop) loses nothing, and a subscriber replaying through the broker gets the compacted log
 with its gaps as normal: increasing sequences, the current state.
 
-The stream is made compacted through the data directory (``DataDir.create``: what STREAM-CREATE
-does), since the wire does not carry ``compact`` yet."""
+The stream is made compacted through the data directory (``DataDir.create``: what
+STREAM-CREATE-X does), and the broker's own compaction is kept out of the way (a
+``--compaction-check`` of a day) so that the test's compaction is the only one
+(tests/test_compaction_broker.py has the broker's)."""
 from __future__ import annotations
 
 import time
@@ -60,7 +62,7 @@ def test_a_broker_restart_and_a_compaction_beside_it_keep_the_current_state(star
     dd.create(STREAM, StreamSettings(segment_bytes=4096, compact=True))
     path = dd.stream_path(STREAM)
     dd.close()
-    b = start_broker(data)
+    b = start_broker(data, "--compaction-check", "86400")
     model: dict = {}
     publish(b.endpoint, 600, 0, model, batching=False)
     b.kill()                                          # SIGKILL: no close, no checkpoint
@@ -74,8 +76,8 @@ def test_a_broker_restart_and_a_compaction_beside_it_keep_the_current_state(star
     assert len(sealed) > 10
     res = compaction.compact(path, sealed)            # beside the live broker
     assert res.removed > 0
-    # the broker (not told: the wiring that calls reload_segments is not there) reads the
-    # files it has open, the old ones, or the new ones: the same state either way
+    # the broker (not told: its own compaction would call reload_segments) reads the files
+    # it has open, the old ones, or the new ones: the same state either way
     seqs, state = replay(b.endpoint)
     assert state == model
     assert seqs == sorted(set(seqs)) and set(seqs) <= set(seqs_before) and seqs[-1] == 900

@@ -97,6 +97,7 @@ def test_no_credit_no_entries_and_credit_bounds_what_is_sent(make):
     assert h.take(R) == []
     cur = h.core.sessions[R].snapshot
     assert cur.count == 0 and cur.after is None
+    assert R not in h.core.snapshotting          # no round looks at it until CREDIT
     h.send(R, c.Credit(cost("k0000") * 3))
     h.drain()
     assert [e.key for e in entries(h.take(R))] == ["k0000", "k0001", "k0002"]
@@ -122,10 +123,10 @@ def test_a_full_pipe_gives_entries_back_and_they_come_again_in_order(make):
     s = h.core.sessions[R]
     assert not s.held and s.congested_until
     assert s.credit == (1 << 30) - 5 * cost("k0000")
-    assert h.core.snapshotting[R].count == 5
+    assert h.core.sessions[R].snapshot.count == 5
     for _ in range(3):
         h.round()
-    assert h.core.snapshotting[R].count == 5       # nothing produced while congested
+    assert h.core.sessions[R].snapshot.count == 5       # nothing produced while congested
     got = h.take(R)
     h.pipe.pop(R)
     h.now += 1.0

@@ -108,6 +108,8 @@ class Congestion:
             st = self.streams.get(s.stream) if s.stream is not None else None
             if st is not None:
                 st.resume(s)
+                if s.snapshot is not None:
+                    self.snapshot_resume(s)
             elif s.state != ATTACHED:
                 self._to_free.append(s)          # only held a DETACH-OK: free it once sent
 

@@ -321,6 +321,8 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         # Credit is additive and only a number here: what the broker queues for a client is
         # bounded by its connection's high-water mark (--client-queue), whatever it granted.
         self.streams[s.stream].credit(s, cmd.credit)
+        if s.snapshot is not None:
+            self.snapshot_resume(s)
 
     def _on_publish(self, s: Session, cmd: c.Publish) -> None:
         if not s.may_publish:

@@ -80,7 +80,8 @@ def reduce_prefixes(prefixes) -> tuple:
 
 class Snapshots:
     """SNAPSHOT's handler and the pump step that sends the entries (a mixin of BrokerCore, which
-    owns ``snapshotting``: identity -> cursor)."""
+    owns ``snapshotting``: identity -> cursor of the snapshots that can go on now; the session
+    holds its cursor in ``Session.snapshot`` meanwhile)."""
 
     def _on_snapshot(self, s, cmd: c.Snapshot) -> None:
         if not s.may_subscribe:
@@ -108,12 +109,13 @@ class Snapshots:
         except JournalError:
             self._invalid(s.identity, NO_INDEX)
             return
-        cur = s.snapshot = SnapshotCursor(reduce_prefixes(cmd.prefixes), seq)
-        self.snapshotting[s.identity] = cur
+        s.snapshot = SnapshotCursor(reduce_prefixes(cmd.prefixes), seq)
+        self.snapshot_resume(s)
 
     def pump_snapshots(self) -> bool:
-        """One step of every snapshot whose client has credit and a pipe that takes it. True
-        if one of them has more to send now (run the next round without waiting)."""
+        """One step of every snapshot whose client has credit and a pipe that takes it (only
+        those are in ``snapshotting``: one waiting for CREDIT, or congested, costs no round
+        anything). True if one of them has more to send now (run the next round at once)."""
         more = False
         for ident, cur in list(self.snapshotting.items()):
             s = self.sessions.get(ident)
@@ -121,11 +123,17 @@ class Snapshots:
             if st is None or s.snapshot is not cur:          # detached, forgotten, re-attached
                 del self.snapshotting[ident]
                 continue
-            if s.congested_until or s.credit < MIN_COST:
-                continue
-            if self._snapshot_step(s, st, cur):
+            if s.congested_until or s.credit < MIN_COST or not self._snapshot_step(s, st, cur):
+                self.snapshotting.pop(ident, None)          # back when CREDIT or the pipe is
+            else:
                 more = True
         return more
+
+    def snapshot_resume(self, s) -> None:
+        """The client granted credit, or its congestion ended: its snapshot, if any, runs
+        again from the next round."""
+        if s.snapshot is not None and not s.congested_until and s.credit >= MIN_COST:
+            self.snapshotting[s.identity] = s.snapshot
 
     def _snapshot_step(self, s, st, cur: SnapshotCursor) -> bool:
         """Send up to :data:`SNAPSHOT_STEP` entries within the credit; SNAPSHOT-END when done.
@@ -164,7 +172,6 @@ class Snapshots:
         else:
             outbox.append((ident, encode(c.SnapshotEnd(cur.seq, cur.count))))
         s.snapshot = None
-        del self.snapshotting[ident]
         return False
 
     def _send_entry(self, s, st, cur: SnapshotCursor, rec) -> bool:

@@ -47,8 +47,10 @@ __all__ = ["Delivery", "TAKE_LIMIT"]
 
 log = logging.getLogger("zeps.client")
 
-#: Most messages :meth:`Delivery.take` hands out at once.
-TAKE_LIMIT = 64
+#: Most messages :meth:`Delivery.take` hands out at once (a subscription takes them under one
+#: lock and hands them one by one; 512 instead of 64 made ``for msg in sub`` 1.16x faster;
+#: issue 20). What is taken counts as handed: its credit goes back to the broker.
+TAKE_LIMIT = 512
 
 _TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
 _U64_unpack_from = struct.Struct(">Q").unpack_from

@@ -1,8 +1,10 @@
 """Values handed to applications: :class:`Message` and :class:`StreamInfo`."""
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import datetime, timezone
+from itertools import repeat
+from operator import itemgetter
 from typing import List, Optional, Sequence
 
 from zeps.protocol.batch import ENTRY_COST_EXTRA
@@ -11,10 +13,17 @@ from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
 
 __all__ = ["Message", "MessageBatch", "StreamInfo", "Headers", "build_message"]
 
+_FIELDS = ("sequence", "key", "body", "timestamp", "stream", "headers")
+_tuple_new = tuple.__new__
+_tuple_eq = tuple.__eq__
+_tuple_ne = tuple.__ne__
 
-@dataclass(frozen=True, slots=True)
-class Message:
-    """One message of a stream.
+
+class Message(tuple):
+    """One message of a stream: an immutable value, equal to another Message with the same
+    fields (a tuple underneath, of the fields in the order below, so that the SDK builds one
+    in a single C call: ``for msg in sub`` went 1.3x faster than with a frozen dataclass;
+    issue 20).
 
     Attributes:
         sequence: the stream's sequence number of the message (1, 2, 3, ...; gaps appear only
@@ -37,52 +46,64 @@ class Message:
             (HEADERS-SELECT); from a broker without headers they are always empty.
     """
 
-    sequence: int
-    key: str
-    body: bytes
-    timestamp: Optional[int] = None
-    stream: Optional[str] = None
-    headers: Headers = NO_HEADERS
+    __slots__ = ()
+    __match_args__ = _FIELDS
+
+    def __new__(cls, sequence: int, key: str, body: bytes, timestamp: Optional[int] = None,
+                stream: Optional[str] = None, headers: Headers = NO_HEADERS) -> "Message":
+        return _tuple_new(cls, (sequence, key, body, timestamp, stream, headers))
+
+    sequence = property(itemgetter(0), doc="The stream's sequence number of the message.")
+    key = property(itemgetter(1), doc="The routing key (text).")
+    body = property(itemgetter(2), doc="The message contents (bytes).")
+    timestamp = property(itemgetter(3), doc="When the broker journalled it (ns), or None.")
+    stream = property(itemgetter(4), doc="The stream the message belongs to, when known.")
+    headers = property(itemgetter(5), doc="The message's headers (empty without).")
+
+    def __getnewargs__(self):
+        return tuple(self)
+
+    def __eq__(self, other):                 # a Message equals only a Message, as a dataclass
+        if type(other) is Message:
+            return _tuple_eq(self, other)
+        return False if isinstance(other, tuple) else NotImplemented
+
+    def __ne__(self, other):
+        if type(other) is Message:
+            return _tuple_ne(self, other)
+        return True if isinstance(other, tuple) else NotImplemented
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return "Message(" + ", ".join(f"{n}={v!r}" for n, v in zip(_FIELDS, self)) + ")"
 
     @property
     def text(self) -> str:
         """The body decoded as UTF-8 (undecodable bytes replaced by U+FFFD)."""
-        return self.body.decode("utf-8", errors="replace")
+        return self[2].decode("utf-8", errors="replace")
 
     @property
     def datetime(self) -> Optional[datetime]:
         """The timestamp as an aware UTC :class:`datetime`, or ``None``."""
-        if self.timestamp is None:
+        if self[3] is None:
             return None
-        return datetime.fromtimestamp(self.timestamp / 1e9, tz=timezone.utc)
+        return datetime.fromtimestamp(self[3] / 1e9, tz=timezone.utc)
 
     @property
     def cost(self) -> int:
         """Credit this message costs (``8 + len(key) + 1 + len(body)``; with headers, as
         DELIVER-H, plus their block's length)."""
-        if self.headers:
-            return message_cost(self.key, self.body) + len(encode_block(self.headers))
-        return message_cost(self.key, self.body)
-
-
-_new = object.__new__
-_set_sequence, _set_key, _set_body, _set_timestamp, _set_stream, _set_headers = (
-    Message.__dict__[f.name].__set__ for f in fields(Message))
+        if self[5]:
+            return message_cost(self[1], self[2]) + len(encode_block(self[5]))
+        return message_cost(self[1], self[2])
 
 
 def build_message(sequence: int, key: str, body: bytes, timestamp: Optional[int],
                   stream: Optional[str], headers: Headers = NO_HEADERS) -> Message:
     """``Message(sequence, key, body, timestamp, stream, headers)`` for the client's delivery
-    hot path: sets the slots through their descriptors, twice as fast as the frozen
-    dataclass's ``__init__`` (the values come from the decoder, already of the right types)."""
-    m = _new(Message)
-    _set_sequence(m, sequence)
-    _set_key(m, key)
-    _set_body(m, body)
-    _set_timestamp(m, timestamp)
-    _set_stream(m, stream)
-    _set_headers(m, headers)
-    return m
+    hot path: one C call (the values come from the decoder, already of the right types)."""
+    return _tuple_new(Message, (sequence, key, body, timestamp, stream, headers))
 
 
 class MessageBatch:
@@ -193,8 +214,9 @@ class MessageBatch:
     def messages(self) -> List[Message]:
         """The batch as :class:`Message` objects (built on first use)."""
         if self._messages is None:
-            self._messages = [build_message(seq, key, body, self._ts, self.stream)
-                              for seq, key, body in zip(self.sequences, self.keys, self.bodies)]
+            self._messages = list(map(_tuple_new, repeat(Message), zip(
+                self.sequences, self.keys, self.bodies, repeat(self._ts), repeat(self.stream),
+                repeat(NO_HEADERS))))
         return self._messages
 
     @property

@@ -44,6 +44,12 @@ DRAIN_LIMIT = 20000
 #: lowered later leaves the writer waiting for a wake-up that never comes. Raised to ZeroMQ's
 #: default (1000) when the broker does not batch (raising is safe).
 BATCH_SNDHWM = 4
+#: The same for the :class:`~zeps.clients.AsyncClient`, whose publishes join a queue that
+#: leaves when the publishing coroutine lets the event loop run (or 64 at a time): it needs no
+#: busy socket to batch, and a flat-out coroutine, which lets the loop run every 2 ms only,
+#: keeps ZeroMQ's I/O thread busy in between with more frames queued (with 4, a flat-out
+#: ``await publish()`` went 0.75-0.9x as fast).
+ASYNC_BATCH_SNDHWM = 64
 PLAIN_SNDHWM = 1000
 
 
@@ -185,7 +191,12 @@ class Connection:
             self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
-        self._hwm = BATCH_SNDHWM if p.batching else PLAIN_SNDHWM
+        if not p.batching:
+            self._hwm = PLAIN_SNDHWM
+        elif self.module.__name__ == "zmq.asyncio":
+            self._hwm = ASYNC_BATCH_SNDHWM    # it batches when the coroutine lets the loop run
+        else:
+            self._hwm = BATCH_SNDHWM
         raw.setsockopt(zmq.SNDHWM, self._hwm)
         raw.setsockopt(zmq.RECONNECT_IVL, 100)
         raw.setsockopt(zmq.RECONNECT_IVL_MAX, 500)

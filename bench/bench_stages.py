@@ -391,17 +391,19 @@ def _proxy_subscriber(back, ready, go, out):
         pass
     ready.set()
     go.wait()
+    cpu = time.process_time()
     key, end, at = KEY.encode(), END_KEY.encode(), len(KEY)
     while True:
         m = s.recv()
         t = mono()
         if m == end:
+            cpu = time.process_time() - cpu
             break
         if m[:at] == key:
             s2.extend((int.from_bytes(m[at:at + 8], "big"), t))
     s.close()
     ctx.term()
-    out.put(("sub", s2))
+    out.put(("sub", s2, cpu))
 
 
 def run_proxy(rate: float, seconds: float, size: int) -> dict:
@@ -420,8 +422,15 @@ def run_proxy(rate: float, seconds: float, size: int) -> dict:
         rp.wait(60)
         rs.wait(60)
         time.sleep(0.2)
+        cpu = _cpu_seconds(proxy.pid)
         go.set()
-        got = dict(q.get(timeout=seconds + 120) for _ in range(2))
+        got = {}
+        for _ in range(2):
+            item = q.get(timeout=seconds + 120)
+            got[item[0]] = item[1]
+            if item[0] == "sub":
+                got["sub-cpu"] = item[2]
+        cpu = _cpu_seconds(proxy.pid) - cpu
         pub.join()
         sub.join()
     finally:
@@ -430,7 +439,8 @@ def run_proxy(rate: float, seconds: float, size: int) -> dict:
     p1 = dict(zip(got["pub"][::2], got["pub"][1::2]))
     s2 = dict(zip(got["sub"][::2], got["sub"][1::2]))
     e2e = sorted(s2[k] - k for k in p1 if k in s2)
-    return {"n": len(e2e), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)}}
+    return {"n": len(e2e), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)},
+            "cpu": {"proxy": cpu / len(p1), "subscriber": got["sub-cpu"] / len(p1)}}
 
 
 # ---------------------------------------------------------------------------------- analysis
@@ -597,16 +607,23 @@ def main(argv=None) -> int:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     for i in range(args.runs):
         if args.client == "proxy":
-            e = run_proxy(args.rate, args.seconds, args.size)["e2e"]
+            res = run_proxy(args.rate, args.seconds, args.size)
+            e = res["e2e"]
             print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
-                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f}", flush=True)
+                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
+                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items()), flush=True)
             continue
         res = run_once(args.client, args.rate, args.seconds, args.size, args.fsync)
         if args.summary:
             e, cpu = res["e2e"], res["cpu"]
+            stages = " ".join(
+                f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
+                for name, a, b in STAGES for p in (50, 99)) + " " + " ".join(
+                f"{a}{b}_slowest1%_us={res['tail'][99][name] / 1e3:.0f}" for name, a, b in STAGES)
             print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
                   f"e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
-                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()), flush=True)
+                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()) + " " + stages,
+                  flush=True)
             continue
         print(report(res, f"{args.client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
                           f"{args.fsync}, run {i + 1}; microseconds"), flush=True)

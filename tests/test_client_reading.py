@@ -104,3 +104,28 @@ def test_taking_many_at_once_hands_and_credits_what_taking_64_does(items, cuts):
     assert got == [(i + 1, k, b) for i, (k, b) in enumerate(items)]
     assert sum(amount for _n, amount in grants) + owed == sum(message_cost(k, b)
                                                               for k, b in items)
+
+
+# ------------------------------------------------------------------ publish_batch's backlog
+
+def test_publish_batch_leaves_a_bounded_backlog_of_frames_for_the_socket():
+    """``publish_batch`` builds its next frame while earlier ones wait for the socket (which
+    takes only a few frames ahead of ZeroMQ's I/O thread), up to ``BACKLOG_FRAMES`` frames and
+    ``MAX_BATCH_BYTES``; a single ``publish`` still waits for an empty outbox."""
+    from zeps.clients.batching import MAX_BATCH_BYTES
+    from zeps.clients.publishing import BACKLOG_FRAMES
+    p = batching()
+    assert p.may_publish(0.0) and p.may_publish(0.0, True)
+    p.publish_frame(b"\xaa\xa5\x06\x01k\x00\x00\x00\x01m", 1, 0.0)        # waits for the socket
+    assert not p.may_publish(0.0) and p.may_publish(0.0, True)
+    while len(p.outbox) < BACKLOG_FRAMES - 1:
+        p.publish_frame(b"\xaa\xa5\x06\x01k\x00\x00\x00\x01m", 1, 0.0)
+    assert p.may_publish(0.0, True)
+    p.publish_frame(b"\xaa\xa5\x06\x01k\x00\x00\x00\x01m", 1, 0.0)
+    assert len(p.outbox) == BACKLOG_FRAMES and not p.may_publish(0.0, True)
+    big = batching()
+    big.outbox.append(b"\xaa\xa5\x06\x01k" + (MAX_BATCH_BYTES).to_bytes(4, "big") + b"x" * MAX_BATCH_BYTES)
+    assert not big.may_publish(0.0, True)                   # bytes bound the backlog too
+    big.error = RuntimeError("refused")
+    big.outbox.clear()
+    assert not big.may_publish(0.0, True)                   # an error to raise first still stops it

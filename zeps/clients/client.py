@@ -261,10 +261,10 @@ class Client(ops.FrontEnd):
         p = self._p
         n = 0
         for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
-            if not p.may_publish(now):
+            if not p.may_publish(now, True):
                 if p.outbox and conn.writable():
                     conn.send_queued()
-                if not p.may_publish(now):
+                if not p.may_publish(now, True):
                     now = self._run(ops.prepare_publish(self, now))
             p.publish_frame(frame, count, now)
             n += count

@@ -33,10 +33,13 @@ from typing import List, Optional
 
 from ..protocol import commands as c
 from ..protocol.deliver import SIGNATURE
-from .batching import PUBLISH_BATCH_HEAD, unbatch
+from .batching import MAX_BATCH_BYTES, PUBLISH_BATCH_HEAD, unbatch
 from .states import ABSENT, ATTACHED
 
-__all__ = ["Publishing"]
+__all__ = ["Publishing", "BACKLOG_FRAMES"]
+
+#: Frames ``publish_batch`` may leave waiting for the socket before it waits for room.
+BACKLOG_FRAMES = 64
 
 _PUBLISH_HEAD = SIGNATURE + bytes((c.Publish.ID,))
 _PUBLISH_H_HEAD = SIGNATURE + bytes((c.PublishHeaders.ID,))
@@ -87,9 +90,16 @@ class Publishing:
             self.tracker.track(receipt)
         return True
 
-    def may_publish(self, now: float) -> bool:
-        """Whether publishes may go straight out now (see :meth:`publish`)."""
-        return (self.state is ATTACHED and self.error is None and not self.outbox
+    def may_publish(self, now: float, behind: bool = False) -> bool:
+        """Whether publishes may go straight out now (see :meth:`publish`). With ``behind``,
+        also while frames wait for the socket, up to ``BACKLOG_FRAMES`` frames and
+        ``MAX_BATCH_BYTES`` (``publish_batch``: ZeroMQ takes only a few frames ahead of its I/O
+        thread, ``transport.BATCH_SNDHWM``; waiting for room after each of them made
+        ``publish_batch`` 0.8x as fast; issue 20)."""
+        box = self.outbox
+        return (self.state is ATTACHED and self.error is None
+                and (not box or behind and len(box) < BACKLOG_FRAMES
+                     and sum(map(len, box)) < MAX_BATCH_BYTES)
                 and self.need_reconnect is None and self.producer_sync is None
                 and now - self.last_send < self.heartbeat)
 

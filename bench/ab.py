@@ -1,0 +1,111 @@
+"""Paired before/after runs of a benchmark that prints ``name=value`` figures: the checkout's
+``zeps`` package against another revision's, alternating, in one invocation (so that a machine
+whose speed drifts drifts for both).
+
+    python -m bench.ab --before REV [--after REV] [--runs 6] -- -m bench.bench_stages --summary
+    python -m bench.ab --revert COMMIT [COMMIT ...] [--after REV] -- ARGS
+
+``--before`` (and ``--after``, default: the working tree) is exported with ``git archive`` into
+a temporary directory; ``--revert`` makes "before" the ``--after`` revision (default HEAD)
+with those commits' changes to ``zeps/`` taken back (``git apply -R``, newest first): the
+effect of those commits alone, on today's code. Each run is ``python ARGS`` with ``PYTHONPATH`` naming
+that tree first,
+so the benchmark's own code (``bench/``) is the checkout's and only ``zeps`` differs. The order
+alternates (before, after, after, before, ...). Printed: per figure the median of each side
+with its min-max, the ratio of the medians (after / before) and the ratios pair by pair
+(min-median-max): the machine is shared and noisy, a ratio holds better than an absolute figure.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+FIGURE = re.compile(r"(\S+?)=(-?[\d.]+)(?:\s|$)")
+
+
+def export(rev: str, into: Path) -> Path:
+    """``zeps/`` of revision ``rev`` under ``into``."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", rev, "zeps"], cwd=REPO, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into
+
+
+def revert(tree: Path, commits) -> None:
+    """Take the changes of ``commits`` to ``zeps/`` back out of ``tree``, the newest first."""
+    for commit in reversed(commits):
+        diff = subprocess.run(["git", "diff", f"{commit}^", commit, "--", "zeps"], cwd=REPO,
+                              check=True, capture_output=True).stdout
+        subprocess.run(["git", "apply", "-R"], cwd=tree, input=diff, check=True)
+
+
+def run(tree: Path, args) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tree), str(REPO))))
+    out = subprocess.run([sys.executable] + args, cwd=tempfile.gettempdir(), env=env,
+                         capture_output=True, text=True).stdout
+    return {k: float(v) for k, v in FIGURE.findall(out)}
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if "--" not in argv:
+        print(__doc__, file=sys.stderr)
+        return 2
+    cut = argv.index("--")
+    ap = argparse.ArgumentParser(prog="python -m bench.ab", description=__doc__.splitlines()[0])
+    ap.add_argument("--before", help="git revision measured as 'before'")
+    ap.add_argument("--revert", nargs="+", metavar="COMMIT",
+                    help="'before' is 'after' without these commits (oldest first)")
+    ap.add_argument("--after", help="git revision measured as 'after' (default: the working tree)")
+    ap.add_argument("--runs", type=int, default=6, help="runs of each side (default 6)")
+    opts = ap.parse_args(argv[:cut])
+    if (opts.before is None) == (opts.revert is None):
+        ap.error("give --before REV or --revert COMMIT ...")
+    args = argv[cut + 1:]
+    with tempfile.TemporaryDirectory(prefix="zeps-ab-") as tmp:
+        after = export(opts.after, Path(tmp) / "after") if opts.after else REPO
+        if opts.revert:
+            base = opts.after or "HEAD"
+            before = export(base, Path(tmp) / "before")
+            revert(before, opts.revert)
+            opts.before = f"{base} without {' '.join(opts.revert)}"
+        else:
+            before = export(opts.before, Path(tmp) / "before")
+        got = {"before": [], "after": []}
+        for i in range(opts.runs):
+            sides = (("before", before), ("after", after))
+            for side, tree in sides if i % 2 == 0 else sides[::-1]:
+                got[side].append(run(tree, args))
+    print(f"{opts.runs} runs of each side, alternating; before = {opts.before}, after = "
+          f"{opts.after or 'the working tree'}; command: python {' '.join(args)}\n")
+    print("| figure | before | after | after ÷ before | pair by pair |")
+    print("|---|---:|---:|---:|---:|")
+    names = list(dict.fromkeys(k for r in got["before"] + got["after"] for k in r))
+    for k in names:
+        b = [r[k] for r in got["before"] if k in r]
+        a = [r[k] for r in got["after"] if k in r]
+        if not a or not b:
+            continue
+        mb, ma = statistics.median(b), statistics.median(a)
+        pairs = sorted(x[k] / y[k] for x, y in zip(got["after"], got["before"])
+                       if k in x and k in y and y[k])
+        pair = f"{pairs[0]:.2f}–{statistics.median(pairs):.2f}–{pairs[-1]:.2f}" if pairs else "—"
+        print(f"| {k} | {_fmt(mb)} ({_fmt(min(b))}–{_fmt(max(b))}) | {_fmt(ma)} ({_fmt(min(a))}–"
+              f"{_fmt(max(a))}) | {ma / mb if mb else float('nan'):.2f} | {pair} |")
+    return 0
+
+
+def _fmt(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.3g}"
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

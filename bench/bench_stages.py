@@ -1,7 +1,8 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
-    python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100] [--client sdk|raw]
-                                 [--fsync interval] [--runs 1]
+    python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
+                                 [--client sdk|raw|proxy[,...]] [--fsync interval] [--runs 1]
+                                 [--summary]
 
 One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
 process of the machine shares, in the first 8 bytes of each body), one live subscriber process
@@ -18,13 +19,19 @@ B2     the journal append of its round returned (``Journal.append_batch``)
 B3     routing done: its DELIVER (or DELIVER-BATCH) is in the core's outbox
 B4     the broker's socket took the frame (``Broker._send``)
 S1     the subscriber's peering got the frame (``Peering.receive``; raw: ``recv`` returned)
-S2     the application got the message (``Subscription.next`` returned)
+S2     the application got the message (``Subscription.next`` returned; raw: as S1)
 =====  ========================================================================================
 
 Each process also records its garbage collections (``gc.callbacks``), the broker its fsyncs
 (``Journal.sync``, in gevent's thread pool). The report gives each stage's p50 / p99 / p99.9,
 then, for the messages whose end-to-end delay is at or above the p99 (and the p99.9), each
-stage's mean share and how many of them overlapped a collection or an fsync.
+stage's mean share and how many of them overlapped a collection or an fsync, each process's CPU
+per message, and any wait of the broker's loop that outlasted a message already sent to it.
+``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
+only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
+proxy's. ``--summary`` prints ``name=value`` figures (for ``python -m bench.ab``).
+``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
+collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
 from __future__ import annotations
 
@@ -596,8 +603,10 @@ def main(argv=None) -> int:
     ap.add_argument("--rate", type=float, default=10_000)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--size", type=int, default=100)
-    ap.add_argument("--client", choices=("sdk", "raw", "proxy"), default="sdk",
-                    help="the ZEPS SDK, bare pyzmq DEALERs, or ZeroMQ's proxy (end to end only)")
+    ap.add_argument("--client", default="sdk",
+                    help="sdk (the ZEPS SDK), raw (bare pyzmq DEALERs) or proxy (ZeroMQ's "
+                         "XSUB/XPUB proxy, end to end only); several, comma-separated, run in "
+                         "turn within each run, their figures prefixed with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--summary", action="store_true",
@@ -605,28 +614,40 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
+    clients = args.client.split(",")
+    if not clients or any(c not in ("sdk", "raw", "proxy") for c in clients):
+        ap.error("--client: sdk, raw or proxy, comma-separated")
     for i in range(args.runs):
-        if args.client == "proxy":
-            res = run_proxy(args.rate, args.seconds, args.size)
-            e = res["e2e"]
-            print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
-                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
-                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items()), flush=True)
-            continue
-        res = run_once(args.client, args.rate, args.seconds, args.size, args.fsync)
-        if args.summary:
-            e, cpu = res["e2e"], res["cpu"]
-            stages = " ".join(
-                f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
-                for name, a, b in STAGES for p in (50, 99)) + " " + " ".join(
-                f"{a}{b}_slowest1%_us={res['tail'][99][name] / 1e3:.0f}" for name, a, b in STAGES)
-            print(f"e2e_p50_us={e[50] / 1e3:.0f} e2e_p99_us={e[99] / 1e3:.0f} "
-                  f"e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
-                      f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()) + " " + stages,
-                  flush=True)
-            continue
-        print(report(res, f"{args.client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
-                          f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
+        p99 = {}
+        for client in clients:
+            head = f"{client}_" if len(clients) > 1 else ""
+            if client == "proxy":
+                res = run_proxy(args.rate, args.seconds, args.size)
+                e = res["e2e"]
+                p99[client] = e[99]
+                print(f"{head}e2e_p50_us={e[50] / 1e3:.0f} {head}e2e_p99_us={e[99] / 1e3:.0f} "
+                      f"{head}e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
+                          f"{head}cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items()),
+                      flush=True)
+                continue
+            res = run_once(client, args.rate, args.seconds, args.size, args.fsync)
+            p99[client] = res["e2e"][99]
+            if args.summary:
+                e, cpu = res["e2e"], res["cpu"]
+                figs = [f"e2e_p50_us={e[50] / 1e3:.0f}", f"e2e_p99_us={e[99] / 1e3:.0f}",
+                        f"e2e_p99.9_us={e[99.9] / 1e3:.0f}"]
+                figs += [f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()]
+                figs += [f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
+                         for name, a, b in STAGES for p in (50, 99)]
+                figs += [f"{a}{b}_slowest1%_us={res['tail'][99][name] / 1e3:.0f}"
+                         for name, a, b in STAGES]
+                print(" ".join(head + f for f in figs), flush=True)
+                continue
+            print(report(res, f"{client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
+                              f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
+        if "proxy" in p99 and p99["proxy"]:
+            print(" ".join(f"{c}_p99_over_proxy={p99[c] / p99['proxy']:.2f}"
+                           for c in clients if c != "proxy"), flush=True)
     return 0
 
 

@@ -18,13 +18,18 @@ with its min-max, the ratio of the medians (after / before) and the ratios pair 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import re
+import shlex
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+
+from bench import report
 
 REPO = Path(__file__).resolve().parent.parent
 FIGURE = re.compile(r"(\S+?)=(-?[\d.]+)(?:\s|$)")
@@ -66,10 +71,19 @@ def main(argv=None) -> int:
                     help="'before' is 'after' without these commits (oldest first)")
     ap.add_argument("--after", help="git revision measured as 'after' (default: the working tree)")
     ap.add_argument("--runs", type=int, default=6, help="runs of each side (default 6)")
+    ap.add_argument("--out", metavar="NAME",
+                    help="also write the table, under the run's header (time, command, machine, "
+                         "load), to bench/out/NAME.md (NAME: bench_...), for "
+                         "`python -m bench.report --take NAME`")
     opts = ap.parse_args(argv[:cut])
     if (opts.before is None) == (opts.revert is None):
         ap.error("give --before REV or --revert COMMIT ...")
     args = argv[cut + 1:]
+    if opts.out and not opts.out.startswith("bench_"):
+        ap.error("--out: a name bench_... (what bench.report --take takes)")
+    started = datetime.datetime.now(datetime.timezone.utc)
+    t0 = time.monotonic()
+    load_before = report.uptime()
     with tempfile.TemporaryDirectory(prefix="zeps-ab-") as tmp:
         after = export(opts.after, Path(tmp) / "after") if opts.after else REPO
         if opts.revert:
@@ -84,10 +98,10 @@ def main(argv=None) -> int:
             sides = (("before", before), ("after", after))
             for side, tree in sides if i % 2 == 0 else sides[::-1]:
                 got[side].append(run(tree, args))
-    print(f"{opts.runs} runs of each side, alternating; before = {opts.before}, after = "
-          f"{opts.after or 'the working tree'}; command: python {' '.join(args)}\n")
-    print("| figure | before | after | after ÷ before | pair by pair |")
-    print("|---|---:|---:|---:|---:|")
+    lines = [f"{opts.runs} runs of each side, alternating; before = {opts.before}, after = "
+             f"{opts.after or 'the working tree'}; each run: `python {' '.join(args)}`", "",
+             "| figure | before | after | after ÷ before | pair by pair |",
+             "|---|---:|---:|---:|---:|"]
     names = list(dict.fromkeys(k for r in got["before"] + got["after"] for k in r))
     for k in names:
         b = [r[k] for r in got["before"] if k in r]
@@ -98,8 +112,16 @@ def main(argv=None) -> int:
         pairs = sorted(x[k] / y[k] for x, y in zip(got["after"], got["before"])
                        if k in x and k in y and y[k])
         pair = f"{pairs[0]:.2f}–{statistics.median(pairs):.2f}–{pairs[-1]:.2f}" if pairs else "—"
-        print(f"| {k} | {_fmt(mb)} ({_fmt(min(b))}–{_fmt(max(b))}) | {_fmt(ma)} ({_fmt(min(a))}–"
-              f"{_fmt(max(a))}) | {ma / mb if mb else float('nan'):.2f} | {pair} |")
+        lines.append(f"| {k} | {_fmt(mb)} ({_fmt(min(b))}–{_fmt(max(b))}) | {_fmt(ma)} "
+                     f"({_fmt(min(a))}–{_fmt(max(a))}) | {ma / mb if mb else float('nan'):.2f} "
+                     f"| {pair} |")
+    table = "\n".join(lines) + "\n"
+    print(table, end="")
+    if opts.out:
+        command = "python -m bench.ab " + shlex.join(argv)
+        head = report.header(command, started, time.monotonic() - t0, load_before, servers=False)
+        report.OUT.mkdir(parents=True, exist_ok=True)
+        (report.OUT / f"{opts.out}.md").write_text(head + "\n" + table)
     return 0
 
 

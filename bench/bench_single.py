@@ -3,13 +3,13 @@ vs ``Client.publish_batch`` of 100 (with and without confirms), and ``for msg in
 ``sub.next()`` vs ``sub.batches()`` over the same stream (issue 20: each single-message path
 should reach 60% of its batch path).
 
-    python -m bench.bench_single [--n 100000] [--size 100] [--reps 1]
+    python -m bench.bench_single [--n 100000] [--size 100] [--reps 1] [--summary]
 
 Publishing: a fresh stream per measurement, the time from the first call until every message
 is confirmed (``wait_for_confirms``) or processed (``flush``). Reading: ``--n`` messages
 published first (``publish_batch`` of 1000), then each reader reads all of them from the first
-with a fresh client. One line of ``name=value`` figures (msg/s, and the ratios of medians) per
-run, for ``bench.ab``.
+with a fresh client. A table (median of ``--reps``), or with ``--summary`` one line of
+``name=value`` figures (msg/s, and the ratios of medians), for ``python -m bench.ab``.
 """
 from __future__ import annotations
 
@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     ap.add_argument("--n", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--summary", action="store_true",
+                    help="one line of name=value figures (for python -m bench.ab)")
     args = ap.parse_args(argv)
     n = max(1000, args.n // 1000 * 1000)
     body = b"x" * args.size
@@ -95,6 +97,21 @@ def main(argv=None) -> int:
             proc.terminate()
             proc.wait()
     med = {k: statistics.median(v) for k, v in figs.items()}
+    if not args.summary:
+        print(f"{n:,} messages of {args.size} B per measurement, one broker (fsync interval), "
+              f"median of {args.reps} repetition(s); msg/s\n")
+        print("| single-message path | msg/s | its batch path | msg/s | single ÷ batch |")
+        print("|---|---:|---|---:|---:|")
+        for single, batch, a, b in (
+                ("`publish()` per message, confirms", "`publish_batch` of 100, confirms",
+                 "publish_confirms", "publish_batch100_confirms"),
+                ("`publish()` per message", "`publish_batch` of 100", "publish",
+                 "publish_batch100"),
+                ("`for msg in sub`", "`sub.batches()`", "read_iter", "read_batches"),
+                ("`sub.next()`", "`sub.batches()`", "read_next", "read_batches")):
+            print(f"| {single} | {med[a]:,.0f} | {batch} | {med[b]:,.0f} | "
+                  f"{med[a] / med[b]:.2f} |")
+        return 0
     print(" ".join(f"{k}={v:.0f}" for k, v in med.items()) + " "
           f"ratio_publish_confirms={med['publish_confirms'] / med['publish_batch100_confirms']:.3f} "
           f"ratio_publish={med['publish'] / med['publish_batch100']:.3f} "

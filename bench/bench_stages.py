@@ -497,8 +497,9 @@ def analyse(pub, sub, broker) -> dict:
         tail["_gc_sub"] = sum(_overlaps(sub["gc"], r["B4"], r["S2"]) for r in slow)
         tail["_fsync"] = sum(_overlaps(broker["syncs"], r["P1"], r["B4"]) for r in slow)
         out["tail"][p] = tail
-    out["gc_counts"] = {who: _gc_summary(d["gc"]) for who, d in
-                        (("publisher", pub), ("broker", broker), ("subscriber", sub))}
+    start, end = min(r["P0"] for r in rows), max(r["S2"] for r in rows)
+    out["gc_counts"] = {who: _gc_summary([e for e in d["gc"] if start <= e[0] <= end])
+                        for who, d in (("publisher", pub), ("broker", broker), ("subscriber", sub))}
     out["fsyncs"] = len(broker["syncs"])
     # waits of 20 ms or more that ended after a message of the run had reached the broker's
     # socket (P1) before the wait began: the loop slept while something was there to read
@@ -583,7 +584,8 @@ def report(res: dict, title: str) -> str:
         lines.append(f"* slowest messages (e2e >= p{p}): {t['_n']}, mean {us(t['_e2e'])} us; "
                      f"overlapping a collection: publisher {t['_gc_pub']}, broker "
                      f"{t['_gc_broker']}, subscriber {t['_gc_sub']}; an fsync: {t['_fsync']}")
-    lines.append("* collections: " + "; ".join(f"{k}: {v}" for k, v in res["gc_counts"].items())
+    lines.append("* collections during the run: " + "; ".join(
+        f"{k}: {v}" for k, v in res["gc_counts"].items())
                  + f"; fsyncs: {res['fsyncs']} (busy {res['fsync_busy']:.0%} of the run: the "
                  "share of slow messages that would overlap one by chance)")
     if res.get("stuck_waits"):
@@ -625,6 +627,14 @@ def main(argv=None) -> int:
                 res = run_proxy(args.rate, args.seconds, args.size)
                 e = res["e2e"]
                 p99[client] = e[99]
+                if not args.summary:
+                    print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, run {i + 1}\n\n"
+                          f"The same paced publisher through ZeroMQ's XSUB/XPUB proxy: end to "
+                          f"end p50 {e[50] / 1e3:,.0f} us, p99 {e[99] / 1e3:,.0f} us, p99.9 "
+                          f"{e[99.9] / 1e3:,.0f} us; CPU per message (us): " + ", ".join(
+                              f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items()) + "\n",
+                          flush=True)
+                    continue
                 print(f"{head}e2e_p50_us={e[50] / 1e3:.0f} {head}e2e_p99_us={e[99] / 1e3:.0f} "
                       f"{head}e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
                           f"{head}cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items()),
@@ -646,8 +656,13 @@ def main(argv=None) -> int:
             print(report(res, f"{client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
                               f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
         if "proxy" in p99 and p99["proxy"]:
-            print(" ".join(f"{c}_p99_over_proxy={p99[c] / p99['proxy']:.2f}"
-                           for c in clients if c != "proxy"), flush=True)
+            over = {c: p99[c] / p99["proxy"] for c in clients if c != "proxy"}
+            if args.summary:
+                print(" ".join(f"{c}_p99_over_proxy={r:.2f}" for c, r in over.items()),
+                      flush=True)
+            else:
+                print("* p99 over the proxy's in this run: " + ", ".join(
+                    f"{c} {r:.2f}" for c, r in over.items()) + "\n", flush=True)
     return 0
 
 

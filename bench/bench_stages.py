@@ -654,7 +654,7 @@ def main(argv=None) -> int:
                 print(" ".join(head + f for f in figs), flush=True)
                 continue
             print(report(res, f"{client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
-                              f"{args.fsync}, run {i + 1}; microseconds"), flush=True)
+                              f"{args.fsync}, run {i + 1}; microseconds") + "\n", flush=True)
         if "proxy" in p99 and p99["proxy"]:
             over = {c: p99[c] / p99["proxy"] for c in clients if c != "proxy"}
             if args.summary:

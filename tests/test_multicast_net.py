@@ -198,4 +198,4 @@ def test_messages_too_large_for_a_datagram_come_from_the_broker(tmp_path):
     r = scenario("oversize", tmp_path)
     check_whole(r["r"], r["journal"])
     assert r["r"]["stats"]["refs"] == r["big"] == 15
-    assert f"{r['big']} too large" in r["bridge_stderr"]
+    assert f"{r['big']} by reference (0 with headers, the rest too large)" in r["bridge_stderr"]

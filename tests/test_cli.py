@@ -116,7 +116,8 @@ def test_subscribe_ctrl_c_exits_130_without_traceback(broker):
     zeps("publish", "s", "k", "first", "--endpoint", broker.endpoint)
     p = subprocess.Popen([sys.executable, "-m", "zeps", "subscribe", "s", "--all", "--endpoint",
                           broker.endpoint], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                         text=True, cwd=str(REPO), env=ENV)
+                         text=True, cwd=str(REPO), env=ENV,
+                         preexec_fn=_sigint_as_a_terminal_sends_it)
     assert p.stdout.readline() == "1 k first\n"
     p.send_signal(signal.SIGINT)
     out, err = p.communicate(timeout=10)
@@ -133,7 +134,8 @@ def test_replay_to_a_file_ctrl_c_exits_130_without_traceback(broker, tmp_path):
     out = tmp_path / "out.json"
     p = subprocess.Popen([sys.executable, "-m", "zeps", "replay", "s", "--endpoint", ep,
                           "-o", str(out)], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV)
+                         stderr=subprocess.PIPE, text=True, cwd=str(REPO), env=ENV,
+                         preexec_fn=_sigint_as_a_terminal_sends_it)
     deadline = time.monotonic() + 30
     while not (out.exists() and out.stat().st_size > 0):    # it is writing: freeze the broker
         assert time.monotonic() < deadline and p.poll() is None
@@ -382,3 +384,10 @@ def test_an_unreadable_data_dir_is_one_line_and_exit_1(tmp_path, cmd):
         d.chmod(0o755)
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
     assert "Permission denied" in r.stderr and "Traceback" not in r.stderr
+
+
+def _sigint_as_a_terminal_sends_it() -> None:
+    """In the child, before exec: SIGINT back to its default, so that Python makes it
+    KeyboardInterrupt even when this test run was started in the background (a shell without
+    job control starts background commands with SIGINT ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

@@ -1058,7 +1058,8 @@ def test_zeps_top_refreshes_until_ctrl_c_then_exits_130(start_broker):
     url = monitor_url(b)
     proc = subprocess.Popen([sys.executable, "-m", "zeps", "top", "--monitor", url,
                              "--interval", "0.1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)))
+                            cwd=REPO, env=dict(os.environ, PYTHONPATH=str(REPO)),
+                            preexec_fn=_sigint_as_a_terminal_sends_it)
     try:
         frames = 0
         deadline = time.monotonic() + 30
@@ -1255,3 +1256,10 @@ def test_dashboard_in_a_real_browser_shows_what_the_json_says(start_broker, tmp_
     assert busy not in ("—", "0/s")                 # the page saw the load as it happened
     assert injected == ["ZEPS broker", 0]
     assert shot.stat().st_size > 10_000
+
+
+def _sigint_as_a_terminal_sends_it() -> None:
+    """In the child, before exec: SIGINT back to its default, so that Python makes it
+    KeyboardInterrupt even when this test run was started in the background (a shell without
+    job control starts background commands with SIGINT ignored, and children inherit that)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)

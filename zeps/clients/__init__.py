@@ -53,10 +53,12 @@ How it works (what you can rely on, with either client)
   ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
-  socket is busy (a publisher faster than the broker) queue in the client and leave together as
-  one ``PUBLISH-BATCH`` as soon as the socket takes frames again -- no linger. What is still
-  queued when ``publish`` returns goes out with the next call on the client (the next
-  ``publish``, ``flush()``, ``wait_for_confirms()``, ``close()``, iterating a subscription).
+  socket is busy (it takes only a few frames ahead of ZeroMQ's I/O thread: a loop of publishes
+  faster than that thread) queue in the client and leave together as one ``PUBLISH-BATCH`` as
+  soon as the socket takes frames again -- no linger. What is still queued when ``publish``
+  returns goes out with the next call on the client (the next ``publish``, ``flush()``,
+  ``wait_for_confirms()``, ``close()``, iterating a subscription): a program that publishes a
+  burst and then waits for something else (another client, a timer) calls ``flush()`` first.
   ``Client.publish_batch(messages)`` (without confirms) queues them all and sends batches as
   large as the broker takes: the fast way to publish many. ``AsyncClient``: every publish joins
   the queue, which leaves when the publishing coroutine next lets the event loop run -- at once

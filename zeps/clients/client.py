@@ -177,9 +177,13 @@ class Client(ops.FrontEnd):
         alone (never in a PUBLISH-BATCH). Raises :class:`InvalidError` at once if the broker
         does not take headers.
 
-        Asynchronous: returns once ZeroMQ has taken the message. Blocks while the socket is at
-        its high-water mark or the client is reconnecting, up to ``timeout`` seconds, then
-        raises :class:`ZepsTimeout` (the message was not accepted). Raises :class:`InvalidError`
+        Asynchronous: returns once ZeroMQ has taken the message, or, while the socket is busy
+        (ZeroMQ's I/O thread has not taken the few frames it holds: a loop of publishes faster
+        than that thread), once the message is queued in the client to leave with the next
+        PUBLISH-BATCH, at the client's next call (the next ``publish``, :meth:`flush`, ...; a
+        burst followed by a wait for something else needs :meth:`flush`). Blocks while that
+        queue is full or the client is reconnecting, up to ``timeout`` seconds, then raises
+        :class:`ZepsTimeout` (the message was not accepted). Raises :class:`InvalidError`
         if the broker rejected an earlier publish (this message is then not sent). With
         confirms, ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
         sequence; without, the receipt is already done (sequence unknown).

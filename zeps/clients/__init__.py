@@ -53,8 +53,8 @@ How it works (what you can rely on, with either client)
   ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
-  socket is busy (it takes only a few frames ahead of ZeroMQ's I/O thread: a loop of publishes
-  faster than that thread) queue in the client and leave together as one ``PUBLISH-BATCH`` as
+  socket is busy (64 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than the
+  broker) queue in the client and leave together as one ``PUBLISH-BATCH`` as
   soon as the socket takes frames again -- no linger. What is still queued when ``publish``
   returns goes out with the next call on the client (the next ``publish``, ``flush()``,
   ``wait_for_confirms()``, ``close()``, iterating a subscription): a program that publishes a

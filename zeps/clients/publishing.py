@@ -93,9 +93,9 @@ class Publishing:
     def may_publish(self, now: float, behind: bool = False) -> bool:
         """Whether publishes may go straight out now (see :meth:`publish`). With ``behind``,
         also while frames wait for the socket, up to ``BACKLOG_FRAMES`` frames and
-        ``MAX_BATCH_BYTES`` (``publish_batch``: ZeroMQ takes only a few frames ahead of its I/O
-        thread, ``transport.BATCH_SNDHWM``; waiting for room after each of them made
-        ``publish_batch`` 0.8x as fast; issue 20)."""
+        ``MAX_BATCH_BYTES`` (``publish_batch``: ZeroMQ takes ``transport.BATCH_SNDHWM`` frames
+        ahead of its I/O thread; waiting for room after each frame made ``publish_batch`` 0.8x
+        as fast with a smaller mark; issue 20)."""
         box = self.outbox
         return (self.state is ATTACHED and self.error is None
                 and (not box or behind and len(box) < BACKLOG_FRAMES

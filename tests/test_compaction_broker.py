@@ -16,6 +16,7 @@ import time
 
 from zeps.clients import Client, admin
 
+from .measure import wait_for
 from .pair import Pair
 
 STREAM = "kv"
@@ -27,15 +28,6 @@ def log_bytes(data) -> int:
     path = os.path.join(data, stream_dir_name(STREAM))
     return sum(os.path.getsize(os.path.join(path, n)) for n in os.listdir(path)
                if n.endswith(".log"))
-
-
-def wait_for(fn, ok, timeout):
-    deadline = time.monotonic() + timeout
-    value = fn()
-    while not ok(value) and time.monotonic() < deadline:
-        time.sleep(0.05)
-        value = fn()
-    return value
 
 
 def p99(values):

@@ -285,8 +285,8 @@ def test_max_streams_answers_invalid_limit(start_broker):
 
 
 class StalledByDirectoryFsync(AssertionError):
-    """The stated reason of the stream-creation xfail: the pair stopped while a directory fsync
-    of a stream's creation was held."""
+    """The stream-creation test's failure: the pair stopped while a directory fsync of a
+    stream's creation was held (the broker's loop waited for the disk; issue 16 fixed it)."""
 
 
 FSYNC_GATE = Path(__file__).resolve().parent / "fsyncgate"
@@ -304,8 +304,8 @@ def test_a_client_creating_streams_does_not_stall_others(start_broker, tmp_path,
     good SSD) it passed with the loop still blocked by each fsync; held open, the fsync blocks
     the loop for as long as the test waits, whatever the disk, and only a broker that fsyncs
     off its loop lets the pair move meanwhile. The test waits for conditions with deadlines and
-    asserts no latency: a stalled pair raises StalledByDirectoryFsync (the xfail's reason); a
-    crash or a timeout anywhere else is a plain failure."""
+    asserts no latency: a stalled pair raises StalledByDirectoryFsync; a crash or a timeout
+    anywhere else is a plain failure too."""
     gate = tmp_path / "gate"
     gate.mkdir()
     monkeypatch.setenv("PYTHONPATH", str(FSYNC_GATE))      # the broker's (conftest adds the repo)

@@ -25,6 +25,7 @@ from zeps.journal.settings import INCARNATION_FILE, StreamSettings, read_incarna
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import NO_STREAM, NOT_ATTACHED, STREAM_RECREATED
 
+from .measure import wait_for
 from .test_client_peering import feed, peering, publish, sent
 from .core_harness import core_fixture, make_fixture  # noqa: F401  (the pure core's fixtures)
 
@@ -170,10 +171,7 @@ def test_peering_fails_as_recreated_and_a_plain_broker_changes_nothing():
 # ---------------------------------------------------------------- the SDK against the broker
 
 def _wait_for(what, cond, timeout=20.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout}s"
-        time.sleep(0.01)
+    assert wait_for(cond, bool, timeout, interval=0.01), f"{what}: not within {timeout}s"
 
 
 @pytest.mark.parametrize("idempotent", [True, False])

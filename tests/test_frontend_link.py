@@ -4,10 +4,9 @@ its broker, frames in and out), the interim CHP key index and its snapshots, and
 import random
 
 import pytest
-from hypothesis import given, settings, strategies as st
 
 from zeps.frontends import chp
-from zeps.frontends.keyindex import KeyIndex, SortedKeys
+from zeps.frontends.keyindex import KeyIndex
 from zeps.frontends.link import Delivered, Link, publish_frame, publish_size
 from zeps.frontends.spec import FrontEndSpec, check_specs, hosts_of, parse_spec
 from zeps.protocol import commands as c, decode, encode
@@ -147,23 +146,6 @@ def test_publish_frames_are_what_the_broker_decodes_and_their_size_what_it_count
 
 
 # --------------------------------------------------------------------------- the key index
-
-@settings(max_examples=60)
-@given(st.lists(st.tuples(st.booleans(), st.text(max_size=4)), max_size=300))
-def test_sorted_keys_stay_sorted_through_adds_and_removes(ops):
-    keys, model = SortedKeys(load=4), set()
-    for add, key in ops:
-        if add:
-            keys.add(key)
-            model.add(key)
-        else:
-            keys.discard(key)
-            model.discard(key)
-    assert list(keys) == sorted(model) and len(keys) == len(model)
-    for start in ["", "a", "\x7f"]:
-        assert keys.chunk_from(start, True, 5) == [k for k in sorted(model) if k >= start][:5]
-        assert keys.chunk_from(start, False, 5) == [k for k in sorted(model) if k > start][:5]
-
 
 def test_a_snapshot_is_consistent_at_its_sequence_through_later_updates():
     index = KeyIndex()

@@ -22,86 +22,10 @@ skips a key changed or created after ``S`` and a key deleted since; all of those
 """
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, Optional, Tuple
 
-#: Keys of a snapshot looked up per chunk.
-CHUNK = 64
+from zeps.journal.lastvalue import SortedKeys     # the journal index's sorted keys (any order)
 
-
-class SortedKeys:
-    """Keys in order, as a list of sorted lists of at most ``2 * load`` keys (the idea of
-    ``sortedcontainers.SortedList``): adding or removing a key costs O(log n + load)."""
-    __slots__ = ("load", "_lists", "_maxes", "_len")
-
-    def __init__(self, load: int = 512):
-        self.load = load
-        self._lists: List[List[str]] = []
-        self._maxes: List[str] = []
-        self._len = 0
-
-    def __len__(self) -> int:
-        return self._len
-
-    def add(self, key: str) -> None:
-        lists, maxes = self._lists, self._maxes
-        if not lists:
-            lists.append([key])
-            maxes.append(key)
-            self._len = 1
-            return
-        i = bisect_left(maxes, key)
-        if i == len(maxes):
-            i -= 1
-            lists[i].append(key)
-            maxes[i] = key
-        else:
-            lst = lists[i]
-            j = bisect_left(lst, key)
-            if j < len(lst) and lst[j] == key:
-                return
-            lst.insert(j, key)
-        self._len += 1
-        lst = lists[i]
-        if len(lst) > 2 * self.load:
-            half = lst[self.load:]
-            del lst[self.load:]
-            lists.insert(i + 1, half)
-            maxes[i] = lst[-1]
-            maxes.insert(i + 1, half[-1])
-
-    def discard(self, key: str) -> None:
-        maxes = self._maxes
-        i = bisect_left(maxes, key)
-        if i == len(maxes):
-            return
-        lst = self._lists[i]
-        j = bisect_left(lst, key)
-        if j == len(lst) or lst[j] != key:
-            return
-        del lst[j]
-        self._len -= 1
-        if not lst:
-            del self._lists[i]
-            del maxes[i]
-        else:
-            maxes[i] = lst[-1]
-
-    def chunk_from(self, key: str, inclusive: bool, n: int) -> List[str]:
-        """Up to ``n`` keys from ``key`` on (``key`` itself only if ``inclusive``), in order."""
-        maxes, lists = self._maxes, self._lists
-        i = bisect_left(maxes, key) if inclusive else bisect_right(maxes, key)
-        out: List[str] = []
-        while i < len(lists) and len(out) < n:
-            lst = lists[i]
-            j = bisect_left(lst, key) if inclusive else bisect_right(lst, key)
-            out.extend(lst[j:j + n - len(out)])
-            i += 1
-        return out
-
-    def __iter__(self) -> Iterator[str]:
-        for lst in self._lists:
-            yield from lst
 
 
 class KeyIndex:
@@ -154,7 +78,7 @@ class KeyIndex:
         keys = self._keys
         start, inclusive = prefix, True
         while True:
-            chunk = keys.chunk_from(start, inclusive, CHUNK)
+            chunk = keys.chunk_from(start, inclusive)     # a bounded piece, [] at the end
             if not chunk:
                 return
             for key in chunk:

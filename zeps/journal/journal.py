@@ -382,6 +382,7 @@ class Journal(StreamView, KeyValues):
             view.release()
 
     def _undo(self, seg: Segment, pre: int) -> None:
+        self._batch_read = None
         try:
             os.ftruncate(seg.fd, pre)
         except OSError as e:

@@ -26,6 +26,11 @@ class KeyValues:
     """The last-value API of a writer whose config has ``key_index`` (or ``compact``)."""
 
     _keys: Optional[lastvalue.KeyIndex]
+    #: The batch record :meth:`_read_at` read last, ``(segment, position, record)``: a snapshot
+    #: reads keys in key order, and keys published together share a batch record, whose every
+    #: read walks (and CRC-checks) all of it; kept until a rewrite or a truncation can change
+    #: the bytes at that position (:meth:`reload_segments`, the writer's undo and close).
+    _batch_read: Optional[tuple] = None
 
     def _key_index(self) -> lastvalue.KeyIndex:
         self._check_open()
@@ -93,6 +98,13 @@ class KeyValues:
         i = bisect_right(self._firsts, seq) - 1
         if i >= 0:
             seg = self._segs[i]
+            cached = self._batch_read
+            if cached is not None and cached[0] is seg and cached[1] == pos:
+                r = cached[2]
+                if r.sequence <= seq <= r.last_sequence:
+                    k = seq - r.sequence
+                    return expand(r.frame, r.offsets, r.sequence, r.timestamp, k, k + 1,
+                                  r.producer, r.pseq)[0]
             self._prepare(seg)
             limit = self._limit(seg)
             if pos < limit:
@@ -102,6 +114,7 @@ class KeyValues:
                 if out and out[0].sequence <= seq <= out[0].last_sequence:
                     r = out[0]
                     if isinstance(r, BatchRecord):
+                        self._batch_read = (seg, pos, r)
                         k = seq - r.sequence
                         return expand(r.frame, r.offsets, r.sequence, r.timestamp, k, k + 1,
                                       r.producer, r.pseq)[0]
@@ -125,6 +138,7 @@ class KeyValues:
         cursor into an old file is found out by its inode and located again). Returns how
         many were open."""
         self._check_open()
+        self._batch_read = None
         n = 0
         wanted = set(first_seqs)
         for seg in self._segs[:-1]:

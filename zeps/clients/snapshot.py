@@ -20,6 +20,7 @@ from zeps.protocol import ProtocolError, decode, encode
 from zeps.protocol import commands as c
 from zeps.protocol.headers import NO_HEADERS, Headers
 from zeps.protocol.reasons import Reason
+from zeps.protocol.snapshot import parse_entry
 
 from .errors import ZepsError, invalid_error
 from .message import Message
@@ -73,6 +74,13 @@ class SnapshotReader:
         self._pending = 0               # credit of entries received, not handed out yet
 
     def receive(self, frame: bytes) -> None:
+        got = parse_entry(frame)                 # the common frame, read in place
+        if got is not None:
+            self.buffered.append(Message(got[1], got[2], got[3], got[0], self.stream,
+                                         NO_HEADERS))
+            self.count += 1
+            self._pending += len(frame) - _ENTRY_OVERHEAD
+            return
         try:
             cmd = decode(frame)
         except ProtocolError as e:

@@ -406,7 +406,7 @@ def test_the_writers_index_across_a_compaction(tmp_path):
     path = tmp_path / "s"
     model, clock = make_stream(path)
     j = Journal.open(path, cfg(), clock)
-    for k, (s, body) in model.items():          # read before too: the last batch read is kept
+    for k, (_s, body) in model.items():          # read before too: the last batch read is kept
         assert j.latest(k).body == body
     res = compaction.compact(str(path), j.segment_seqs()[:-1], now_ns=clock.t)
     j.reload_segments(res.segments)

@@ -587,6 +587,137 @@ class SnapshotEnd(Command):
     count: int
 
 
+# --- durable consumers and groups (ids 80-92; zeps/protocol/consumer.py, docs/consumers.md) --
+
+#: CONSUMER-ADD ``ack``: each message acknowledged by its own sequence (JetStream's explicit).
+ACK_EXPLICIT = 0
+#: ``ack``: an ACK of sequence S acknowledges every message the member holds up to S.
+ACK_ALL = 1
+#: ``ack``: a message is acknowledged when it is handed to a member (a durable position only).
+ACK_NONE = 2
+#: CONSUMER-ADD ``start``: from the first message kept / from ``start_value`` (a sequence) /
+#: from the first message at or after ``start_value`` (ns since the epoch) / new messages only.
+START_ALL, START_SEQUENCE, START_TIME, START_NEW = 0, 1, 2, 3
+#: CONSUMER-ADD ``flags``: a key's messages go to one member at a time (per-key order).
+CONSUMER_KEY_ORDER = 1
+
+
+@_command
+class ConsumerAdd(Command):
+    """C: create the durable consumer ``name`` on the attached stream (idempotent: the same
+    settings again is OK, other settings are refused). Answered by CONSUMER-ADD-OK."""
+    ID: ClassVar[int] = 80
+    NAME: ClassVar[str] = "CONSUMER-ADD"
+    name: str
+    patterns: Tuple[str, ...] = field(default=("",))
+    start: int = START_ALL
+    start_value: int = 0
+    ack: int = ACK_EXPLICIT
+    ack_wait_ms: int = 30_000
+    max_deliver: int = 0           # 0: no limit
+    max_ack_pending: int = 1000    # per member
+    dead_letter: str = ""          # a stream, or "" (none: the message is dropped, counted)
+    flags: int = 0
+
+
+@_command
+class ConsumerAddOk(Command):
+    """S: the consumer exists; ``start`` is the first sequence it hands out."""
+    ID: ClassVar[int] = 81
+    NAME: ClassVar[str] = "CONSUMER-ADD-OK"
+    start: int
+
+
+@_command
+class Consume(Command):
+    """C: this peering joins consumer ``name`` as a member (instead of subscribing): it is sent
+    the consumer's messages as DELIVER (DELIVER-H, -TS, -BATCH as chosen) under its credit."""
+    ID: ClassVar[int] = 82
+    NAME: ClassVar[str] = "CONSUME"
+    name: str
+
+
+@_command
+class ConsumeOk(Command):
+    """S: joined. ``floor``: every sequence up to it is acknowledged; ``next``: the next
+    sequence the consumer reads; ``skipped``: messages retention removed before they were
+    acknowledged (since the last CONSUME-OK of this consumer)."""
+    ID: ClassVar[int] = 83
+    NAME: ClassVar[str] = "CONSUME-OK"
+    floor: int
+    next: int
+    skipped: int = 0
+
+
+@_command
+class Ack(Command):
+    """C: acknowledge; ``ranges`` is n pairs of u64 (first, last), at most 1024 pairs
+    (:func:`zeps.protocol.consumer.pack_ranges`). Not answered."""
+    ID: ClassVar[int] = 84
+    NAME: ClassVar[str] = "ACK"
+    ranges: bytes
+
+
+@_command
+class Nak(Command):
+    """C: give ``sequence`` back, to be delivered again after ``delay_ms``. Not answered."""
+    ID: ClassVar[int] = 85
+    NAME: ClassVar[str] = "NAK"
+    sequence: int
+    delay_ms: int = 0
+
+
+@_command
+class Progress(Command):
+    """C: still working on ``sequence``: its ack timeout starts again. Not answered."""
+    ID: ClassVar[int] = 86
+    NAME: ClassVar[str] = "PROGRESS"
+    sequence: int
+
+
+@_command
+class ConsumerInfo(Command):
+    """C: the state of consumer ``name`` of the attached stream, as JSON."""
+    ID: ClassVar[int] = 87
+    NAME: ClassVar[str] = "CONSUMER-INFO"
+    name: str
+
+
+@_command
+class ConsumerInfoOk(Command):
+    ID: ClassVar[int] = 88
+    NAME: ClassVar[str] = "CONSUMER-INFO-OK"
+    info: str
+
+
+@_command
+class ConsumerList(Command):
+    """C: the names of the attached stream's consumers."""
+    ID: ClassVar[int] = 89
+    NAME: ClassVar[str] = "CONSUMER-LIST"
+
+
+@_command
+class ConsumerListOk(Command):
+    ID: ClassVar[int] = 90
+    NAME: ClassVar[str] = "CONSUMER-LIST-OK"
+    names: Tuple[str, ...] = field(default=())
+
+
+@_command
+class ConsumerDelete(Command):
+    """C: delete consumer ``name`` (its members are sent DETACH)."""
+    ID: ClassVar[int] = 91
+    NAME: ClassVar[str] = "CONSUMER-DELETE"
+    name: str
+
+
+@_command
+class ConsumerDeleteOk(Command):
+    ID: ClassVar[int] = 92
+    NAME: ClassVar[str] = "CONSUMER-DELETE-OK"
+
+
 ALL_COMMANDS = (
     Attach, AttachOk, Subscribe, SubscribeOk, Credit, Publish, Deliver, Ping, PingOk,
     Detach, DetachOk, Invalid,
@@ -600,6 +731,8 @@ ALL_COMMANDS = (
     ReasonsSelect, ReasonsSelectOk, Error,
     HeadersSelect, HeadersSelectOk, PublishHeaders, DeliverHeaders,      # (ids 70-73)
     Snapshot, SnapshotEntry, SnapshotEntryH, SnapshotEnd,                # (ids 74-77)
+    ConsumerAdd, ConsumerAddOk, Consume, ConsumeOk, Ack, Nak, Progress,  # (ids 80-92)
+    ConsumerInfo, ConsumerInfoOk, ConsumerList, ConsumerListOk, ConsumerDelete, ConsumerDeleteOk,
 )
 BY_ID = {c.ID: c for c in ALL_COMMANDS}
 assert len(BY_ID) == len(ALL_COMMANDS), "two commands share an id"

@@ -16,6 +16,9 @@ bad record means (:mod:`.view`). Module map:
 * :mod:`.lastvalue`     - the last-value index (key -> latest sequence and position), its
   sorted keys, prefix snapshots and checkpoint file; :mod:`.kv` - the writer's API over it
   (``latest``, ``snapshot``, ``keys_seq``)
+* :mod:`.consumers`     - durable consumers' files (``consumers/<name>.json``: settings and
+  state, written whole and atomically; :class:`~.consumers.Saver` writes them off the caller's
+  thread); not re-exported: ``from zeps.journal import consumers``
 * :mod:`.compaction`    - compacted streams: which segments to clean (a pure rule), the
   rewrite keeping the latest message per key, the crash-safe swap and its recovery
 * :mod:`.segment`       - one segment: file naming, block reads, lookups

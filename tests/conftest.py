@@ -152,10 +152,11 @@ PROCESS_MODULES = frozenset({
     "test_client_receipts", "test_large_messages", "test_streams", "test_broker",
     "test_isolation", "test_hostile_commands", "test_journal_batch", "test_journal_columnar",
     "test_multicast_receiver", "test_cli_consistency", "test_journal_kv_crash",
-    "test_chp_frontend", "test_bus_frontend"})
+    "test_chp_frontend", "test_bus_frontend", "test_journal_consumers_crash"})
 #: In-process, but each test walks every byte of a record: the damage suite; and crashes (the
 #: SIGKILLed compaction at each of its steps).
-FAULT_MODULES = frozenset({"test_journal_damage", "test_journal_kv_crash"})
+FAULT_MODULES = frozenset({"test_journal_damage", "test_journal_kv_crash",
+                           "test_journal_consumers_crash"})
 
 
 def pytest_collection_modifyitems(config, items):

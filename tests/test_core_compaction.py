@@ -74,7 +74,6 @@ def test_create_x_keeps_a_compacted_streams_settings_and_stream_settings_says_th
 
 @pytest.mark.parametrize("cmd, why", [
     (c.StreamCreateX("x", flags=4), "unknown flags"),
-    (c.StreamCreateX("x", flags=c.FLAG_KEY_INDEX), "key index"),
     (c.StreamCreateX("x", flags=KV, min_dirty_permille=1001), "over 1000"),
     (c.StreamCreateX("x", delete_retention_ms=5), "compact"),
 ])
@@ -84,6 +83,36 @@ def test_bad_create_x_settings_are_refused_with_a_reason_and_nothing_is_made(mak
     [reason] = reasons(h, A)
     assert "STREAM-CREATE-X" in reason and why in reason
     assert "x" not in h.datadir.streams()
+
+
+def test_a_key_index_alone_is_kept_and_snapshot_serves_it_without_the_brokers_key_index(make):
+    """STREAM-CREATE-X with flag 2 only: the stream's settings keep ``key_index`` (a compacted
+    stream's do not say it twice), STREAM-SETTINGS answers flag 2, and SNAPSHOT works on it in
+    a core run without ``key_index`` (a plain stream of that core is still refused)."""
+    h = make()
+    h.send(A, c.StreamCreateX("ki", flags=c.FLAG_KEY_INDEX),
+           c.StreamCreateX("both", flags=c.FLAG_COMPACT | c.FLAG_KEY_INDEX),
+           c.StreamCreateX("ki", flags=c.FLAG_KEY_INDEX))        # again, the same: fine
+    assert h.take(A) == [c.StreamCreateOk()] * 3
+    own = h.datadir.settings("ki")
+    assert own.key_index and not own.compact
+    both = h.datadir.settings("both")
+    assert both.compact and not both.key_index
+    h.send(A, c.StreamCreate("ki"))                              # without the index: no
+    assert "other settings" in reasons(h, A)[0]
+    h.send(A, c.StreamSettingsGet("ki"), c.StreamSettingsGet("both"))
+    assert [m.flags for m in h.take(A)] == [c.FLAG_KEY_INDEX, c.FLAG_COMPACT | c.FLAG_KEY_INDEX]
+    for i in range(5):
+        h.publish(f"k{i % 2}", body=b"v%d" % i, ident=PUB, stream="ki")
+        h.publish(f"k{i % 2}", body=b"v%d" % i, ident=b"pub2", stream="plain")
+    h.send(B, c.Attach("ki"), c.Credit(1 << 20), c.Snapshot(("",)))
+    h.drain()
+    got = h.take(B)
+    assert [(m.key, m.body, m.sequence) for m in got if isinstance(m, c.SnapshotEntry)] == [
+        ("k0", b"v4", 5), ("k1", b"v3", 4)]
+    assert got[-1] == c.SnapshotEnd(5, 2)
+    h.send(b"other", c.Attach("plain"), c.Credit(1 << 20), c.Snapshot(("",)))
+    assert any("no key index" in r and "--key-index" in r for r in reasons(h, b"other"))
 
 
 ACL = """

@@ -311,3 +311,32 @@ def test_a_compacted_streams_settings_turn_the_index_on(tmp_path):
     j.append("k", b"v")
     assert j.latest("k").body == b"v"
     j.close()
+
+
+def test_a_key_indexed_streams_settings_turn_the_index_on_without_compaction(tmp_path):
+    """``key_index`` in a stream's settings (``zeps stream create --key-index``): the journal
+    has the index whatever its configuration says, persisted and found again on open, and the
+    stream is not compacted (its readers do not take gaps as normal)."""
+    path = tmp_path / "s"
+    path.mkdir()
+    own = stream_settings.StreamSettings(key_index=True)
+    stream_settings.write(str(path), own)
+    assert stream_settings.read(str(path)) == own
+    assert stream_settings.has_key_index(str(path))
+    assert not stream_settings.is_compact(str(path))
+    config = own.journal_config(JournalConfig())
+    assert config.key_index and not config.compact
+    j = Journal.open(path, config, Clock())
+    j.append("k", b"v1")
+    j.append("k", b"v2")
+    j.append("gone", b"x")
+    j.append("gone", b"")
+    assert j.latest("k").body == b"v2" and j.latest("gone") is None
+    j.close()
+    j = Journal.open(path, JournalConfig(), Clock())     # the settings say so, as compact's
+    assert j.latest("k").body == b"v2" and j.latest("k").sequence == 2
+    j.close()
+    with pytest.raises(ValueError, match="key_index"):
+        stream_settings.StreamSettings(compact=True, key_index=True)
+    with pytest.raises(ValueError, match="key_index"):
+        stream_settings.StreamSettings(key_index=1)

@@ -23,20 +23,20 @@ LIST_BYTES = 65535 - 16
 
 def x_settings(cmd: c.StreamCreateX) -> StreamSettings:
     """The settings a STREAM-CREATE-X asks for; ValueError saying why they cannot be: a flag
-    this broker does not know, a key index without ``compact`` (a stream's settings keep none
-    yet), a dirty ratio over 1000 per mille, or compaction settings without ``compact``."""
+    this broker does not know, a dirty ratio over 1000 per mille, or compaction settings
+    without ``compact``. A key index alone (flag 2) is kept in the stream's settings; with
+    ``compact``, which always has one, it is implied and not written twice."""
     unknown = cmd.flags & ~(c.FLAG_COMPACT | c.FLAG_KEY_INDEX)
     if unknown:
         raise ValueError(f"unknown flags {unknown:#x} (known: 1 compact, 2 key index)")
     compact = bool(cmd.flags & c.FLAG_COMPACT)
-    if cmd.flags & c.FLAG_KEY_INDEX and not compact:
-        raise ValueError("a key index is kept only with compact (flag 1) for now")
     if cmd.min_dirty_permille > 1000:
         raise ValueError(f"min_dirty_permille {cmd.min_dirty_permille} is over 1000")
     return StreamSettings(cmd.retention_bytes, cmd.retention_ms, cmd.max_message,
                           cmd.segment_bytes, compact=compact,
                           delete_retention_ms=cmd.delete_retention_ms,
-                          min_cleanable_dirty_ratio=cmd.min_dirty_permille / 1000)
+                          min_cleanable_dirty_ratio=cmd.min_dirty_permille / 1000,
+                          key_index=bool(cmd.flags & c.FLAG_KEY_INDEX) and not compact)
 
 
 class StreamAdministration(Compacting):
@@ -137,7 +137,8 @@ class StreamAdministration(Compacting):
         own = self.datadir.settings(cmd.stream)
         self.outbox.append((s.identity, encode(c.StreamCreateX(
             cmd.stream, own.retention_bytes, own.retention_ms, own.max_message, own.segment_bytes,
-            (c.FLAG_COMPACT | c.FLAG_KEY_INDEX) if own.compact else 0, own.delete_retention_ms,
+            (c.FLAG_COMPACT | c.FLAG_KEY_INDEX) if own.compact
+            else c.FLAG_KEY_INDEX if own.key_index else 0, own.delete_retention_ms,
             round(own.min_cleanable_dirty_ratio * 1000)))))
 
     def _on_stream_describe(self, s: Session, cmd: c.StreamDescribe) -> None:
@@ -206,6 +207,7 @@ class StreamAdministration(Compacting):
             return
         self.catalogue.remove(cmd.stream)
         self._forget_compaction(cmd.stream)
+        self.consumers.pop(cmd.stream, None)             # their files went with the directory
         self.streams_deleted += 1
         self.messages_deleted += held
         self.log("stream_deleted", stream=cmd.stream)

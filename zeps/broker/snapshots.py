@@ -1,10 +1,11 @@
 """Key snapshots in the broker (ids 74-77, docs/protocol.md "Snapshots"): SNAPSHOT and the
 streaming of its entries. Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`.
 
-A client attached to a stream that has a last-value index (``compact``, or a broker run with
-``--key-index``), allowed to subscribe and not subscribed yet, sends SNAPSHOT with 1 to
-:data:`MAX_SNAPSHOT_PREFIXES` key prefixes. The broker answers with one SNAPSHOT-ENTRY (or
-SNAPSHOT-ENTRY-H, to a client that chose HEADERS-SELECT, for a message with headers) per live
+A client attached to a stream that has a last-value index (created with ``key_index`` or
+``compact``, or any stream of a broker run with ``--key-index``), allowed to subscribe and
+not subscribed yet, sends SNAPSHOT with 1 to :data:`MAX_SNAPSHOT_PREFIXES` key prefixes.
+The broker answers with one SNAPSHOT-ENTRY (or SNAPSHOT-ENTRY-H, to a client that chose
+HEADERS-SELECT, for a message with headers) per live
 key under a prefix - that key's latest message - then SNAPSHOT-END with the sequence the
 snapshot is consistent at (``seq``) and the count of entries. Applying the entries, then the
 stream from ``seq + 1`` (SUBSCRIBE with ``latest = seq``), gives exactly the current state: no
@@ -52,7 +53,8 @@ SNAPSHOT_STEP = 256
 #: The least credit an entry costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
 
-NO_INDEX = "stream has no key index (create it with --compact or run the broker with --key-index)"
+NO_INDEX = ("stream has no key index (create it with --key-index or --compact, or run the broker "
+            "with --key-index)")
 
 
 class SnapshotCursor:
@@ -98,6 +100,8 @@ class Snapshots:
             why = "SNAPSHOT while subscribed: snapshot first, then SUBSCRIBE from its sequence"
         elif s.snapshot is not None:
             why = "a SNAPSHOT is already under way on this peering"
+        elif s.consumer is not None:
+            why = "SNAPSHOT on a consumer's member (use another peering)"
         if why is not None:
             self._invalid(s.identity, why)
             return

@@ -2,7 +2,8 @@
 ``nats kv`` offers (issue 18 item 4).
 
 The current values come from the broker's last-value index (SNAPSHOT: the stream must be
-compacted, ``zeps stream create --compact``, or the broker run with ``--key-index``); ``watch``
+created with ``zeps stream create --key-index`` or ``--compact``, or the broker run with
+``--key-index``); ``watch``
 prints them, then every change after the snapshot's sequence (no gap, no duplicate);
 ``history`` replays one key's messages. A value is a message body; an empty body deletes the
 key (a tombstone: ``del``). ``put --ttl S`` publishes a ``ttl`` header: readers such as
@@ -25,8 +26,9 @@ def add_parser(sub) -> None:
                                   "history",
                        description="A stream as a key-value store (as 'nats kv'): a key's value "
                        "is its latest message's body; an empty body deletes it. The current "
-                       "values come from the broker's key index: the stream must be compacted "
-                       "('zeps stream create --compact') or the broker run with --key-index.")
+                       "values come from the broker's key index: the stream must have one "
+                       "('zeps stream create --key-index' or '--compact') or the broker run "
+                       "with --key-index.")
     actions = p.add_subparsers(dest="action", metavar="ACTION", parser_class=Parser,
                                required=True)
 

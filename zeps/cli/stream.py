@@ -65,8 +65,9 @@ def add_parser(sub) -> None:
                    help="with --compact: compact once the bytes written since the last "
                         "compaction are this share of the sealed segments (0-1, default 0.5)")
     c.add_argument("--key-index", action="store_true",
-                   help="keep a key index (a compacted stream always has one; without "
-                        "--compact, not kept yet)")
+                   help="keep the last-value index (for snapshots, 'zeps kv' and a --chp front "
+                        "end) on a stream that keeps every message; a compacted stream always "
+                        "has one")
     i = actions.add_parser("info", help="a stream's state and settings")
     i.add_argument("stream", metavar="STREAM", type=_stream_name)
     i.add_argument("--json", action="store_true",
@@ -118,14 +119,15 @@ def _defaults(ep, t, curve):
 
 
 def _compaction(ep, stream, t, curve):
-    """A compacted stream's settings (None: not compacted, or a broker too old to say)."""
+    """A compacted stream's settings, or a key-indexed one's (None: neither, or a broker too old
+    to say)."""
     from zeps.clients import admin
     try:
         own = admin.stream_settings(ep, stream, timeout=t, curve=curve)
     except admin.Unsupported:
         return None
     if not own.compact:
-        return None
+        return {"compact": False, "key_index": True} if own.key_index else None
     return {"compact": True, "key_index": own.key_index,
             "delete_retention_s": (own.delete_retention_ms or 86_400_000) / 1000,
             "min_dirty_ratio": own.min_dirty_ratio or 0.5}
@@ -140,10 +142,9 @@ def cmd_stream(args) -> int:
 
     ep, t = args.endpoint, args.connect_timeout
     if args.action == "create":
-        if not args.compact and (args.delete_retention or args.min_dirty_ratio
-                                 or args.key_index):
-            raise UsageError("--delete-retention, --min-dirty-ratio and --key-index are "
-                             "settings of a compacted stream: add --compact")
+        if not args.compact and (args.delete_retention or args.min_dirty_ratio):
+            raise UsageError("--delete-retention and --min-dirty-ratio are settings of a "
+                             "compacted stream: add --compact")
         try:
             admin.create_stream(ep, args.stream, retention_bytes=args.retention_bytes,
                                 retention_age=args.retention_age, max_message=args.max_message,
@@ -152,8 +153,8 @@ def cmd_stream(args) -> int:
                                 min_dirty_ratio=args.min_dirty_ratio, timeout=t,
                                 curve=args.curve)
         except admin.Unsupported as e:
-            raise UsageError(f"the broker at {ep} cannot make a compacted stream (it predates "
-                             f"them): {e.reason}") from None
+            raise UsageError(f"the broker at {ep} cannot make a compacted or key-indexed stream "
+                             f"(it predates them): {e.reason}") from None
         return 0
     if args.action == "info":
         d = admin.describe_stream(ep, args.stream, timeout=t, curve=args.curve)

@@ -98,12 +98,13 @@ def create_stream(endpoint: str, stream: str, *, retention_bytes: int = 0,
     seconds). Creating an existing stream with the same settings is fine; with others, the
     broker refuses (:class:`InvalidError`).
 
+    ``key_index``: the stream has the broker's last-value index (so SNAPSHOT, ``client.snapshot``
+    and ``zeps kv`` serve it) and keeps every message, whatever the broker's ``--key-index``.
     ``compact``: a compacted stream, which keeps at least the latest message of every key
-    (and has a key index; ``key_index`` alone is not kept yet, the broker refuses it):
-    compaction keeps a tombstone (an empty body) ``delete_retention`` seconds (0: one day) and
-    runs once the bytes written since the last one are ``min_dirty_ratio`` (0 to 1; 0: 0.5) of
-    the sealed segments'. These travel in STREAM-CREATE-X: :class:`Unsupported` from a broker
-    without it."""
+    (and always has a key index): compaction keeps a tombstone (an empty body)
+    ``delete_retention`` seconds (0: one day) and runs once the bytes written since the last
+    one are ``min_dirty_ratio`` (0 to 1; 0: 0.5) of the sealed segments'.
+    These travel in STREAM-CREATE-X: :class:`Unsupported` from a broker without it."""
     if not (compact or key_index or delete_retention or min_dirty_ratio):
         _request(endpoint, c.StreamCreate(stream, int(retention_bytes), int(retention_age * 1000),
                                           int(max_message), int(segment_bytes)),

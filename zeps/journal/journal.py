@@ -97,7 +97,8 @@ class Journal(StreamView, KeyValues):
         self._snapshot_pos = 0        # position in the active segment of the last snapshot
         self._gaps = config.compact or stream_settings.is_compact(stream_dir)
         self._keys: Optional[lastvalue.KeyIndex] = (
-            lastvalue.KeyIndex() if config.key_index or self._gaps else None)
+            lastvalue.KeyIndex() if config.key_index or self._gaps
+            or stream_settings.has_key_index(stream_dir) else None)
         self._keys_upto = 0           # the sequence before which the last checkpoint is
         self._key_writer = lastvalue.Writer(stream_dir)
 

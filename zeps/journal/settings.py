@@ -15,6 +15,11 @@ runs once the bytes written since the last compaction are at least
 ``min.cleanable.dirty.ratio``). Its journal has the last-value index (:mod:`.lastvalue`).
 Sequences never change: its readers skip the removed ones.
 
+A stream created with ``key_index`` (``zeps stream create --key-index``, without ``--compact``)
+keeps every message, as any stream, and has the last-value index too, whatever the broker's
+``--key-index`` says: SNAPSHOT (and the CHP front end) serve it. A compacted stream always has
+the index, so its settings never say ``key_index`` as well (one stream, one way to write it).
+
 The file is replaced atomically (write, fsync, rename), so it is either the old or the new one.
 
 Every stream also has an *incarnation* (``<stream dir>/INCARNATION``: 16 hex digits), random and
@@ -52,13 +57,14 @@ class StreamSettings:
     compact: bool = False             # a compacted stream (keeps the latest message per key)
     delete_retention_ms: int = 0      # 0: one day; how long compaction keeps a tombstone
     min_cleanable_dirty_ratio: float = 0.0   # 0: 0.5; compaction runs from this dirty ratio
+    key_index: bool = False           # a last-value index without compaction (compact has one)
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             v = getattr(self, f.name)
-            if f.name == "compact":
+            if f.name in ("compact", "key_index"):
                 if not isinstance(v, bool):
-                    raise ValueError(f"compact must be true or false, not {v!r}")
+                    raise ValueError(f"{f.name} must be true or false, not {v!r}")
             elif f.name == "min_cleanable_dirty_ratio":
                 if (not isinstance(v, (int, float)) or isinstance(v, bool)
                         or not 0.0 <= v <= 1.0):
@@ -69,6 +75,9 @@ class StreamSettings:
         if not self.compact and (self.delete_retention_ms or self.min_cleanable_dirty_ratio):
             raise ValueError("delete_retention_ms and min_cleanable_dirty_ratio are settings "
                              "of a compacted stream (compact)")
+        if self.compact and self.key_index:
+            raise ValueError("a compacted stream has a key index: key_index is for a stream "
+                             "that is not compacted")
 
     @property
     def delete_retention_ns(self) -> int:
@@ -95,6 +104,8 @@ class StreamSettings:
             changes["segment_bytes"] = self.segment_bytes
         if self.compact:
             changes["compact"] = changes["key_index"] = True
+        if self.key_index:
+            changes["key_index"] = True
         if self.max_message:
             changes["max_record_bytes"] = max(base.max_record_bytes, self.max_message + overhead)
         return dataclasses.replace(base, **changes) if changes else base
@@ -111,7 +122,7 @@ def read(stream_dir: str) -> Optional[StreamSettings]:
         values = {}
         for f in dataclasses.fields(StreamSettings):
             v = data.get(f.name, f.default)
-            if f.name == "compact":
+            if f.name in ("compact", "key_index"):
                 values[f.name] = v if isinstance(v, bool) else bool(int(v))
             elif f.name == "min_cleanable_dirty_ratio":
                 values[f.name] = float(v)
@@ -132,6 +143,16 @@ def is_compact(stream_dir: str) -> bool:
     except JournalError:
         return False
     return own is not None and own.compact
+
+
+def has_key_index(stream_dir: str) -> bool:
+    """Whether the stream's own settings give it the last-value index (``compact`` or
+    ``key_index``); False if it has none or they cannot be read."""
+    try:
+        own = read(stream_dir)
+    except JournalError:
+        return False
+    return own is not None and (own.compact or own.key_index)
 
 
 def write(stream_dir: str, settings: StreamSettings) -> None:

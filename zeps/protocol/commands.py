@@ -336,7 +336,8 @@ class StreamDescribeOk(Command):
 # --- compacted streams (ids 78-79; issue 18 item 2) -------------------------------------------
 
 #: STREAM-CREATE-X ``flags``: a compacted stream (the latest message per key kept); a key
-#: index (implied by ``COMPACT``, and only allowed with it for now). Other bits: INVALID.
+#: index (implied by ``COMPACT``; alone, a stream that keeps every message and has the index).
+#: Other bits: INVALID.
 FLAG_COMPACT = 1
 FLAG_KEY_INDEX = 2
 

@@ -62,7 +62,9 @@ class Congestion:
         if cid == DELIVER_ID or cid == DELIVER_TS_ID or cid == DELIVER_BATCH_ID or cid == DELIVER_H_ID:
             # not a sign of life: it did not go out
             s.delivered -= batch_count(frame) if cid == DELIVER_BATCH_ID else 1
-            if st is not None:
+            if s.consumer is not None:
+                self.consumer_unsent(s, frame)   # the consumer gives it again (consuming.py)
+            elif st is not None:
                 st.unsent(s, frame)
             return
         if cid == SNAPSHOT_ENTRY_ID or cid == SNAPSHOT_ENTRY_H_ID:
@@ -110,6 +112,8 @@ class Congestion:
                 st.resume(s)
                 if s.snapshot is not None:
                     self.snapshot_resume(s)
+                if s.consumer is not None:
+                    s.consumer.asleep = False
             elif s.state != ATTACHED:
                 self._to_free.append(s)          # only held a DETACH-OK: free it once sent
 

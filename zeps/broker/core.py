@@ -41,6 +41,7 @@ from .admin import StreamAdministration
 from .attaching import MAX_WAITING, Attachment
 from .catalogue import StreamCatalogue
 from .congestion import Congestion
+from .consuming import Consuming, SyncStore
 from .headers import HeadersHandling
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
@@ -131,7 +132,7 @@ class CoreConfig:
 
 
 class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, HeadersHandling,
-                 Snapshots):
+                 Snapshots, Consuming):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -161,6 +162,12 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         self.opening: Dict[str, List[Tuple[Session, c.Attach, Optional[int]]]] = {}
         self._to_open: List[str] = []
         self.snapshotting: Dict[bytes, object] = {}       # SNAPSHOTs under way (snapshots.py)
+        #: Durable consumers (consuming.py): stream -> name -> Group, loaded on first use;
+        #: ``consumer_store`` saves them (the shell's Saver, off the loop).
+        self.consumers: Dict[str, dict] = {}
+        self.consumer_store = SyncStore(sync=self.config.fsync != "never")
+        self.dead_letter_publisher = Session(b"\x00dead-letter", 0.0)
+        self._next_consumer_tick = float("-inf")
 
     # ------------------------------------------------------------------ input
     def receive(self, identity: bytes, frames: List[bytes], now: float) -> None:
@@ -293,6 +300,9 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         if not s.may_subscribe:
             self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "subscribe", s.stream))
             return
+        if s.consumer is not None:
+            self._invalid(s.identity, "SUBSCRIBE on a consumer's member (use another peering)")
+            return
         cfg = self.config
         stream = self.streams[s.stream]
         text = cmd.pattern
@@ -323,6 +333,8 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         self.streams[s.stream].credit(s, cmd.credit)
         if s.snapshot is not None:
             self.snapshot_resume(s)
+        elif s.consumer is not None:
+            s.consumer.asleep = False
 
     def _on_publish(self, s: Session, cmd: c.Publish) -> None:
         if not s.may_publish:
@@ -488,6 +500,8 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
                 more = True
         if self.snapshotting and self.pump_snapshots():
             more = True
+        if self.consumers and self.pump_consumers(now):
+            more = True
         return more
 
     def confirm(self) -> None:
@@ -571,4 +585,12 @@ _HANDLERS = {
     c.HeadersSelect: BrokerCore._on_headers_select,
     c.PublishHeaders: BrokerCore._on_publish_headers,
     c.Snapshot: BrokerCore._on_snapshot,
+    c.ConsumerAdd: BrokerCore._on_consumer_add,
+    c.Consume: BrokerCore._on_consume,
+    c.Ack: BrokerCore._on_ack,
+    c.Nak: BrokerCore._on_nak,
+    c.Progress: BrokerCore._on_progress,
+    c.ConsumerInfo: BrokerCore._on_consumer_info,
+    c.ConsumerList: BrokerCore._on_consumer_list,
+    c.ConsumerDelete: BrokerCore._on_consumer_delete,
 }

@@ -54,6 +54,8 @@ import structlog
 import zmq
 from zmq.utils.monitor import recv_monitor_message
 
+from zeps.journal import consumers
+
 from . import compactor
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
@@ -118,6 +120,9 @@ class Broker:
         self.log = log or structlog.get_logger("zeps.broker")
         self.datadir = datadir
         self.core = BrokerCore(datadir, core_config, log=self._core_log)
+        #: Durable consumers' files are written off the loop (zeps.journal.consumers.Saver).
+        self._consumer_saver = consumers.Saver(sync=core_config.fsync != "never")
+        self.core.consumer_store = self._consumer_saver
         self.clock = clock
         self.ctx = context or zmq.Context.instance()
         self.sock = self.ctx.socket(zmq.ROUTER)
@@ -385,7 +390,9 @@ class Broker:
                     self.core.sync_failed(st, exc)
             self.core.confirm()
             self._send(now)
+            self.core.save_consumers()
         finally:
+            self._consumer_saver.close()
             if self.curve is not None:
                 self.curve.stop()
             self.sock.disable_monitor()

@@ -40,7 +40,8 @@ _ANY_STATE = (c.Ping, c.ListStreams, c.ListStreamsPage, c.Limits, c.StreamCreate
 #: Commands that need an attached stream.
 _ATTACHED_ONLY = (c.Subscribe, c.Credit, c.Publish, c.Detach, c.SeqAtTime, c.StreamInfo,
                   c.ConfirmSelect, c.DeliverTimestamps, c.Producer, c.PublishBatch, c.StreamId,
-                  c.PublishHeaders, c.Snapshot)
+                  c.PublishHeaders, c.Snapshot, c.ConsumerAdd, c.Consume, c.Ack, c.Nak,
+                  c.Progress, c.ConsumerInfo, c.ConsumerList, c.ConsumerDelete)
 
 
 
@@ -67,7 +68,7 @@ class Session:
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
-                 "headers", "snapshot",
+                 "headers", "snapshot", "consumer",
                  "batches", "budget", "budget_at", "waiting")
 
     def __init__(self, identity: bytes, now: float):
@@ -116,6 +117,7 @@ class Session:
         #: until a PRODUCER that is accepted; None: they are not.
         self.producer_refusal = None
         self.snapshot = None            # the SNAPSHOT under way (broker/snapshots.py), or None
+        self.consumer = None            # the consumer it joined (broker/groups.py), or None
 
     # --------------------------------------------------------------- the grammar
     def accept(self, cmd: c.Command, now: float) -> None:

@@ -110,6 +110,10 @@ class Stream:
         self.catching_up.pop(ident, None)
         self.confirming.pop(ident, None)
         self.dedup.forget(session)
+        if session.consumer is not None:       # a consumer's member: what it held goes again
+            g = session.consumer
+            if g.leave(ident):
+                g.asleep = False
         session.detached()
 
     def unsubscribe_all(self, session: Session) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
+from .groups import SAVE_INTERVAL
 from .session import DETACH_FRAME
 
 if TYPE_CHECKING:
@@ -25,6 +26,8 @@ class Timers:
             nxt = min(nxt, self._next_sync)
         if self.congested:
             nxt = min(nxt, min(s.congested_until for s in self.congested.values()))
+        if self.consumers:
+            nxt = min(nxt, self._next_consumer_tick)
         return nxt
 
     def tick(self, now: float) -> List[Stream]:
@@ -39,6 +42,9 @@ class Timers:
         if now >= self._next_retention:
             self._next_retention = now + self.config.retention_check
             self._retention()
+        if self.consumers and now >= self._next_consumer_tick:
+            self._next_consumer_tick = now + SAVE_INTERVAL
+            self.consumer_timers(now)
         if now >= self._next_compaction:
             self._next_compaction = now + self.config.compaction_check
             self.check_compaction()

@@ -1,0 +1,347 @@
+"""Durable consumers in the broker core (issue 19, docs/consumers.md), driven in-process
+(tests/core_harness.py): the position is kept and resumed, members share the messages (one
+holder at a time), what is not acknowledged goes again (ack wait, NAK, a member leaving, its
+pipe full), ``max_deliver`` ends in the dead-letter stream, ``max_ack_pending`` bounds a member
+and not the others, per-key order, and what a hostile member can and cannot do."""
+from __future__ import annotations
+
+from hypothesis import given, settings, strategies as st
+
+from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401
+from zeps.broker.groups import MAX_MEMBERS
+from zeps.protocol import commands as c
+from zeps.protocol.consumer import pack_ranges, ranges_of
+from zeps.protocol.headers import headers_of
+
+PUB = b"pub"
+
+
+def setup(h: Core, n: int = 0, **add) -> None:
+    """Stream "s" with ``n`` messages k.0 .. k.(n-1); consumer "g" added (settings ``add``)."""
+    if n:
+        h.publish(*[f"k.{i}" for i in range(n)])
+    h.send(b"admin", c.Attach("s"), c.ConsumerAdd("g", **add))
+    got = h.take(b"admin")
+    assert got[0] == c.AttachOk() and isinstance(got[1], c.ConsumerAddOk), got
+
+
+def member(h: Core, ident: bytes, credit: int = 1 << 20, name: str = "g") -> c.ConsumeOk:
+    h.send(ident, c.Attach("s"), c.Credit(credit), c.Consume(name))
+    got = h.take(ident)
+    assert got[0] == c.AttachOk() and isinstance(got[1], c.ConsumeOk), got
+    return got[1]
+
+
+def seqs(h: Core, ident: bytes) -> list:
+    return [s for s, _k in h.delivered(ident)]
+
+
+def ack(h: Core, ident: bytes, sequences) -> None:
+    h.send(ident, c.Ack(pack_ranges(ranges_of(sequences))))
+
+
+def group(h: Core, name: str = "g"):
+    return h.core.consumers["s"][name]
+
+
+def test_a_member_gets_everything_acks_and_a_new_member_resumes_after_the_acks(tmp_path):
+    h = Core(tmp_path / "d")
+    setup(h, 5)
+    ok = member(h, b"m1")
+    assert (ok.floor, ok.next) == (0, 1)
+    h.drain()
+    assert seqs(h, b"m1") == [1, 2, 3, 4, 5]
+    ack(h, b"m1", [1, 2, 3])
+    assert group(h).floor == 3
+    h.send(b"m1", c.Detach())                       # 4 and 5 were not acknowledged
+    h.now += 1
+    h.tick()                                        # saved
+    h.close()
+    h = Core(tmp_path / "d")                        # a broker restart
+    h.publish("k.5")
+    ok = member(h, b"m2")
+    assert ok.floor == 3
+    h.drain()
+    assert seqs(h, b"m2") == [4, 5, 6]
+    info = group(h).out
+    assert (info[4].deliveries, info[6].deliveries) == (2, 1)
+    h.close()
+
+
+def test_members_share_the_messages_each_held_by_one(core):
+    h = core
+    setup(h)
+    for m in (b"a", b"b", b"c"):
+        member(h, m)
+    h.publish(*[f"k.{i}" for i in range(30)])
+    h.drain()
+    got = {m: seqs(h, m) for m in (b"a", b"b", b"c")}
+    assert all(len(v) == 10 for v in got.values()), got            # in turn
+    assert sorted(sum(got.values(), [])) == list(range(1, 31))     # each once
+    for m, v in got.items():
+        ack(h, m, v)
+    assert group(h).floor == 30 and not group(h).out
+
+
+def test_a_member_that_leaves_holding_messages_has_them_given_to_another(core):
+    h = core
+    setup(h, 6)
+    member(h, b"a")
+    member(h, b"b")
+    h.drain()
+    held_a = seqs(h, b"a")
+    held_b = seqs(h, b"b")
+    assert held_a and held_b
+    ack(h, b"b", held_b)
+    h.core.gone(b"a")                               # its connection is gone (a SIGKILL)
+    h.drain()
+    assert seqs(h, b"b") == held_a
+    assert all(group(h).out[q].deliveries == 2 for q in held_a)
+    ack(h, b"b", held_a)
+    assert group(h).floor == 6
+
+
+def test_the_ack_wait_passes_and_the_message_goes_again_progress_extends_it(core):
+    h = core
+    setup(h, 2, ack_wait_ms=1000)
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1, 2]
+    h.now += 0.6
+    h.send(b"a", c.Progress(2))
+    h.now += 0.5                                    # 1's wait passed, not 2's
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    h.now += 0.6
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == [2]
+    assert group(h).counters["redelivered"] == 2
+
+
+def test_a_nak_with_a_delay_goes_again_not_before_it(core):
+    h = core
+    setup(h, 1)
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    h.send(b"a", c.Nak(1, 5000))
+    h.now += 4
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == []
+    h.now += 1.5
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    h.send(b"a", c.Nak(1, 0))                       # at once
+    h.drain()
+    assert seqs(h, b"a") == [1]
+
+
+def test_max_ack_pending_bounds_a_member_that_never_acks_and_not_the_others(core):
+    h = core
+    setup(h, 0, max_ack_pending=3)
+    member(h, b"hog")
+    member(h, b"ok")
+    h.publish(*[f"k.{i}" for i in range(20)])
+    for _ in range(10):
+        h.drain()
+        ack(h, b"ok", seqs(h, b"ok"))
+        if group(h).next > 20:
+            break
+    hog = [q for q, o in group(h).out.items() if o.member == b"hog"]
+    assert len(hog) == 3                            # never more than its bound
+    assert group(h).next == 21 and len(group(h).out) == 3
+
+
+def test_a_member_without_credit_gets_nothing_and_the_others_go_on(core):
+    h = core
+    setup(h)
+    member(h, b"dry", credit=0)
+    member(h, b"wet")
+    h.publish(*[f"k.{i}" for i in range(5)])
+    h.drain()
+    assert seqs(h, b"dry") == [] and seqs(h, b"wet") == [1, 2, 3, 4, 5]
+
+
+def test_max_deliver_then_the_dead_letter_stream(core):
+    h = core
+    setup(h, 1, max_deliver=2, dead_letter="dead")
+    member(h, b"a")
+    for _ in range(2):
+        h.drain()
+        assert seqs(h, b"a") == [1]
+        h.send(b"a", c.Nak(1, 0))
+    h.drain()
+    assert seqs(h, b"a") == []                      # not a third time
+    h.drain()                                       # "dead" opened meanwhile
+    h.send(b"r", c.Attach("dead"), c.HeadersSelect(), c.Credit(1 << 20), c.Subscribe("", 0))
+    h.drain()
+    dead = [m for m in h.take(b"r") if isinstance(m, c.DeliverHeaders)]
+    assert [(m.key, m.body) for m in dead] == [("k.0", b"x")]
+    hd = headers_of(dead[0].block) if dead[0].block else dict(dead[0].headers)
+    hd = dict(hd)
+    assert (hd["zeps-stream"], hd["zeps-consumer"], hd["zeps-sequence"],
+            hd["zeps-deliveries"]) == (b"s", b"g", b"1", b"2")
+    assert group(h).counters["dead_lettered"] == 1 and group(h).floor == 1
+
+
+def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
+    h = core
+    setup(h, 0, flags=c.CONSUMER_KEY_ORDER)
+    member(h, b"a")
+    member(h, b"b")
+    h.publish("x", "x", "y", "x", "y")              # 1 x, 2 x, 3 y, 4 x, 5 y
+    h.drain()
+    out = {m: h.delivered(m) for m in (b"a", b"b")}
+    firsts = sorted(sum(out.values(), []))
+    assert firsts == [(1, "x"), (3, "y")]           # 2, 4 behind 1; 5 behind 3
+    holder = next(m for m, v in out.items() if (1, "x") in v)
+    ack(h, holder, [1])
+    h.drain()
+    got = sum((h.delivered(m) for m in (b"a", b"b")), [])
+    assert got == [(2, "x")]
+
+
+def test_acks_of_unknown_foreign_or_unheld_sequences_do_nothing(core):
+    h = core
+    setup(h, 4)
+    member(h, b"a")
+    member(h, b"b")
+    h.drain()
+    held_a, held_b = seqs(h, b"a"), seqs(h, b"b")
+    ack(h, b"a", held_b)                            # b's messages: not a's to acknowledge
+    ack(h, b"a", [999])                             # never delivered
+    assert len(group(h).out) == 4
+    assert group(h).counters["bad_acks"] >= 2
+    h.send(b"a", c.Nak(held_b[0], 0), c.Progress(held_b[0]))
+    assert group(h).out[held_b[0]].member == b"b"
+    ack(h, b"b", held_b)
+    ack(h, b"a", held_a)
+    assert not group(h).out
+
+
+def test_ack_nak_progress_without_consume_and_malformed_acks_are_refused(core):
+    h = core
+    setup(h, 1)
+    h.send(b"x", c.Attach("s"), c.Ack(pack_ranges([(1, 1)])), c.Nak(1), c.Progress(1))
+    got = h.take(b"x")
+    assert [type(m) for m in got] == [c.AttachOk, c.Invalid, c.Invalid, c.Invalid]
+    assert "without CONSUME" in got[1].reason
+    member(h, b"m")
+    h.send(b"m", c.Ack(b"\x00" * 15), c.Ack(bytes(16)), c.Ack(pack_ranges([(1, 1)]) * 1025))
+    why = [m.reason for m in h.take(b"m") if isinstance(m, c.Invalid)]
+    assert len(why) == 3 and "pairs" in why[0] and "0..0" in why[1] and "1024" in why[2]
+    h.send(b"m", c.Consume("g"), c.Subscribe("", 0), c.Consume("nope"))
+    why = [m.reason for m in h.take(b"m") if isinstance(m, c.Invalid)]
+    assert len(why) == 3 and "already joined" in why[0] and "member" in why[1]
+
+
+def test_consumer_add_is_idempotent_checks_its_settings_and_lists(core):
+    h = core
+    setup(h, 3, patterns=("k.",))
+    h.send(b"admin", c.ConsumerAdd("g", patterns=("k.",)), c.ConsumerAdd("g"),
+           c.ConsumerAdd("bad name"), c.ConsumerAdd("r", patterns=("~x",)),
+           c.ConsumerAdd("d", dead_letter="s"), c.ConsumerAdd("n", start=c.START_NEW),
+           c.ConsumerList())
+    got = h.take(b"admin")
+    assert got[0] == c.ConsumerAddOk(1)
+    assert "other settings" in got[1].reason
+    assert all(isinstance(m, c.Invalid) for m in got[2:5])
+    assert got[5] == c.ConsumerAddOk(4)
+    assert got[6] == c.ConsumerListOk(("g", "n"))
+    h.send(b"admin", c.ConsumerInfo("g"))
+    import json
+    info = json.loads(h.take(b"admin")[0].info)
+    assert (info["floor"], info["lag"], info["members"]) == (0, 3, 0)
+    h.send(b"admin", c.ConsumerDelete("g"), c.ConsumerList())
+    assert h.take(b"admin") == [c.ConsumerDeleteOk(), c.ConsumerListOk(("n",))]
+
+
+def test_a_member_whose_pipe_is_full_gets_the_message_again_uncounted(core):
+    h = core
+    setup(h, 3)
+    member(h, b"a")
+    h.pipe[b"a"] = 1
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    out = group(h).out                              # 2 and 3 came back: held by nobody
+    assert [(q, o.deliveries, o.member) for q, o in sorted(out.items())] == \
+        [(1, 1, b"a"), (2, 0, None), (3, 0, None)]
+    h.pipe.pop(b"a")
+    h.now += 5
+    h.drain()
+    assert seqs(h, b"a") == [2, 3]
+    assert all(o.deliveries == 1 for o in group(h).out.values())
+
+
+def test_a_thousand_members_cost_a_quiet_round_nothing_and_are_bounded(make):
+    h = make(max_clients=MAX_MEMBERS + 10)
+    setup(h)
+    for i in range(1000):
+        h.core.receive(b"m%d" % i, [__import__("zeps.protocol").protocol.encode(c.Attach("s"))],
+                       h.now)
+    for i in range(1000):
+        h.send(b"m%d" % i, c.Credit(1 << 16), c.Consume("g"))
+        h.take(b"m%d" % i)
+    h.publish(*[f"k.{i}" for i in range(100)])
+    h.drain()
+    got = sum((seqs(h, b"m%d" % i) for i in range(1000)), [])
+    assert sorted(got) == list(range(1, 101))
+    assert len(group(h).members) == 1000
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["ack", "nak", "leave", "tick", "pub", "join"]),
+                          st.integers(0, 2)), max_size=40))
+def test_union_of_acks_is_exactly_what_was_published(tmp_path_factory, ops):
+    """Whatever members do (ack, nak, leave, time passing), draining with a member that
+    acknowledges everything ends with every published message acknowledged, and no message
+    was held by two members at once."""
+    h = Core(tmp_path_factory.mktemp("c"))
+    try:
+        setup(h, 5, ack_wait_ms=500)
+        alive = {}
+        published = 5
+        n = 0
+        for op, k in ops:
+            m = b"m%d" % k
+            if op == "join" and m not in alive:
+                n += 1
+                m2 = m + b"-%d" % n
+                member(h, m2)
+                alive[m] = m2
+            elif op == "pub":
+                h.publish("k.x")
+                published += 1
+            elif op == "tick":
+                h.now += 0.6
+                h.tick()
+            elif m in alive:
+                ident = alive[m]
+                held = [q for q, o in group(h).out.items() if o.member == ident]
+                if op == "ack" and held:
+                    ack(h, ident, held[:2])
+                elif op == "nak" and held:
+                    h.send(ident, c.Nak(held[0], 0))
+                elif op == "leave":
+                    h.core.gone(ident)
+                    del alive[m]
+            h.drain()
+            holders = [o.member for o in group(h).out.values() if o.member is not None]
+            assert all(hh in group(h).members for hh in holders)
+            for ident in alive.values():
+                h.take(ident)
+        member(h, b"final")
+        for _ in range(50):
+            h.now += 1
+            h.tick()
+            h.drain()
+            ack(h, b"final", [q for q, o in group(h).out.items() if o.member == b"final"])
+            if not group(h).out and group(h).next > published:
+                break
+        assert group(h).floor == published and not group(h).out
+    finally:
+        h.close()

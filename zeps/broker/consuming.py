@@ -1,0 +1,477 @@
+"""Durable consumers in the broker core (ids 80-92, docs/consumers.md): the handlers of
+CONSUMER-ADD, CONSUME, ACK, NAK, PROGRESS, CONSUMER-INFO/LIST/DELETE, the pump step that hands
+messages to members, the timers, and what happens to a member's DELIVER its pipe did not take.
+Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which owns
+``consumers`` (stream name -> consumer name -> :class:`~zeps.broker.groups.Group`).
+
+* **Loading.** A stream's consumers are read from its directory the first time a consumer
+  command names the stream (small files; administration touches the disk on the loop, as
+  stream administration does) and stay in memory until the stream is deleted.
+* **Saving.** A consumer whose state changed is handed to ``consumer_store`` at most every
+  :data:`~zeps.broker.groups.SAVE_INTERVAL`: the shell's :class:`zeps.journal.consumers.Saver`
+  writes it off the loop (in-process tests use the synchronous store).
+* **Handing out.** In the round's pump step, each consumer with members and work (messages due
+  again, or the journal past its cursor) hands out up to ``CONSUMER_STEP`` messages: due ones
+  first, in sequence order, then new ones read from the journal at its cursor. A message goes to
+  the next member in turn that has the credit for it, room under ``max_ack_pending`` and a pipe
+  that is not congested; when none has, the consumer sleeps until a member event (CREDIT, ACK,
+  NAK, a member joining, its congestion ending, a timer) wakes it. A consumer without members,
+  or asleep, costs a round nothing.
+* **Rights first**, then the bounds, then the work: every command needs the right to
+  subscribe to the attached stream; CONSUMER-ADD and the administration commands are paid from
+  the client's command budget.
+"""
+from __future__ import annotations
+
+import json
+from typing import Dict, Optional
+
+from zeps.journal import consumers as store
+from zeps.protocol import commands as c, deliver_ts_from_deliver, encode
+from zeps.protocol.consumer import MAX_ACK_RANGES, bad_consumer_name, unpack_ranges
+from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, sequence_of
+from zeps.protocol.headers import DELIVER_H_ID, deliver_h_cost, deliver_h_sequence, encode_block
+from zeps.protocol.reasons import Reason
+from zeps.matching.patterns import REGEX_MARKER
+
+from .groups import CONSUMER_STEP, MAX_ACK_PENDING, MAX_CONSUMERS, MAX_MEMBERS, Group
+from .headers import Headed, replay_frame
+from .session import DETACH_FRAME, Session, bad_stream_name
+
+#: The least credit a message costs (as a DELIVER: sequence and key length).
+MIN_COST = 9
+#: The longest NAK delay (a day), and the longest ack wait.
+MAX_DELAY_MS = 86_400_000
+#: Patterns one consumer may have.
+MAX_CONSUMER_PATTERNS = 16
+#: The ACK frame's largest ranges field (checked before it is read).
+MAX_ACK_BYTES = MAX_ACK_RANGES * 16
+
+
+class SyncStore:
+    """The consumer store of a core without a shell (tests): writes at once, on the caller's
+    thread. The shell gives the core a :class:`zeps.journal.consumers.Saver` instead."""
+
+    def __init__(self, sync: bool = False):
+        self.sync = sync
+
+    def submit(self, stream_dir, config, state) -> None:
+        store.save(stream_dir, config, state, sync=self.sync)
+
+    def remove(self, stream_dir, name) -> None:
+        store.remove(stream_dir, name)
+
+
+def _config_of(cmd: c.ConsumerAdd) -> store.ConsumerConfig:
+    return store.ConsumerConfig(
+        name=cmd.name, patterns=tuple(cmd.patterns), start=cmd.start,
+        start_value=cmd.start_value, ack=cmd.ack, ack_wait_ms=cmd.ack_wait_ms,
+        max_deliver=cmd.max_deliver, max_ack_pending=cmd.max_ack_pending,
+        dead_letter=cmd.dead_letter, flags=cmd.flags)
+
+
+def _why_bad(cmd: c.ConsumerAdd, stream: str) -> Optional[str]:
+    why = bad_consumer_name(cmd.name)
+    if why:
+        return why
+    n = len(cmd.patterns)
+    if not 1 <= n <= MAX_CONSUMER_PATTERNS:
+        return f"a consumer takes 1 to {MAX_CONSUMER_PATTERNS} patterns, not {n}"
+    if any(p.startswith(REGEX_MARKER) for p in cmd.patterns):
+        return "a consumer's patterns are key prefixes, not regexes (~)"
+    if cmd.start not in (c.START_ALL, c.START_SEQUENCE, c.START_TIME, c.START_NEW):
+        return f"unknown consumer start {cmd.start}"
+    if cmd.ack not in (c.ACK_EXPLICIT, c.ACK_ALL, c.ACK_NONE):
+        return f"unknown ack mode {cmd.ack}"
+    if not 1 <= cmd.ack_wait_ms <= MAX_DELAY_MS:
+        return f"ack wait is 1 ms to {MAX_DELAY_MS} ms, not {cmd.ack_wait_ms}"
+    if not 1 <= cmd.max_ack_pending <= MAX_ACK_PENDING:
+        return f"max_ack_pending is 1 to {MAX_ACK_PENDING}, not {cmd.max_ack_pending}"
+    if cmd.flags & ~c.CONSUMER_KEY_ORDER:
+        return f"unknown consumer flags {cmd.flags:#x}"
+    if cmd.dead_letter:
+        why = bad_stream_name(cmd.dead_letter)
+        if why:
+            return f"dead-letter stream: {why}"
+        if cmd.dead_letter == stream:
+            return "the dead-letter stream is the consumer's own stream"
+    return None
+
+
+class Consuming:
+    """The consumer handlers, pump and timers (see the module docstring)."""
+
+    # ------------------------------------------------------------------ the consumers
+    def _groups_of(self, st) -> Dict[str, Group]:
+        gs = self.consumers.get(st.name)
+        if gs is None:
+            gs = self.consumers[st.name] = {}
+            for name, (config, state) in store.load_all(st.journal.stream_dir).items():
+                g = gs[name] = Group(st.name, config, state.next, state.outstanding,
+                                     state.counters, state.skipped)
+                g.stream_dir = st.journal.stream_dir
+        return gs
+
+    def _group(self, s: Session, name: str) -> Optional[Group]:
+        """Consumer ``name`` of the client's stream (INVALID if there is none)."""
+        g = self._groups_of(self.streams[s.stream]).get(name)
+        if g is None:
+            self._invalid(s.identity, f"no consumer {name!r} on stream {s.stream!r} "
+                                      f"(CONSUMER-ADD first)")
+        return g
+
+    def _may_consume(self, s: Session) -> bool:
+        if not s.may_subscribe:
+            self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "subscribe",
+                                                         s.stream))
+            return False
+        return True
+
+    def _save(self, g: Group) -> None:
+        g.dirty = False
+        state = store.ConsumerState(next=g.next, outstanding=g.outstanding(), skipped=g.skipped,
+                                    counters=dict(g.counters))
+        self.consumer_store.submit(g.stream_dir, g.config, state)
+
+    # ------------------------------------------------------------------ handlers
+    def _on_consumer_add(self, s: Session, cmd: c.ConsumerAdd) -> None:
+        if not self._may_consume(s) or self._over_budget(s):
+            return
+        st = self.streams[s.stream]
+        why = _why_bad(cmd, st.name)
+        if why is None and cmd.dead_letter and self.acl is not None \
+                and not self.acl.may_publish(s.user, cmd.dead_letter):
+            why = Reason.not_allowed(self.acl.who(s.user), "publish", cmd.dead_letter)
+        if why is not None:
+            self._invalid(s.identity, why)
+            return
+        gs = self._groups_of(st)
+        config = _config_of(cmd)
+        g = gs.get(cmd.name)
+        if g is not None:
+            if g.config != config:
+                self._invalid(s.identity, f"consumer {cmd.name!r} exists with other settings "
+                                          f"(CONSUMER-DELETE it first)")
+                return
+            self.outbox.append((s.identity, encode(c.ConsumerAddOk(g.floor + 1))))
+            return
+        if len(gs) >= MAX_CONSUMERS:
+            self._invalid(s.identity, Reason.limit("max_consumers", MAX_CONSUMERS))
+            return
+        if st.queued_publishes:
+            st.append_queued()
+        if cmd.start == c.START_SEQUENCE:
+            start = max(cmd.start_value, st.first_seq)
+        elif cmd.start == c.START_TIME:
+            start = max(st.seq_at(cmd.start_value), st.first_seq)
+        elif cmd.start == c.START_NEW:
+            start = st.journal.next_seq
+        else:
+            start = st.first_seq
+        g = gs[cmd.name] = Group(st.name, config, start)
+        g.stream_dir = st.journal.stream_dir
+        self._save(g)
+        self.log("consumer_added", stream=st.name, consumer=cmd.name, start=start)
+        self.outbox.append((s.identity, encode(c.ConsumerAddOk(start))))
+
+    def _on_consume(self, s: Session, cmd: c.Consume) -> None:
+        if not self._may_consume(s):
+            return
+        why = None
+        if s.consumer is not None:
+            why = "this peering already joined a consumer (one per peering)"
+        elif s.subscribed or s.snapshot is not None:
+            why = "CONSUME on a peering that subscribed or takes a snapshot (use another one)"
+        if why:
+            self._invalid(s.identity, why)
+            return
+        g = self._group(s, cmd.name)
+        if g is None:
+            return
+        if len(g.members) >= MAX_MEMBERS:
+            self._invalid(s.identity, Reason.limit("max_members", MAX_MEMBERS))
+            return
+        st = self.streams[s.stream]
+        lost = g.trim(st.first_seq)
+        if lost:
+            self.log("consumer_skipped", stream=st.name, consumer=cmd.name, messages=lost,
+                     first_kept=st.first_seq)
+        skipped, g.skipped = g.skipped, 0
+        g.join(s)
+        s.consumer = g
+        g.asleep = False
+        if skipped:
+            g.dirty = True
+        self.outbox.append((s.identity, encode(c.ConsumeOk(g.floor, g.next, skipped))))
+
+    def _member_group(self, s: Session, what: str) -> Optional[Group]:
+        g = s.consumer
+        if g is None:
+            self._invalid(s.identity, f"{what} without CONSUME: this peering is no consumer's "
+                                      f"member")
+        return g
+
+    def _on_ack(self, s: Session, cmd: c.Ack) -> None:
+        g = self._member_group(s, "ACK")
+        if g is None:
+            return
+        if len(cmd.ranges) > MAX_ACK_BYTES:                # the size first
+            self._invalid(s.identity, f"an ACK carries at most {MAX_ACK_RANGES} ranges")
+            return
+        try:
+            ranges = unpack_ranges(cmd.ranges)
+        except ValueError as exc:
+            self._invalid(s.identity, str(exc))
+            return
+        acked, _bad = g.ack(s.identity, ranges)
+        if acked:
+            g.asleep = False
+
+    def _on_nak(self, s: Session, cmd: c.Nak) -> None:
+        g = self._member_group(s, "NAK")
+        if g is not None and g.nak(s.identity, cmd.sequence,
+                                   min(cmd.delay_ms, MAX_DELAY_MS) / 1000.0, self.now):
+            g.asleep = False
+
+    def _on_progress(self, s: Session, cmd: c.Progress) -> None:
+        g = self._member_group(s, "PROGRESS")
+        if g is not None:
+            g.progress(s.identity, cmd.sequence, self.now)
+
+    def _on_consumer_info(self, s: Session, cmd: c.ConsumerInfo) -> None:
+        if not self._may_consume(s) or self._over_budget(s):
+            return
+        g = self._group(s, cmd.name)
+        if g is None:
+            return
+        st = self.streams[s.stream]
+        self.outbox.append((s.identity, encode(c.ConsumerInfoOk(
+            json.dumps(self.consumer_info(st, g), separators=(",", ":"))))))
+
+    def consumer_info(self, st, g: Group) -> dict:
+        """What CONSUMER-INFO, /varz and the metrics say of a consumer."""
+        last = st.journal.last_seq
+        floor = g.floor
+        lag_seconds = 0.0
+        if floor < last:
+            try:
+                rec = st.journal.read_at(max(floor + 1, st.first_seq))
+            except Exception:                                # a bad record: no age
+                rec = None
+            if rec is not None:                              # behind the newest message
+                lag_seconds = max(0.0, (st.info().newest - rec.timestamp) / 1e9)
+        return {"name": g.config.name, "stream": st.name, "config": g.config.to_json(),
+                "floor": floor, "next": g.next, "last": last,
+                "lag": max(0, last - floor), "lag_seconds": round(lag_seconds, 3),
+                "pending": g.pending, "outstanding": len(g.out), "members": len(g.members),
+                **g.counters}
+
+    def _on_consumer_list(self, s: Session, cmd) -> None:
+        if not self._may_consume(s) or self._over_budget(s):
+            return
+        names = tuple(sorted(self._groups_of(self.streams[s.stream])))
+        self.outbox.append((s.identity, encode(c.ConsumerListOk(names))))
+
+    def _on_consumer_delete(self, s: Session, cmd: c.ConsumerDelete) -> None:
+        if not self._may_consume(s) or self._over_budget(s):
+            return
+        g = self._group(s, cmd.name)
+        if g is None:
+            return
+        st = self.streams[s.stream]
+        for ident in list(g.members):
+            other = self.sessions.get(ident)
+            if other is not None and other is not s:
+                st.detach(other)
+                self._end_peering(other)
+                self.outbox.append((ident, DETACH_FRAME))
+        if s.consumer is g:
+            s.consumer = None
+        del self._groups_of(st)[cmd.name]
+        self.consumer_store.remove(st.journal.stream_dir, cmd.name)
+        self.log("consumer_deleted", stream=st.name, consumer=cmd.name)
+        self.outbox.append((s.identity, encode(c.ConsumerDeleteOk())))
+
+    # ------------------------------------------------------------------ membership
+    def member_left(self, s: Session) -> None:
+        """The member's peering ended (DETACH, expiry, its connection gone, its stream
+        deleted): what it held goes to the others."""
+        g, s.consumer = s.consumer, None
+        if g is not None and g.leave(s.identity):
+            g.asleep = False
+
+    def consumer_unsent(self, s: Session, frame: bytes) -> None:
+        """A DELIVER to a member did not go out (its pipe is full): the credit comes back and
+        the message goes again, first; the delivery does not count."""
+        cid = frame[2]
+        if cid == DELIVER_H_ID:
+            seq, cost = deliver_h_sequence(frame), deliver_h_cost(frame)
+        else:
+            shift = TS_SHIFT if cid == DELIVER_TS_ID else 0
+            seq, cost = sequence_of(frame, shift), len(frame) - OVERHEAD - shift
+        s.credit += cost
+        s.consumer.unhand(seq, s.identity)
+
+    # ------------------------------------------------------------------ the pump step
+    def pump_consumers(self, now: float) -> bool:
+        """One step of every consumer that has members and work. True if one stopped at its
+        bound with more to do (run the next round at once)."""
+        more = False
+        for name, gs in self.consumers.items():
+            st = self.streams.get(name)
+            if st is None:
+                continue
+            for g in gs.values():
+                if g.members and not g.asleep and self._pump_group(st, g, now):
+                    more = True
+        return more
+
+    def _pump_group(self, st, g: Group, now: float) -> bool:
+        j = st.journal
+        first = st.first_seq
+        if g.next < first:
+            lost = g.trim(first)
+            self.log("consumer_skipped", stream=st.name, consumer=g.config.name,
+                     messages=lost, first_kept=first)
+        budget = CONSUMER_STEP
+        members = g.members_in_turn()
+        turn = [0]
+        cfg = g.config
+
+        def give(rec) -> bool:
+            n = len(members)
+            for k in range(n):
+                m = members[(turn[0] + k) % n]
+                s = m.session
+                if len(m.held) >= cfg.max_ack_pending or s.congested_until or s.credit < MIN_COST:
+                    continue
+                frame, cost = replay_frame(s, rec, rec.frame)
+                if s.credit < cost:
+                    st.window_advice(s, rec.sequence, cost)
+                    continue
+                s.credit -= cost
+                if s.timestamps and frame is rec.frame:
+                    frame = deliver_ts_from_deliver(frame, rec.timestamp)
+                self.outbox.append((s.identity, frame))
+                s.delivered += 1
+                st.delivered_total += 1
+                st.delivered_bytes += cost
+                g.hand(rec.sequence, m, rec.key, now)
+                turn[0] = (turn[0] + k + 1) % n
+                return True
+            return False
+
+        blocked = opening = False
+        while budget:                                  # 1. messages due again
+            seq = g.pop_ready(now)
+            if seq is None:
+                break
+            budget -= 1
+            try:
+                rec = j.read_at(seq)
+            except Exception as exc:                   # a bad record: it cannot be delivered
+                self.log("consumer_read_failed", stream=st.name, consumer=cfg.name,
+                         sequence=seq, error=str(exc))
+                rec = None
+            if rec is None:                            # retention or compaction removed it
+                g.drop(seq, False)
+                continue
+            o = g.out[seq]
+            if cfg.max_deliver and o.deliveries >= cfg.max_deliver:
+                if not self._dead_letter(st, g, rec, o.deliveries):
+                    g.put_back(seq)                # its stream is being opened: next round
+                    blocked = opening = True
+                    break
+                g.drop(seq, True)
+                continue
+            if not give(rec):
+                g.put_back(seq)
+                blocked = True
+                break
+        while budget and not blocked and g.room > 0 and g.next < j.next_seq \
+                and not (g.key_order and g.unknown_keys):
+            try:                                       # 2. new messages
+                records = j.read_batch(g.next, max_records=min(budget, g.room), max_bytes=1 << 20)
+            except Exception as exc:
+                self.log("consumer_read_failed", stream=st.name, consumer=cfg.name,
+                         sequence=g.next, error=str(exc))
+                blocked = True
+                break
+            if not records:
+                break
+            for rec in records:
+                seq = rec.sequence
+                if seq < g.next:
+                    continue
+                if budget == 0 or g.room <= 0:
+                    break
+                budget -= 1
+                if not any(rec.key.startswith(p) for p in cfg.patterns):
+                    g.next = seq + 1
+                    g.dirty = True
+                    continue
+                if g.park(seq, rec.key):
+                    g.next = seq + 1
+                    continue
+                if not give(rec):
+                    blocked = True
+                    break
+                g.next = seq + 1
+        if budget == 0:
+            return True
+        g.asleep = (blocked or not g.has_ready(now)) and not opening
+        if g.asleep and not blocked and g.next < j.next_seq and g.room > 0:
+            g.asleep = False                           # more came meanwhile
+        return False
+
+    def _dead_letter(self, st, g: Group, rec, deliveries: int) -> bool:
+        """Publish ``rec`` to the consumer's dead-letter stream (False: that stream is being
+        opened; the message waits). No dead-letter stream: the message is dropped (counted)."""
+        name = g.config.dead_letter
+        if not name:
+            self.log("consumer_max_deliver", stream=st.name, consumer=g.config.name,
+                     sequence=rec.sequence, deliveries=deliveries)
+            return True
+        dst = self.streams.get(name)
+        if dst is None:
+            if not self.datadir.is_open(name):          # opened off the loop first
+                if name not in self.opening:
+                    self.opening[name] = []
+                    self._to_open.append(name)
+                return False
+            dst = self.stream(name)
+        headers = list(rec.headers)
+        headers += [("zeps-stream", st.name.encode()), ("zeps-consumer", g.config.name.encode()),
+                    ("zeps-sequence", str(rec.sequence).encode()),
+                    ("zeps-deliveries", str(deliveries).encode())]
+        self.queued += 1
+        dst.publish(self.dead_letter_publisher, rec.key, Headed(rec.body, encode_block(headers)))
+        self.log("consumer_dead_letter", stream=st.name, consumer=g.config.name,
+                 sequence=rec.sequence, to=name)
+        return True
+
+    # ------------------------------------------------------------------ timers
+    def consumer_timers(self, now: float) -> None:
+        """Ack deadlines and NAK delays that passed; save the consumers whose state changed."""
+        for gs in self.consumers.values():
+            for g in gs.values():
+                if g.next_deadline() <= now:
+                    if g.expire(now) or g.has_ready(now):
+                        g.asleep = False
+                if g.dirty:
+                    self._save(g)
+
+    def consumer_deadline(self) -> float:
+        t = float("inf")
+        for gs in self.consumers.values():
+            for g in gs.values():
+                if g.members or g.out:
+                    t = min(t, g.next_deadline())
+        return t
+
+    def save_consumers(self) -> None:
+        """Save every consumer whose state changed (at shutdown)."""
+        for gs in self.consumers.values():
+            for g in gs.values():
+                if g.dirty:
+                    self._save(g)

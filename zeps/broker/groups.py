@@ -1,0 +1,356 @@
+"""A durable consumer's state in the broker (issue 19, docs/consumers.md): which messages are
+out with which member, which wait to go again, and the cursor. Pure: no sockets, no clock, no
+files (the core hands in the time; :mod:`zeps.journal.consumers` stores :meth:`Group.state`).
+
+Every message handed out and not acknowledged is **outstanding** (:class:`Out`): held by a
+member (with its ack deadline), or waiting to go again (``ready``, due now, in sequence order;
+``delayed``, after a NAK's delay), or — per-key order — **parked** behind an earlier message of
+its key. ``next`` is the next sequence to read from the journal; the **floor** is the highest
+sequence below which nothing is outstanding.
+
+Costs: each operation is O(log n) in the outstanding messages it touches, except an ACK range,
+which costs O(log held + messages it acknowledges); timers use lazy heaps (a stale entry is
+dropped when it comes up). The bounds (``MAX_*``) are the core's to check before calling.
+"""
+from __future__ import annotations
+
+import heapq
+from bisect import bisect_left, bisect_right, insort
+from collections import deque
+from typing import Deque, Dict, Iterable, List, Optional, Tuple
+
+from zeps.protocol import commands as c
+
+#: Members one consumer may have.
+MAX_MEMBERS = 4096
+#: Outstanding messages of one consumer, whatever its members' ``max_ack_pending`` add up to.
+MAX_PENDING = 65_536
+#: The largest ``max_ack_pending`` a consumer may ask for.
+MAX_ACK_PENDING = MAX_PENDING
+#: Consumers of one stream.
+MAX_CONSUMERS = 1024
+#: The most messages one consumer hands out in one round.
+CONSUMER_STEP = 256
+#: How often a consumer whose state changed is saved (seconds).
+SAVE_INTERVAL = 0.1
+
+
+class Out:
+    """One outstanding message."""
+    __slots__ = ("member", "deliveries", "deadline", "key")
+
+    def __init__(self, deliveries: int, key: Optional[str] = None):
+        self.member: Optional[bytes] = None     # the member holding it, or None
+        self.deliveries = deliveries            # handed out so far
+        self.deadline = 0.0                     # its ack deadline while held
+        self.key = key                          # known once read (per-key order)
+
+
+class Member:
+    """One joined peering: the sequences it holds, in order."""
+    __slots__ = ("session", "held")
+
+    def __init__(self, session):
+        self.session = session
+        self.held: List[int] = []
+
+
+class Group:
+    """One consumer of one stream (see the module docstring)."""
+
+    def __init__(self, stream: str, config, next_seq: int,
+                 outstanding: Optional[Dict[int, int]] = None,
+                 counters: Optional[Dict[str, int]] = None, skipped: int = 0):
+        self.stream = stream
+        self.stream_dir = ""                        # where it is saved (set by its loader)
+        self.config = config
+        self.next = next_seq
+        self.out: Dict[int, Out] = {}
+        self.members: Dict[bytes, Member] = {}
+        self._turn = 0                              # round robin position
+        self.ready: List[int] = []                  # heap of sequences due to go again
+        self.delayed: List[Tuple[float, int]] = []  # heap of (not before, sequence)
+        self.deadlines: List[Tuple[float, int]] = []  # heap of (deadline, sequence), lazy
+        self.parked: Dict[str, Deque[int]] = {}     # key -> later messages behind it
+        self.busy: Dict[str, int] = {}              # key -> its messages held or ready
+        self.unknown_keys = 0                       # restored, key not read yet
+        self.key_order = bool(config.flags & c.CONSUMER_KEY_ORDER)
+        self.ack_none = config.ack == c.ACK_NONE
+        self.counters = {"acked": 0, "redelivered": 0, "dead_lettered": 0, "bad_acks": 0,
+                         "delivered": 0, "dropped": 0}
+        if counters:
+            self.counters.update({k: v for k, v in counters.items() if k in self.counters})
+        self.skipped = skipped
+        self.dirty = False
+        self.asleep = False                         # nothing to do until woken (consuming.py)
+        for seq, n in sorted((outstanding or {}).items()):
+            self.out[seq] = Out(n)
+            self.ready.append(seq)
+            if self.key_order:
+                self.unknown_keys += 1
+        heapq.heapify(self.ready)
+
+    # ------------------------------------------------------------------ members
+    def join(self, session) -> None:
+        self.members[session.identity] = Member(session)
+
+    def leave(self, ident: bytes) -> int:
+        """A member left (DETACH, expiry, its connection gone): what it held goes again."""
+        m = self.members.pop(ident, None)
+        if m is None:
+            return 0
+        for seq in m.held:
+            o = self.out.get(seq)
+            if o is not None and o.member == ident:
+                o.member = None
+                heapq.heappush(self.ready, seq)
+                self.counters["redelivered"] += 1
+        self.dirty = True
+        return len(m.held)
+
+    def members_in_turn(self) -> List[Member]:
+        """The members, starting after the one served first last time (round robin)."""
+        ms = list(self.members.values())
+        if not ms:
+            return ms
+        k = self._turn % len(ms)
+        self._turn = k + 1
+        return ms[k:] + ms[:k]
+
+    # ------------------------------------------------------------------ handing out
+    @property
+    def room(self) -> int:
+        """How many more messages may be outstanding."""
+        return MAX_PENDING - len(self.out)
+
+    def hand(self, seq: int, member: Member, key: str, now: float) -> None:
+        """``seq`` (key ``key``) was handed to ``member``."""
+        self.counters["delivered"] += 1
+        if self.ack_none:                         # acknowledged as it goes
+            if self.out.pop(seq, None) is not None:
+                self._release(key)
+            self.counters["acked"] += 1
+            self.dirty = True
+            return
+        o = self.out.get(seq)
+        if o is None:
+            o = self.out[seq] = Out(0, key)
+            if self.key_order:
+                self.busy[key] = self.busy.get(key, 0) + 1
+        elif o.key is None and key is not None:
+            o.key = key
+            if self.key_order:
+                self.unknown_keys -= 1
+                self.busy[key] = self.busy.get(key, 0) + 1
+        o.deliveries += 1
+        o.member = member.session.identity
+        o.deadline = now + self.config.ack_wait_ms / 1000.0
+        heapq.heappush(self.deadlines, (o.deadline, seq))
+        insort(member.held, seq)
+        self.dirty = True
+
+    def unhand(self, seq: int, ident: bytes) -> None:
+        """The frame handing ``seq`` to ``ident`` did not go out (its pipe was full): it goes
+        again first, and this delivery does not count."""
+        m = self.members.get(ident)
+        o = self.out.get(seq)
+        if o is None or o.member != ident:
+            return
+        o.member = None
+        o.deliveries -= 1
+        self.counters["delivered"] -= 1
+        if m is not None:
+            _remove(m.held, seq)
+        heapq.heappush(self.ready, seq)
+
+    def park(self, seq: int, key: str) -> bool:
+        """Per-key order: a new message whose key has one out already waits behind it. True
+        if it was parked (it is outstanding from now on)."""
+        if not self.key_order or not self.busy.get(key):
+            return False
+        self.out[seq] = Out(0, key)
+        self.parked.setdefault(key, deque()).append(seq)
+        return True
+
+    def pop_ready(self, now: float) -> Optional[int]:
+        """The lowest sequence due to go again, or None (taken off ``ready``; hand it, or
+        :meth:`put_back` it)."""
+        self._due(now)
+        while self.ready:
+            seq = heapq.heappop(self.ready)
+            o = self.out.get(seq)
+            if o is not None and o.member is None:
+                return seq
+        return None
+
+    def put_back(self, seq: int) -> None:
+        heapq.heappush(self.ready, seq)
+
+    def has_ready(self, now: float) -> bool:
+        self._due(now)
+        return bool(self.ready)
+
+    def _due(self, now: float) -> None:
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now:
+            _, seq = heapq.heappop(delayed)
+            o = self.out.get(seq)
+            if o is not None and o.member is None:
+                heapq.heappush(self.ready, seq)
+
+    # ------------------------------------------------------------------ acknowledgements
+    def ack(self, ident: bytes, ranges: Iterable[Tuple[int, int]]) -> Tuple[int, int]:
+        """Acknowledge what ``ident`` holds in each (first, last) range (ACK_ALL: everything it
+        holds up to the highest ``last``). Returns (acknowledged, refused): a sequence named
+        alone that it does not hold is refused (counted in ``bad_acks``)."""
+        m = self.members.get(ident)
+        acked = bad = 0
+        if self.config.ack == c.ACK_ALL:
+            top = max(last for _, last in ranges)
+            ranges = ((1, top),)
+        for first, last in ranges:
+            if m is None:
+                bad += 1
+                continue
+            held = m.held
+            lo, hi = bisect_left(held, first), bisect_right(held, last)
+            if lo == hi:
+                bad += 1
+                continue
+            done = held[lo:hi]            # a range acknowledges what the member holds in it
+            del held[lo:hi]
+            for seq in done:
+                self._done(seq)
+            acked += len(done)
+        self.counters["acked"] += acked
+        self.counters["bad_acks"] += bad
+        if acked:
+            self.dirty = True
+        return acked, bad
+
+    def nak(self, ident: bytes, seq: int, delay: float, now: float) -> bool:
+        o = self._held_by(ident, seq)
+        if o is None:
+            self.counters["bad_acks"] += 1
+            return False
+        _remove(self.members[ident].held, seq)
+        o.member = None
+        self.counters["redelivered"] += 1
+        if delay > 0:
+            heapq.heappush(self.delayed, (now + delay, seq))
+        else:
+            heapq.heappush(self.ready, seq)
+        self.dirty = True
+        return True
+
+    def progress(self, ident: bytes, seq: int, now: float) -> bool:
+        o = self._held_by(ident, seq)
+        if o is None:
+            self.counters["bad_acks"] += 1
+            return False
+        o.deadline = now + self.config.ack_wait_ms / 1000.0
+        heapq.heappush(self.deadlines, (o.deadline, seq))
+        return True
+
+    def drop(self, seq: int, dead_lettered: bool) -> None:
+        """``seq`` leaves for good without an ACK: dead-lettered (``max_deliver``), or gone
+        from the journal (retention)."""
+        self._done(seq)
+        self.counters["dead_lettered" if dead_lettered else "dropped"] += 1
+        self.dirty = True
+
+    def _held_by(self, ident: bytes, seq: int) -> Optional[Out]:
+        o = self.out.get(seq)
+        return o if o is not None and o.member == ident and ident in self.members else None
+
+    def _done(self, seq: int) -> None:
+        o = self.out.pop(seq, None)
+        if o is not None:
+            if o.key is None and self.key_order:
+                self.unknown_keys -= 1
+            self._release(o.key)
+
+    def _release(self, key: Optional[str]) -> None:
+        """Per-key order: a message of ``key`` is done; the next one parked behind it may go."""
+        if not self.key_order or key is None:
+            return
+        n = self.busy.get(key, 0) - 1
+        q = self.parked.get(key)
+        if q:
+            seq = q.popleft()
+            if not q:
+                del self.parked[key]
+            heapq.heappush(self.ready, seq)
+            n += 1
+        if n > 0:
+            self.busy[key] = n
+        else:
+            self.busy.pop(key, None)
+
+    # ------------------------------------------------------------------ timers
+    def expire(self, now: float) -> int:
+        """Messages whose ack deadline passed go again. Returns how many."""
+        n = 0
+        dl = self.deadlines
+        while dl and dl[0][0] <= now:
+            deadline, seq = heapq.heappop(dl)
+            o = self.out.get(seq)
+            if o is None or o.member is None or o.deadline != deadline:
+                continue                               # stale: acked, redelivered, extended
+            m = self.members.get(o.member)
+            if m is not None:
+                _remove(m.held, seq)
+            o.member = None
+            heapq.heappush(self.ready, seq)
+            n += 1
+        if n:
+            self.counters["redelivered"] += n
+            self.dirty = True
+        return n
+
+    def next_deadline(self) -> float:
+        t = float("inf")
+        if self.deadlines:
+            t = self.deadlines[0][0]
+        if self.delayed:
+            t = min(t, self.delayed[0][0])
+        return t
+
+    # ------------------------------------------------------------------ state
+    @property
+    def floor(self) -> int:
+        """Every sequence up to this one is acknowledged (or was skipped)."""
+        return (min(self.out) if self.out else self.next) - 1
+
+    @property
+    def pending(self) -> int:
+        """Messages held by members, not acknowledged."""
+        return sum(len(m.held) for m in self.members.values())
+
+    def outstanding(self) -> Dict[int, int]:
+        """sequence -> deliveries, of every outstanding message (what is saved)."""
+        return {seq: o.deliveries for seq, o in self.out.items()}
+
+    def trim(self, first: int) -> int:
+        """Retention removed everything below ``first``: the cursor moves up to it and the
+        outstanding messages below it are dropped. Returns how many messages were lost."""
+        lost = 0
+        if self.next < first:
+            lost += first - self.next
+            self.next = first
+        for seq in [s for s in self.out if s < first]:
+            o = self.out[seq]
+            if o.member is not None and o.member in self.members:
+                _remove(self.members[o.member].held, seq)
+            self._done(seq)
+            lost += 1
+        if lost:
+            self.skipped += lost
+            self.dirty = True
+        return lost
+
+
+def _remove(held: List[int], seq: int) -> None:
+    i = bisect_left(held, seq)
+    if i < len(held) and held[i] == seq:
+        del held[i]

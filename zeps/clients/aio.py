@@ -259,6 +259,35 @@ class AsyncClient(ops.FrontEnd):
                                      timeout=self.timeout if timeout is None else timeout,
                                      context=conn.context, curve=conn.curve)
 
+    # ------------------------------------------------------------------ durable consumers
+
+    async def add_consumer(self, name: str, patterns=("",), *, timeout: Optional[float] = None,
+                           **settings) -> int:
+        """As :meth:`Client.add_consumer`."""
+        from .consumer_admin import add
+        return await self._run(add(self, name, patterns, timeout, **settings))
+
+    def consume(self, name: str, *, timeout: Optional[float] = None, batch: int = 512):
+        """As :meth:`Client.consume`: an :class:`~zeps.clients.consumer_io.AsyncConsumer`, which
+        joins on ``async with`` (or the first ``async for`` step, or ``await it.join()``)."""
+        from .consumer_admin import member_options
+        from .consumer_io import AsyncConsumer
+        opts = member_options(self, None)
+        opts["join_timeout"] = opts.pop("timeout")
+        return AsyncConsumer(name=name, timeout=timeout, batch=batch, **opts)
+
+    async def consumer_info(self, name: str, timeout: Optional[float] = None) -> dict:
+        from .consumer_admin import info
+        return await self._run(info(self, name, timeout))
+
+    async def consumers(self, timeout: Optional[float] = None) -> Tuple[str, ...]:
+        from .consumer_admin import names
+        return await self._run(names(self, timeout))
+
+    async def delete_consumer(self, name: str, timeout: Optional[float] = None) -> None:
+        from .consumer_admin import delete
+        await self._run(delete(self, name, timeout))
+
     # ------------------------------------------------------------------ driving operations
 
     async def _run(self, steps):

@@ -415,6 +415,49 @@ class Client(ops.FrontEnd):
         return {"timeout": self.timeout if timeout is None else timeout,
                 "context": conn.context, "curve": conn.curve}
 
+    # ------------------------------------------------------------------ durable consumers
+
+    @_guarded
+    def add_consumer(self, name: str, patterns=("",), *, timeout: Optional[float] = None,
+                     **settings) -> int:
+        """Create the durable consumer ``name`` of the stream (CONSUMER-ADD; idempotent with
+        the same settings); returns the first sequence it hands out. Settings (docs/consumers.md,
+        :func:`zeps.clients.consumer.consumer_add`): ``start`` (None: the first kept; a sequence;
+        a datetime / float time; "new"), ``ack`` ("explicit", "all", "none"), ``ack_wait``
+        (s), ``max_deliver``, ``max_ack_pending``, ``dead_letter`` (a stream), ``key_order``."""
+        from .consumer_admin import add
+        return self._run(add(self, name, patterns, timeout, **settings))
+
+    def consume(self, name: str, *, timeout: Optional[float] = None, batch: int = 512):
+        """Join consumer ``name`` as a member, on a connection of its own: a joined
+        :class:`~zeps.clients.consumer_io.Consumer` (iterate it, or ``.batches()``; a context
+        manager; ``close()`` leaves). Messages have ``.ack()``, ``.nak(delay)``,
+        ``.in_progress()``, sent batched. Rejoins after a lost connection (what was not
+        acknowledged comes again). ``timeout``: each ``next()``'s wait (None: for ever)."""
+        from .consumer_admin import member_options
+        from .consumer_io import Consumer
+        opts = member_options(self, None)
+        opts["join_timeout"] = opts.pop("timeout")
+        return Consumer(name=name, timeout=timeout, batch=batch, **opts).join()
+
+    @_guarded
+    def consumer_info(self, name: str, timeout: Optional[float] = None) -> dict:
+        """Consumer ``name``'s settings and state (CONSUMER-INFO, the broker's JSON)."""
+        from .consumer_admin import info
+        return self._run(info(self, name, timeout))
+
+    @_guarded
+    def consumers(self, timeout: Optional[float] = None) -> Tuple[str, ...]:
+        """The names of the stream's consumers (CONSUMER-LIST)."""
+        from .consumer_admin import names
+        return self._run(names(self, timeout))
+
+    @_guarded
+    def delete_consumer(self, name: str, timeout: Optional[float] = None) -> None:
+        """Delete consumer ``name`` and its position (CONSUMER-DELETE; members are detached)."""
+        from .consumer_admin import delete
+        self._run(delete(self, name, timeout))
+
     # ------------------------------------------------------------------ closing
 
     @_guarded

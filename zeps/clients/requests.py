@@ -72,6 +72,8 @@ class RequestKind(Enum):
     BARRIER = "barrier"
     #: ``DETACH``, closing.
     DETACH = "detach"
+    #: ``CONSUMER-ADD``, ``-INFO``, ``-LIST``, ``-DELETE`` (:mod:`zeps.clients.consumer_admin`).
+    CONSUMER = "consumer"
 
 
 _K = RequestKind
@@ -95,6 +97,10 @@ REPLY_KINDS: Dict[type, FrozenSet[RequestKind]] = {
     c.ReasonsSelectOk: frozenset((_K.REASONS_SELECT,)),
     c.StreamIdOk: frozenset((_K.STREAM_ID,)),
     c.StreamExpectOk: frozenset((_K.STREAM_EXPECT,)),
+    c.ConsumerAddOk: frozenset((_K.CONSUMER,)),
+    c.ConsumerInfoOk: frozenset((_K.CONSUMER,)),
+    c.ConsumerListOk: frozenset((_K.CONSUMER,)),
+    c.ConsumerDeleteOk: frozenset((_K.CONSUMER,)),
 }
 
 

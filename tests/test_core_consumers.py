@@ -345,3 +345,15 @@ def test_union_of_acks_is_exactly_what_was_published(tmp_path_factory, ops):
         assert group(h).floor == published and not group(h).out
     finally:
         h.close()
+
+
+def test_a_consumer_that_ran_dry_gets_what_is_published_later(core):
+    h = core
+    setup(h, 2)
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1, 2]
+    h.round()                                       # nothing to do: it waits
+    h.publish("k.late")
+    h.drain()
+    assert seqs(h, b"a") == [3]

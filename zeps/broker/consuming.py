@@ -16,7 +16,7 @@ Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which 
   the next member in turn that has the credit for it, room under ``max_ack_pending`` and a pipe
   that is not congested; when none has, the consumer sleeps until a member event (CREDIT, ACK,
   NAK, a member joining, its congestion ending, a timer) wakes it. A consumer without members,
-  or asleep, costs a round nothing.
+  asleep, or with nothing due and nothing new in its stream costs a round two comparisons.
 * **Rights first**, then the bounds, then the work: every command needs the right to
   subscribe to the attached stream; CONSUMER-ADD and the administration commands are paid from
   the client's command budget.
@@ -321,8 +321,11 @@ class Consuming:
             st = self.streams.get(name)
             if st is None:
                 continue
+            next_seq = st.journal.next_seq
             for g in gs.values():
-                if g.members and not g.asleep and self._pump_group(st, g, now):
+                if (g.members and not g.asleep
+                        and ((g.next < next_seq and g.room > 0) or g.has_ready(now))
+                        and self._pump_group(st, g, now)):
                     more = True
         return more
 
@@ -419,9 +422,7 @@ class Consuming:
                 g.next = seq + 1
         if budget == 0:
             return True
-        g.asleep = (blocked or not g.has_ready(now)) and not opening
-        if g.asleep and not blocked and g.next < j.next_seq and g.room > 0:
-            g.asleep = False                           # more came meanwhile
+        g.asleep = blocked and not opening             # no member can take one: wait for one
         return False
 
     def _dead_letter(self, st, g: Group, rec, deliveries: int) -> bool:

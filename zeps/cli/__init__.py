@@ -1,4 +1,5 @@
-"""The ``zeps`` command line: ``zeps broker | publish | subscribe | replay | stats | top``.
+"""The ``zeps`` command line: ``zeps broker | publish | subscribe | replay | stats | top | ...``
+(``zeps --help`` lists every command).
 
 Run ``zeps COMMAND --help`` for each command's options. Common rules:
 
@@ -28,11 +29,12 @@ import os
 import sys
 from typing import List, Optional
 
-from . import bench, bridge, broker, keys, kv, publish, replay, stats, stream, subscribe, top
+from . import (bench, bridge, broker, consumer, keys, kv, publish, replay, stats, stream,
+               subscribe, top)
 from .common import Parser, UsageError, message_json, message_line, parse_time  # noqa: F401
 
 COMMANDS = ("broker", "publish", "subscribe", "replay", "stats", "stream", "top", "keys", "bridge",
-            "bench", "kv")
+            "bench", "kv", "consumer", "consume")
 
 
 def build_parser() -> Parser:
@@ -47,12 +49,13 @@ def build_parser() -> Parser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.add_parser("broker", help="run the broker (zeps broker --help for its options)",
                    add_help=False)
-    for module in (publish, subscribe, replay, stats, stream, top, keys, bridge, bench, kv):
+    for module in (publish, subscribe, replay, stats, stream, top, keys, bridge, bench, kv,
+                   consumer):
         module.add_parser(sub)
     return parser
 
 
-_TIME_OPTIONS = ("--from-time", "--to-time")
+_TIME_OPTIONS = ("--from-time", "--to-time", "--since")
 
 
 def _join_relative_times(argv: List[str]) -> List[str]:

@@ -46,9 +46,13 @@ BENCHMARKS = {
     "bench_spark_batches": ("bench_spark", ["--n", "10000000", "--group", "100"],
                             ["--n", "20000", "--group", "100"]),
     "bench_multicast": ("bench_multicast", [], ["--n", "2000"]),
+    "bench_kv_index": ("bench_kv_index", [], ["--keys", "20000"]),
+    "bench_kv_snapshot": ("bench_kv_snapshot", ["--keys", "1000000"], ["--keys", "2000"]),
+    "bench_compaction": ("bench_compaction", [],
+                         ["--messages", "20000", "--keys", "100", "--seconds", "0.5"]),
 }
 #: Benchmarks whose header names the peers' versions (they run redis-server or nats-server).
-WITH_SERVERS = {"bench_redis_py"}
+WITH_SERVERS = {"bench_redis_py", "bench_kv_snapshot"}
 #: Benchmarks that need root; skipped (and said so) without it.
 NEEDS_ROOT = {"bench_multicast"}
 #: Heading levels an output's headings go down by in its .md (they sit under the docs' ###).

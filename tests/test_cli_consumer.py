@@ -76,3 +76,25 @@ def test_add_info_ls_consume_rm(start_broker):
     assert zeps("consumer", "ls", "s", *ep).stdout == "w\n"
     r = zeps("consumer", "info", "s", "late", *ep)
     assert r.returncode == 1 and "no consumer" in r.stderr and len(r.stderr.splitlines()) == 1
+
+
+def test_consume_ctrl_c_exits_130_and_the_message_printed_is_acknowledged(start_broker):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.test_cli import ENV, REPO, _sigint_as_a_terminal_sends_it
+    b = start_broker()
+    ep = ("--endpoint", b.endpoint)
+    assert zeps("publish", "s", "k", "first", *ep).returncode == 0
+    assert zeps("consumer", "add", "s", "w", *ep).returncode == 0
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "consume", "s", "w", *ep],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=str(REPO), env=ENV, preexec_fn=_sigint_as_a_terminal_sends_it)
+    assert p.stdout.readline() == "1 k first\n"
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=10)
+    assert p.returncode == 130
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err
+    info = json.loads(zeps("consumer", "info", "s", "w", "--json", *ep).stdout)
+    assert info["floor"] == 1                   # acknowledged once printed, sent on leaving

@@ -45,8 +45,12 @@ def test_consume_ack_and_resume_after_the_last_ack(start_broker):
             with pytest.raises(ZepsTimeout):
                 msgs.next(timeout=0.3)
         assert c.consumer_info("work")["floor"] == 10
-        c.delete_consumer("work")
+        member = c.consume("work", timeout=10)
+        c.delete_consumer("work")                          # its members are detached
         assert c.consumers() == ()
+        with pytest.raises(InvalidError, match="no consumer"):
+            member.next()
+        member.close()
         with pytest.raises(InvalidError, match="no consumer"):
             c.consume("work", timeout=10)
     with Client(b.endpoint, "missing") as c:

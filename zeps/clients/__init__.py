@@ -166,7 +166,8 @@ from .subscription import AsyncSubscription, Subscription
 
 __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Subscription",
            "AsyncSubscription", "Receipt", "AsyncReceipt", "Message", "MessageBatch", "StreamInfo",
-           "Headers", "KVMap", "AsyncKVMap", "Snapshot",
+           "Headers", "KVMap", "AsyncKVMap", "Snapshot", "Consumer", "AsyncConsumer",
+           "ConsumerMessage",
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
@@ -188,6 +189,10 @@ def __getattr__(name: str):
         from . import kv as module
     elif name == "Snapshot":
         from . import snapshot as module
+    elif name in ("Consumer", "AsyncConsumer"):
+        from . import consumer_io as module
+    elif name == "ConsumerMessage":
+        from . import consumer as module
     elif name == "MulticastSubscriber":
         # zeps.multicast is the floor above this package (it uses Client): offered here for
         # `from zeps.clients import MulticastSubscriber` (README); .importlinter allows it.

@@ -44,7 +44,8 @@ def test_consume_ack_and_resume_after_the_last_ack(start_broker):
                 x.ack()
             with pytest.raises(ZepsTimeout):
                 msgs.next(timeout=0.3)
-        assert c.consumer_info("work")["floor"] == 10
+        info = c.consumer_info("work")
+        assert info["floor"] == 10 and info["acked"] == 10 and info["bad_acks"] == 0
         member = c.consume("work", timeout=10)
         c.delete_consumer("work")                          # its members are detached
         assert c.consumers() == ()
@@ -106,7 +107,8 @@ def test_a_member_whose_broker_restarts_rejoins_and_gets_the_unacked_again(start
         assert again.sequence == 2 and msgs.reconnects == 1
         again.ack()
         msgs.close()
-        assert c.consumer_info("work")["floor"] == 2
+        info = c.consumer_info("work")
+        assert info["floor"] == 2 and info["bad_acks"] == 0   # the stale ack never left
 
 
 def test_asyncio(start_broker):

@@ -1,6 +1,7 @@
-// The ZEPS dashboard: polls /varz, /streamz and /connz every second and draws them. The page
-// comes with the documents of a first poll (#snapshot, zeps/broker/dashboard.py): they are drawn
-// at once, before the page has loaded, so its first frame shows the broker, not "connecting…".
+// The ZEPS dashboard: polls /varz, /streamz, /connz and /consumerz every second and draws them.
+// The page comes with the documents of a first poll (#snapshot, zeps/broker/dashboard.py): they
+// are drawn at once, before the page has loaded, so its first frame shows the broker, not
+// "connecting…".
 // Plain browser JavaScript, no build step, no outside resources. Every value from the broker is
 // put in the page as text (textContent), never as markup: stream names and keys are anybody's.
 "use strict";
@@ -8,6 +9,7 @@
 const POLL_MS = 1000;
 const HISTORY = 120;              // samples in the throughput chart (2 minutes)
 const CLIENT_ROWS = 200;          // clients listed, most behind first (CLIENT_ROWS in dashboard.py)
+const CONSUMER_ROWS = 100;        // consumers listed, most behind first (CONSUMER_ROWS in dashboard.py)
 const MODE_NAMES = {
   live: "live", catching_up: "catching up", historical: "historical", congested: "congested",
   not_subscribed: "not subscribed", unattached: "unattached",
@@ -152,6 +154,36 @@ function drawClients(connz) {
     ? `${connz.connections.length} most behind of ${connz.total}` : `${connz.total}`;
 }
 
+function fmtSeconds(s) {
+  if (s === null || s === undefined) return "—";
+  return s >= 60 ? fmtDuration(s) : `${s.toFixed(s >= 10 ? 0 : 1)} s`;
+}
+
+function drawConsumers(consumerz) {
+  const tbody = document.querySelector("#consumers tbody");
+  tbody.replaceChildren();
+  const rows = consumerz ? consumerz.consumers : [];
+  for (const g of rows) {
+    const tr = document.createElement("tr");
+    tr.dataset.stream = g.stream;
+    tr.dataset.consumer = g.name;
+    cell(tr, g.stream, "name", "stream");
+    cell(tr, g.name, "name", "consumer").title = `${g.stream} / ${g.name}`;
+    cell(tr, fmtInt(g.members), "num", "members");
+    cell(tr, fmtInt(g.lag), g.lag > 0 ? "num lagging" : "num", "lag");
+    cell(tr, fmtSeconds(g.lag_seconds), g.lag_seconds > 0 ? "num lagging" : "num", "lag_seconds");
+    cell(tr, fmtInt(g.pending), "num", "pending");
+    cell(tr, fmtInt(g.acked), "num", "acked");
+    cell(tr, fmtInt(g.redelivered), "num", "redelivered");
+    cell(tr, fmtInt(g.dead_lettered), g.dead_lettered > 0 ? "num lagging" : "num", "dead_lettered");
+    tbody.appendChild(tr);
+  }
+  if (!rows.length) emptyRow(tbody, 9, consumerz ? "no consumers" : "—");
+  const total = consumerz ? consumerz.total : 0;
+  $("consumers-note").textContent = total > rows.length
+    ? `${rows.length} most behind of ${total}` : `${total}`;
+}
+
 function svg(tag, attrs, text) {
   const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
   for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, v);
@@ -201,7 +233,7 @@ async function getJSON(path) {
 }
 
 // Draws one poll's documents; `given` are rates the page came with (no previous poll yet).
-function draw(varz, streamz, connz, given) {
+function draw(varz, streamz, connz, consumerz, given) {
   const t = performance.now() / 1000;
   const dt = previous ? t - previous.t : 0;
   let rates = given || null;
@@ -218,6 +250,7 @@ function draw(varz, streamz, connz, given) {
   drawSummary(varz, rates);
   drawStreams(streamz, dt);
   drawClients(connz);
+  drawConsumers(consumerz);
   drawChart();
   previous = { t, totals: varz,
                streams: Object.fromEntries(streamz.streams.map((s) => [s.name, s])) };
@@ -230,9 +263,10 @@ function draw(varz, streamz, connz, given) {
 
 async function poll() {
   try {
-    const [varz, streamz, connz] = await Promise.all([
-      getJSON("varz"), getJSON("streamz"), getJSON(`connz?sort=lag&limit=${CLIENT_ROWS}`)]);
-    draw(varz, streamz, connz, null);
+    const [varz, streamz, connz, consumerz] = await Promise.all([
+      getJSON("varz"), getJSON("streamz"), getJSON(`connz?sort=lag&limit=${CLIENT_ROWS}`),
+      getJSON(`consumerz?sort=lag&limit=${CONSUMER_ROWS}`)]);
+    draw(varz, streamz, connz, consumerz, null);
     polls += 1;
     $("updated").dataset.polls = String(polls);
   } catch (err) {
@@ -250,7 +284,8 @@ async function poll() {
 // The first poll's documents, inline in the page (none with a monitoring token).
 const snapshot = JSON.parse($("snapshot")?.textContent || "null");
 if (snapshot) {
-  draw(snapshot.varz, snapshot.streamz, snapshot.connz, snapshot.rates);
+  draw(snapshot.varz, snapshot.streamz, snapshot.connz, snapshot.consumerz || null,
+       snapshot.rates);
   $("updated").dataset.inline = "1";
   setTimeout(poll, POLL_MS);
 } else {

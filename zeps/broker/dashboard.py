@@ -1,6 +1,6 @@
 """The dashboard page as served: its first frame comes with it.
 
-``dashboard.js`` polls ``/varz``, ``/streamz`` and ``/connz`` every second, and a page that
+``dashboard.js`` polls ``/varz``, ``/streamz``, ``/connz`` and ``/consumerz`` every second, and a page that
 waited for its first poll showed "connecting…" and "—" everywhere until then: what a screenshot
 taken at the page's ``load`` event (``chromium --headless --screenshot``) or a slow link shows.
 So ``/`` carries the documents of a first poll inline, in
@@ -20,10 +20,12 @@ import json
 from collections import deque
 from typing import Dict, Optional
 
-__all__ = ["TrafficSampler", "SLOT", "inline", "MIN_SPAN", "CLIENT_ROWS"]
+__all__ = ["TrafficSampler", "SLOT", "inline", "MIN_SPAN", "CLIENT_ROWS", "CONSUMER_ROWS"]
 
 #: Clients the page lists (``CLIENT_ROWS`` in dashboard.js: its polls ask for as many).
 CLIENT_ROWS = 200
+#: Consumers the page lists, most behind first (``CONSUMER_ROWS`` in dashboard.js).
+CONSUMER_ROWS = 100
 #: What ``dashboard.html`` holds where the first poll's documents go.
 SLOT = b'<script id="snapshot" type="application/json">null</script>'
 #: Rates are taken over at least this many seconds when samples allow it.
@@ -68,11 +70,11 @@ class TrafficSampler:
 
 
 def inline(html: bytes, varz: bytes, streamz: bytes, connz: bytes,
-           rates: Optional[Dict[str, float]]) -> bytes:
+           rates: Optional[Dict[str, float]], consumerz: bytes = b"null") -> bytes:
     """``html`` with the documents (JSON bytes, as the pages serve them) in its snapshot slot.
     ``<``, ``>`` and ``&`` are escaped in the JSON (``\\u003c``...: they can only be inside its
     strings), so a stream name such as ``</script>`` stays data."""
     doc = (b'{"varz":' + varz + b',"streamz":' + streamz + b',"connz":' + connz +
-           b',"rates":' + json.dumps(rates).encode() + b"}")
+           b',"consumerz":' + consumerz + b',"rates":' + json.dumps(rates).encode() + b"}")
     doc = doc.replace(b"<", b"\\u003c").replace(b">", b"\\u003e").replace(b"&", b"\\u0026")
     return html.replace(SLOT, SLOT.replace(b">null<", b">" + doc + b"<"), 1)

@@ -7,6 +7,8 @@ broker's process, beside the ZeroMQ loop.
 ``/varz``      the broker (JSON, :func:`zeps.broker.monitor.varz`)
 ``/connz``     its clients; ``?sort=lag|client|stream|idle|credit&limit=N&offset=N&stream=S``
 ``/streamz``   its open streams; ``?limit=N&offset=N``
+``/consumerz`` the durable consumers of its open streams; ``?sort=lag|pending|stream&limit=N&``
+               ``offset=N&stream=S`` (:func:`zeps.broker.monitor.consumerz`)
 ``/metrics``   Prometheus (:mod:`zeps.broker.metrics`)
 ``/healthz``   ``{"status": "ok"}`` while the broker runs
 =============  ==============================================================================
@@ -434,8 +436,22 @@ class MonitorServer:
             return "200 OK", self._cached(("streamz", limit, offset), lambda: self._json(
                 monitor.streamz(self.core, limit=limit, offset=offset,
                                 redact=self.redact))), _JSON
+        if path == "/consumerz":
+            _check_args(query, ("sort", "limit", "offset", "stream"))
+            sort = (query.get("sort") or ["lag"])[-1]
+            if sort not in monitor.CONSUMER_SORTS:
+                raise BadRequest(f"sort must be one of {', '.join(monitor.CONSUMER_SORTS)}, "
+                                 f"not {sort!r}")
+            stream = (query.get("stream") or [None])[-1]
+            limit = _int_arg(query, "limit", 1024)
+            offset = _int_arg(query, "offset", 0)
+            return "200 OK", self._cached(
+                ("consumerz", sort, stream, limit, offset), lambda: self._json(
+                    monitor.consumerz(self.core, sort=sort, limit=limit, offset=offset,
+                                      stream=stream, redact=self.redact))), _JSON
         return "404 Not Found", self._error(
-            f"no page {path!r}: try /, /varz, /connz, /streamz, /metrics, /healthz"), _JSON
+            f"no page {path!r}: try /, /varz, /connz, /streamz, /consumerz, /metrics, "
+            f"/healthz"), _JSON
 
     def _varz(self) -> bytes:
         now = self.clock()
@@ -458,9 +474,13 @@ class MonitorServer:
                                  lambda: self._json(monitor.connz(
                                      self.core, self.clock(), sort="lag",
                                      limit=dashboard.CLIENT_ROWS, offset=0, redact=self.redact)))
+            consumerz = self._cached(("consumerz", "lag", None, dashboard.CONSUMER_ROWS, 0),
+                                     lambda: self._json(monitor.consumerz(
+                                         self.core, sort="lag", limit=dashboard.CONSUMER_ROWS,
+                                         offset=0, redact=self.redact)))
         except Busy:
             return html
-        return dashboard.inline(html, varz, streamz, connz, self.sampler.rates())
+        return dashboard.inline(html, varz, streamz, connz, self.sampler.rates(), consumerz)
 
     @staticmethod
     def _json(doc) -> bytes:

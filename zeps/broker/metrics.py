@@ -27,6 +27,24 @@ Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 ``zeps_stream_max_lag_messages``       gauge    the most any subscriber of the stream is behind
 ``zeps_subscriber_lag_messages``       gauge    per subscriber (the MAX_LAG_SERIES most behind)
 ``zeps_confirms_pending``              gauge    every stream
+``zeps_stream_consumers``              gauge    durable consumers of the open stream (loaded)
+``zeps_consumer_lag_messages``         gauge    per consumer (``stream``, ``consumer``; the
+                                                MAX_CONSUMER_SERIES most behind): head - floor
+``zeps_consumer_lag_seconds``          gauge    age of its first message above the floor,
+                                                relative to the stream's newest
+``zeps_consumer_pending``              gauge    messages its members hold unacknowledged
+``zeps_consumer_outstanding``          gauge    pending plus those waiting to go again
+``zeps_consumer_members``              gauge    members (peerings that CONSUMEd)
+``zeps_consumer_delivered_total``      counter  messages handed to members (each delivery)
+``zeps_consumer_acked_total``          counter  messages acknowledged
+``zeps_consumer_redelivered_total``    counter  messages given again (ack wait, NAK, a member
+                                                gone)
+``zeps_consumer_dead_lettered_total``  counter  messages sent to the dead-letter stream after
+                                                max_deliver
+``zeps_consumer_dropped_total``        counter  messages dropped after max_deliver (no
+                                                dead-letter stream)
+``zeps_consumer_bad_acks_total``       counter  ACK/NAK/PROGRESS of sequences the member did
+                                                not hold
 ``zeps_streams_open``                  gauge    journals open
 ``zeps_invalid_total``                 counter  INVALIDs sent, by ``reason`` (reasons.LABELS)
 ``zeps_invalid_frames_total``          counter  frames that were not ZEPS commands at all
@@ -35,13 +53,19 @@ Series (``stream`` and ``client`` labels as in ``/streamz`` and ``/connz``):
 
 plus the ``process_*`` metrics of ``prometheus-client`` (CPU, memory, open files).
 
-With a :class:`~zeps.broker.monitor.Redactor`, the ``stream`` and ``client`` labels are its
-stable hashes, as in the redacted ``/streamz`` and ``/connz``.
+With a :class:`~zeps.broker.monitor.Redactor`, the ``stream``, ``client`` and ``consumer``
+labels are its stable hashes, as in the redacted ``/streamz``, ``/connz`` and ``/consumerz``.
 
 Per-subscriber series are capped at :data:`MAX_LAG_SERIES`, the subscribers most behind: a
 broker with 10,000 clients would otherwise spend ~0.4 s of its only thread on each scrape
 (``prometheus-client`` writes ~30 µs per series), and Prometheus would keep a series per
 connection; ``zeps_stream_max_lag_messages`` covers every subscriber, ``/connz`` lists them all.
+Likewise per-consumer series (11 each) are given to the :data:`MAX_CONSUMER_SERIES` consumers
+most behind (a broker may hold 1,024 consumers per stream): ``zeps_stream_consumers`` counts
+them all, ``/consumerz`` lists them all. The consumer counters are kept in the consumer's file,
+so they go on from where they were after a restart (and start again from 0 if the consumer is
+deleted and added again); a consumer that drops out of the most behind loses its series until it
+is back among them.
 """
 from __future__ import annotations
 
@@ -60,6 +84,19 @@ FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.0
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 #: Subscribers given their own lag series (the most behind first).
 MAX_LAG_SERIES = 100
+#: Consumers given their own series (the most behind first).
+MAX_CONSUMER_SERIES = 100
+#: The per-consumer counters: (counter in ``Group.counters``, help).
+_CONSUMER_COUNTERS = (
+    ("delivered", "Messages the consumer handed to its members (each delivery)"),
+    ("acked", "Messages of the consumer acknowledged"),
+    ("redelivered", "Messages of the consumer given again (ack wait passed, NAK, member gone)"),
+    ("dead_lettered", "Messages of the consumer sent to its dead-letter stream after "
+     "max_deliver deliveries"),
+    ("dropped", "Messages of the consumer dropped after max_deliver deliveries (no "
+     "dead-letter stream)"),
+    ("bad_acks", "ACK, NAK or PROGRESS of sequences the member did not hold"),
+)
 
 
 class _CoreCollector:
@@ -107,6 +144,8 @@ class _CoreCollector:
             "max_lag": GaugeMetricFamily("zeps_stream_max_lag_messages", "Messages between the "
                                          "stream's head and its furthest-behind subscriber",
                                          labels=["stream"]),
+            "consumers": GaugeMetricFamily("zeps_stream_consumers", "Durable consumers of the "
+                                           "stream (loaded by the broker)", labels=["stream"]),
         }
         clients = GaugeMetricFamily("zeps_clients", "Clients by stream and mode "
                                     "(live, catching_up, historical, congested, not_subscribed, "
@@ -133,6 +172,7 @@ class _CoreCollector:
         yield from per_stream.values()
         yield clients
         yield lag
+        yield from self._consumers()
         yield GaugeMetricFamily("zeps_confirms_pending", "Publishes appended but not yet "
                                 "confirmed durable, every stream", value=pending)
         yield GaugeMetricFamily("zeps_streams_open", "Streams whose journals are open",
@@ -144,6 +184,35 @@ class _CoreCollector:
         yield invalid
         yield CounterMetricFamily("zeps_invalid_frames", "Frames received that were not ZEPS "
                                   "commands", value=core.bad_frames_total)
+
+    def _consumers(self):
+        """The per-consumer series of the MAX_CONSUMER_SERIES consumers most behind."""
+        labels = ["stream", "consumer"]
+        gauges = {
+            "lag": GaugeMetricFamily("zeps_consumer_lag_messages", "Messages between the "
+                                     "consumer's floor (all acknowledged up to it) and its "
+                                     f"stream's head (the {MAX_CONSUMER_SERIES} most behind)",
+                                     labels=labels),
+            "lag_seconds": GaugeMetricFamily("zeps_consumer_lag_seconds", "How much older the "
+                                             "consumer's first message above its floor is than "
+                                             "the stream's newest", labels=labels),
+            "pending": GaugeMetricFamily("zeps_consumer_pending", "Messages the consumer's "
+                                         "members hold, not acknowledged", labels=labels),
+            "outstanding": GaugeMetricFamily("zeps_consumer_outstanding", "Messages of the "
+                                             "consumer not acknowledged: held, or waiting to "
+                                             "go again", labels=labels),
+            "members": GaugeMetricFamily("zeps_consumer_members", "Members of the consumer "
+                                         "(peerings that CONSUMEd)", labels=labels),
+        }
+        counters = {key: CounterMetricFamily(f"zeps_consumer_{key}", doc, labels=labels)
+                    for key, doc in _CONSUMER_COUNTERS}
+        for row in monitor.consumerz(self.core, sort="lag", limit=MAX_CONSUMER_SERIES,
+                                     redact=self.redact)["consumers"]:
+            names = [row["stream"], row["name"]]
+            for key, family in (*gauges.items(), *counters.items()):
+                family.add_metric(names, row[key])
+        yield from gauges.values()
+        yield from counters.values()
 
 
 class Metrics:

@@ -4,7 +4,9 @@ and the times it is given, changes nothing and reads no clock.
 
 * :func:`varz` — the broker: uptime, clients by mode, traffic totals, INVALIDs by reason, limits;
 * :func:`connz` — its clients (sessions): stream, mode, credit, position, lag, traffic;
-* :func:`streamz` — its open streams: journal head and size, traffic, clients by mode, confirms.
+* :func:`streamz` — its open streams: journal head and size, traffic, clients by mode, confirms;
+* :func:`consumerz` — the durable consumers of its open streams: lag (messages and seconds),
+  pending acknowledgements, members, redeliveries, dead letters (docs/consumers.md).
 
 A subscriber's *mode* (:func:`mode_of`) is one of :data:`MODES`:
 
@@ -26,8 +28,14 @@ A subscriber's *lag* is the number of messages between its position and the jour
 (``zeps.broker.stream.COUNTERS``): messages in are appended records, messages out are DELIVERs
 produced, bytes are what ZEPS/1 counts as credit (sequence, key and body).
 
-Given a :class:`Redactor`, the documents name no stream, client routing id, CurveZMQ key,
-pattern or path: each is replaced by a keyed hash, stable while the key is (a monitoring
+A consumer's *lag* is the number of messages between its floor (everything up to it
+acknowledged) and the journal head (``head - floor``); its *lag_seconds* how much older the first
+message above its floor is than the newest one (0 when it has everything). Only consumers the
+broker has loaded are listed: those of streams a consumer command named since the broker
+started (``zeps.broker.consuming``), and of these the ones whose stream is open.
+
+Given a :class:`Redactor`, the documents name no stream, consumer, client routing id, CurveZMQ
+key, pattern or path: each is replaced by a keyed hash, stable while the key is (a monitoring
 reader can still tell the streams and clients apart and follow them from poll to poll, not
 learn or confirm a name the ACL hides from it); error texts are reduced to their kind.
 """
@@ -47,6 +55,8 @@ from .stream import COUNTERS, Stream
 MODES = ("live", "catching_up", "historical", "congested", "not_subscribed", "unattached")
 #: How :func:`connz` can order clients (``lag``: most behind first).
 SORTS = ("lag", "client", "stream", "idle", "credit")
+#: How :func:`consumerz` can order consumers (``lag``, ``pending``: the most first).
+CONSUMER_SORTS = ("lag", "pending", "stream")
 #: JSON names of the stream counters, in the order of ``COUNTERS``.
 _TRAFFIC = dict(zip(COUNTERS, ("in_msgs", "out_msgs", "in_bytes", "out_bytes")))
 
@@ -85,6 +95,9 @@ class Redactor:
 
     def pattern(self, text: str) -> str:
         return self._hash("pattern", text.encode("utf-8", "replace"))
+
+    def consumer(self, name: str) -> str:
+        return self._hash("consumer", name.encode("utf-8", "replace"))
 
     @staticmethod
     def error(exc: BaseException) -> str:
@@ -155,6 +168,9 @@ def client_doc(core, s: Session, now: float, head: Optional[int] = None,
     if head is None:
         head = _head(st)
     patterns = [p.text for p, _start in s.subscriptions]
+    g = s.consumer
+    consumer = None if g is None else (redact.consumer(g.config.name) if redact
+                                       else g.config.name)
     return {
         "client": redact.client(s.identity) if redact else s.identity.hex(),
         "user": redact.key(s.user) if redact else s.user,
@@ -169,6 +185,7 @@ def client_doc(core, s: Session, now: float, head: Optional[int] = None,
         "confirms_pending": len(s.unconfirmed),
         "held": len(s.held),
         "idle_s": round(max(now - s.last_seen, 0.0), 3),
+        "consumer": consumer,
     }
 
 
@@ -199,7 +216,8 @@ def stream_doc(core, st: Stream, redact: Optional[Redactor] = None) -> Dict[str,
             max_lag = lag
     doc.update(clients=len(st.sessions), modes=modes, max_lag=max_lag,
                confirms_pending=sum(len(s.unconfirmed) for s in st.confirming.values()),
-               publishers_waiting=len(st.confirming))
+               publishers_waiting=len(st.confirming),
+               consumers=len(core.consumers.get(st.name) or ()))
     return doc
 
 
@@ -238,6 +256,7 @@ def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional
         **traffic(core),
         confirms_pending=sum(len(s.unconfirmed) for st in core.streams.values()
                              for s in st.confirming.values()),
+        consumers=sum(len(gs) for n, gs in core.consumers.items() if n in core.streams),
         invalid={k: core.invalids.get(k, 0) for k in LABELS},
         invalid_frames=core.bad_frames_total,
         config=dataclasses.asdict(core.config),
@@ -296,3 +315,81 @@ def streamz(core, *, limit: Optional[int] = None, offset: int = 0,
     names = names[offset:] if limit is None else names[offset:offset + limit]
     return {"total": total, "offset": offset, "limit": limit,
             "streams": [stream_doc(core, core.streams[n], redact) for n in names]}
+
+
+# ---------------------------------------------------------------------------- consumers
+
+def _consumer_lag(g, head: Optional[int]) -> int:
+    return 0 if head is None else max(head - g.floor, 0)
+
+
+def consumer_doc(core, st: Stream, g, head: Optional[int] = None,
+                 redact: Optional[Redactor] = None) -> Dict[str, Any]:
+    """One consumer's document (an entry of :func:`consumerz`): the fields of CONSUMER-INFO
+    (``BrokerCore.consumer_info``), read without appending the stream's queued publishes;
+    names (its own, its stream's, its dead-letter stream's, its patterns) hashed by
+    ``redact`` if given. Reads at most one record of the journal (for ``lag_seconds``)."""
+    if head is None:
+        head = _head(st)
+    floor = g.floor
+    lag_seconds = 0.0
+    if head is not None and floor < head:
+        try:
+            newest = st.journal.info().newest_ts
+            recs = st.journal.read_batch(max(floor + 1, st.first_seq), max_records=1)
+        except Exception:             # a broken journal or record: no age to tell
+            recs = None
+        if recs:                      # the first message above the floor (compaction gaps too)
+            lag_seconds = max(0.0, (newest - recs[0].timestamp) / 1e9)
+    config = g.config.to_json()
+    name = g.config.name
+    if redact:
+        name = redact.consumer(name)
+        config["name"] = name
+        config["patterns"] = [redact.pattern(p) for p in config["patterns"]]
+        if config.get("dead_letter"):
+            config["dead_letter"] = redact.stream(config["dead_letter"])
+    return {"name": name, "stream": redact.stream(st.name) if redact else st.name,
+            "config": config, "floor": floor, "next": g.next, "last": head,
+            "lag": _consumer_lag(g, head), "lag_seconds": round(lag_seconds, 3),
+            "pending": g.pending, "outstanding": len(g.out), "members": len(g.members),
+            **g.counters}
+
+
+def consumerz(core, *, sort: str = "lag", limit: Optional[int] = 1024, offset: int = 0,
+              stream: Optional[str] = None,
+              redact: Optional[Redactor] = None) -> Dict[str, Any]:
+    """The consumers of the open streams, ordered by ``sort`` (one of
+    :data:`CONSUMER_SORTS`: ``lag`` and ``pending`` the most first, ``stream`` by stream and
+    name), ``limit`` of them from ``offset`` (``None``: all), only those of ``stream`` if given
+    (a hashed name with ``redact``). Ordering looks at every consumer (O(1) each, O(members)
+    for ``pending``); documents, each reading one journal record, are made for the page only."""
+    if sort not in CONSUMER_SORTS:
+        raise ValueError(f"sort must be one of {', '.join(CONSUMER_SORTS)}, not {sort!r}")
+    sname = redact.stream if redact else (lambda n: n)
+    cname = redact.consumer if redact else (lambda n: n)
+    rows = []
+    heads: Dict[str, Optional[int]] = {}
+    for sn, gs in core.consumers.items():
+        st = core.streams.get(sn)
+        if st is None or not gs or (stream is not None and sname(sn) != stream):
+            continue
+        heads[sn] = _head(st)
+        rows.extend((st, g) for g in gs.values())
+    if sort == "lag":
+        def key(r):
+            st, g = r
+            return (-_consumer_lag(g, heads[st.name]), sname(st.name), cname(g.config.name))
+    elif sort == "pending":
+        def key(r):
+            st, g = r
+            return (-g.pending, sname(st.name), cname(g.config.name))
+    else:
+        def key(r):
+            st, g = r
+            return (sname(st.name), cname(g.config.name))
+    rows.sort(key=key)
+    page = rows[offset:] if limit is None else rows[offset:offset + limit]
+    return {"total": len(rows), "offset": offset, "limit": limit, "sort": sort,
+            "consumers": [consumer_doc(core, st, g, heads[st.name], redact)
+                          for st, g in page]}

@@ -1,7 +1,8 @@
 """``zeps top``: a broker's streams and clients in the terminal, refreshed every second.
 
-It reads the broker's monitoring port (``zeps broker --monitor``): ``/varz``, ``/streamz`` and
-``/connz``, the documents the dashboard draws, and computes rates from two polls. The frame is
+It reads the broker's monitoring port (``zeps broker --monitor``): ``/varz``, ``/streamz``,
+``/connz`` and ``/consumerz``, the documents the dashboard draws, and computes rates from two
+polls. The consumers (the :data:`CONSUMERS` most behind) are shown when the broker has any. The frame is
 made by :func:`render`, a pure function of two samples, so what it shows can be tested
 without a terminal.
 """
@@ -29,6 +30,8 @@ _MODE_NAMES = {"live": "live", "catching_up": "catching up", "historical": "hist
                "congested": "congested", "not_subscribed": "not subscribed",
                "unattached": "unattached"}
 _CLEAR = "\x1b[H\x1b[2J"
+#: Consumers listed, most behind first.
+CONSUMERS = 20
 
 
 def monitor_url(text: str) -> str:
@@ -83,11 +86,13 @@ class MonitorError(Exception):
 
 @dataclass
 class Sample:
-    """One poll: the three documents and when they were read (the poller's clock)."""
+    """One poll: the documents and when they were read (the poller's clock); ``consumerz`` is
+    None from a broker without ``/consumerz``."""
     t: float
     varz: dict
     streamz: dict
     connz: dict
+    consumerz: Optional[dict] = None
 
 
 def _get(url: str, timeout: float, token: Optional[bytes] = None) -> dict:
@@ -113,12 +118,16 @@ def _get(url: str, timeout: float, token: Optional[bytes] = None) -> dict:
 
 def fetch(base: str, clients: int, timeout: float, clock=time.monotonic,
           token: Optional[bytes] = None) -> Sample:
-    """Poll ``/varz``, ``/streamz`` and ``/connz`` (the ``clients`` most behind) once, with
-    the monitoring ``token`` if given."""
+    """Poll ``/varz``, ``/streamz``, ``/connz`` (the ``clients`` most behind) and
+    ``/consumerz`` (the :data:`CONSUMERS` most behind) once, with the monitoring ``token`` if
+    given."""
     varz = _get(f"{base}/varz", timeout, token)
     streamz = _get(f"{base}/streamz", timeout, token)
     connz = _get(f"{base}/connz?sort=lag&limit={clients}", timeout, token)
-    return Sample(clock(), varz, streamz, connz)
+    consumerz = None
+    if "consumers" in varz:                  # a broker that has /consumerz
+        consumerz = _get(f"{base}/consumerz?sort=lag&limit={CONSUMERS}", timeout, token)
+    return Sample(clock(), varz, streamz, connz, consumerz)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -212,7 +221,30 @@ def render(cur: Sample, prev: Optional[Sample] = None, width: int = 200) -> str:
         lines.append("(no clients)")
     elif total > shown:
         lines.append(f"({shown} most behind of {total} clients)")
+    lines += _consumer_lines(cur, prev, dt)
     return "\n".join(line[:width] for line in lines)
+
+
+def _consumer_lines(cur: Sample, prev: Optional[Sample], dt: float) -> List[str]:
+    """The consumers section: nothing when the broker has none (or no ``/consumerz``)."""
+    doc = cur.consumerz
+    if not doc or not doc.get("consumers"):
+        return []
+    before = {(g["stream"], g["name"]): g for g in prev.consumerz["consumers"]} \
+        if prev is not None and prev.consumerz else {}
+    rows = []
+    for g in doc["consumers"]:
+        old = before.get((g["stream"], g["name"]), {})
+        rows.append((g["stream"], g["name"], _n(g["members"]), _n(g["lag"]),
+                     f"{g['lag_seconds']:.1f}", _n(g["pending"]),
+                     _rate(_per_s(g["acked"], old.get("acked"), dt)),
+                     _n(g["redelivered"]), _n(g["dead_lettered"])))
+    lines = [""] + _table(("STREAM", "CONSUMER", "MEMBERS", "LAG", "LAG S", "PENDING",
+                           "ACKS/S", "REDELIVERED", "DEAD"), rows, left=(0, 1))
+    shown, total = len(rows), doc.get("total", len(rows))
+    if total > shown:
+        lines.append(f"({shown} most behind of {total} consumers)")
+    return lines
 
 
 # --------------------------------------------------------------------------- command

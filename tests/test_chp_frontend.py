@@ -331,7 +331,8 @@ def test_a_snapshot_reader_that_never_reads_costs_its_pipe_not_the_snapshot(chp)
     calm.sync(timeout=10)
     assert len(calm.kvmap) == 400
     grown = rss_kib(chp.proc.pid) - before
-    # their pipes: 40 x 16 messages of 64 KiB = 40 MiB at most (measured: 34 MiB); their
+    # their pipes: 40 x 16 messages of 64 KiB = 40 MiB at most, and each open session's
+    # SNAPSHOT window (--max-message + 65 KiB: 32 x 1.07 MiB) (measured: 72 MiB); their
     # snapshots would be 1000 MiB
     assert grown < 96 << 10, f"the broker grew by {grown} KiB"
     for s in sleepers:
@@ -463,3 +464,43 @@ def test_front_ends_are_refused_with_curve_and_ports_checked(tmp_path):
                             "tcp://127.0.0.1:*", "--data-dir", str(tmp_path / "d"), *args],
                            cwd=str(REPO), capture_output=True, text=True, timeout=30)
         assert r.returncode == 2 and expect in r.stderr, (args, r.stderr)
+
+
+def test_a_chp_stream_gets_a_key_index_or_the_broker_says_how_to_make_one(start_broker,
+                                                                           tmp_path):
+    """CHP snapshots are SNAPSHOTs: a missing ``--chp`` stream is created at start with a key
+    index (kept: a restart, a ZEPS snapshot); an existing one without refuses the start (exit 2,
+    one line naming the way out), unless the broker runs with ``--key-index``."""
+    import subprocess
+    import sys
+
+    from zeps.clients import Client, admin
+    from zeps.journal import DataDir
+    from .conftest import REPO
+    port = free_ports()
+    b = start(start_broker, "--chp", f"{port}:kv")
+    client = ChpClient(port)
+    warm(client)
+    assert admin.stream_settings(b.endpoint, "kv").key_index
+    with Client(b.endpoint, "kv", timeout=30) as zc:
+        assert zc.snapshot("").as_dict() == {"~warm": b"w"}
+    client.close()
+    data = tmp_path / "plain"
+    dd = DataDir(data)
+    dd.journal("ev").append("k", b"v")                    # a stream without a key index
+    dd.close()
+    r = subprocess.run([sys.executable, "-m", "zeps.broker", "--endpoint", "tcp://127.0.0.1:*",
+                        "--data-dir", str(data), "--chp", f"{port}:ev"],
+                       cwd=str(REPO), capture_output=True, text=True, timeout=30)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.strip().splitlines()
+    assert "has no key index" in line and "zeps stream create STREAM --key-index" in line
+    assert "--key-index" in line
+    b.stop()
+    port2 = free_ports()
+    b2 = start(start_broker, "--chp", f"{port2}:ev", "--key-index", data_dir=data)
+    fresh = ChpClient(port2)
+    fresh.sync()
+    assert fresh.kvmap == {"k": b"v"}
+    fresh.close()
+    b2.stop()

@@ -1,12 +1,11 @@
 """The front ends' pure parts beside the codecs: the ZEPS link (the peering a front end keeps with
-its broker, frames in and out), the interim CHP key index and its snapshots, and the
-``PORT:STREAM`` specs. The clock is a number."""
-import random
-
+its broker, frames in and out: the CHP link starts with a SNAPSHOT), the CHP front end's
+snapshots from a source that waits for the broker, and the ``PORT:STREAM`` specs. The clock is
+a number."""
 import pytest
 
 from zeps.frontends import chp
-from zeps.frontends.keyindex import KeyIndex
+from zeps.frontends.snapshots import WAIT
 from zeps.frontends.link import Delivered, Link, publish_frame, publish_size
 from zeps.frontends.spec import FrontEndSpec, check_specs, hosts_of, parse_spec
 from zeps.protocol import commands as c, decode, encode
@@ -42,25 +41,70 @@ def deliver_h(seq, key="k", body=b"v", ts=5, headers=H):
 
 # --------------------------------------------------------------------------- the link
 
-def test_a_replaying_link_attaches_then_reads_the_stream_from_its_start():
-    link = Link("kv", replay=True, window=1 << 20)
-    assert attach(link, last=7) == [
-        c.HeadersSelect(), c.Attach("kv"), c.DeliverTimestamps(), c.StreamInfo(),
-        c.Subscribe("", 0), c.Credit(1 << 20)]
-    assert link.live and link.head == 7 and not link.caught_up
-    for seq in range(1, 8):
-        assert link.on_frame(deliver_ts(seq), 0.0) == Delivered(seq, "k", b"v", 5)
+def snapshot_entry(seq, key="k", body=b"v", ts=5, headers=()):
+    if headers:
+        return encode(c.SnapshotEntryH(ts, seq, key, body, headers))
+    return encode(c.SnapshotEntry(ts, seq, key, body))
+
+
+def test_a_snapshot_link_reads_every_keys_latest_message_then_subscribes_from_the_end():
+    """CHP: at start (no position) CREDIT and SNAPSHOT "" instead of a subscription; the entries
+    come as ``snapshot`` deliveries (key order: not the position), SNAPSHOT-END subscribes from
+    its sequence, and the link has caught up at once."""
+    link = Link("kv", snapshot=True, window=1 << 20)
+    link.tick(0.0)
+    out = sent(link)
+    link.on_frame(encode(c.AttachOk()), 0.0)
+    out += sent(link)
+    link.on_frame(encode(c.StreamInfoOk(1, 9, 0, 0, 0)), 0.0)
+    out += sent(link)
+    assert out == [c.HeadersSelect(), c.Attach("kv"), c.DeliverTimestamps(), c.StreamInfo(),
+                   c.Credit(1 << 20), c.Snapshot(("",))]
+    assert link.attached and not link.live and not link.caught_up
+    assert link.on_frame(snapshot_entry(7, "a", headers=H), 0.0) == Delivered(
+        7, "a", b"v", 5, H, snapshot=True)
+    assert link.on_frame(snapshot_entry(3, "b"), 0.0) == Delivered(3, "b", b"v", 5,
+                                                                   snapshot=True)
+    assert link.position is None
+    link.on_frame(encode(c.SnapshotEnd(9, 2)), 0.0)
+    assert sent(link) == [c.Subscribe("", 9)]                 # the credit is the snapshot's
+    assert link.position == link.head == 9 and link.counters["zeps.position"] == 9
+    link.on_frame(encode(c.SubscribeOk()), 0.0)
     assert link.caught_up
+    assert link.on_frame(deliver_ts(10), 0.0) == Delivered(10, "k", b"v", 5)
+    # a detach resumes from the position, without a snapshot
+    link.on_frame(encode(c.Detach()), 1.0)
+    assert attach(link, last=12, now=1.0)[-2:] == [c.Subscribe("", 10), c.Credit(1 << 20)]
+
+
+def test_a_snapshot_link_counts_entries_against_its_credit():
+    link = Link("kv", snapshot=True, window=1000)
+    attach(link, last=5)
+    sent(link)
+    body = b"x" * 491                       # cost 8 + 1 + 1 + 491 = 501
+    link.on_frame(snapshot_entry(1, body=body), 0.0)
+    assert sent(link) == [c.Credit(501)]
+
+
+def test_a_stream_without_a_key_index_is_retried_and_a_refused_publish_is_not_fatal():
+    link = Link("kv", snapshot=True, retry=1.0)
+    attach(link, last=5)
+    link.on_frame(encode(c.Invalid("PUBLISH rejected: too large")), 0.0)
+    assert link.state == "snapshotting" and link.counters["zeps.refused"] == 1
+    link.on_frame(encode(c.Invalid("stream has no key index (create it with --key-index)")),
+                  0.0)
+    assert link.state == "idle" and link.counters["zeps.attach refused"] == 1
+    assert "key index" in link.last_refusal and link.next_deadline() == 1.0
 
 
 def test_a_live_link_starts_at_the_streams_end():
-    link = Link("ev", replay=False)
+    link = Link("ev")
     assert c.Subscribe("", 7) in attach(link, last=7)
     assert link.caught_up and link.position == 7
 
 
 def test_messages_with_and_without_headers_each_once_in_order():
-    link = Link("kv", replay=False)
+    link = Link("kv")
     attach(link)
     assert link.on_frame(deliver_h(1), 0.0) == Delivered(1, "k", b"v", 5, H)
     assert link.on_frame(deliver_ts(2, body=b""), 0.0) == Delivered(2, "k", b"", 5)
@@ -72,7 +116,7 @@ def test_messages_with_and_without_headers_each_once_in_order():
 
 
 def test_credit_goes_back_as_it_is_used_half_a_window_at_a_time():
-    link = Link("kv", replay=False, window=1000)
+    link = Link("kv", window=1000)
     attach(link)
     body = b"x" * 91                       # cost 8 + 1 + 1 + 91 = 101
     for seq in range(1, 5):
@@ -86,8 +130,8 @@ def test_credit_goes_back_as_it_is_used_half_a_window_at_a_time():
 
 
 def test_pings_keep_the_peering_and_a_detach_resumes_where_it_stopped():
-    link = Link("kv", replay=True, ping_interval=10.0)
-    attach(link, last=2)
+    link = Link("kv", ping_interval=10.0)
+    attach(link, last=0)
     link.on_frame(deliver_ts(1), 0.0)
     link.on_frame(deliver_ts(2), 0.0)
     link.tick(9.9)
@@ -97,12 +141,12 @@ def test_pings_keep_the_peering_and_a_detach_resumes_where_it_stopped():
     link.on_frame(encode(c.Detach()), 11.0)          # the broker forgot us (expiry)
     assert not link.attached
     assert attach(link, last=4, now=11.0)[-2:] == [c.Subscribe("", 2), c.Credit(link.window)]
-    assert link.head == 2                            # what was replayed at start stays so
+    assert link.head == 0                            # the head at start stays so
     assert link.on_frame(deliver_ts(3), 11.0).sequence == 3
 
 
 def test_a_refused_attach_is_retried_and_a_refused_publish_counted():
-    link = Link("kv", replay=False, retry=1.0)
+    link = Link("kv", retry=1.0)
     link.tick(0.0)
     sent(link)
     link.on_frame(encode(c.Invalid("no such stream: kv")), 0.0)
@@ -117,19 +161,23 @@ def test_a_refused_attach_is_retried_and_a_refused_publish_counted():
     assert link.last_refusal == "PUBLISH rejected: too large"
 
 
-def test_a_stream_made_again_is_read_from_its_start():
-    link = Link("kv", replay=True)
-    attach(link, last=5)
+def test_a_stream_made_again_is_snapshotted_again():
+    link = Link("kv", snapshot=True)
+    attach(link, last=0)
+    link.on_frame(encode(c.SnapshotEnd(0, 0)), 0.0)
+    link.on_frame(encode(c.SubscribeOk()), 0.0)
     for seq in range(1, 6):
         link.on_frame(deliver_ts(seq), 0.0)
     link.on_frame(encode(c.Detach()), 1.0)
     out = attach(link, last=2, now=1.0)              # deleted and made again: 2 < 5
-    assert link.reset and c.Subscribe("", 0) in out and link.head == 2
-    assert link.on_frame(deliver_ts(1), 1.0).sequence == 1
+    assert link.reset and out[-1] == c.Snapshot(("",))
+    assert link.on_frame(snapshot_entry(1), 1.0).snapshot
+    link.on_frame(encode(c.SnapshotEnd(2, 1)), 1.0)
+    assert sent(link) == [c.Subscribe("", 2)] and link.head == 2
 
 
 def test_garbage_from_the_broker_is_counted_not_fatal():
-    link = Link("kv", replay=False)
+    link = Link("kv")
     attach(link)
     assert link.on_frame(b"\x00\x01", 0.0) is None
     assert link.counters["zeps.bad frame"] == 1 and link.live
@@ -140,81 +188,54 @@ def test_publish_frames_are_what_the_broker_decodes_and_their_size_what_it_count
     frame = publish_frame("k", b"v", H)
     assert decode(frame) == c.PublishHeaders("k", b"v", H)
     assert publish_size(b"v", H) == 1 + len(encode_block(H))
-    link = Link("kv", replay=False)
+    link = Link("kv")
     assert link.publish("k" * 256, b"v", H) is None
     assert link.counters["zeps.unsendable"] == 1
 
 
-# --------------------------------------------------------------------------- the key index
+# --------------------------------------------------------------------------- CHP snapshots
 
-def test_a_snapshot_is_consistent_at_its_sequence_through_later_updates():
-    index = KeyIndex()
-    rng = random.Random(7)
-    names = [f"/a/{i:04d}" for i in range(300)] + [f"/b/{i}" for i in range(50)]
-    model = {}
-    seq = 0
-    for name in names:
-        seq += 1
-        index.apply(seq, name, False)
-        model[name] = seq
-    seq += 1
-    index.apply(seq, "/a/0005", True)                     # deleted before the snapshot
-    del model["/a/0005"]
-    at, entries = index.snapshot("/a/")
-    assert at == seq
-    then = {k: q for k, q in model.items() if k.startswith("/a/")}
-    touched = set()                                       # keys changed after the snapshot
-    got = {}
-    for n, (key, kseq) in enumerate(entries):
-        assert key not in got
-        got[key] = kseq
-        if n % 40 == 0:                                   # updates while the snapshot is sent
-            for _ in range(5):
-                seq += 1
-                victim = rng.choice(names)
-                index.apply(seq, victim, rng.random() < 0.3)
-                touched.add(victim)
-            seq += 1
-            index.apply(seq, f"/a/new{seq}", False)
-            touched.add(f"/a/new{seq}")
-    assert list(got) == sorted(got) and all(k.startswith("/a/") for k in got)
-    for key, kseq in got.items():
-        if kseq is not None:                              # as it was at the snapshot
-            assert then[key] == kseq
-        else:                                             # skipped: it changed after
-            assert key in touched
-    for key in then:                                      # every key of then is there,
-        assert key in got or key in touched               # unless deleted since
-    assert "/a/0005" not in got
-    assert sum(q is not None for q in got.values()) >= 299 - len(touched)
+def test_chp_front_end_answers_from_a_source_that_waits_for_the_broker():
+    """The source yields WAIT while the broker's next entry is on its way: the session keeps
+    its slot, sends nothing, is not due at once (its shell polls the source's socket), and
+    goes on when the entries come; KTHXBAI's sequence is the source's at the end."""
+    feed = [WAIT, ("/x/a", 1, b"v1"), WAIT, WAIT, ("/x/b", 2, b"v2"), ("/x/c", 3, b"")]
+    end = []
 
+    def entries():
+        while feed:
+            yield feed.pop(0)
 
-def test_the_index_holds_at_most_max_keys_and_forgets_deleted_ones():
-    index = KeyIndex(max_keys=2)
-    assert index.apply(1, "a", False) and index.apply(2, "b", False)
-    assert not index.apply(3, "c", False)
-    assert index.apply(4, "a", False) and index.get("a") == 4     # an update always fits
-    assert index.apply(5, "b", True) and index.apply(6, "c", False)
-    assert [k for k, _ in index.snapshot("")[1]] == ["a", "c"]
-    index.clear()
-    assert len(index) == 0 and index.position == 0
-
-
-def test_chp_front_end_answers_from_the_index():
-    index = KeyIndex()
-    for seq, key in enumerate(["/x/a", "/x/b", "/y/c"], 1):
-        index.apply(seq, key, False)
-
-    def source(subtree):
-        s, entries = index.snapshot(subtree)
-        return s, ((k, q or 0, b"v%d" % (q or 0) if q else b"") for k, q in entries)
-    front = chp.ChpFrontEnd(source)
+    front = chp.ChpFrontEnd(lambda subtree: (lambda: end[0], entries()))
     front.on_snapshot(b"id", [b"ICANHAZ?", b"/x/"], 0.0)
     got = []
-    front.pump_snapshots(lambda ident, frames: got.append(frames) or True, 0.0)
-    assert got == [[b"/x/a", (1).to_bytes(8, "big"), b"", b"", b"v1"],
-                   [b"/x/b", (2).to_bytes(8, "big"), b"", b"", b"v2"],
-                   [b"KTHXBAI", (3).to_bytes(8, "big"), b"", b"", b"/x/"]]
+
+    def send(ident, frames):
+        got.append(frames)
+        return True
+    assert not front.pump_snapshots(send, 0.0)                # waiting: nothing due now
+    assert got == [] and front.snapshots.active == 1
+    assert front.next_deadline(0.0) == 1.0                    # the heartbeat, not a spin
+    front.pump_snapshots(send, 0.1)
+    assert got == [[b"/x/a", (1).to_bytes(8, "big"), b"", b"", b"v1"]]
+    front.pump_snapshots(send, 0.2)
+    end.append(7)
+    front.pump_snapshots(send, 0.3)
+    assert got[1:] == [[b"/x/b", (2).to_bytes(8, "big"), b"", b"", b"v2"],
+                       [b"KTHXBAI", (7).to_bytes(8, "big"), b"", b"", b"/x/"]]
+    assert front.counters["snapshot.served"] == 1 and front.snapshots.active == 0
+
+
+def test_a_source_that_never_answers_gives_its_slot_back_after_the_stall_timeout():
+    def entries():
+        while True:
+            yield WAIT
+    front = chp.ChpFrontEnd(lambda subtree: (lambda: 0, entries()), stall_timeout=5.0)
+    front.on_snapshot(b"id", [b"ICANHAZ?", b""], 0.0)
+    front.pump_snapshots(lambda i, f: True, 0.0)
+    assert front.snapshots.next_deadline(1.0) == 5.0
+    front.pump_snapshots(lambda i, f: True, 5.0)
+    assert front.counters["snapshot.abandoned"] == 1 and front.snapshots.active == 0
 
 
 def test_replayed_messages_only_keep_the_ttl_schedule():

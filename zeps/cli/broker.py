@@ -293,6 +293,11 @@ def run_from_args(args: argparse.Namespace) -> int:
         datadir.close()
         print(f"zeps: error: {problem}", file=sys.stderr)
         return 2
+    problem = _chp_streams(args, datadir)
+    if problem:
+        datadir.close()
+        print(f"zeps: error: {problem}", file=sys.stderr)
+        return 2
     try:
         broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue,
                         curve=curve)
@@ -379,6 +384,28 @@ def _check_frontends(args, specs) -> str:
         check_specs(specs)
     except ValueError as exc:
         return str(exc)
+    return ""
+
+
+def _chp_streams(args, datadir) -> str:
+    """A ``--chp`` stream must have a key index (its snapshots are SNAPSHOTs): a missing one is
+    created now with one (``key_index``); an existing one without is refused, unless the broker
+    runs with ``--key-index`` (every stream has one then). Why not ("" if fine)."""
+    from zeps.journal.settings import StreamSettings
+    for spec in args.chp:
+        name = spec.stream
+        try:
+            if not datadir.has_stream(name):
+                if not args.key_index:
+                    datadir.create(name, StreamSettings(key_index=True))
+                continue
+            own = datadir.settings(name)
+        except (JournalError, OSError) as exc:
+            return f"--chp {spec.port}:{name}: cannot create or read stream {name!r}: {exc}"
+        if not (own.compact or own.key_index or args.key_index):
+            return (f"--chp {spec.port}:{name}: stream {name!r} has no key index, which CHP "
+                    f"snapshots need: run the broker with --key-index, or serve a stream made "
+                    f"with 'zeps stream create STREAM --key-index'")
     return ""
 
 

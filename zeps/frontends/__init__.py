@@ -7,10 +7,10 @@
 
 ``zeps broker --chp PORT:STREAM`` / ``--bus PORT:STREAM`` runs them (docs/protocol.md, "Front
 ends"). The codecs (``chp_codec``, ``bus_codec``, with ``wire``), the per-front-end state
-(``chp``, ``bus``, with ``snapshots``, ``ttl``, ``counters`` and the CHP front end's interim
-``keyindex``), the front end's ZEPS peering with its broker (``link``) and the ``PORT:STREAM``
-specs (``spec``) are pure: frames and ``now`` in, frames and decisions out, no socket, no event
-loop, no clock read. The I/O shells own the sockets and a greenlet each: ``shell`` (what both
-share), ``chp_server`` and ``bus_server``. Nothing is imported here, so importing a codec loads
-no shell.
+(``chp``, ``bus``, with ``snapshots``, ``ttl`` and ``counters``), the front end's ZEPS
+peering with its broker (``link``) and the ``PORT:STREAM`` specs (``spec``) are pure: frames
+and ``now`` in, frames and decisions out, no socket, no event loop, no clock read. The I/O
+shells own the sockets and a greenlet each: ``shell`` (what both share), ``chp_server`` (with
+a SNAPSHOT peering per CHP snapshot) and ``bus_server``. Nothing is imported here, so
+importing a codec loads no shell.
 """

@@ -31,7 +31,6 @@ READ_BYTES = 256 << 10
 
 
 class BusServer(FrontEndShell):
-    REPLAY = False
     COLLECT_FRAMES = 6
     COLLECT_IDENT = 1
 

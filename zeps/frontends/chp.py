@@ -13,25 +13,28 @@ The shell owns the three sockets and the stream's ZEPS side, and calls:
   :meth:`~ChpFrontEnd.hugz` (a HUGZ when the PUB socket was idle a second), woken at
   :meth:`~ChpFrontEnd.next_deadline`.
 
-The snapshot source (``source.snapshot(subtree)``, the shell's) returns the stream's sequence
-``S`` and an iterable of the live keys' ``(key, sequence, value)`` as they stood at ``S``: one
-KVSYNC per key under the subtree (each with its last update's sequence), then KTHXBAI with
-``S``. ``S`` is the highest sequence the snapshot reflects, at least every KVSYNC's: the
-client discards KVPUBs at or below it, all of which the snapshot holds (the Guide's servers
-send their sequence the same way).
+The snapshot source (``source(subtree)``, the shell's: SNAPSHOT on a peering of its own with
+the broker) returns the sequence ``S`` the snapshot is consistent at (or a callable that gives
+it once the entries are done: SNAPSHOT-END's) and an iterable of the live keys'
+``(key, sequence, value)`` as they stood at ``S``, or :data:`~zeps.frontends.snapshots.WAIT`
+while the next ones are on their way: one KVSYNC per key under the subtree (each with its
+last update's sequence), then KTHXBAI with ``S``. ``S`` is the highest sequence the snapshot
+reflects, at least every KVSYNC's: the client discards KVPUBs at or below it, all of which the
+snapshot holds (the Guide's servers send their sequence the same way).
 """
 from __future__ import annotations
 
-from typing import Callable, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import chp_codec as codec
 from .counters import Counters
-from .snapshots import Frames, Send, Snapshots
+from .snapshots import WAIT, Frames, Send, Snapshots
 from .ttl import TtlSchedule
 from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed
 
-#: The shell's snapshot source: subtree -> (sequence, (key, sequence, value) of each live key).
-Source = Callable[[str], Tuple[int, Iterable[Tuple[str, int, bytes]]]]
+#: The shell's snapshot source: subtree -> (sequence or a callable giving it at the end,
+#: (key, sequence, value) of each live key, or WAIT).
+Source = Callable[[str], Tuple[Union[int, Callable[[], int]], Iterable[Any]]]
 
 
 class Heartbeat:
@@ -76,14 +79,22 @@ class ChpFrontEnd:
     def pump_snapshots(self, send: Send, now: float) -> bool:
         return self.snapshots.pump(send, now)
 
-    def _open(self, req: codec.IcanHaz) -> Tuple[Iterator[Optional[Frames]], Frames]:
+    def _open(self, req: codec.IcanHaz) -> Tuple[Iterator[Optional[Frames]], Any]:
         sequence, entries = self.source(req.subtree)
-        return self._kvsyncs(req.subtree, entries), codec.encode_kthxbai(sequence, req.subtree)
+        subtree = req.subtree
+        if callable(sequence):
+            return (self._kvsyncs(subtree, entries),
+                    lambda: codec.encode_kthxbai(sequence(), subtree))
+        return self._kvsyncs(subtree, entries), codec.encode_kthxbai(sequence, subtree)
 
     def _kvsyncs(self, subtree: str, entries) -> Iterator[Optional[Frames]]:
         counters = self.counters
         try:
-            for key, sequence, value in entries:
+            for entry in entries:
+                if entry is WAIT:
+                    yield WAIT
+                    continue
+                key, sequence, value = entry
                 if not value or not key.startswith(subtree):
                     yield None
                 elif key in codec.RESERVED_KEYS:

@@ -9,12 +9,25 @@ one stream, on :class:`~zeps.frontends.shell.FrontEndShell`.
   for the Guide's Python Clone client, whose ``clone.py`` connects a PUSH there. Each KVSET
   is published on the stream, its UUID and properties as headers (:func:`.chp_codec.to_headers`).
 
-**Where the snapshot comes from (interim).** The key index (:mod:`.keyindex`) is the front
-end's own until the journal's last-value index and its SNAPSHOT extension land: at start the
-link reads the stream from its first message (nothing is sent for it on the PUB socket; the
-ttl schedule is rebuilt from the journal timestamps) and the snapshot socket is read once it
-has caught up; values are read from the journal (:class:`~zeps.journal.JournalReader`) as the
-KVSYNCs go out, so a key costs the index about 150 bytes, not its value.
+**Where the snapshot comes from: SNAPSHOT.** Each ICANHAZ? that gets a session (the bounded
+sessions of :mod:`.snapshots`) opens a ZEPS peering of its own with the broker
+(:class:`BrokerSnapshot`: a DEALER and the SDK's sans-I/O
+:class:`~zeps.clients.snapshot.SnapshotReader`) that runs SNAPSHOT with the subtree as its
+prefix: each entry becomes a KVSYNC as the session sends it, SNAPSHOT-END's sequence is
+KTHXBAI's. The broker streams the entries under the peering's credit (one window, about
+``--max-message`` + 65 KiB), which is granted back one entry at a time as the session takes
+them: a CHP reader that never reads stops its session, the session stops taking, and the
+broker stops sending; what it holds is one window and one message. The peering is ended
+(DETACH) when the session ends. So the stream must have a key index (``zeps stream create
+--key-index``, ``--compact``, or the broker run with ``--key-index``; ``zeps broker`` checks at
+start). At start the link reads a SNAPSHOT of the whole stream too, for the ttl schedule
+(nothing is sent for it on the PUB socket; due times from the journal timestamps), then
+subscribes from its sequence.
+
+**No gap, no duplicate.** A client subscribes (PUB) before it asks (ICANHAZ?). The broker takes
+SNAPSHOT's sequence ``S`` after every message journalled so far, so at least every message the
+front end has already sent as a KVPUB; every message above ``S`` comes as a KVPUB after that;
+the client applies the snapshot and then the KVPUBs above ``S``.
 
 **ttl.** A message with a ``ttl`` header (a KVSET's ``ttl`` property) schedules its key's
 delete ``ttl`` seconds after it was journalled; when due (and the key was not set again) the
@@ -25,28 +38,106 @@ been delivered); CHP's own servers have the same window between their threads.
 """
 from __future__ import annotations
 
-from typing import Iterator, List, Optional, Tuple
+from typing import Callable, Iterator, List, Set, Tuple
 
 import zmq.green as zmq
 
+from zeps.clients.errors import NoStream
+from zeps.clients.snapshot import SnapshotReader
+from zeps.protocol import commands as c, encode
+
 from . import chp_codec
 from .chp import ChpFrontEnd
-from .keyindex import KeyIndex
 from .shell import FrontEndShell
+from .snapshots import WAIT
 
 COLLECTORS = ("sub", "pull")
+#: How long a snapshot peering's DETACH may wait in its socket when the session ends, in ms.
+DETACH_LINGER = 1000
+_DETACH = encode(c.Detach())
+
+
+class BrokerSnapshot:
+    """One ICANHAZ?'s SNAPSHOT: a DEALER of its own to the broker, driven by the SDK's
+    :class:`~zeps.clients.snapshot.SnapshotReader`. :meth:`entries` yields ``(key, sequence,
+    body)`` per entry, or WAIT when the next frame has not come yet (:attr:`waiting`: the shell
+    polls :attr:`sock`); :meth:`sequence` is SNAPSHOT-END's once they are done. Frames are read
+    one at a time, and only when the previous entry was taken, so what the broker sent and the
+    session did not take yet is at most one window."""
+
+    def __init__(self, sock, stream: str, subtree: str, window: int,
+                 opened: Callable[["BrokerSnapshot"], None],
+                 closed: Callable[["BrokerSnapshot"], None]):
+        self.sock = sock
+        self.reader = SnapshotReader(stream, (subtree,), window)
+        self.waiting = False
+        self._closed = closed
+        opened(self)
+
+    def sequence(self) -> int:
+        return self.reader.seq
+
+    def _flush(self) -> None:
+        out = self.reader.outgoing
+        sent = 0
+        try:
+            for frame in out:
+                self.sock.send(frame, zmq.NOBLOCK)
+                sent += 1
+        except zmq.Again:
+            pass
+        finally:
+            del out[:sent]
+
+    def entries(self) -> Iterator:
+        r = self.reader
+        try:
+            while True:
+                self._flush()
+                for m in r.take():               # one entry at most (read one frame a time)
+                    yield m.key, m.sequence, m.body
+                if r.error is not None:
+                    if isinstance(r.error, NoStream):
+                        return                   # no stream (deleted): an empty snapshot
+                    raise r.error
+                if r.done:
+                    return
+                try:
+                    frame = self.sock.recv(zmq.NOBLOCK)
+                except zmq.Again:
+                    self.waiting = True
+                    yield WAIT
+                    self.waiting = False
+                    continue
+                r.receive(frame)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.sock is None:
+            return
+        sock, self.sock = self.sock, None
+        self.waiting = False
+        try:
+            sock.send(_DETACH, zmq.NOBLOCK)      # the broker frees the peering at once
+        except zmq.ZMQError:
+            pass
+        sock.close(DETACH_LINGER)
+        self._closed(self)
 
 
 class ChpServer(FrontEndShell):
-    REPLAY = True
+    SNAPSHOT_START = True
     COLLECT_FRAMES = 5
 
-    def __init__(self, spec, *, collector: str = "sub", max_keys: int = 1_000_000, **kw):
+    def __init__(self, spec, *, collector: str = "sub", **kw):
         super().__init__(spec, **kw)
         if collector not in COLLECTORS:
             raise ValueError(f"collector must be one of {COLLECTORS}")
         self.collector_kind = collector
-        self.index = KeyIndex(max_keys)
+        #: the credit of one snapshot peering: the largest entry fits
+        self.snapshot_window = self.limits.max_value + (64 << 10) + 1024
+        self._peerings: Set[BrokerSnapshot] = set()
         self.frontend = ChpFrontEnd(self._source, self.limits, now=self.clock(),
                                     counters=self.counters)
 
@@ -58,18 +149,12 @@ class ChpServer(FrontEndShell):
 
     def stats(self) -> dict:
         out = super().stats()
-        out.update(collector=self.collector_kind, keys=len(self.index))
+        out.update(collector=self.collector_kind, snapshot_peerings=len(self._peerings))
         return out
 
     # ------------------------------------------------------------------ the stream
     def delivered(self, d, now: float) -> None:
-        if d.key and not self.index.apply(d.sequence, d.key, not d.body):
-            self.counters.add("index.full")
-            if self.log is not None and self.counters["index.full"] == 1:
-                self.log.warning("chp_index_full", frontend=self.spec.name,
-                                 max_keys=self.index.max_keys,
-                                 detail="keys beyond are not in CHP snapshots")
-        if d.sequence <= (self.link.head or 0):       # read again at start: no KVPUB
+        if d.snapshot:                     # the start-up SNAPSHOT: the ttl schedule, no KVPUB
             age = max(0.0, (self.wall_ns() - d.timestamp) / 1e9) if d.timestamp else 0.0
             self.frontend.on_message(d.sequence, d.key, d.body, d.headers, now - age,
                                      replayed=True)
@@ -86,7 +171,6 @@ class ChpServer(FrontEndShell):
 
     def stream_reset(self) -> None:
         super().stream_reset()
-        self.index.clear()
         self.frontend.forget_ttls()
 
     # ------------------------------------------------------------------ the collector
@@ -99,24 +183,31 @@ class ChpServer(FrontEndShell):
     def snapshots_ready(self) -> bool:
         return self.link.caught_up
 
-    def _source(self, subtree: str) -> Tuple[int, Iterator[Tuple[str, int, bytes]]]:
-        sequence, entries = self.index.snapshot(subtree)
-        return sequence, self._values(entries)
+    def _source(self, subtree: str) -> Tuple[Callable[[], int], Iterator]:
+        """ICANHAZ? ``subtree``: a SNAPSHOT on a peering of its own (opened now)."""
+        sock = self._socket_unlisted(zmq.DEALER)
+        # SNAPSHOT takes no prefix starting with ~ (a regex): the whole stream, then, which
+        # the front end filters by the subtree (chp.py does for every entry)
+        prefix = "" if subtree.startswith("~") else subtree
+        snap = BrokerSnapshot(sock, self.spec.stream, prefix, self.snapshot_window,
+                              self._peerings.add, self._peerings.discard)
+        return snap.sequence, snap.entries()
 
-    def _values(self, entries) -> Iterator[Tuple[str, int, bytes]]:
-        for key, seq in entries:
-            value = self._value_at(seq) if seq is not None else None
-            yield key, seq or 0, value or b""           # empty: skipped, but counted
+    def _socket_unlisted(self, kind: int):
+        s = self.ctx.socket(kind)
+        s.setsockopt(zmq.LINGER, 0)
+        if "[" in self.broker_endpoint:
+            s.setsockopt(zmq.IPV6, 1)
+        s.connect(self.broker_endpoint)
+        return s
 
-    def _value_at(self, seq: int) -> Optional[bytes]:
-        """The body of message ``seq`` (None if retention deleted it)."""
-        reader = self.reader()
-        if reader is None:
-            return None
-        records = reader.read_batch(seq, max_records=1, max_bytes=1)
-        if records and records[0].sequence == seq:
-            return records[0].body
-        return None
+    def waiting_sockets(self) -> List:
+        return [p.sock for p in self._peerings if p.waiting]
+
+    def close(self) -> None:
+        super().close()                   # the sessions first: each closes its peering
+        for p in list(self._peerings):
+            p.close()
 
     # ------------------------------------------------------------------ timers
     def timers(self, now: float) -> bool:

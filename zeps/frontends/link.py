@@ -10,9 +10,14 @@ to anyone), speaking the wire protocol directly (``docs/protocol.md``):
 2. on ``ATTACH-OK``: ``DELIVER-TIMESTAMPS`` (so that a message without headers carries its
    journal timestamp too), ``STREAM-INFO``;
 3. on ``STREAM-INFO-OK``: ``SUBSCRIBE "" latest`` and ``CREDIT window``. ``latest`` is the last
-   sequence taken (a re-attach resumes without a gap or a repeat), else 0 for a front end that
-   ``replays`` the stream at start (CHP: its key index is built from the whole stream), else the
-   stream's last sequence (BUS: live from here; the snapshot socket reads the journal itself).
+   sequence taken (a re-attach resumes without a gap or a repeat), else the stream's last
+   sequence (BUS: live from here; the snapshot socket reads the journal itself). A front end
+   that starts with a ``snapshot`` (CHP) sends ``CREDIT window`` and ``SNAPSHOT ""`` instead
+   the first time (and after a reset): every live key's latest message comes as a
+   :class:`Delivered` with ``snapshot`` set (in key order: CHP rebuilds its ttl schedule from
+   them, nothing is sent to its clients), then on SNAPSHOT-END ``SUBSCRIBE "" S``, ``S`` its
+   sequence (no gap, no repeat). The stream must have a key index; a refusal is retried every
+   ``retry`` seconds, as a refused ATTACH.
 
 Messages come as DELIVER-H (with headers) or DELIVER-TS; each is handed on once, in sequence
 order (:class:`Delivered`). Credit is given back as it is used (half a window at a time). A
@@ -34,7 +39,8 @@ from zeps.protocol.headers import BadHeaders, encode_block, publish_h_frame
 from .counters import Counters
 
 IDLE, ATTACHING, INFO, SUBSCRIBING, LIVE = "idle", "attaching", "info", "subscribing", "live"
-_ATTACHED = (INFO, SUBSCRIBING, LIVE)
+SNAPSHOTTING = "snapshotting"
+_ATTACHED = (INFO, SNAPSHOTTING, SUBSCRIBING, LIVE)
 #: DELIVER-TS's and DELIVER-H's frame length minus the credit the message costs; DELIVER's.
 _TS_OVERHEAD = 15
 _PLAIN_OVERHEAD = 7
@@ -48,12 +54,14 @@ _PING = encode(c.Ping())
 @dataclass(frozen=True)
 class Delivered:
     """A message of the stream: its sequence, key, body, journal timestamp (ns; 0 if the broker
-    sent a plain DELIVER) and headers (``(name, bytes)`` pairs, empty for none)."""
+    sent a plain DELIVER) and headers (``(name, bytes)`` pairs, empty for none); ``snapshot``:
+    a key's latest message from the start-up SNAPSHOT (key order), not a new one."""
     sequence: int
     key: str
     body: bytes
     timestamp: int = 0
     headers: Tuple[Tuple[str, bytes], ...] = ()
+    snapshot: bool = False
 
 
 def publish_frame(key: str, body: bytes, headers: Sequence[Tuple[str, bytes]] = ()) -> bytes:
@@ -75,11 +83,11 @@ def publish_size(body: bytes, headers: Sequence[Tuple[str, bytes]] = ()) -> int:
 
 
 class Link:
-    def __init__(self, stream: str, *, replay: bool, window: int = 8 << 20,
+    def __init__(self, stream: str, *, snapshot: bool = False, window: int = 8 << 20,
                  ping_interval: float = 10.0, retry: float = 1.0,
                  counters: Optional[Counters] = None, now: float = 0.0):
         self.stream = stream
-        self.replay = replay
+        self.snapshot = snapshot
         self.window = window
         self.ping_interval = ping_interval
         self.retry = retry
@@ -88,7 +96,7 @@ class Link:
         #: the last sequence handed on, or skipped by a link that does not replay (None: none)
         self.position: Optional[int] = None
         #: the stream's last sequence when the subscription was made the first time (or after
-        #: a reset): a replaying front end has caught up once ``position`` reaches it
+        #: a reset; SNAPSHOT-END's for a front end that starts with a snapshot)
         self.head: Optional[int] = None
         #: set when the stream was deleted and made again (the shell clears it)
         self.reset = False
@@ -111,8 +119,7 @@ class Link:
 
     @property
     def caught_up(self) -> bool:
-        """Live, and every message up to the head taken (a replaying front end's index is
-        whole)."""
+        """Live, and every message up to the head taken."""
         return (self.state == LIVE and self.head is not None
                 and (self.position or 0) >= self.head)
 
@@ -143,6 +150,14 @@ class Link:
         if isinstance(cmd, (c.DeliverHeaders, c.DeliverTs, c.Deliver)):
             return self._deliver(cmd, len(frame))
         state = self.state
+        if isinstance(cmd, (c.SnapshotEntry, c.SnapshotEntryH)):
+            return self._entry(cmd, len(frame))
+        if isinstance(cmd, c.SnapshotEnd) and state == SNAPSHOTTING:
+            self.position = self.head = cmd.sequence
+            self.counters.set("zeps.position", cmd.sequence)
+            self.state = SUBSCRIBING
+            self.outbox.append(encode(c.Subscribe("", cmd.sequence)))
+            return None
         if isinstance(cmd, c.AttachOk) and state == ATTACHING:
             self.state = INFO
             self.outbox += [_TIMESTAMPS, _STREAM_INFO]
@@ -155,7 +170,7 @@ class Link:
             self._down(now, 0.0)
         elif isinstance(cmd, c.Invalid):
             self.last_refusal = cmd.reason
-            if state == LIVE:
+            if state == LIVE or (state == SNAPSHOTTING and "key index" not in cmd.reason):
                 self.counters.add("zeps.refused")
             else:
                 self.counters.add("zeps.attach refused")
@@ -167,23 +182,32 @@ class Link:
             self.position = None                 # the stream was deleted and made again
             self.reset = True
             self.counters.add("zeps.stream reset")
-        if self.position is None:
-            self.head = last
-            latest = 0 if self.replay else last
-            if not self.replay:
-                self.position = last             # taken: what came before is not read
-        else:
-            latest = self.position
-        self.state = SUBSCRIBING
         self._consumed = 0
-        self.outbox += [encode(c.Subscribe("", latest)), encode(c.Credit(self.window))]
+        if self.position is None and self.snapshot:
+            self.state = SNAPSHOTTING            # SNAPSHOT-END subscribes (credit given now)
+            self.outbox += [encode(c.Credit(self.window)), encode(c.Snapshot(("",)))]
+            return
+        if self.position is None:
+            self.head = self.position = last     # taken: what came before is not read
+        self.state = SUBSCRIBING
+        self.outbox += [encode(c.Subscribe("", self.position)), encode(c.Credit(self.window))]
 
-    def _deliver(self, cmd, size: int) -> Optional[Delivered]:
-        overhead = _PLAIN_OVERHEAD if isinstance(cmd, c.Deliver) else _TS_OVERHEAD
-        self._consumed += size - overhead
+    def _entry(self, cmd, size: int) -> Optional[Delivered]:
+        self._credit_used(size - _TS_OVERHEAD)
+        if self.state != SNAPSHOTTING:
+            return None
+        return Delivered(cmd.sequence, cmd.key, cmd.body, cmd.timestamp,
+                         getattr(cmd, "headers", ()), snapshot=True)
+
+    def _credit_used(self, cost: int) -> None:
+        self._consumed += cost
         if self._consumed >= self.window // 2:
             self.outbox.append(encode(c.Credit(self._consumed)))
             self._consumed = 0
+
+    def _deliver(self, cmd, size: int) -> Optional[Delivered]:
+        overhead = _PLAIN_OVERHEAD if isinstance(cmd, c.Deliver) else _TS_OVERHEAD
+        self._credit_used(size - overhead)
         if self.state not in (SUBSCRIBING, LIVE):
             return None
         seq = cmd.sequence

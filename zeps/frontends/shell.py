@@ -16,10 +16,11 @@ BUS client sees what ZEPS clients publish. A round:
    (``SNDHWM`` reached: the broker reads only as fast as it journals) is held, alone, and the
    collector is not read until it went out: a flood waits in its senders' sockets and the
    kernel, and the collector's small ``RCVHWM`` keeps what is read ahead to a few MiB;
-3. the snapshot ROUTER, once the front end can answer (the link is live; CHP: its key index is
-   whole): up to ``READ_MAX`` requests, then a pump of the snapshot sessions
-   (:mod:`.snapshots`: bounded per round; a reader that never reads fills its own pipe, its
-   ``SNDHWM`` of 16 messages, and holds nothing else);
+3. the snapshot ROUTER, once the front end can answer (the link is live): up to ``READ_MAX``
+   requests, then a pump of the snapshot sessions (:mod:`.snapshots`: bounded per round; a
+   reader that never reads fills its own pipe, its ``SNDHWM`` of 16 messages, and holds
+   nothing else; CHP's sessions each read a SNAPSHOT from the broker on a DEALER of their own,
+   which the wait polls while a session waits for it);
 4. the timers (CHP: HUGZ, ttl deletes).
 
 Then it yields (``gevent.sleep(0)``) if there is more to do, else it polls its sockets until the
@@ -76,8 +77,8 @@ class FrontEndShell:
     """What both front ends' shells share; :class:`~zeps.frontends.chp_server.ChpServer` and
     :class:`~zeps.frontends.bus_server.BusServer` add their sockets' commands."""
 
-    #: the link subscribes from the start of the stream (CHP's index) or its end (BUS)
-    REPLAY = False
+    #: the link starts with a SNAPSHOT of the stream (CHP: its ttl schedule), else at its end
+    SNAPSHOT_START = False
     #: the largest command of the collector, in frames, and 1 if a ROUTER's identity precedes
     COLLECT_FRAMES = 6
     COLLECT_IDENT = 0
@@ -99,7 +100,7 @@ class FrontEndShell:
         self.host, self.broker_endpoint = hosts_of(broker_endpoint)
         self.pub_hwm = pub_hwm
         window = max(8 << 20, 2 * (limits.max_value + (64 << 10) + 1024))
-        self.link = Link(spec.stream, replay=self.REPLAY, window=window,
+        self.link = Link(spec.stream, snapshot=self.SNAPSHOT_START, window=window,
                          ping_interval=max(0.5, min(10.0, expiry / 3)),
                          counters=self.counters, now=clock())
         self.sockets: List = []
@@ -245,6 +246,8 @@ class FrontEndShell:
             poller.register(self.collector, zmq.POLLIN)
         if self.snapshots_ready():
             poller.register(self.snapshot, zmq.POLLIN)
+        for sock in self.waiting_sockets():
+            poller.register(sock, zmq.POLLIN)
         poller.poll(math.ceil(timeout * 1000))
 
     def _flush(self) -> None:
@@ -272,7 +275,8 @@ class FrontEndShell:
             d = link.on_frame(frames[0], now)
             if d is not None:
                 self.delivered(d, now)
-                self.counters.set("zeps.position", d.sequence)
+                if not d.snapshot:
+                    self.counters.set("zeps.position", d.sequence)
         return True
 
     def _read_collector(self, now: float) -> bool:
@@ -342,6 +346,10 @@ class FrontEndShell:
 
     def snapshots_ready(self) -> bool:
         return self.link.live
+
+    def waiting_sockets(self) -> List:
+        """Sockets whose input a snapshot session waits for (the wait ends when one has some)."""
+        return []
 
     def stream_reset(self) -> None:
         self.forget_reader()

@@ -7,7 +7,13 @@ never read it, and clients may ask for many at once. So:
   sent): it never materialises the snapshot. Its iterator yields, per entry it examines, the
   frames to send or ``None`` (an entry skipped: another subtree, a deleted key), so the budget
   counts entries examined as well as messages sent. After the last entry comes the end message
-  (KTHXBAI, SYNCEND), fixed when the session was opened.
+  (KTHXBAI, SYNCEND): fixed when the session was opened, or a callable asked for it then (the
+  CHP front end's sequence is SNAPSHOT-END's, known at the end). An iterator whose source is
+  not ready (the broker's next entries are on their way) yields :data:`WAIT`: the session then
+  waits for its source, not for its peer; it keeps its slot (it is making progress) and is
+  pumped again in the next round, and dropped as one blocked on its peer is after
+  ``stall_timeout`` seconds without progress. Its shell wakes when the source has more (CHP:
+  it polls the socket of each waiting snapshot).
 * The shell's ``send(ident, frames)`` returns True (sent), False (the peer's pipe is full, its
   ``SNDHWM`` reached: the head is kept and the session waits) or None (the peer is gone: the
   session ends). A client that never reads therefore costs its pipe (``SNDHWM`` messages) and
@@ -37,15 +43,26 @@ Send = Callable[[bytes, Frames], Optional[bool]]
 #: The front end's opener: request -> (the entries' frames or None each, the end message).
 Opener = Callable[[Any], Tuple[Iterator[Optional[Frames]], Frames]]
 
-MORE, BLOCKED, DONE, GONE = "more", "blocked", "done", "gone"
+MORE, BLOCKED, DONE, GONE, WAITING = "more", "blocked", "done", "gone", "waiting"
+
+
+class _Wait:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+#: What an entries iterator yields when its source has nothing yet (not an entry: not counted).
+WAIT: Any = _Wait()
 
 
 class Session:
     __slots__ = ("ident", "request", "_entries", "_end", "_head", "_head_is_end",
-                 "blocked_since", "messages", "examined")
+                 "blocked_since", "waiting_since", "messages", "examined")
 
     def __init__(self, ident: bytes, request: Any, entries: Iterator[Optional[Frames]],
-                 end: Frames):
+                 end: Any):
         self.ident = ident
         self.request = request
         self._entries: Optional[Iterator[Optional[Frames]]] = entries
@@ -53,12 +70,14 @@ class Session:
         self._head: Optional[Frames] = None
         self._head_is_end = False
         self.blocked_since: Optional[float] = None
+        #: since when its source has had nothing for it (None: not waiting for its source)
+        self.waiting_since: Optional[float] = None
         self.messages = 0          # sent, the end message included
         self.examined = 0          # entries taken from the iterator
 
     def pump(self, send: Send, now: float, budget: int) -> Tuple[str, int]:
         """Send until ``budget`` entries were examined, the peer blocks or the end is sent.
-        Returns (MORE | BLOCKED | DONE | GONE, entries examined)."""
+        Returns (MORE | BLOCKED | DONE | GONE | WAITING, entries examined)."""
         used = 0
         while True:
             if self._head is None:
@@ -67,9 +86,15 @@ class Session:
                 if used >= budget:
                     return MORE, used
                 item = next(self._entries, _END)
+                if item is WAIT:
+                    if self.waiting_since is None:
+                        self.waiting_since = now
+                    return WAITING, used
+                self.waiting_since = None
                 if item is _END:
                     self.close()
-                    self._head, self._head_is_end = self._end, True
+                    end = self._end
+                    self._head, self._head_is_end = (end() if callable(end) else end), True
                 else:
                     used += 1
                     self.examined += 1
@@ -174,7 +199,8 @@ class Snapshots:
             if budget <= 0:
                 break
             s = self._active[ident]
-            if s.blocked_since is not None and now - s.blocked_since >= self.stall_timeout:
+            since = s.blocked_since if s.blocked_since is not None else s.waiting_since
+            if since is not None and now - since >= self.stall_timeout:
                 self._end(s, "snapshot.abandoned")
                 continue
             try:
@@ -203,11 +229,17 @@ class Snapshots:
 
     def next_deadline(self, now: float) -> Optional[float]:
         """When :meth:`pump` has something to do: now if a session can go on or a request can
-        start; ``retry`` seconds on if all wait for their peers; None if there is none."""
+        start; ``retry`` seconds on if all wait for their peers; None if there is none. A
+        session waiting for its source is due at its stall timeout (its shell wakes earlier,
+        when the source has more)."""
         if self._room():
             return now
         deadline = None
         for s in self._active.values():
+            if s.waiting_since is not None:
+                due = s.waiting_since + self.stall_timeout
+                deadline = due if deadline is None else min(deadline, due)
+                continue
             if s.blocked_since is None:
                 return now
             due = min(now + self.retry, s.blocked_since + self.stall_timeout)

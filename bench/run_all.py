@@ -48,11 +48,12 @@ BENCHMARKS = {
     "bench_multicast": ("bench_multicast", [], ["--n", "2000"]),
     "bench_kv_index": ("bench_kv_index", [], ["--keys", "20000"]),
     "bench_kv_snapshot": ("bench_kv_snapshot", ["--keys", "1000000"], ["--keys", "2000"]),
+    "bench_consumers": ("bench_consumers", [], ["--messages", "2000"]),
     "bench_compaction": ("bench_compaction", [],
                          ["--messages", "20000", "--keys", "100", "--seconds", "0.5"]),
 }
 #: Benchmarks whose header names the peers' versions (they run redis-server or nats-server).
-WITH_SERVERS = {"bench_redis_py", "bench_kv_snapshot"}
+WITH_SERVERS = {"bench_redis_py", "bench_kv_snapshot", "bench_consumers"}
 #: Benchmarks that need root; skipped (and said so) without it.
 NEEDS_ROOT = {"bench_multicast"}
 #: Heading levels an output's headings go down by in its .md (they sit under the docs' ###).

@@ -255,7 +255,8 @@ class Consuming:
         lag_seconds = 0.0
         if floor < last:
             try:
-                rec = st.journal.read_at(max(floor + 1, st.first_seq))
+                recs = st.journal.read_batch(max(floor + 1, st.first_seq), 1)
+                rec = recs[0] if recs else None              # the first still there (compaction)
             except Exception:                                # a bad record: no age
                 rec = None
             if rec is not None:                              # behind the newest message

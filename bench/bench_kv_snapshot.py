@@ -6,9 +6,9 @@ keys, ZEPS beside JetStream KV (nats-py) and Redis (redis-py), in the same run.
   to its last entry (the broker streams it under the client's credit, SNAPSHOT-END last).
 * Redis: one hash (HSET pipelined by 1,000, the same keys and values); timed: HSCAN with COUNT
   1,000 to the end (the streaming read; HGETALL would build the whole answer in the server).
-* JetStream KV: a bucket (history 1); the keys are put (``kv.put``'s publish, with a 60 s timeout) 1,000 at a time
-  concurrently; timed: ``kv.watchall()`` until its end-of-initial-values marker (the values of
-  every key, as a KV watcher gets them).
+* JetStream KV: a bucket (history 1); the keys are put (``kv.put``'s publish, with a 60 s
+  timeout) 1,000 at a time concurrently; timed: ``kv.watchall()`` until its
+  end-of-initial-values marker (the values of every key, as a KV watcher gets them).
 
 Loading is not timed. Each figure is keys per second of the read; every server is started here
 on 127.0.0.1 and stopped.
@@ -93,7 +93,11 @@ def jetstream(n: int) -> float:
         watcher = await kv.watchall()
         got = 0
         while True:
-            entry = await watcher.updates(timeout=60)
+            try:
+                entry = await watcher.updates(timeout=60)
+            except nats.errors.TimeoutError:
+                raise RuntimeError(f"kv.watchall() stalled after {got:,} of {n:,} keys (no "
+                                   f"update for 60 s)") from None
             if entry is None:
                 break
             got += 1

@@ -357,3 +357,23 @@ def test_a_consumer_that_ran_dry_gets_what_is_published_later(core):
     h.publish("k.late")
     h.drain()
     assert seqs(h, b"a") == [3]
+
+
+def test_a_position_below_what_retention_kept_starts_at_the_first_kept_and_says_so(make):
+    h = make(segment_bytes=200, retention_bytes=400)
+    setup(h, 3)
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1, 2, 3]
+    ack(h, b"a", [1])                               # 2, 3 outstanding
+    h.send(b"a", c.Detach())
+    for i in range(4, 41):                           # segments roll, the old ones go
+        h.publish(f"k.{i}")
+    first = h.core.streams["s"].journal.first_seq
+    assert first > 4
+    ok = member(h, b"b")
+    assert ok.floor == first - 1 and ok.skipped == first - 2      # 2 .. first-1 were lost
+    assert h.logged("consumer_skipped")[0]["first_kept"] == first
+    h.drain()
+    assert seqs(h, b"b") == list(range(first, 41))
+    assert member(h, b"c").skipped == 0             # said once

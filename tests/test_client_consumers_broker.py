@@ -8,6 +8,7 @@ import asyncio
 
 import pytest
 
+from tests.measure import wait_for
 from zeps.clients import AsyncClient, Client
 from zeps.clients.errors import InvalidError, NoStream, ZepsTimeout
 
@@ -100,6 +101,8 @@ def test_a_member_whose_broker_restarts_rejoins_and_gets_the_unacked_again(start
         first.ack()
         second = msgs.next()                     # held, not acknowledged
         msgs.next_batch()                        # the ack of 1 leaves with this ask
+        floor = wait_for(lambda: c.consumer_info("work")["floor"], lambda f: f >= 1, 10)
+        assert floor == 1                        # ... and is taken before the broker stops
         b.stop()
         b.restart()
         again = msgs.next()

@@ -40,6 +40,8 @@ __all__ = ["Consumer", "AsyncConsumer"]
 _MON_EVENT = struct.Struct("=HI")
 _monotonic = time.monotonic
 #: How long ``close()`` waits for DETACH-OK (the broker has every acknowledgement sent before).
+#: How long (ms) a consumer closing unanswered lets its queued frames go out.
+CLOSE_LINGER = 1000
 CLOSE_WAIT = 2.0
 
 
@@ -101,7 +103,7 @@ class _Base:
         else:
             self._sock, self._mon = raw, mon
 
-    def _close_socket(self) -> None:
+    def _close_socket(self, linger: int = 0) -> None:
         if self._raw is not None:
             raw, mon = self._raw
             self._raw = None
@@ -111,7 +113,7 @@ class _Base:
             except zmq.ZMQError:
                 pass
             mon.close(0)
-            raw.close(0)
+            raw.close(linger)
 
     def _send_now(self) -> None:
         """Send what the member queued, as far as the socket takes it without waiting."""
@@ -278,8 +280,11 @@ class Consumer(_Base):
                 while not m.closed and _monotonic() < deadline:
                     self._pump(False, min(deadline, _monotonic() + 0.1))
         finally:
+            # Not answered in time (a loaded broker): what was queued (the last ACK, DETACH) may
+            # still be in the socket; it gets a moment to go out rather than being dropped.
+            linger = 0 if m.closed else CLOSE_LINGER
             m.finish()
-            self._close_socket()
+            self._close_socket(linger)
 
     def __enter__(self) -> "Consumer":
         return self.join()
@@ -381,8 +386,11 @@ class AsyncConsumer(_Base):
                 while not m.closed and _monotonic() < deadline:
                     await self._pump(False, min(deadline, _monotonic() + 0.1))
         finally:
+            # Not answered in time (a loaded broker): what was queued (the last ACK, DETACH) may
+            # still be in the socket; it gets a moment to go out rather than being dropped.
+            linger = 0 if m.closed else CLOSE_LINGER
             m.finish()
-            self._close_socket()
+            self._close_socket(linger)
 
     async def __aenter__(self) -> "AsyncConsumer":
         return await self.join()

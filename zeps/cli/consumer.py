@@ -222,7 +222,12 @@ def cmd_consume(args) -> int:
                         if m is None:
                             _say(args, f"no message for {args.timeout:g}s: stopping")
                             break
-                        out.write(fmt(m) + "\n")
+                        try:
+                            out.write(fmt(m) + "\n")
+                        except KeyboardInterrupt:    # a line-buffered stdout printed it first
+                            if ack:
+                                m.ack()
+                            raise
                         if ack:
                             m.ack()
                         n += 1

@@ -37,7 +37,7 @@ from typing import Dict, Optional, Tuple
 
 from ..protocol.commands import ACK_EXPLICIT, ACK_NONE, START_ALL, START_NEW
 from ..protocol.consumer import bad_consumer_name
-from .segment import fsync_dir
+from .segment import fsync_dir, write_atomic
 
 log = logging.getLogger("zeps.journal")
 
@@ -212,19 +212,7 @@ def save(stream_dir, config: ConsumerConfig, state: ConsumerState, sync: bool = 
             fsync_dir(os.fspath(stream_dir))
     except FileExistsError:
         pass
-    tmp = path[:-len(SUFFIX)] + TMP_SUFFIX
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(cdir)
+    write_atomic(path, data, sync)          # its temporary file is <name>.json.tmp
 
 
 def remove(stream_dir, name: str, sync: bool = True) -> None:

@@ -83,7 +83,7 @@ import google_crc32c
 
 from ..protocol.deliver import KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME
 from .record import BAD, END, LIMIT, SHORT, BatchRecord
-from .segment import SEQ_DIGITS, fsync_dir, segment_base
+from .segment import SEQ_DIGITS, segment_base, write_atomic
 
 log = logging.getLogger("zeps.journal")
 
@@ -94,7 +94,6 @@ SUFFIX = ".keys"
 _HEAD = struct.Struct(">8sQQ")
 _CRC = struct.Struct(">I")
 _NAME_RE = re.compile(r"^(\d{%d})%s$" % (SEQ_DIGITS, re.escape(SUFFIX)))
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _SWAP = __import__("sys").byteorder == "little"
 #: keys handled per step by the checkpoint writer thread (each step is a few ms of work)
 CHUNK = 16384
@@ -412,20 +411,7 @@ def decode(data: bytes, upto: int) -> KeyIndex:
 def write_file(stream_dir: str, upto: int, data: bytes, sync: bool) -> None:
     """Write a checkpoint atomically (temporary file, rename), deleting the older ones; with
     ``sync`` its data and the directory entry are made durable. Raises OSError."""
-    path = checkpoint_path(stream_dir, upto)
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(stream_dir)
+    write_atomic(checkpoint_path(stream_dir, upto), data, sync)
     for other in list_checkpoints(stream_dir):
         if other != upto:
             remove(stream_dir, other)

@@ -69,7 +69,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import google_crc32c
 
 from .errors import CorruptionError
-from .segment import PRODUCERS_SUFFIX, SEQ_DIGITS, fsync_dir, segment_base
+from .segment import PRODUCERS_SUFFIX, SEQ_DIGITS, segment_base, write_atomic
 
 log = logging.getLogger("zeps.journal")
 
@@ -80,7 +80,6 @@ _TAIL = struct.Struct(">QQQ")          # pseq, seq, ts
 _TAIL_V1 = struct.Struct(">QQ")        # pseq, seq
 _CRC = struct.Struct(">I")
 _NAME_RE = re.compile(r"^(\d{%d})%s$" % (SEQ_DIGITS, re.escape(PRODUCERS_SUFFIX)))
-_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 class ProducerState:
@@ -250,21 +249,7 @@ def list_snapshots(stream_dir: str) -> List[int]:
 def write_snapshot(stream_dir: str, state: ProducerState, upto: int, sync: bool) -> None:
     """Write the snapshot of the state before ``upto`` atomically (temporary file, rename); with
     ``sync`` its data and the directory entry are made durable. Raises OSError."""
-    path = snapshot_path(stream_dir, upto)
-    tmp = path + ".tmp"
-    data = state.encode(upto)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if sync:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-    if sync:
-        fsync_dir(stream_dir)
+    write_atomic(snapshot_path(stream_dir, upto), state.encode(upto), sync)
 
 
 def _discard(path: str, why: str) -> None:

@@ -60,6 +60,25 @@ def fsync_dir(dirpath: str) -> None:
         os.close(fd)
 
 
+def write_atomic(path: str, data: bytes, sync: bool) -> None:
+    """Replace the file ``path`` by ``data`` whole: written to ``path + ".tmp"``, renamed over
+    it; with ``sync`` the data and the directory entry are made durable. A crash leaves the
+    old file or the new one (and perhaps the temporary one). Raises OSError."""
+    tmp = path + ".tmp"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        if sync:
+            os.fdatasync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_dir(os.path.dirname(path) or ".")
+
+
 def check_dir(path: str) -> None:
     """Raise a clear :class:`JournalError` unless ``path`` is a readable directory."""
     if not os.path.exists(path):

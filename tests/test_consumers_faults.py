@@ -8,10 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 
 import pytest
 
+from tests.measure import wait_for
 from tests.rawclient import RawClient
 from zeps.journal import consumers, stream_dir_name
 from zeps.protocol import commands as c
@@ -41,16 +41,6 @@ def join(endpoint: str, name: str = "g", credit: int = 1 << 20) -> RawClient:
 
 def take(m: RawClient, n: int, timeout: float = 10.0) -> list:
     return [d.sequence for d in m.delivers(n, timeout)]
-
-
-def wait_for(cond, timeout: float = 10.0, what: str = "the condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        got = cond()
-        if got:
-            return got
-        time.sleep(0.02)
-    raise AssertionError(f"{what} did not happen in {timeout}s")
 
 
 def consumer_info(admin: RawClient, name: str = "g") -> dict:
@@ -97,8 +87,8 @@ def test_a_member_killed_holding_messages_has_them_redelivered_to_another(broker
         survivor.send(c.Ack(pack_ranges(ranges_of(got))))
     assert sorted(acked) == list(range(1, 41))                      # exactly once each
     assert set(held) <= set(acked)
-    info = wait_for(lambda: (lambda i: i if i["floor"] == 40 else None)(consumer_info(admin)),
-                    what="floor 40")
+    info = wait_for(lambda: consumer_info(admin), lambda i: i["floor"] == 40, 10)
+    assert info["floor"] == 40
     assert info["redelivered"] >= 10 and info["members"] == 1
     for m in (admin, survivor):
         m.close()
@@ -122,7 +112,7 @@ def test_a_broker_killed_under_a_group_keeps_the_position_and_the_outstanding(br
         cs = consumers.load_all(str(sdir))
         return "g" in cs and set(cs["g"][1].outstanding) == outstanding
 
-    wait_for(saved, what="the acknowledgements saved")
+    assert wait_for(saved, bool, 10), "the acknowledgements were not saved"
     broker.kill()
     for m in (admin, a, b):
         m.close()

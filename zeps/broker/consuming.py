@@ -29,14 +29,14 @@ from typing import Dict, Optional
 from zeps.journal import consumers as store
 from zeps.protocol import commands as c, deliver_ts_from_deliver, encode
 from zeps.protocol.consumer import MAX_ACK_RANGES, bad_consumer_name, unpack_ranges
-from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, sequence_of
-from zeps.protocol.headers import DELIVER_H_ID, deliver_h_cost, deliver_h_sequence, encode_block
+from zeps.protocol.headers import encode_block
 from zeps.protocol.reasons import Reason
 from zeps.matching.patterns import REGEX_MARKER
 
 from .groups import CONSUMER_STEP, MAX_ACK_PENDING, MAX_CONSUMERS, MAX_MEMBERS, Group
 from .headers import Headed, replay_frame
 from .session import DETACH_FRAME, Session, bad_stream_name
+from .stream import unsent_position
 
 #: The least credit a message costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
@@ -304,12 +304,7 @@ class Consuming:
     def consumer_unsent(self, s: Session, frame: bytes) -> None:
         """A DELIVER to a member did not go out (its pipe is full): the credit comes back and
         the message goes again, first; the delivery does not count."""
-        cid = frame[2]
-        if cid == DELIVER_H_ID:
-            seq, cost = deliver_h_sequence(frame), deliver_h_cost(frame)
-        else:
-            shift = TS_SHIFT if cid == DELIVER_TS_ID else 0
-            seq, cost = sequence_of(frame, shift), len(frame) - OVERHEAD - shift
+        seq, cost = unsent_position(frame)
         s.credit += cost
         s.consumer.unhand(seq, s.identity)
 

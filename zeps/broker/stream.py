@@ -61,6 +61,17 @@ COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_
 
 
 
+
+def unsent_position(frame: bytes) -> Tuple[int, int]:
+    """(first sequence, credit cost) of a DELIVER, DELIVER-TS, DELIVER-H or DELIVER-BATCH
+    frame the shell could not send."""
+    if is_batch_frame(frame):
+        return batch_first_seq(frame), batch_cost(frame)
+    if frame[2] == DELIVER_H_ID:
+        return deliver_h_sequence(frame), deliver_h_cost(frame)
+    shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
+    return sequence_of(frame, shift), len(frame) - OVERHEAD - shift
+
 class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
@@ -223,13 +234,7 @@ class Stream:
         The credit it used is returned and the client drops to historical at its sequence (the
         lowest unsent one, when several of a round's frames come back). The core calls this for
         every unsent DELIVER of the client, in outbox order, and sets the congestion deadline."""
-        if is_batch_frame(frame):
-            seq, cost = batch_first_seq(frame), batch_cost(frame)
-        elif frame[2] == DELIVER_H_ID:
-            seq, cost = deliver_h_sequence(frame), deliver_h_cost(frame)
-        else:
-            shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
-            seq, cost = sequence_of(frame, shift), len(frame) - OVERHEAD - shift
+        seq, cost = unsent_position(frame)
         if self.sessions.get(session.identity) is not session or not session.subscribed:
             return
         session.credit += cost

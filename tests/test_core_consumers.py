@@ -377,3 +377,25 @@ def test_a_position_below_what_retention_kept_starts_at_the_first_kept_and_says_
     h.drain()
     assert seqs(h, b"b") == list(range(first, 41))
     assert member(h, b"c").skipped == 0             # said once
+
+
+def test_a_progress_flood_adds_nothing_to_the_broker_s_timers(core):
+    h = core
+    setup(h, 1, ack_wait_ms=1000)
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    for _ in range(1000):
+        h.send(b"a", c.Progress(1))
+    assert len(group(h).deadlines) == 1             # one entry, whatever it was told
+    h.now += 0.9
+    h.send(b"a", c.Progress(1))
+    h.now += 0.5
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == []                      # extended: not given again yet
+    h.now += 0.6
+    h.tick()
+    h.drain()
+    assert seqs(h, b"a") == [1]
+    assert len(group(h).deadlines) == 1

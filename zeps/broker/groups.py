@@ -10,7 +10,8 @@ sequence below which nothing is outstanding.
 
 Costs: each operation is O(log n) in the outstanding messages it touches, except an ACK range,
 which costs O(log held + messages it acknowledges); timers use lazy heaps (a stale entry is
-dropped when it comes up). The bounds (``MAX_*``) are the core's to check before calling.
+dropped when it comes up; an extended deadline is pushed again only then, so a PROGRESS flood
+adds nothing to them). The bounds (``MAX_*``) are the core's to check before calling.
 """
 from __future__ import annotations
 
@@ -37,13 +38,14 @@ SAVE_INTERVAL = 0.1
 
 class Out:
     """One outstanding message."""
-    __slots__ = ("member", "deliveries", "deadline", "key")
+    __slots__ = ("member", "deliveries", "deadline", "key", "timer")
 
     def __init__(self, deliveries: int, key: Optional[str] = None):
         self.member: Optional[bytes] = None     # the member holding it, or None
         self.deliveries = deliveries            # handed out so far
         self.deadline = 0.0                     # its ack deadline while held
         self.key = key                          # known once read (per-key order)
+        self.timer = 0.0                        # the deadline of its entry in the heap (0: none)
 
 
 class Member:
@@ -145,7 +147,9 @@ class Group:
         o.deliveries += 1
         o.member = member.session.identity
         o.deadline = now + self.config.ack_wait_ms / 1000.0
-        heapq.heappush(self.deadlines, (o.deadline, seq))
+        if not o.timer:                           # one heap entry per message at a time
+            o.timer = o.deadline
+            heapq.heappush(self.deadlines, (o.deadline, seq))
         insort(member.held, seq)
         self.dirty = True
 
@@ -248,8 +252,7 @@ class Group:
         if o is None:
             self.counters["bad_acks"] += 1
             return False
-        o.deadline = now + self.config.ack_wait_ms / 1000.0
-        heapq.heappush(self.deadlines, (o.deadline, seq))
+        o.deadline = now + self.config.ack_wait_ms / 1000.0   # expire() finds it later
         return True
 
     def drop(self, seq: int, dead_lettered: bool) -> None:
@@ -295,8 +298,15 @@ class Group:
         while dl and dl[0][0] <= now:
             deadline, seq = heapq.heappop(dl)
             o = self.out.get(seq)
-            if o is None or o.member is None or o.deadline != deadline:
-                continue                               # stale: acked, redelivered, extended
+            if o is None or o.timer != deadline:
+                continue                               # stale: acknowledged since
+            o.timer = 0.0
+            if o.member is None:
+                continue                               # already given back
+            if o.deadline > deadline:                  # extended (PROGRESS) or handed again:
+                o.timer = o.deadline                   # wait again, still one entry
+                heapq.heappush(dl, (o.deadline, seq))
+                continue
             m = self.members.get(o.member)
             if m is not None:
                 _remove(m.held, seq)

@@ -399,3 +399,19 @@ def test_a_progress_flood_adds_nothing_to_the_broker_s_timers(core):
     h.drain()
     assert seqs(h, b"a") == [1]
     assert len(group(h).deadlines) == 1
+
+
+def test_rights_first_a_client_that_may_not_subscribe_is_refused_every_consumer_command(core):
+    """Checked before anything else: a malformed setting, a missing consumer, nothing loaded."""
+    from zeps.broker.acl import parse_acl
+    h = core
+    setup(h, 1)
+    acl = ('[clients]\nw = "' + "W" * 40 + '"\n[[allow]]\nclients = ["w"]\npublish = ["s"]\n')
+    h.core.set_acl(parse_acl(acl))
+    h.core.identify(b"w", "W" * 40)
+    h.send(b"w", c.Attach("s"), c.ConsumerAdd("bad name", max_ack_pending=0), c.Consume("g"),
+           c.ConsumerInfo("nope"), c.ConsumerList(), c.ConsumerDelete("g"))
+    got = h.take(b"w")
+    assert got[0] == c.AttachOk()
+    assert all(isinstance(r, c.Invalid) and r.reason.startswith("not allowed") for r in got[1:])
+    assert len(got) == 6 and "g" in h.core.consumers["s"]

@@ -22,25 +22,11 @@ import time
 import zmq
 
 from bench.bench_broker import dealer, request, start_broker
+from bench.systems import pace
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
 
 _TS = struct.Struct(">Q")
-
-
-def _pace(rate: float, n: int):
-    """Yield i when message i is due (busy-waits the last 100 us: sleep granularity is coarse)."""
-    start = time.monotonic_ns()
-    step = 1e9 / rate
-    for i in range(n):
-        due = start + int(i * step)
-        while True:
-            now = time.monotonic_ns()
-            if now >= due:
-                break
-            if due - now > 200_000:
-                time.sleep((due - now - 100_000) / 1e9)
-        yield i
 
 
 def _zeps_publisher(endpoint, stream, rate, n, size, go, confirms, out):
@@ -54,7 +40,7 @@ def _zeps_publisher(endpoint, stream, rate, n, size, go, confirms, out):
     delays = []
     go.wait()
     acked = 0
-    for _i in _pace(rate, n):
+    for _i in pace(rate, n / rate):
         t = time.monotonic_ns()
         sent.append(t)
         pub.send(encode_publish("lat", _TS.pack(t) + pad))
@@ -118,7 +104,7 @@ def _proxy_publisher(front, rate, n, size, go, warm):
         time.sleep(0.05)
     go.wait()
     pad = b"x" * max(0, size - 8)
-    for _ in _pace(rate, n):
+    for _ in pace(rate, n / rate):
         pub.send(b"L" + _TS.pack(time.monotonic_ns()) + pad)
     pub.close(linger=-1)
     ctx.term()

@@ -2,7 +2,7 @@
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
                                  [--client sdk|raw|proxy[,...]] [--fsync interval] [--runs 1]
-                                 [--summary]
+                                 [--summary] [--pacer sleep|spin]
 
 One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
 process of the machine shares, in the first 8 bytes of each body), one live subscriber process
@@ -49,6 +49,9 @@ import sys
 import tempfile
 import time
 from typing import Dict, List
+
+import bench.systems
+from bench.systems import pace
 
 STAMP_BYTES = 8
 KEY = "bench.key"
@@ -235,20 +238,6 @@ def start_broker(tmp: str, fsync: str, env=None):
 
 # ---------------------------------------------------------------------------------- clients
 
-def _pace(rate: float, seconds: float):
-    start = time.monotonic_ns()
-    step = 1e9 / rate
-    for i in range(max(1, int(rate * seconds))):
-        due = start + int(i * step)
-        while True:
-            now = time.monotonic_ns()
-            if now >= due:
-                break
-            if due - now > 200_000:
-                time.sleep((due - now - 100_000) / 1e9)
-        yield i
-
-
 def _publisher(kind, endpoint, stream, rate, seconds, size, ready, go, out):
     gcs = gc_probe()
     pad = b"x" * max(0, size - STAMP_BYTES)
@@ -261,7 +250,7 @@ def _publisher(kind, endpoint, stream, rate, seconds, size, ready, go, out):
             go.wait()
             cpu = time.process_time()
             pub = cl.publish
-            for _ in _pace(rate, seconds):
+            for _ in pace(rate, seconds):
                 t = mono()
                 pub(KEY, t.to_bytes(8, "big") + pad)
                 p1.extend((t, mono()))
@@ -281,7 +270,7 @@ def _publisher(kind, endpoint, stream, rate, seconds, size, ready, go, out):
         go.wait()
         cpu = time.process_time()
         send = s.send
-        for _ in _pace(rate, seconds):
+        for _ in pace(rate, seconds):
             t = mono()
             send(encode_publish(KEY, t.to_bytes(8, "big") + pad))
             p1.extend((t, mono()))
@@ -376,7 +365,7 @@ def _proxy_publisher(front, rate, seconds, size, ready, go, out):
         s.send(b"warmup")
     send = s.send
     key = KEY.encode()
-    for _ in _pace(rate, seconds):
+    for _ in pace(rate, seconds):
         t = mono()
         send(key + t.to_bytes(8, "big") + pad)
         p1.extend((t, mono()))
@@ -593,7 +582,8 @@ def report(res: dict, title: str) -> str:
             f"{d / 1e6:.1f} ms (timeout {t * 1e3:.1f} ms)" for d, t in res["stuck_waits"]))
     lines.append("* CPU per message (us): " + ", ".join(
         f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
-        + " (the publisher's includes its pacing, which spins between messages)")
+        + (" (the publisher's includes its pacing, which spins between messages)"
+           if bench.systems.PACER == "spin" else ""))
     return "\n".join(lines)
 
 
@@ -611,9 +601,13 @@ def main(argv=None) -> int:
                          "turn within each run, their figures prefixed with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
     ap.add_argument("--runs", type=int, default=1)
+    ap.add_argument("--pacer", choices=("sleep", "spin"), default=bench.systems.PACER,
+                    help="how the publisher waits for each message's due time "
+                         "(bench.systems.PACER; default sleep)")
     ap.add_argument("--summary", action="store_true",
                     help="one line of name=value figures per run instead of the tables")
     args = ap.parse_args(argv)
+    bench.systems.PACER = args.pacer       # the forked publishers pace with it
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
@@ -628,7 +622,8 @@ def main(argv=None) -> int:
                 e = res["e2e"]
                 p99[client] = e[99]
                 if not args.summary:
-                    print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, run {i + 1}\n\n"
+                    print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, {args.pacer} pacer, "
+                          f"run {i + 1}\n\n"
                           f"The same paced publisher through ZeroMQ's XSUB/XPUB proxy: end to "
                           f"end p50 {e[50] / 1e3:,.0f} us, p99 {e[99] / 1e3:,.0f} us, p99.9 "
                           f"{e[99.9] / 1e3:,.0f} us; CPU per message (us): " + ", ".join(
@@ -654,7 +649,8 @@ def main(argv=None) -> int:
                 print(" ".join(head + f for f in figs), flush=True)
                 continue
             print(report(res, f"{client}, {args.rate:,.0f} msg/s, {args.size} B, fsync="
-                              f"{args.fsync}, run {i + 1}; microseconds") + "\n", flush=True)
+                              f"{args.fsync}, {args.pacer} pacer, run {i + 1}; microseconds") + "\n",
+                  flush=True)
         if "proxy" in p99 and p99["proxy"]:
             over = {c: p99[c] / p99["proxy"] for c in clients if c != "proxy"}
             if args.summary:

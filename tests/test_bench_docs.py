@@ -130,3 +130,23 @@ def test_the_targets_view_copies_each_median_with_its_case_and_judges_it():
     assert (measured, met) == (targets.NOT_IN, "—")
     table = targets.render(SUITE)
     assert table.startswith("| target | measured") and table.count("\n") == len(rows) + 2
+
+
+def test_the_pacer_yields_every_message_on_its_schedule_either_way():
+    """Both pacers give every message of the run, none before its due time (the suite's
+    latency rows are measured from each message's own send time: a late send is a burst, a
+    missing one would be a lower rate)."""
+    import time
+
+    from bench.systems import due_times, pace
+    for pacer in ("sleep", "spin"):
+        start = time.monotonic_ns()
+        seen = []
+        for i in pace(20_000, 0.01, pacer):
+            seen.append((i, time.monotonic_ns()))
+        assert [i for i, _ in seen] == list(range(200))
+        step = 1e9 / 20_000
+        assert all(t >= start + int(i * step) for i, t in seen)
+    with pytest.raises(ValueError, match="no pacer"):
+        next(pace(1000, 1, "nap"))
+    assert len(list(due_times(1000, 0.5))) == 500

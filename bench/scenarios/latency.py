@@ -1,7 +1,7 @@
 """End-to-end latency at a fixed rate.
 
-One publisher paced at ``latency_rate`` msg/s, one live
-subscriber; each message carries its send time (the machine's monotonic clock, shared by every
+One publisher paced at ``latency_rate`` msg/s (it sleeps until each message is due:
+``bench.systems.PACER``), one live subscriber; each message carries its send time (the machine's monotonic clock, shared by every
 process) and the subscriber records its delay on arrival.
 
 ZEPS SDK and raw pyzmq ZEPS (fsync ``interval``, no confirms), redis-py (one XADD per message,

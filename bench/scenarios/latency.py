@@ -1,8 +1,9 @@
 """End-to-end latency at a fixed rate.
 
 One publisher paced at ``latency_rate`` msg/s (it sleeps until each message is due:
-``bench.systems.PACER``), one live subscriber; each message carries its send time (the machine's monotonic clock, shared by every
-process) and the subscriber records its delay on arrival.
+``bench.systems.PACER``), one live subscriber; each message carries its send time (the
+machine's monotonic clock, shared by every process) and the subscriber records its delay on
+arrival.
 
 ZEPS SDK and raw pyzmq ZEPS (fsync ``interval``, no confirms), redis-py (one XADD per message,
 XREAD BLOCK), nats-py (core publish into the stream, ordered push consumer), and ZeroMQ's proxy

@@ -49,7 +49,7 @@ import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
 import gevent
-import gevent.select
+from gevent.hub import Waiter
 import structlog
 import zmq
 from zmq.utils.monitor import recv_monitor_message
@@ -79,6 +79,7 @@ _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SRCFD = zmq.SRCFD
+_ASK_FIRST = 8            # reads of a round that ask ZMQ_EVENTS before reading (_round)
 
 
 def _libc_malloc_trim():
@@ -154,6 +155,9 @@ class Broker:
         self._opened: List[Tuple[str, Optional[BaseException]]] = []   # by _open, for the loop
         self._compacted: List[tuple] = []          # (job, result, error) by _compact, for the loop
         self._stopping = False
+        self._hub = gevent.get_hub()
+        self._watchers = [self._hub.loop.io(fd, 1) for fd in (self.fd, self._monitor_fd,
+                                                              self._wake_r)]
 
     def _core_log(self, event: str, **kw) -> None:
         self.log.warning(event, **kw)
@@ -194,6 +198,12 @@ class Broker:
         n = size = 0
         drained = False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
+            # The first few reads of a round ask ZMQ_EVENTS first: at a low rate a round is one
+            # message, and the read that finds nothing raised zmq.Again, which cost more than
+            # the question (issue 20); a busy round reads on and meets one Again at its end.
+            if n < _ASK_FIRST and not _getsockopt(sock, _EVENTS) & _POLLIN:
+                drained = True
+                break
             try:
                 ident = _recv_raw(sock, _NB)
             except zmq.Again:
@@ -237,13 +247,26 @@ class Broker:
             gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
-        ready, _, _ = gevent.select.select([self.fd, self._monitor_fd, self._wake_r], [], [],
-                                           timeout)
-        if self._wake_r in ready:
-            try:
-                os.read(self._wake_r, 4096)
-            except BlockingIOError:
-                pass
+        # The loop's own watchers on its three descriptors, started for the wait and stopped
+        # after it: at 10k messages/s the broker waits once per message, and gevent.select
+        # made and closed three watchers, a Timeout and an Event each time (issue 20).
+        hub = self._hub
+        waiter = Waiter(hub)
+        timer = hub.loop.timer(timeout)
+        watchers = self._watchers
+        try:
+            for w in watchers:
+                w.start(waiter.switch, None)
+            timer.start(waiter.switch, None)
+            waiter.get()
+        finally:
+            for w in watchers:
+                w.stop()
+            timer.close()
+        try:
+            os.read(self._wake_r, 4096)
+        except BlockingIOError:
+            pass
 
     def _send(self, now: float) -> None:
         out = self.core.take_outbox()
@@ -393,6 +416,8 @@ class Broker:
             self.core.save_consumers()
         finally:
             self._consumer_saver.close()
+            for w in self._watchers:
+                w.close()
             if self.curve is not None:
                 self.curve.stop()
             self.sock.disable_monitor()

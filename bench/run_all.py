@@ -40,6 +40,10 @@ BENCHMARKS = {
     "bench_wakeup": ("bench_wakeup", [], ["--n", "200", "--rounds", "1"]),
     "bench_stages": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3"],
                      ["--rate", "1000", "--seconds", "0.3"]),
+    # the same with the spinning pacer of earlier runs (bench.systems.PACER), for comparison
+    "bench_stages_spin": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3",
+                                           "--pacer", "spin"],
+                          ["--rate", "1000", "--seconds", "0.3", "--pacer", "spin"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
     "suite": ("suite", [], ["--quick"]),
     "bench_spark": ("bench_spark", ["--n", "10000000"], ["--n", "20000"]),

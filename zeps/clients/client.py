@@ -39,6 +39,7 @@ from .operations import publish_frame
 from .batching import batch_frames
 from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH,
                        WRITABLE_LOOK)
+from .flusher import NO_FLUSHER, Flusher
 from .peering import ABSENT, CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
@@ -58,7 +59,8 @@ _DONE = done_receipt(Receipt)
 def _guarded(method):
     """One caller at a time: a second thread (or greenlet) calling while one is inside gets
     :class:`ConcurrentUseError` (see :meth:`Client._concurrent`) instead of corrupting the
-    client's state or its ZeroMQ socket, which is not thread-safe."""
+    client's state or its ZeroMQ socket, which is not thread-safe. The client's own sender
+    (:mod:`zeps.clients.flusher`) is waited for, and armed by frames left waiting."""
     name = method.__name__
 
     @functools.wraps(method)
@@ -66,10 +68,13 @@ def _guarded(method):
         if not self._guard.acquire(False):
             self._concurrent(name)
         self._owner = _get_ident()
+        self._calls += 1
         try:
             return method(self, *args, **kwargs)
         finally:
             self._guard.release()
+            if self._p.waiting and not self._flusher.armed:
+                self._flusher.arm()
     return call
 
 
@@ -116,10 +121,9 @@ class Client(ops.FrontEnd):
         batching: ask the broker for batches (``BATCH-SELECT``, :mod:`zeps.clients.batching`;
             default True): messages then arrive as DELIVER-BATCH frames and publishes made
             while the socket is busy leave together as one PUBLISH-BATCH (natural batching:
-            no linger, receipts and confirms per message as without). A broker without
-            batching answers INVALID and the client uses plain PUBLISH / DELIVER. Publishes
-            still queued go out with the next call on the client (``flush()``,
-            ``wait_for_confirms()``, ``close()``, the next publish, ...).
+            no linger, receipts and confirms per message as without; what stays queued is sent
+            by the client's sender, :mod:`zeps.clients.flusher`). A broker without batching
+            answers INVALID and the client uses plain PUBLISH / DELIVER.
         context: a ``zmq.Context`` to use; a ``zmq.green.Context`` makes the client
             gevent-cooperative. Default: the process-wide context (a private green one when
             gevent has patched ``socket``).
@@ -150,6 +154,8 @@ class Client(ops.FrontEnd):
         self.green = module is not zmq
         self._guard = threading.Lock()
         self._owner: Optional[int] = None           # thread ident of the last caller
+        self._calls = 0                             # calls made: the sender's sign of life
+        self._flusher = NO_FLUSHER if self.green else Flusher(self)
         self._next_look = 0.0
         self._next_writable = 0.0
         self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection, curve)
@@ -177,15 +183,16 @@ class Client(ops.FrontEnd):
         alone (never in a PUBLISH-BATCH). Raises :class:`InvalidError` at once if the broker
         does not take headers.
 
-        Asynchronous: returns once ZeroMQ has taken the message, or, while the socket is busy
-        (ZeroMQ's I/O thread has not taken the few frames it holds: a loop of publishes faster
-        than that thread), once the message is queued in the client to leave with the next
-        PUBLISH-BATCH, at the client's next call (the next ``publish``, :meth:`flush`, ...; a
-        burst followed by a wait for something else needs :meth:`flush`). Blocks while that
-        queue is full or the client is reconnecting, up to ``timeout`` seconds, then raises
-        :class:`ZepsTimeout` (the message was not accepted). Raises :class:`InvalidError`
-        if the broker rejected an earlier publish (this message is then not sent). With
-        confirms, ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
+        Asynchronous: returns once ZeroMQ has taken the message (at once on an idle socket),
+        or, while the socket is busy (its I/O thread has not taken the few frames it holds: a
+        loop of publishes faster than that thread), once it is queued in the client to leave
+        with the next PUBLISH-BATCH, sent by the next ``publish`` or, if none comes within a
+        fraction of a millisecond, by the client's sender thread (:mod:`zeps.clients.flusher`;
+        under gevent, by the next call). Blocks while that queue is full or the client is
+        reconnecting, up to ``timeout`` seconds, then raises :class:`ZepsTimeout` (the
+        message was not accepted). Raises :class:`InvalidError` if the broker rejected an
+        earlier publish (this message is then not sent). With confirms,
+        ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
         sequence; without, the receipt is already done (sequence unknown).
         """
         frame = publish_frame(key, body, headers)
@@ -194,6 +201,7 @@ class Client(ops.FrontEnd):
         if not self._guard.acquire(False):         # _guarded, inlined on the hot path
             self._concurrent("publish")
         self._owner = _get_ident()
+        self._calls += 1
         try:
             p = self._p
             now = _monotonic()
@@ -219,6 +227,8 @@ class Client(ops.FrontEnd):
                 self._next_look = now + LOOK_INTERVAL
                 if conn.readable():
                     conn.service()
+            if p.waiting and not self._flusher.armed:     # the sender sends it if we do not
+                self._flusher.arm()
             return r
         finally:
             self._guard.release()
@@ -246,6 +256,7 @@ class Client(ops.FrontEnd):
         if not self._guard.acquire(False):
             self._concurrent("publish_batch")
         self._owner = _get_ident()
+        self._calls += 1
         try:
             conn = self._conn
             send = self._queue_with_receipts if p.confirms else self._send_batch_frames
@@ -254,6 +265,8 @@ class Client(ops.FrontEnd):
                 conn.send_queued()
             if conn.readable():
                 conn.service()
+            if p.waiting and not self._flusher.armed:
+                self._flusher.arm()
         finally:
             self._guard.release()
         return n
@@ -374,6 +387,8 @@ class Client(ops.FrontEnd):
             return self._run(ops.fill(self, ready, timeout, batches))
         finally:
             self._guard.release()
+            if self._p.waiting and not self._flusher.armed:
+                self._flusher.arm()
 
     # ------------------------------------------------------------------ requests
 
@@ -477,6 +492,7 @@ class Client(ops.FrontEnd):
         try:
             self._run(ops.detach(self, timeout, log))
         finally:
+            self._flusher.stop()
             self._conn.close()
             p.close()
             if self._subscription is not None:
@@ -498,6 +514,7 @@ class Client(ops.FrontEnd):
                 pass
 
     def __del__(self):
+        getattr(self, "_flusher", NO_FLUSHER).stop()
         conn = getattr(self, "_conn", None)
         if conn is not None and conn.sock is not None:
             try:
@@ -546,7 +563,9 @@ class Client(ops.FrontEnd):
             time.sleep(seconds)
 
     def _concurrent(self, call: str):
-        """Raise the error for a call made while another caller is inside the client."""
+        """The guard is taken: wait for the client's sender to let go, else raise the error."""
+        if self._flusher.wait_guard():
+            return
         owner = self._owner             # written by whoever holds the guard, right after taking it
         me = threading.current_thread()
         if owner is None:

@@ -35,16 +35,19 @@ DRAIN_LIMIT = 20000
 #: faster than the socket finds it busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
 #: queue. "Busy" is then what Nagle's algorithm calls data in flight: frames ZeroMQ's I/O
-#: thread has not taken yet. With 4, ``publish()`` with confirms went 1.2-1.6x faster (60% of
-#: a tight loop's publishes had left as single frames with 64), but the tail of any fast burst
-#: then waited in the client until its next call, which may never come (the blocking client has
-#: no thread of its own to send it): 64 keeps every burst of up to 64 frames going out at once,
-#: and a lone publish's latency, at the cost of that speed-up (issue 20, kept open for a sender
-#: thread). Fewer than 4 made ``publish_batch`` wait for the I/O thread after each frame. Set
+#: thread has not taken yet. With 4, ``publish()`` with confirms went 1.2-1.6x faster than
+#: with 64 (60% of a tight loop's publishes had left as single frames with 64). What a burst
+#: leaves queued in the client when the application stops calling it is sent by the client's
+#: sender thread (:mod:`zeps.clients.flusher`), so a lone publish keeps its latency (issue 20).
+#: Fewer than 4 made ``publish_batch`` wait for the I/O thread after each frame. Set
 #: before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a mark
 #: lowered later leaves the writer waiting for a wake-up that never comes. Raised to ZeroMQ's
 #: default (1000) when the broker does not batch (raising is safe).
-BATCH_SNDHWM = 64
+BATCH_SNDHWM = 4
+#: The same under gevent (``zmq.green``), where the client has no sender thread (an OS thread
+#: must not touch a green socket): 64 sends every burst of up to 64 frames at once, and what a
+#: longer burst leaves queued goes with the client's next call.
+GREEN_BATCH_SNDHWM = 64
 #: The same for the :class:`~zeps.clients.AsyncClient`, whose publishes join a queue that
 #: leaves when the publishing coroutine lets the event loop run (or 64 at a time): it needs no
 #: busy socket to batch, and a flat-out coroutine, which lets the loop run every 2 ms only,
@@ -196,6 +199,8 @@ class Connection:
             self._hwm = PLAIN_SNDHWM
         elif self.module.__name__ == "zmq.asyncio":
             self._hwm = ASYNC_BATCH_SNDHWM    # it batches when the coroutine lets the loop run
+        elif self.module.__name__ == "zmq.green":
+            self._hwm = GREEN_BATCH_SNDHWM    # no sender thread (flusher.py)
         else:
             self._hwm = BATCH_SNDHWM
         raw.setsockopt(zmq.SNDHWM, self._hwm)

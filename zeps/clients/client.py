@@ -37,8 +37,8 @@ from .errors import ConcurrentUseError
 from .message import StreamInfo
 from .operations import publish_frame
 from .batching import batch_frames
-from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH,
-                       WRITABLE_LOOK)
+from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_LOOK,
+                       WRITABLE_QUEUE)
 from .flusher import NO_FLUSHER, Flusher
 from .peering import ABSENT, CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
@@ -58,9 +58,8 @@ _DONE = done_receipt(Receipt)
 
 def _guarded(method):
     """One caller at a time: a second thread (or greenlet) calling while one is inside gets
-    :class:`ConcurrentUseError` (see :meth:`Client._concurrent`) instead of corrupting the
-    client's state or its ZeroMQ socket, which is not thread-safe. The client's own sender
-    (:mod:`zeps.clients.flusher`) is waited for, and armed by frames left waiting."""
+    :class:`ConcurrentUseError` (:meth:`Client._concurrent`) instead of corrupting the client or
+    its socket. The client's own sender is waited for, and armed by frames left waiting."""
     name = method.__name__
 
     @functools.wraps(method)
@@ -214,21 +213,22 @@ class Client(ops.FrontEnd):
                 p.queue_publish(frame)
                 # Asking the socket costs more than queueing: ask every WRITABLE_LOOK seconds,
                 # or once a batch's worth has gathered.
-                if (now >= self._next_writable or len(p.queue) >= WRITABLE_BATCH) \
+                if (now >= self._next_writable or len(p.queue) >= WRITABLE_QUEUE) \
                         and conn.writable():
                     self._next_writable = now + WRITABLE_LOOK
                     conn.send_queued()
+                if not self._flusher.armed:     # the sender sends it if no call comes
+                    self._flusher.arm()
             else:
                 try:
                     conn.send(frame, _NOBLOCK)
                 except zmq.Again:
                     p.queue_publish(frame)
+                    self._flusher.arm()
             if now >= self._next_look:
                 self._next_look = now + LOOK_INTERVAL
                 if conn.readable():
                     conn.service()
-            if p.waiting and not self._flusher.armed:     # the sender sends it if we do not
-                self._flusher.arm()
             return r
         finally:
             self._guard.release()
@@ -496,7 +496,7 @@ class Client(ops.FrontEnd):
             self._conn.close()
             p.close()
             if self._subscription is not None:
-                self._subscription._ready.clear()
+                self._subscription._drop()
         err, p.error = p.error, None
         if err is not None:
             raise err

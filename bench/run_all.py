@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
     "bench_codec": ("bench_codec", [], ["--n", "2000"]),
+    "bench_columns": ("bench_columns", [], ["--n", "2000"]),
     "bench_journal": ("bench_journal", [], ["--quick"]),
     "bench_broker": ("bench_broker", [], ["--n", "2000"]),
     "bench_client": ("bench_client", [], ["--n", "2000"]),

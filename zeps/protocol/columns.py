@@ -89,7 +89,6 @@ _U32BE = struct.Struct(">I").pack
 _CONTINUATION = bytes(range(0x80, 0xC0))
 #: a row entry's key length octet, by length
 _LEN_OCTET = [bytes((i,)) for i in range(MAX_KEY + 1)]
-assert array("i").itemsize == 4, "array('i') must be 32 bits for the offsets"
 
 
 class BadColumns(ValueError):
@@ -148,11 +147,9 @@ def _key_bytes(key) -> bytes:
     raise TypeError(f"key must be str or UTF-8 bytes, not {type(key).__name__}")
 
 
-def _offsets(lengths: Sequence[int]) -> array:
-    offs = array("i", accumulate(lengths, initial=0))
-    if not _LITTLE:                 # pragma: no cover - every platform ZEPS runs on is LE
-        offs.byteswap()
-    return offs
+def _offsets(lengths: Sequence[int]) -> bytes:
+    """The int32 LE offsets of these lengths (0 first), packed with one call."""
+    return struct.pack(f"<{len(lengths) + 1}i", *accumulate(lengths, initial=0))
 
 
 def encode_columns(keys: Sequence, bodies: Sequence, *, sequence: int = 0,
@@ -161,7 +158,9 @@ def encode_columns(keys: Sequence, bodies: Sequence, *, sequence: int = 0,
     ``sequence`` is 0 (``timestamp`` must be 0 too), else a DELIVER-COLUMNS of messages
     ``sequence .. sequence + N - 1`` journalled at ``timestamp``. Keys are ``str`` (or UTF-8
     bytes) of at most 255 bytes, bodies bytes-like (or ``str``, sent as UTF-8). Built with
-    joins: no bytes are concatenated per message. Raises ValueError / TypeError."""
+    joins and C-level maps: no bytes are concatenated per message, ASCII keys are encoded
+    with one call, the bodies are copied once, into the frame. Raises ValueError /
+    TypeError."""
     n = len(keys)
     if n != len(bodies):
         raise ValueError(f"{n} keys but {len(bodies)} bodies")
@@ -176,36 +175,44 @@ def encode_columns(keys: Sequence, bodies: Sequence, *, sequence: int = 0,
             raise ValueError("sequence or timestamp out of range for a DELIVER-COLUMNS")
         command = DELIVER_COLUMNS_ID
     try:
-        kb = list(map(str.encode, keys))
-    except TypeError:
-        kb = [_key_bytes(k) for k in keys]
+        joined = "".join(keys)
+    except TypeError:                        # not all str: bytes keys, or refused below
+        joined = None
+    if joined is not None and joined.isascii():       # (O(1) for a str) one encode for all
+        kbuf, klens = joined.encode("ascii"), list(map(len, keys))
+    else:
+        kb = list(map(str.encode, keys)) if joined is not None else list(map(_key_bytes, keys))
+        kbuf, klens = b"".join(kb), list(map(len, kb))
     try:
-        body_buf = b"".join(bodies)
+        return _assemble(command, kbuf, klens, bodies, sequence, timestamp)
     except TypeError:
-        bodies = [b.encode("utf-8") if isinstance(b, str) else b for b in bodies]
-        body_buf = b"".join(bodies)          # TypeError for what is not bytes-like
-    return _assemble(command, kb, bodies, body_buf, sequence, timestamp)
+        if not any(isinstance(b, str) for b in bodies):
+            raise
+    bodies = [b.encode("utf-8") if isinstance(b, str) else b for b in bodies]
+    return _assemble(command, kbuf, klens, bodies, sequence, timestamp)
 
 
-def _assemble(command: int, kb: List[bytes], bodies: Sequence, body_buf: bytes, sequence: int,
+def _assemble(command: int, kbuf: bytes, klens: List[int], bodies: Sequence, sequence: int,
               timestamp: int) -> bytes:
-    """The frame of UTF-8 keys ``kb`` and ``bodies`` (already joined as ``body_buf``)."""
-    n = len(kb)
-    klens = list(map(len, kb))
+    """The frame of the joined UTF-8 keys ``kbuf`` (key ``i`` ``klens[i]`` bytes long) and
+    ``bodies``; TypeError for a body that is not bytes-like of bytes."""
+    n = len(klens)
     if max(klens) > MAX_KEY:
         i = next(i for i, k in enumerate(klens) if k > MAX_KEY)
         raise ValueError(f"key {i} is longer than {MAX_KEY} bytes")
-    k_size, b_size = sum(klens), len(body_buf)
     blens = list(map(len, bodies))
-    if sum(blens) != b_size:
-        raise TypeError("bodies must be bytes-like objects of bytes")
-    if b_size > MAX_BUFFER:
-        raise ValueError("bodies over 2 GiB do not fit int32 offsets")
+    k_size, b_size = len(kbuf), sum(blens)
+    if b_size > MAX_BUFFER or k_size > MAX_BUFFER:
+        raise ValueError("keys or bodies over 2 GiB do not fit int32 offsets")
     opad = _ZEROS[:_pad(4 * (n + 1))]
-    return b"".join((_head_pack(SIGNATURE, command, VERSION, n, timestamp, sequence, k_size,
-                                b_size),
-                     _offsets(klens), opad, _offsets(blens), opad,
-                     b"".join(kb), _ZEROS[:_pad(k_size)], body_buf, _ZEROS[:_pad(b_size)]))
+    parts = [_head_pack(SIGNATURE, command, VERSION, n, timestamp, sequence, k_size, b_size),
+             _offsets(klens), opad, _offsets(blens), opad, kbuf, _ZEROS[:_pad(k_size)]]
+    parts += bodies
+    parts.append(_ZEROS[:_pad(b_size)])
+    frame = b"".join(parts)
+    if len(frame) != columns_size(n, k_size, b_size):     # len() of a memoryview of non-bytes
+        raise TypeError("bodies must be bytes-like objects of bytes")
+    return frame
 
 
 # ------------------------------------------------------------------------------ decoding
@@ -247,17 +254,18 @@ def _check_padding(mv: memoryview, spans) -> None:
 
 
 def _check_offsets_np(offs, size: int, what: str, limit: Optional[int]) -> None:
+    """``offs`` (int64) run from 0 to ``size`` without going back (steps of at most
+    ``limit``): one vectorised pass; the loops only find what to name in an error."""
     if offs[0] != 0 or offs[-1] != size:
         raise BadColumns(f"{what} offsets run from {int(offs[0])} to {int(offs[-1])}, "
                          f"not 0 to {size}")
-    d = np.diff(offs.astype(np.int64))      # int64: a forged int32 step cannot wrap
-    bad = d < 0
-    if bad.any():
-        raise BadColumns(f"{what} offsets go back at {what} {int(np.argmax(bad))}")
-    if limit is not None:
-        over = d > limit
-        if over.any():
-            raise BadColumns(f"{what} {int(np.argmax(over))} is longer than {limit} bytes")
+    d = offs[1:] - offs[:-1]
+    if limit is None:
+        if not np.count_nonzero(d < 0):
+            return
+    elif not np.count_nonzero(d.view(np.uint64) > limit):   # a step < 0 is huge as uint64
+        return
+    _check_offsets_py(offs.tolist(), size, what, limit)     # (raises, naming the message)
 
 
 def _check_offsets_py(offs: List[int], size: int, what: str, limit: Optional[int]) -> None:
@@ -296,7 +304,7 @@ def _check_keys(keys: memoryview, offs, vector: bool) -> None:
     if vector:
         kb = np.frombuffer(keys, dtype=np.uint8)
         starts = offs[:int(np.searchsorted(offs, len(kb)))]
-        bad = bool(((kb[starts] & 0xC0) == 0x80).any())
+        bad = np.count_nonzero((kb[starts] & 0xC0) == 0x80) > 0
     else:
         firsts = bytes(map(keys.__getitem__, offs[:bisect_left(offs, len(keys))]))
         bad = len(firsts.translate(None, _CONTINUATION)) != len(firsts)
@@ -329,9 +337,13 @@ def decode_columns(frame, *, max_count: int = MAX_BATCH_ENTRIES,
     if vector:
         ko = np.frombuffer(mv, dtype="<i4", count=n + 1, offset=HEAD_SIZE)
         bo = np.frombuffer(mv, dtype="<i4", count=n + 1, offset=bo_at)
-        _check_offsets_np(ko, k_size, "key", MAX_KEY)
-        _check_offsets_np(bo, b_size, "body", None)
-        _check_keys(keys, ko, True)
+        # both offset arrays widened at once (int64: a forged int32 step cannot wrap)
+        both = np.frombuffer(mv, dtype="<i4", count=(k_at - HEAD_SIZE) // 4,
+                             offset=HEAD_SIZE).astype(np.int64)
+        k64, b64 = both[:n + 1], both[(bo_at - HEAD_SIZE) // 4:][:n + 1]
+        _check_offsets_np(k64, k_size, "key", MAX_KEY)
+        _check_offsets_np(b64, b_size, "body", None)
+        _check_keys(keys, k64, True)
     else:
         ko, bo = _int32s(mv, HEAD_SIZE, n + 1), _int32s(mv, bo_at, n + 1)
         kl, bl = ko.tolist(), bo.tolist()
@@ -381,7 +393,7 @@ def to_arrow(frame, *, max_count: int = MAX_BATCH_ENTRIES):
     if h.sequence + n - 1 > top or h.timestamp > top:
         raise BadColumns("sequence or timestamp beyond int64 (Arrow's columns)")
     seq = pa.array(np.arange(h.sequence, h.sequence + n, dtype=np.int64))
-    ts = pa.array(np.full(n, h.timestamp, dtype=np.int64)).view(pa.timestamp("ns", tz="UTC"))
+    ts = pa.repeat(pa.scalar(h.timestamp, pa.timestamp("ns", tz="UTC")), n)
     return pa.RecordBatch.from_arrays([seq, ts, key, body],
                                       names=["sequence", "timestamp", "key", "body"])
 
@@ -431,7 +443,7 @@ def columns_from_rows(frame) -> bytes:
     starts = offs[:-1]
     k0 = list(map(add, starts, repeat(1)))
     k1 = list(map(add, k0, map(frame.__getitem__, starts)))       # + the key length octet
-    keys = list(map(frame.__getitem__, map(slice, k0, k1)))
+    keys = b"".join(map(frame.__getitem__, map(slice, k0, k1)))
     bodies = list(map(frame.__getitem__, map(slice, map(add, k1, repeat(4)), offs[1:])))
     command = PUBLISH_COLUMNS_ID if frame[2] == PUBLISH_BATCH_ID else DELIVER_COLUMNS_ID
-    return _assemble(command, keys, bodies, b"".join(bodies), seq, ts)
+    return _assemble(command, keys, list(map(sub, k1, k0)), bodies, seq, ts)

@@ -92,6 +92,19 @@ def test_columns_and_rows_hold_the_same_messages(msgs, ts, seq):
         c.deliver_cost(len(k.encode()), len(b)) for k, b in msgs)
 
 
+@settings(max_examples=15, deadline=None)
+@given(st.lists(st.tuples(keys_st, st.binary(max_size=300)), min_size=C._ARROW_ROWS_MIN,
+                max_size=C._ARROW_ROWS_MIN + 40), st.integers(0, 2**64 - 1),
+       st.integers(0, 2**40))
+def test_large_batches_convert_to_rows_through_arrow_as_through_python(msgs, ts, seq):
+    keys, bodies = [k for k, _ in msgs], [b for _, b in msgs]
+    frame = C.encode_columns(keys, bodies, sequence=seq, timestamp=ts if seq else 0)
+    want = (rows.encode_publish_batch(msgs) if not seq else
+            rows.deliver_batch_head(ts, seq, len(msgs)) + rows.encode_entries(msgs))
+    assert C.rows_from_columns(frame) == C.rows_from_columns(frame, use_numpy=False) == want
+    assert C.columns_from_rows(want) == frame
+
+
 @settings(max_examples=100, deadline=None)
 @given(messages_st, st.integers(0, 2**63 - 1), st.integers(1, 2**40))
 def test_to_arrow_wraps_the_frame_without_copying(msgs, ts, seq):
@@ -144,6 +157,10 @@ def test_corruption_is_refused_or_read_as_exactly_what_the_bytes_say(msgs, deliv
         return
     header, out = got           # accepted: only if the bytes are exactly these messages' frame
     assert reencoded(header, out) == frame
+    if max(header.timestamp, header.sequence + header.count - 1) >= 2**63:
+        with pytest.raises(C.BadColumns, match="beyond int64"):     # Arrow's int64 columns
+            C.to_arrow(frame)
+        return
     assert C.to_arrow(frame).column("key").to_pylist() == [k for k, _ in out]
 
 

@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 from zeps.protocol import batch as rows
 from zeps.protocol import columns as C
 from zeps.protocol import commands as c
-from zeps.protocol import decode, encode
+from zeps.protocol import ProtocolError, decode, encode
 
 np = pytest.importorskip("numpy", reason="the numpy path is compared with the fallback")
 pa = pytest.importorskip("pyarrow", reason="to_arrow needs pyarrow")
@@ -287,3 +287,14 @@ def test_encode_takes_str_bodies_and_utf8_bytes_keys_and_refuses_others():
 def test_columns_from_rows_refuses_bad_row_frames(frame, error):
     with pytest.raises(C.BadColumns, match=error):
         C.columns_from_rows(frame)
+
+
+@pytest.mark.parametrize("cid", [C.PUBLISH_COLUMNS_ID, C.DELIVER_COLUMNS_ID, C.COLUMNS_SELECT_ID,
+                                 C.COLUMNS_SELECT_OK_ID])
+def test_the_codec_does_not_know_the_reserved_ids_yet(cid):
+    """The design step puts nothing on the wire: ZEPS/1's codec answers as for any unknown id
+    (and no command of commands.py has taken one of the ids docs/columns.md reserves)."""
+    assert cid not in c.BY_ID
+    frame = C.encode_columns(["a"], [b"b"], sequence=3 if cid == C.DELIVER_COLUMNS_ID else 0)
+    with pytest.raises(ProtocolError, match=f"unknown command {cid}"):
+        decode(frame[:2] + bytes((cid,)) + frame[3:])

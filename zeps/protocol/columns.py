@@ -70,6 +70,10 @@ __all__ = ["BadColumns", "ColumnsHeader", "DecodedColumns", "encode_columns", "d
 
 PUBLISH_COLUMNS_ID = 93
 DELIVER_COLUMNS_ID = 94
+#: Reserved for the negotiation docs/columns.md proposes (COLUMNS-SELECT, COLUMNS-SELECT-OK);
+#: none of 93-96 is in zeps/protocol/commands.py yet: the codec answers "unknown command".
+COLUMNS_SELECT_ID = 95
+COLUMNS_SELECT_OK_ID = 96
 VERSION = 1
 #: signature, command id, version, count, timestamp, sequence, keys_size, bodies_size
 HEAD = struct.Struct("<2sBBIQQII")

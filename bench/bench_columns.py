@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=200_000, help="messages per measurement")
     n = ap.parse_args(argv).n
-    print(f"{BODY} B bodies, keys of {len(KEYS[0])}-{len(KEYS[-1])} B; {n:,} messages per "
+    print(f"{BODY} B ASCII bodies, keys of {len(KEYS[0])}-{len(KEYS[-1])} B; {n:,} messages per "
           f"measurement, best of 5; numpy {'yes' if C.np is not None else 'no'}\n")
     table("Build a PUBLISH-BATCH (a): rows vs columns", build_cases, n)
     table("Decode a DELIVER-BATCH (b): rows to Python objects vs columns", decode_cases, n)

@@ -31,6 +31,7 @@ _POLLOUT = int(zmq.POLLOUT)
 _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
+_ASK_FIRST = 8            # reads of a drain that ask ZMQ_EVENTS before reading (_drain)
 #: The socket's send high-water mark (frames) with batching: small, so that a publisher
 #: faster than the socket finds it busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
@@ -322,7 +323,12 @@ class Connection:
             receive(frame, now)
             if p.need_reconnect is not None:
                 return
-        for _ in range(DRAIN_LIMIT):
+        get = self.sock.get
+        for i in range(DRAIN_LIMIT):
+            # The first reads ask ZMQ_EVENTS first: a subscriber woken for one frame ended each
+            # wake-up on a raised zmq.Again, which costs more than the question (issue 20).
+            if i < _ASK_FIRST and not get(_EVENTS) & _POLLIN:
+                break
             try:
                 frame = recv(_NOBLOCK)
             except zmq.Again:

@@ -1,9 +1,11 @@
 """Values handed to applications: :class:`Message` and :class:`StreamInfo`."""
 from __future__ import annotations
 
+from bisect import bisect_left
+from codecs import latin_1_decode
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from itertools import repeat
+from itertools import islice, repeat
 from operator import itemgetter
 from typing import List, Optional, Sequence
 
@@ -11,7 +13,7 @@ from zeps.protocol.batch import ENTRY_COST_EXTRA
 from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
 
-__all__ = ["Message", "MessageBatch", "StreamInfo", "Headers", "build_message"]
+__all__ = ["Message", "MessageBatch", "StreamInfo", "Headers", "build_message", "build_messages"]
 
 _FIELDS = ("sequence", "key", "body", "timestamp", "stream", "headers")
 _tuple_new = tuple.__new__
@@ -104,6 +106,27 @@ def build_message(sequence: int, key: str, body: bytes, timestamp: Optional[int]
     """``Message(sequence, key, body, timestamp, stream, headers)`` for the client's delivery
     hot path: one C call (the values come from the decoder, already of the right types)."""
     return _tuple_new(Message, (sequence, key, body, timestamp, stream, headers))
+
+
+def build_messages(frame: bytes, offsets: List[int], first: int, timestamp: Optional[int],
+                   stream: Optional[str]) -> List[Message]:
+    """The :class:`Message` objects of DELIVER-BATCH entries: entry ``i`` (sequence
+    ``first + i``) is ``frame[offsets[i]:offsets[i + 1]]``. Built in bulk (issue 20): the keys
+    and the bodies each in one comprehension, the messages in one ``map`` (C code per message).
+    The keys are sliced from the span decoded once as Latin-1, which gives the UTF-8 text of
+    every key when all of them are ASCII (checked in one call); otherwise each key is decoded
+    as UTF-8, undecodable bytes replaced by U+FFFD."""
+    starts = offsets[:-1]
+    base = starts[0] if starts else 0
+    text = latin_1_decode(memoryview(frame)[base:offsets[-1]])[0]
+    f = frame
+    keys = [text[s - base + 1:s - base + 1 + f[s]] for s in starts]
+    if not "".join(keys).isascii():
+        keys = [f[s + 1:s + 1 + f[s]].decode("utf-8", "replace") for s in starts]
+    bodies = [f[s + 5 + f[s]:e] for s, e in zip(starts, islice(offsets, 1, None))]
+    return list(map(_tuple_new, repeat(Message), zip(
+        range(first, first + len(starts)), keys, bodies, repeat(timestamp), repeat(stream),
+        repeat(NO_HEADERS))))
 
 
 class MessageBatch:
@@ -214,9 +237,8 @@ class MessageBatch:
     def messages(self) -> List[Message]:
         """The batch as :class:`Message` objects (built on first use)."""
         if self._messages is None:
-            self._messages = list(map(_tuple_new, repeat(Message), zip(
-                self.sequences, self.keys, self.bodies, repeat(self._ts), repeat(self.stream),
-                repeat(NO_HEADERS))))
+            self._messages = build_messages(self._frame, self._offsets, self._first, self._ts,
+                                            self.stream)
         return self._messages
 
     @property
@@ -234,12 +256,12 @@ class MessageBatch:
         ``topup`` (at least one)."""
         offs = self._offsets
         n = len(offs) - 1
-        k = cost = 0
-        while k < n:
-            cost += offs[k + 1] - offs[k] + ENTRY_COST_EXTRA
-            k += 1
-            if spent + cost >= topup or k >= room:
-                break
+        m = min(n, max(room, 1))
+        # The first k (1..m) whose k entries cost topup - spent: entries' costs only grow, so
+        # a binary search over k (k entries cost offs[k] - offs[0] + ENTRY_COST_EXTRA * k).
+        k = 1 + bisect_left(range(1, m), topup - spent + offs[0],
+                            key=lambda j: offs[j] + ENTRY_COST_EXTRA * j)
+        cost = offs[k] - offs[0] + ENTRY_COST_EXTRA * k
         if k == n:
             return self.messages, cost, None
         head = MessageBatch.from_frame(self._frame, offs[:k + 1], self._first, self._ts,

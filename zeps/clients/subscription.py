@@ -1,11 +1,14 @@
 """The consumer side of a client: :class:`Subscription` (blocking) and :class:`AsyncSubscription`.
 
-Both hand out messages from a small ready queue that they fill from the peering a batch at a
-time (``operations.fill``); what they share is in :class:`_Messages`.
+Both hand out messages from the ready messages they take from the peering a few hundred at a
+time (``operations.fill``); what they share is in :class:`_Messages`. The blocking one hands
+them through an ``itertools.chain`` (C code per message, Python per fill; issue 20).
 """
 from __future__ import annotations
 
 from collections import deque
+from itertools import chain
+from operator import length_hint as _length_hint
 from typing import AsyncIterator, Iterator, List, Optional, Tuple
 
 from . import operations as ops
@@ -13,6 +16,9 @@ from .errors import ClientClosed, ZepsTimeout
 from .message import Message, MessageBatch
 
 __all__ = ["Subscription", "AsyncSubscription", "Subscribing", "subscribe_args"]
+
+_chain_from = chain.from_iterable
+_next = next
 
 
 def subscribe_args(pattern, from_seq, from_time, live, timeout) -> List[str]:
@@ -36,20 +42,19 @@ def subscribe_args(pattern, from_seq, from_time, live, timeout) -> List[str]:
 
 
 class _Messages:
-    """What both subscriptions share: their client, their ready queue, their position."""
+    """What both subscriptions share: their client, their timeout, the batches taken for
+    ``next_batch``. Each keeps its own ready messages (see :class:`Subscription`)."""
 
-    __slots__ = ("_client", "timeout", "_ready", "_batches", "_position")
+    __slots__ = ("_client", "timeout", "_batches")
 
     def __init__(self, client):
         self._client = client
         #: Seconds each step of iterating may wait (None: for ever).
         self.timeout: Optional[float] = None
-        # Taken from the client, not yet handed out: messages (next/poll) or batches
-        # (next_batch). At most one of the two holds anything: each reader empties the
-        # other's first, so order is kept when a program uses both.
-        self._ready: deque = deque()
+        # Taken from the client, not yet handed out, for next_batch. The ready messages (next,
+        # poll) and these batches: at most one of the two holds anything, each reader
+        # empties the other's first, so order is kept when a program uses both.
         self._batches: deque = deque()
-        self._position = 0
 
     @property
     def client(self):
@@ -61,46 +66,49 @@ class _Messages:
         """Patterns subscribed so far (OR-ed)."""
         return tuple(self._client._p.patterns)
 
-    @property
-    def position(self) -> int:
-        """Sequence of the last message handed to the application (0 if none yet)."""
-        return self._position
-
-    @property
-    def buffered(self) -> int:
-        """Messages received from the broker and not yet read by the application."""
-        return (self._client._p.buffered_messages + len(self._ready)
-                + sum(len(b) for b in self._batches))
-
-    def _unbatch(self) -> bool:
-        """Move the batches taken for ``next_batch`` to the message queue (``next`` reads on
-        where ``next_batch`` stopped); False if there were none."""
-        if not self._batches:
-            return False
-        for b in self._batches:
-            self._ready.extend(b.messages)
-        self._batches.clear()
-        return True
-
-    def _ready_batch(self) -> Optional[MessageBatch]:
-        """The oldest batch already taken, or the messages ``next`` has not handed yet, as
-        one batch; None if there is neither."""
-        if self._ready:
-            batch = MessageBatch(self._ready)
-            self._ready.clear()
-        elif self._batches:
-            batch = self._batches.popleft()
-        else:
-            return None
-        self._position = batch.last
-        return batch
-
     def _timed_out(self, timeout) -> ZepsTimeout:
         return ZepsTimeout(f"no message on stream {self._client.stream!r} within {timeout:g}s")
 
     def __repr__(self) -> str:
         return (f"<zeps.{type(self).__name__} stream={self._client.stream!r} "
                 f"patterns={self.patterns!r} position={self.position}>")
+
+
+def _raising(error: BaseException):
+    """An iterator that raises ``error`` once, then is exhausted: what :class:`_Feed` gives a
+    ``chain`` instead of raising, so that the chain lives on (a chain whose source raises is
+    finished for good; one whose current iterator raises is not)."""
+    raise error
+    yield                                   # a generator (unreachable)
+
+
+class _Feed:
+    """The source of the ``itertools.chain`` that :class:`Subscription` hands messages
+    through: each step gives the subscription's ready messages (an iterator the chain then
+    steps through in C, message by message), filling them from the client first when they
+    are all handed. The errors of filling are given as an iterator raising them (the chain
+    goes on after one, as the subscription did); ``ClientClosed`` ends a ``for`` loop's chain
+    (``ends``) and is raised by ``next()``'s."""
+
+    __slots__ = ("_sub", "_ends")
+
+    def __init__(self, sub: "Subscription", ends: bool):
+        self._sub = sub
+        self._ends = ends
+
+    def __iter__(self) -> "_Feed":
+        return self
+
+    def __next__(self):
+        sub = self._sub
+        try:
+            return sub._refill(sub.timeout if self._ends else sub._wait)
+        except ClientClosed as e:
+            if self._ends:
+                raise StopIteration from None
+            return _raising(e)
+        except BaseException as e:          # ZepsTimeout, the client's errors, Ctrl-C
+            return _raising(e)
 
 
 class Subscription(_Messages):
@@ -123,32 +131,103 @@ class Subscription(_Messages):
 
     Reading is what grants the broker credit: the client tops the credit up as messages are
     handed to you, so reading slowly makes the broker replay from the journal rather than
-    queue. (The subscription takes received messages from the client a few dozen at a time
+    queue. (The subscription takes received messages from the client a few hundred at a time
     and hands them out one by one.) Errors of the client (for example
     :class:`~zeps.clients.InvalidError`) are raised from these calls too.
+
+    ``iter(sub)`` is an iterator of its own (an ``itertools.chain``: each message is handed
+    by C code, the subscription's Python runs once per few hundred messages; issue 20), which
+    reads from the same ready messages as ``next(sub)``, ``sub.next()`` and ``sub.poll()``.
     """
 
-    __slots__ = ()
+    # The ready messages: a list taken from the client at once (``_msgs``) and the one
+    # iterator over it (``_cur``) that every reader steps: ``for`` loops (through chains of
+    # _Feed), next, poll, next_batch; ``_base`` is the position before the list.
+    __slots__ = ("_msgs", "_cur", "_base", "_wait", "_nexts")
+
+    def __init__(self, client):
+        super().__init__(client)
+        self._msgs: List[Message] = []
+        self._cur = iter(self._msgs)
+        self._base = 0
+        self._wait: Optional[float] = None          # the timeout of the next() under way
+        self._nexts = _chain_from(_Feed(self, False))
+
+    @property
+    def position(self) -> int:
+        """Sequence of the last message handed to the application (0 if none yet)."""
+        handed = len(self._msgs) - _length_hint(self._cur)
+        return self._msgs[handed - 1].sequence if handed else self._base
+
+    @property
+    def buffered(self) -> int:
+        """Messages received from the broker and not yet read by the application."""
+        return (self._client._p.buffered_messages + _length_hint(self._cur)
+                + sum(len(b) for b in self._batches))
+
+    def _ready(self, msgs: List[Message], position: int) -> None:
+        """Make ``msgs`` the ready messages, all before handed up to ``position``."""
+        self._base = position
+        self._msgs = msgs
+        self._cur = iter(msgs)
+
+    def _drop(self) -> None:
+        """The client is closed: what was not handed is not (a ``for`` loop stepping the
+        ready messages stops with them)."""
+        position = self.position
+        self._msgs.clear()                  # stops every iterator over it
+        self._ready([], position)
+
+    def _unbatch(self) -> bool:
+        """Make the batches taken for ``next_batch`` the ready messages (``next`` reads on
+        where ``next_batch`` stopped); False if there were none."""
+        if not self._batches:
+            return False
+        msgs = [m for b in self._batches for m in b.messages]
+        self._batches.clear()
+        self._ready(msgs, self.position)
+        return True
+
+    def _refill(self, timeout: Optional[float]):
+        """The ready messages' iterator once it has some left, filled from the client if all
+        were handed; :class:`ZepsTimeout` after ``timeout`` seconds."""
+        if _length_hint(self._cur) or self._unbatch():
+            return self._cur
+        self._ready([], self.position)      # free the messages handed before building more
+        msgs: List[Message] = []
+        if not self._client._fill(msgs, timeout):
+            raise self._timed_out(timeout)
+        self._ready(msgs, self.position)
+        return self._cur
+
+    def _ready_batch(self) -> Optional[MessageBatch]:
+        """The ready messages not handed yet as one batch, or the oldest batch already
+        taken; None if there is neither."""
+        if _length_hint(self._cur):
+            batch = MessageBatch(list(self._cur))
+        elif self._batches:
+            batch = self._batches.popleft()
+        else:
+            return None
+        self._ready([], batch.last)
+        return batch
 
     def next(self, timeout: Optional[float] = None) -> Message:
         """Return the next message; raise :class:`ZepsTimeout` if none comes within ``timeout``
         seconds (``None``: wait for ever)."""
-        msg = self.poll(timeout)
-        if msg is None:
-            raise self._timed_out(timeout)
-        return msg
+        self._wait = timeout
+        return _next(self._nexts)
 
     def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
         """Return the next message, or ``None`` if none comes within ``timeout`` seconds."""
-        ready = self._ready
-        while True:
-            try:
-                msg = ready.popleft()
-                break
-            except IndexError:              # empty (perhaps emptied by another reader)
-                if not self._unbatch() and not self._client._fill(ready, timeout):
+        msg = _next(self._cur, None)
+        if msg is None:
+            if not self._unbatch():
+                msgs: List[Message] = []
+                if not self._client._fill(msgs, timeout):
                     return None
-        self._position = msg.sequence
+                self._ready(msgs, self.position)
+            msg = _next(self._cur)
         return msg
 
     def next_batch(self, timeout: Optional[float] = None) -> MessageBatch:
@@ -175,18 +254,16 @@ class Subscription(_Messages):
                 return
 
     def __iter__(self) -> Iterator[Message]:
-        return self
+        return _chain_from(_Feed(self, True))
 
     def __next__(self) -> Message:
+        msg = _next(self._cur, None)
+        if msg is not None:
+            return msg
         try:
-            msg = self._ready.popleft()
-        except IndexError:
-            try:
-                return self.next(self.timeout)
-            except ClientClosed:
-                raise StopIteration from None
-        self._position = msg.sequence
-        return msg
+            return self.next(self.timeout)
+        except ClientClosed:
+            raise StopIteration from None
 
     def close(self) -> None:
         """Close the underlying client (a subscription cannot be cancelled alone in ZEPS/1)."""
@@ -229,7 +306,51 @@ class AsyncSubscription(_Messages):
     and in bulk ``await sub.next_batch(timeout)`` / ``async for batch in sub.batches()`` (see
     :class:`Subscription`). A cancelled read loses nothing."""
 
-    __slots__ = ()
+    # The ready messages: taken from the client, not yet handed (a deque several tasks may
+    # fill and read), and the position.
+    __slots__ = ("_ready", "_position")
+
+    def __init__(self, client):
+        super().__init__(client)
+        self._ready: deque = deque()
+        self._position = 0
+
+    @property
+    def position(self) -> int:
+        """Sequence of the last message handed to the application (0 if none yet)."""
+        return self._position
+
+    @property
+    def buffered(self) -> int:
+        """Messages received from the broker and not yet read by the application."""
+        return (self._client._p.buffered_messages + len(self._ready)
+                + sum(len(b) for b in self._batches))
+
+    def _drop(self) -> None:
+        self._ready.clear()
+
+    def _unbatch(self) -> bool:
+        """Move the batches taken for ``next_batch`` to the message queue (``next`` reads on
+        where ``next_batch`` stopped); False if there were none."""
+        if not self._batches:
+            return False
+        for b in self._batches:
+            self._ready.extend(b.messages)
+        self._batches.clear()
+        return True
+
+    def _ready_batch(self) -> Optional[MessageBatch]:
+        """The oldest batch already taken, or the messages ``next`` has not handed yet, as
+        one batch; None if there is neither."""
+        if self._ready:
+            batch = MessageBatch(self._ready)
+            self._ready.clear()
+        elif self._batches:
+            batch = self._batches.popleft()
+        else:
+            return None
+        self._position = batch.last
+        return batch
 
     async def next(self, timeout: Optional[float] = None) -> Message:
         """The next message; :class:`~zeps.clients.ZepsTimeout` if none comes within ``timeout``

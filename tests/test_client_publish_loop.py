@@ -6,13 +6,18 @@ each confirmed once with its own sequence. Real broker process, real sockets on 
 figure of time is asserted (the speed is measured in bench/, docs/benchmarks.md)."""
 from __future__ import annotations
 
+import signal
+import threading
+import time
+
+import pytest
 import zmq
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.measure import wait_for
-from zeps.clients import Client
-from zeps.clients.transport import BATCH_SNDHWM, PLAIN_SNDHWM
+from zeps.clients import Client, ConcurrentUseError
+from zeps.clients.transport import BATCH_SNDHWM, GREEN_BATCH_SNDHWM, PLAIN_SNDHWM
 
 FAST = dict(timeout=20.0, heartbeat=5.0)
 
@@ -138,3 +143,82 @@ def test_close_sends_what_a_burst_left_queued(broker):
             n += 2000
         got = _read_all(broker.endpoint, stream, n)
         assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(n)]
+
+
+def test_the_application_waits_for_the_sender_instead_of_an_error(broker):
+    """A call made while the client's sender holds the client (polling a socket that stays
+    busy: the broker is stopped, its TCP buffers full) waits for it to let go: no
+    ConcurrentUseError; once the broker goes on, every message arrives once, in order."""
+    big = b"x" * 60000
+    with Client(broker.endpoint, "turns", create=True, confirms=True, **FAST) as pub:
+        n = caught = 0
+        broker.proc.send_signal(signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 4                 # well within the heartbeat (5 s)
+            while caught < 3 and time.monotonic() < deadline:
+                if pub._p.queue.size + 2 * len(big) > pub.max_batch:
+                    break                                   # the next publish would wait
+                pub.publish("k", b"%d-" % n + big)
+                n += 1
+                if not pub._p.waiting:                      # the socket took it
+                    continue
+                spin = time.monotonic() + 0.3
+                while not pub._flusher.busy and time.monotonic() < spin:
+                    pass                                    # the sender looks at the socket
+                if pub._flusher.busy:
+                    pub.publish("k", b"%d-" % n + big)      # collides with it, mostly
+                    n += 1
+                    caught += 1
+        finally:
+            broker.proc.send_signal(signal.SIGCONT)
+        assert caught, "the sender was never seen at work: the test tested nothing"
+        assert pub.wait_for_confirms() == n
+    got = _read_all(broker.endpoint, "turns", n)
+    assert [(m.sequence, m.body[:m.body.index(b"-")]) for m in got] == \
+        [(i + 1, b"%d" % i) for i in range(n)]
+
+
+def test_two_threads_are_still_reported_with_a_sender(broker):
+    """The sender is waited for, a second application thread is not: a publish while another
+    thread is inside a call still raises ConcurrentUseError naming that thread."""
+    with Client(broker.endpoint, "two", create=True, **FAST) as c:
+        for i in range(3000):                               # the sender is started
+            c.publish("k", b"%d" % i)
+        sub = c.subscribe(live=True)
+        assert c._flusher._thread is not None and c._flusher._thread.is_alive()
+        got = []
+        t = threading.Thread(target=lambda: got.append(sub.next(timeout=10)), name="reader")
+        t.start()                                           # waits inside the client
+        assert wait_for(lambda: c._guard.locked() and c._owner == t.ident, bool, timeout=10)
+        with pytest.raises(ConcurrentUseError) as err:
+            c.publish("k", b"more")
+        assert "thread 'MainThread' called publish()" in str(err.value)
+        assert "thread 'reader' is inside a call" in str(err.value)
+        with Client(broker.endpoint, "two", **FAST) as other:
+            other.publish("k", b"for the reader")
+        t.join(10)
+        assert [m.body for m in got] == [b"for the reader"]
+        c.publish("k", b"one thread at a time again")
+
+
+def test_under_gevent_the_client_has_no_thread_and_a_burst_tail_leaves(broker):
+    """A green client (zmq.green) never gets a sender thread (an OS thread must not touch a
+    green socket): its socket keeps 64 frames ahead, so bursts of 10 still leave at once."""
+    pytest.importorskip("gevent")
+    import zmq.green as zgreen
+
+    ctx = zgreen.Context()
+    try:
+        with Client(broker.endpoint, "green-tail", context=ctx, create=True, **FAST) as pub, \
+                Client(broker.endpoint, "green-tail", **FAST) as watcher:
+            assert pub._conn.sock.getsockopt(zmq.SNDHWM) == GREEN_BATCH_SNDHWM
+            for _ in range(20):
+                want = watcher.info().last + 10
+                for i in range(10):
+                    pub.publish("k", b"%d" % i)
+                assert wait_for(lambda: watcher.info().last, lambda last, w=want: last == w,
+                                timeout=10) == want, "part of the burst stayed in the client"
+            assert not [t for t in threading.enumerate() if t.name.startswith("zeps-flusher")
+                        and t.is_alive() and "green-tail" in t.name]
+    finally:
+        ctx.term()

@@ -27,11 +27,13 @@ and with asyncio::
 How it works (what you can rely on, with either client)
 -------------------------------------------------------
 
-* **Where the I/O happens.** :class:`Client` has no background thread: all socket I/O happens
-  inside your calls (``publish``, ``Subscription.next`` / iteration, ``wait_for_confirms``,
-  ...); while a call is blocked the client answers to the broker, sends heartbeats and
-  reconnects. :class:`AsyncClient` runs the same I/O in a task of your event loop, so it keeps
-  the peering alive while your code awaits anything. If a blocking program does not call its
+* **Where the I/O happens.** :class:`Client` does its socket I/O inside your calls
+  (``publish``, ``Subscription.next`` / iteration, ``wait_for_confirms``, ...); while a call is
+  blocked the client answers to the broker, sends heartbeats and reconnects. Its one thread of
+  its own, a daemon started the first time a call leaves publishes queued, only sends them when
+  you stop calling the client (:mod:`zeps.clients.flusher`; none under gevent).
+  :class:`AsyncClient` runs the same I/O in a task of your event loop, so it keeps the peering
+  alive while your code awaits anything. If a blocking program does not call its
   client for longer than the broker's expiry (60 s by default) the broker forgets the peering;
   the client notices it at the next call and re-attaches transparently (a ``publish`` after
   ``heartbeat`` seconds of silence first checks, with one round trip, that the broker still
@@ -41,7 +43,8 @@ How it works (what you can rely on, with either client)
   ``context=zmq.green.Context()``, it uses ``zmq.green`` so that waiting yields to other
   greenlets. A :class:`Client` must be used by one thread or greenlet at a time (one client per
   thread or greenlet): a call made while another thread or greenlet is inside a call on the same
-  client raises :class:`ConcurrentUseError` naming both. :class:`AsyncClient` (``zmq.asyncio``)
+  client raises :class:`ConcurrentUseError` naming both (a call that meets the client's own
+  sender thread waits for it instead). :class:`AsyncClient` (``zmq.asyncio``)
   may be shared by the tasks of its event loop; a cancelled ``await`` leaves it consistent.
 * **Publishing never drops silently.** When ZeroMQ's high-water mark is reached ``publish``
   blocks (up to ``timeout`` seconds, then :class:`ZepsTimeout`, and that message was not
@@ -53,12 +56,14 @@ How it works (what you can rely on, with either client)
   ``flush()``, ``wait_for_confirms()`` and ``close()`` always see it.)
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
-  socket is busy (64 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than the
-  broker) queue in the client and leave together as one ``PUBLISH-BATCH`` as
-  soon as the socket takes frames again -- no linger. What is still queued when ``publish``
-  returns goes out with the next call on the client (the next ``publish``, ``flush()``,
-  ``wait_for_confirms()``, ``close()``, iterating a subscription): a program that publishes a
-  burst and then waits for something else (another client, a timer) calls ``flush()`` first.
+  socket is busy (4 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than that
+  thread) queue in the client and leave together as one ``PUBLISH-BATCH`` as soon as the socket
+  takes frames again -- no linger. What is still queued when you stop calling the client (a
+  burst, then a wait for something else) is sent by the client's sender thread within about a
+  millisecond (:mod:`zeps.clients.flusher`). Under gevent there is no such thread: the socket
+  keeps 64 frames ahead, and what a longer burst left queued goes with the next call on the
+  client (the next ``publish``, ``flush()``, ``wait_for_confirms()``, ``close()``, iterating a
+  subscription).
   ``Client.publish_batch(messages)`` (without confirms) queues them all and sends batches as
   large as the broker takes: the fast way to publish many. ``AsyncClient``: every publish joins
   the queue, which leaves when the publishing coroutine next lets the event loop run -- at once

@@ -185,8 +185,8 @@ class Client(ops.FrontEnd):
         Asynchronous: returns once ZeroMQ has taken the message (at once on an idle socket),
         or, while the socket is busy (its I/O thread has not taken the few frames it holds: a
         loop of publishes faster than that thread), once it is queued in the client to leave
-        with the next PUBLISH-BATCH, sent by the next ``publish`` or, if none comes within a
-        fraction of a millisecond, by the client's sender thread (:mod:`zeps.clients.flusher`;
+        with the next PUBLISH-BATCH, sent by the next ``publish`` or, if no call comes within
+        about a millisecond, by the client's sender thread (:mod:`zeps.clients.flusher`;
         under gevent, by the next call). Blocks while that queue is full or the client is
         reconnecting, up to ``timeout`` seconds, then raises :class:`ZepsTimeout` (the
         message was not accepted). Raises :class:`InvalidError` if the broker rejected an

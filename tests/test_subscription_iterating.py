@@ -331,3 +331,49 @@ def test_a_for_loop_runs_python_per_fill_and_next_one_call_per_message():
     # next() is one call (its first one asks the feed of its own chain once)
     assert calls["next"] == 50 and sum(calls.values()) < 60, calls
     assert sub.position == 950
+
+
+# ------------------------------------------------------------------ building a batch's messages
+
+def old_cut_point(offsets, spent, topup, room):
+    """Where ``MessageBatch.cut`` cut before its binary search (its loop as it was)."""
+    n, k, cost = len(offsets) - 1, 0, 0
+    while k < n:
+        cost += offsets[k + 1] - offsets[k] + 4
+        k += 1
+        if spent + cost >= topup or k >= room:
+            break
+    return k, cost
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=30)), min_size=1,
+                max_size=60),
+       st.integers(1, 40), st.integers(0, 400), st.integers(1, 900), st.booleans())
+def test_messages_built_in_bulk_and_cuts_are_those_of_the_entries_one_by_one(
+        raw, first, spent, topup, from_middle):
+    """Any key bytes (ASCII, UTF-8, not UTF-8: each decoded with U+FFFD replacing what does not
+    decode, as ``MessageBatch.keys``), a run from the frame's first entry or from the middle
+    (what ``cut`` leaves), and the cut at the top-up where the loop before cut it."""
+    entries = [bytes((len(k),)) + k + len(b).to_bytes(4, "big") + b for k, b in raw]
+    frame = b"\xaa\xa5\x3b" + bytes(20) + b"".join(entries)
+    offsets = [23]
+    for e in entries:
+        offsets.append(offsets[-1] + len(e))
+    if from_middle and len(raw) > 1:
+        raw, offsets, first = raw[1:], offsets[1:], first + 1
+    batch = MessageBatch.from_frame(frame, offsets, first, 5, "s")
+    expected = [(first + i, k.decode("utf-8", "replace"), b, 5, "s")
+                for i, (k, b) in enumerate(raw)]
+    assert [(m.sequence, m.key, m.body, m.timestamp, m.stream) for m in batch.messages] == expected
+    assert batch.keys == [k for _s, k, _b, _t, _st in expected]
+    if spent < topup:
+        room = 1 + topup % 70
+        k, cost = old_cut_point(offsets, spent, topup, room)
+        messages, got_cost, rest = MessageBatch.from_frame(
+            frame, offsets, first, 5, "s").cut(spent, topup, room)
+        assert (len(messages), got_cost) == (k, cost)
+        assert [m.sequence for m in messages] == [first + i for i in range(k)]
+        assert (rest is None) == (k == len(raw))
+        if rest is not None:
+            assert list(rest.sequences) == list(range(first + k, first + len(raw)))

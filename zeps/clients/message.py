@@ -7,11 +7,12 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import islice, repeat
 from operator import itemgetter
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 from zeps.protocol.batch import ENTRY_COST_EXTRA
 from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
+from zeps.protocol.speedups import batchc as _batchc
 
 __all__ = ["Message", "MessageBatch", "StreamInfo", "Headers", "build_message", "build_messages"]
 
@@ -111,7 +112,27 @@ def build_message(sequence: int, key: str, body: bytes, timestamp: Optional[int]
 def build_messages(frame: bytes, offsets: List[int], first: int, timestamp: Optional[int],
                    stream: Optional[str]) -> List[Message]:
     """The :class:`Message` objects of DELIVER-BATCH entries: entry ``i`` (sequence
-    ``first + i``) is ``frame[offsets[i]:offsets[i + 1]]``. Built in bulk (issue 20): the keys
+    ``first + i``) is ``frame[offsets[i]:offsets[i + 1]]``. In C when the optional extension is
+    built (:mod:`zeps.protocol.speedups`), else :func:`build_messages_py`, its definition."""
+    if _batchc is None:
+        return build_messages_py(frame, offsets, first, timestamp, stream)
+    return _batchc.build_rows(Message, frame, offsets, first, timestamp, stream, NO_HEADERS)
+
+
+def key_body_columns(frame: bytes, offsets: List[int]) -> Tuple[List[str], List[bytes]]:
+    """The keys and the bodies of DELIVER-BATCH entries ``frame[offsets[i]:offsets[i + 1]]``
+    (keys decoded as UTF-8, undecodable bytes replaced by U+FFFD), in C when built."""
+    if _batchc is not None:
+        return _batchc.key_body_columns(frame, offsets)
+    f = frame
+    keys = [f[o + 1:o + 1 + f[o]].decode("utf-8", "replace") for o in offsets[:-1]]
+    bodies = [f[offsets[i] + 5 + f[offsets[i]]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    return keys, bodies
+
+
+def build_messages_py(frame: bytes, offsets: List[int], first: int, timestamp: Optional[int],
+                      stream: Optional[str]) -> List[Message]:
+    """:func:`build_messages` in Python. Built in bulk (issue 20): the keys
     and the bodies each in one comprehension, the messages in one ``map`` (C code per message).
     The keys are sliced from the span decoded once as Latin-1, which gives the UTF-8 text of
     every key when all of them are ASCII (checked in one call); otherwise each key is decoded
@@ -201,9 +222,7 @@ class MessageBatch:
             if self._messages is not None:
                 self._keys = [m.key for m in self._messages]
             else:
-                f = self._frame
-                self._keys = [f[o + 1:o + 1 + f[o]].decode("utf-8", "replace")
-                              for o in self._offsets[:-1]]
+                self._keys, self._bodies = key_body_columns(self._frame, self._offsets)
         return self._keys
 
     @property
@@ -213,9 +232,7 @@ class MessageBatch:
             if self._messages is not None:
                 self._bodies = [m.body for m in self._messages]
             else:
-                f, offs = self._frame, self._offsets
-                self._bodies = [f[offs[i] + 5 + f[offs[i]]:offs[i + 1]]
-                                for i in range(len(offs) - 1)]
+                self._keys, self._bodies = key_body_columns(self._frame, self._offsets)
         return self._bodies
 
     @property

@@ -30,6 +30,7 @@ import struct
 from typing import List, Sequence, Tuple
 
 from .deliver import DELIVER_ID, HEAD, SIGNATURE, encode_deliver
+from .speedups import batchc as _batchc
 
 PUBLISH_BATCH_ID = 58
 DELIVER_BATCH_ID = 59
@@ -50,6 +51,7 @@ MAX_COUNT = 2**32 - 1
 #: empty messages would otherwise be 209,715 of them). Clients cut their batches at it.
 MAX_BATCH_ENTRIES = 4096
 
+_c_walk = _batchc.walk if _batchc is not None else None
 _U32 = struct.Struct(">I")
 _u32_from = _U32.unpack_from
 _U32_pack = _U32.pack
@@ -64,13 +66,28 @@ class BadEntries(ValueError):
 def walk(buf, start: int, end: int, count: int, check_keys: bool = True) -> List[int]:
     """Offsets of the ``count`` entries in ``buf[start:end]``, plus ``end`` (so entry ``i`` is
     ``buf[offsets[i]:offsets[i + 1]]``). The entries must fill the span exactly. With
-    ``check_keys`` every key must be UTF-8 (checked with one decode of the keys joined by
-    newlines: an ASCII separator cannot complete or start a multi-byte sequence, so the
-    joined text is valid exactly when every key is). Raises :class:`BadEntries`."""
+    ``check_keys`` every key must be UTF-8. Raises :class:`BadEntries`.
+
+    The loop over the entries runs in C when the optional extension is built
+    (:mod:`.speedups`), else in :func:`walk_py`, its definition: both give the same offsets,
+    or the same reason, for any input (tests/test_batchc.py)."""
     if count < 1:
         raise BadEntries("a batch holds at least one message")
     if count * MIN_ENTRY > end - start:    # a forged count: refused before allocating for it
         raise BadEntries(f"{count} entries cannot fit in {end - start} bytes")
+    if _c_walk is None:
+        return walk_py(buf, start, end, count, check_keys)
+    try:
+        return _c_walk(buf, start, end, count, check_keys)
+    except ValueError as e:
+        raise BadEntries(str(e)) from None
+
+
+def walk_py(buf, start: int, end: int, count: int, check_keys: bool = True) -> List[int]:
+    """:func:`walk`'s loop in Python (the definition; ``count`` already checked against the
+    span). Keys are checked with one decode of the keys joined by newlines: an ASCII separator
+    cannot complete or start a multi-byte sequence, so the joined text is valid exactly when
+    every key is."""
     if check_keys:       # all ASCII (text bodies, as JSON): every key is UTF-8, nothing to gather
         span = buf if (start == 0 and end == len(buf) and type(buf) is bytes) else bytes(buf[start:end])
         check_keys = not span.isascii()

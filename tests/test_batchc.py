@@ -1,0 +1,156 @@
+"""The optional C loops (``zeps.protocol._batchc``, issue 20) against their pure-Python
+definitions: for any input, valid or not, the same result or the same reason.
+
+- ``walk``: entries laid out validly, then cut, padded, with a forged length or a key that is
+  not UTF-8, over ``bytes``, ``bytearray`` and ``memoryview``, from any start: the same offsets
+  or the same :class:`BadEntries` text as :func:`zeps.protocol.batch.walk_py`.
+- ``build_rows``: the same :class:`Message` objects as ``build_messages_py`` (keys that are not
+  UTF-8 included: U+FFFD as ``decode("utf-8", "replace")``), equal, hashed and pickled alike.
+- ``key_body_columns``: the columns of ``MessageBatch`` built in Python.
+- offsets that are not a frame's (a caller's bug) give ValueError, never a crash.
+- ``ZEPS_PURE_PYTHON=1`` makes zeps use the Python loops (a fresh interpreter says so).
+
+The C module is built by ``setup.py`` wherever there is a C compiler; these tests skip only on
+a machine without one (then zeps runs on the Python loops, which every other test exercises).
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zeps.clients.message import Message, build_messages_py
+from zeps.protocol import batch as B
+from zeps.protocol.headers import NO_HEADERS
+from zeps.protocol.speedups import batchc
+
+if batchc is None:
+    if shutil.which("cc") or shutil.which("gcc"):
+        pytest.fail("a C compiler is here but zeps.protocol._batchc is not built: reinstall "
+                    "(pip install -e .) and read setup.py's message", pytrace=False)
+    pytest.skip("no C compiler on this machine: zeps runs on its pure-Python loops",
+                allow_module_level=True)
+
+keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
+                    st.binary(max_size=12))          # binary keys: some are not UTF-8
+entries_st = st.lists(st.tuples(keys_st, st.binary(max_size=40)), min_size=1, max_size=30)
+
+
+def _entries(items) -> bytes:
+    return b"".join(bytes((len(k),)) + k + len(b).to_bytes(4, "big") + b for k, b in items)
+
+
+def _both(fn_c, fn_py, *args):
+    """(("ok", result) or ("err", reason)) of each."""
+    out = []
+    for f in (fn_c, fn_py):
+        try:
+            out.append(("ok", f(*args)))
+        except B.BadEntries as e:
+            out.append(("err", str(e)))
+    return out
+
+
+def _c_walk(buf, start, end, count, check_keys):
+    try:
+        return batchc.walk(buf, start, end, count, check_keys)
+    except ValueError as e:
+        raise B.BadEntries(str(e)) from None
+
+
+@settings(max_examples=400, deadline=None)
+@given(entries_st, st.binary(max_size=9), st.binary(max_size=9), st.integers(-3, 3),
+       st.booleans(), st.sampled_from(["bytes", "bytearray", "memoryview"]),
+       st.one_of(st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255))))
+def test_walk_gives_the_offsets_or_the_reason_of_the_python_walk(items, before, after, dcount,
+                                                                 check_keys, kind, damage):
+    body = bytearray(_entries(items))
+    if damage is not None:                                    # one byte changed anywhere
+        pos, val = damage
+        body[pos % len(body)] = val
+    buf = bytes(before) + bytes(body) + bytes(after)
+    start, end = len(before), len(before) + len(body)
+    count = max(1, len(items) + dcount)
+    buf = {"bytes": buf, "bytearray": bytearray(buf), "memoryview": memoryview(buf)}[kind]
+    if count * B.MIN_ENTRY > end - start:
+        return                                   # refused by walk() before either loop runs
+    c, py = _both(_c_walk, B.walk_py, buf, start, end, count, check_keys)
+    assert c == py
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries_st)
+def test_walk_is_the_dispatcher_over_the_c_loop(items):
+    ent = _entries(items)
+    for check in (False, True):
+        assert _both(B.walk, B.walk_py, ent, 0, len(ent), len(items), check)[0] == \
+            _both(B.walk_py, B.walk_py, ent, 0, len(ent), len(items), check)[0]
+
+
+def test_a_key_that_is_not_utf8_is_named_as_the_python_walk_names_it():
+    ent = _entries([(b"ok", b"1"), (b"\xff\xfe", b"2"), (b"\xc3", b"3")])
+    with pytest.raises(B.BadEntries, match="the key of entry 1 is not valid UTF-8"):
+        B.walk(ent, 0, len(ent), 3)
+    assert B.walk(ent, 0, len(ent), 3, check_keys=False) == B.walk_py(ent, 0, len(ent), 3, False)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries_st, st.integers(0, 2**62), st.one_of(st.none(), st.integers(0, 2**63)),
+       st.one_of(st.none(), st.text(max_size=8)), st.integers(0, 7))
+def test_build_rows_builds_the_messages_build_messages_py_builds(items, first, ts, stream, pad):
+    frame = bytes(pad) + _entries(items)
+    offs = B.walk_py(frame, pad, len(frame), len(items), False)
+    got = batchc.build_rows(Message, frame, offs, first, ts, stream, NO_HEADERS)
+    want = build_messages_py(frame, offs, first, ts, stream)
+    assert got == want
+    assert all(type(m) is Message for m in got)
+    assert [hash(m) for m in got] == [hash(m) for m in want]
+    assert pickle.loads(pickle.dumps(got)) == want
+    assert [(m.sequence, m.key, m.body, m.timestamp, m.stream, m.headers) for m in got] == \
+        [(first + i, k.decode("utf-8", "replace"), b, ts, stream, NO_HEADERS)
+         for i, (k, b) in enumerate(items)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries_st)
+def test_key_body_columns_are_the_columns_built_in_python(items):
+    frame = _entries(items)
+    offs = B.walk_py(frame, 0, len(frame), len(items), False)
+    keys, bodies = batchc.key_body_columns(frame, offs)
+    assert keys == [k.decode("utf-8", "replace") for k, _ in items]
+    assert bodies == [b for _, b in items]
+
+
+@pytest.mark.parametrize("offsets", [[], [0, 10**6], [5, 0], [-1, 3], [0, 2], ["x", 4]])
+def test_offsets_that_are_not_the_frames_are_refused_not_read(offsets):
+    frame = _entries([(b"k", b"body")])
+    with pytest.raises((ValueError, TypeError)):
+        batchc.build_rows(Message, frame, offsets, 1, None, None, NO_HEADERS)
+    with pytest.raises((ValueError, TypeError)):
+        batchc.key_body_columns(frame, offsets)
+
+
+def test_build_rows_takes_only_a_tuple_subclass_without_fields():
+    frame = _entries([(b"k", b"body")])
+
+    class WithDict(tuple):
+        pass
+
+    for cls in (list, WithDict, int):
+        with pytest.raises(TypeError):
+            batchc.build_rows(cls, frame, [0, len(frame)], 1, None, None, NO_HEADERS)
+
+
+def test_zeps_pure_python_makes_zeps_use_the_python_loops():
+    code = ("from zeps.protocol import speedups, batch; "
+            "print(speedups.C_LOOPS, batch._c_walk is None)")
+    for env_value, want in (("1", "False True"), ("0", "True False")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "ZEPS_PURE_PYTHON": env_value}, check=True)
+        assert out.stdout.split() == want.split()

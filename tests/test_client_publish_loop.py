@@ -222,3 +222,30 @@ def test_under_gevent_the_client_has_no_thread_and_a_burst_tail_leaves(broker):
                         and t.is_alive() and "green-tail" in t.name]
     finally:
         ctx.term()
+
+
+def test_a_publish_after_the_socket_drained_leaves_at_once(broker):
+    """A paced publisher (10k msg/s: one publish every 100 us) must not see its messages queued
+    in the client: ZeroMQ counts the room in the DEALER's pipe from what its I/O thread last
+    reported, and a send reads those reports at most about once a millisecond, so with a
+    high-water mark of 4 the fifth send within a millisecond was refused on a pipe long empty
+    (40% of a paced publisher's messages were queued, to leave with a later call). Here each
+    group of BATCH_SNDHWM publishes is read by a subscriber before the next publish: the
+    socket has room, and every publish hands its frame to ZeroMQ (nothing waits in the
+    client when it returns)."""
+    with Client(broker.endpoint, "paced", create=True, **FAST) as pub, \
+            Client(broker.endpoint, "paced", **FAST) as reader:
+        assert pub.max_batch is not None and BATCH_SNDHWM <= 4
+        sub = reader.subscribe(live=True)
+        pub.publish("k", b"first")
+        assert sub.next(timeout=20).body == b"first"
+        left_waiting = 0
+        for cycle in range(100):
+            for i in range(BATCH_SNDHWM):
+                pub.publish("k", b"%d.%d" % (cycle, i))
+            got = [sub.next(timeout=20).body for _ in range(BATCH_SNDHWM)]
+            assert got == [b"%d.%d" % (cycle, i) for i in range(BATCH_SNDHWM)]
+            pub.publish("k", b"%d.extra" % cycle)      # the socket took everything before it
+            left_waiting += pub._p.waiting
+            assert sub.next(timeout=20).body == b"%d.extra" % cycle
+        assert left_waiting == 0, f"{left_waiting} of 100 publishes were left in the client"

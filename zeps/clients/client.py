@@ -37,8 +37,8 @@ from .errors import ConcurrentUseError
 from .message import StreamInfo
 from .operations import publish_frame
 from .batching import batch_frames
-from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_LOOK,
-                       WRITABLE_QUEUE)
+from .defaults import (DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, SLOW_PUBLISH,
+                       WRITABLE_LOOK, WRITABLE_QUEUE)
 from .flusher import NO_FLUSHER, Flusher
 from .peering import ABSENT, CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
@@ -50,7 +50,6 @@ __all__ = ["Client", "list_streams", "check_endpoint", "to_timestamp_ns", "DEFAU
 
 log = logging.getLogger("zeps.client")
 
-_NOBLOCK = int(zmq.NOBLOCK)
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
 _DONE = done_receipt(Receipt)
@@ -157,6 +156,7 @@ class Client(ops.FrontEnd):
         self._flusher = NO_FLUSHER if self.green else Flusher(self)
         self._next_look = 0.0
         self._next_writable = 0.0
+        self._last_publish = 0.0
         self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection, curve)
         conn.open()
         try:
@@ -209,22 +209,21 @@ class Client(ops.FrontEnd):
                 now = self._run(ops.prepare_publish(self, now))
                 p.publish(frame, now, r, False)
             conn = self._conn
+            gap, self._last_publish = now - self._last_publish, now
             if p.waiting:                   # behind other frames: joins the next batch
                 p.queue_publish(frame)
                 # Asking the socket costs more than queueing: ask every WRITABLE_LOOK seconds,
-                # or once a batch's worth has gathered.
-                if (now >= self._next_writable or len(p.queue) >= WRITABLE_QUEUE) \
-                        and conn.writable():
+                # or once a batch's worth has gathered; but at every call of a publisher
+                # slower than SLOW_PUBLISH (a paced one: nothing to batch, and what the socket
+                # refused would otherwise wait for a later call; issue 20).
+                if (gap > SLOW_PUBLISH or now >= self._next_writable
+                        or len(p.queue) >= WRITABLE_QUEUE) and conn.writable():
                     self._next_writable = now + WRITABLE_LOOK
                     conn.send_queued()
                 if not self._flusher.armed:     # the sender sends it if no call comes
                     self._flusher.arm()
-            else:
-                try:
-                    conn.send(frame, _NOBLOCK)
-                except zmq.Again:
-                    p.queue_publish(frame)
-                    self._flusher.arm()
+            elif not conn.send_or_queue(frame):
+                self._flusher.arm()
             if now >= self._next_look:
                 self._next_look = now + LOOK_INTERVAL
                 if conn.readable():

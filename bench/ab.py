@@ -36,12 +36,27 @@ FIGURE = re.compile(r"(\S+?)=(-?[\d.]+)(?:\s|$)")
 
 
 def export(rev: str, into: Path) -> Path:
-    """``zeps/`` of revision ``rev`` under ``into``."""
+    """``zeps/`` of revision ``rev`` under ``into``, its optional C extensions built (see
+    :func:`build_extensions`)."""
     into.mkdir(parents=True)
     archive = subprocess.run(["git", "archive", rev, "zeps"], cwd=REPO, check=True,
                              capture_output=True).stdout
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    setup_py = subprocess.run(["git", "show", f"{rev}:setup.py"], cwd=REPO,
+                              capture_output=True).stdout
+    if setup_py:
+        (into / "setup.py").write_bytes(setup_py)
     return into
+
+
+def build_extensions(tree: Path) -> None:
+    """Build the tree's optional C extensions in place, as ``make`` does for the checkout
+    (a tree without them, or a revision before they existed, runs on its Python loops, as
+    the checkout would on a machine without a compiler): both sides of a comparison get what
+    their revision gets."""
+    if (tree / "setup.py").exists():
+        subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"], cwd=tree,
+                       check=True, capture_output=True)
 
 
 def revert(tree: Path, commits) -> None:
@@ -90,9 +105,13 @@ def main(argv=None) -> int:
             base = opts.after or "HEAD"
             before = export(base, Path(tmp) / "before")
             revert(before, opts.revert)
+            build_extensions(before)
             opts.before = f"{base} without {' '.join(opts.revert)}"
         else:
             before = export(opts.before, Path(tmp) / "before")
+            build_extensions(before)
+        if opts.after:
+            build_extensions(after)
         got = {"before": [], "after": []}
         for i in range(opts.runs):
             sides = (("before", before), ("after", after))

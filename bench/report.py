@@ -82,6 +82,15 @@ def uptime() -> str:
     return Path("/proc/loadavg").read_text().strip()
 
 
+def _c_loops() -> str:
+    """Whether the checkout's optional C extensions are in use (docs/architecture.md)."""
+    try:
+        from zeps.protocol.speedups import C_LOOPS
+    except ImportError:                      # a revision from before the extension
+        return "absent"
+    return "in use" if C_LOOPS else "not in use (pure Python)"
+
+
 def header(command: str, started: datetime.datetime, elapsed: float, before: str,
            servers: bool = True) -> str:
     """A run's header: when, how long, the exact command, the machine, its load before and after
@@ -89,6 +98,7 @@ def header(command: str, started: datetime.datetime, elapsed: float, before: str
     v = peers.versions(servers)
     load = os.getloadavg()[0]
     versions = f"Python {v['python']}, pyzmq {v['pyzmq']}, libzmq {v['libzmq']}"
+    versions += f", zeps's C loops {_c_loops()}"
     if servers:
         versions += (f", redis-server {v['redis-server']}, redis-py {v['redis']} "
                      f"(hiredis {v['hiredis']}), nats-server {v['nats-server']}, "

@@ -154,3 +154,27 @@ def test_zeps_pure_python_makes_zeps_use_the_python_loops():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={**os.environ, "ZEPS_PURE_PYTHON": env_value}, check=True)
         assert out.stdout.split() == want.split()
+
+
+@settings(max_examples=100, deadline=None)
+@given(entries_st, st.integers(0, 2**40))
+def test_a_message_batch_gives_the_same_columns_and_messages_on_either_loops(items, first):
+    """MessageBatch on the C loops and on the Python ones (what a machine without a compiler,
+    or ZEPS_PURE_PYTHON=1, runs): the same keys, bodies and messages."""
+    from zeps.clients import message as M
+    frame = bytes(23) + _entries(items)
+    offs = B.walk_py(frame, 23, len(frame), len(items), False)
+
+    def read():
+        b = M.MessageBatch.from_frame(frame, offs, first, 7, "s")
+        keys, bodies = b.keys, b.bodies
+        return keys, bodies, M.MessageBatch.from_frame(frame, offs, first, 7, "s").messages
+
+    with_c = read()
+    saved = M._batchc
+    M._batchc = None
+    try:
+        with_python = read()
+    finally:
+        M._batchc = saved
+    assert with_c == with_python

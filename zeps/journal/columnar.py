@@ -28,10 +28,11 @@ of the per-record reader. What differs is how a block is parsed:
    by :class:`~.batchcols.BatchRun`, which walks the entries of all its batches in parallel:
    a batch record gives one row per message, exactly the rows of a journal holding the same
    messages one record each;
-4. ``key`` and ``body`` are built with ``pyarrow.Array.from_buffers`` over the block itself,
-   with interleaved offsets (``[key0 start, key0 end, key1 start, ...]``) so the even elements
-   are the keys and the odd ones the bytes in between; ``Array.filter`` with an even mask then
-   copies just the keys into a compact array (C++). Same for bodies. Keys are UTF-8 validated
+4. ``key`` and ``body`` are compact copies of their ranges of the block (:mod:`.ranges`):
+   ``pyarrow.Array.from_buffers`` over the block itself, with interleaved offsets
+   (``[key0 start, key0 end, key1 start, ...]``) so the even elements are the keys and the odd
+   ones the bytes in between; ``Array.filter`` with an even mask then copies just the keys into
+   a compact array (C++). Same for bodies. Keys are UTF-8 validated
    (a key that is not is reported as corruption; the per-record reader decodes keys lazily).
    Producer ids and sequences (records with a producer extension) become the nullable
    ``producer`` / ``pseq`` columns; a block without one gets all-null columns, built in O(1);
@@ -42,6 +43,13 @@ of the per-record reader. What differs is how a block is parsed:
 
 numpy and pyarrow are the ``spark`` extra's dependencies: ``zeps.journal`` does not import this
 module; import it where it is used.
+
+**The C loops.** Where :mod:`.speedups` has the optional extension ``zeps.journal._journalc``,
+steps 2-4 run as C loops over the block instead (a sequential walk; the kinds of the records;
+every check of step 3 and the CRC-32C record by record, in one pass; the copies of keys and
+bodies); the numpy code above stays their definition and the fallback
+(``ZEPS_PURE_PYTHON=1``), and ``tests/test_journalc.py`` checks the two give the same columns
+and the same errors for any block.
 """
 from __future__ import annotations
 
@@ -61,7 +69,9 @@ from ..protocol.batch import DELIVER_BATCH_ID
 from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, LIMIT,
                      PID_LEN_OFFSET, PRODUCER_FLAG, SHORT, TS_OFFSET, BatchRecord, parse_records,
                      record_span)
+from .ranges import _compact, _compact_py, _from, _i64  # noqa: F401 (_compact_py: tests)
 from .segment import ScanResult, Segment
+from .speedups import journalc
 from .walk import be_view, walk
 
 log = logging.getLogger("zeps.journal")
@@ -107,6 +117,33 @@ class _Block:
 
     def __init__(self, buf: bytes, pos: np.ndarray, expect_seq: int, last_ts: Optional[int],
                  verify_crc: bool):
+        if journalc is not None:
+            self._init_c(buf, pos, expect_seq, last_ts, verify_crc)
+        else:
+            self._init_py(buf, pos, expect_seq, last_ts, verify_crc)
+
+    def _init_c(self, buf: bytes, pos: np.ndarray, expect_seq: int, last_ts: Optional[int],
+                verify_crc: bool):
+        """:meth:`_init_py`'s checks and fields, record by record in C (one pass)."""
+        (n, seq, ts, kstart, kend, bend, pstart, pend, pseq, flagged, any_flagged
+         ) = journalc.check_plain(buf, _i64(pos), expect_seq, last_ts, verify_crc)
+        self.flagged = None
+        if any_flagged:
+            f = np.frombuffer(flagged, dtype=np.bool_)
+            pstart, pend = _from(pstart), _from(pend)
+            n = min(n, _first_bad_utf8_mask(buf, pstart, pend, f))
+            self.flagged = f[:n]
+            self.pstart, self.pend = pstart[:n], pend[:n]
+            self.pseq = np.frombuffer(pseq, dtype=np.uint64)[:n]
+        self.n = n
+        self.pos = pos[:n]
+        self.seq, self.ts = _from(seq)[:n], _from(ts)[:n]
+        self.kstart, self.kend, self.bend = _from(kstart)[:n], _from(kend)[:n], _from(bend)[:n]
+        self.buf = buf
+
+    def _init_py(self, buf: bytes, pos: np.ndarray, expect_seq: int, last_ts: Optional[int],
+                 verify_crc: bool):
+        """The checks over all records at once, in numpy (the definition)."""
         arr = np.frombuffer(buf, dtype=np.uint8)
         u32 = be_view(buf, 4)
         u64 = be_view(buf, 8)
@@ -212,36 +249,6 @@ def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
     return len(starts)
 
 
-_EVEN_MASKS: dict = {}
-
-
-def _even_mask(n: int) -> pa.Array:
-    """Boolean array [T, F, T, F, ..., T] of length 2n-1 (cached by size)."""
-    m = _EVEN_MASKS.get(n)
-    if m is None:
-        a = np.zeros(2 * n - 1, dtype=bool)
-        a[0::2] = True
-        m = pa.array(a)
-        if len(_EVEN_MASKS) > 16:
-            _EVEN_MASKS.clear()
-        _EVEN_MASKS[n] = m
-    return m
-
-
-def _compact(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """A compact binary array of ``data[starts[i]:ends[i]]`` (ranges increasing, disjoint):
-    2n interleaved offsets over the block give 2n-1 elements (range i, then the gap after it);
-    ``filter`` keeps the even ones, copying them into a new contiguous buffer in C++."""
-    n = len(starts)
-    if n == 0:
-        return pa.array([], type=pa.binary())
-    offsets = np.empty(2 * n, dtype=np.int32)
-    offsets[0::2] = starts
-    offsets[1::2] = ends
-    wide = pa.Array.from_buffers(pa.binary(), 2 * n - 1, [None, pa.py_buffer(offsets), data])
-    return wide.filter(_even_mask(n))
-
-
 # ----------------------------------------------------------------------------- the sink
 
 class ColumnSink:
@@ -314,8 +321,7 @@ class ColumnSink:
         plain records is checked all at once by :class:`_Block`, a run of batch records by
         :class:`~.batchcols.BatchRun`. Returns ``(ScanResult or None if the whole block was
         consumed, next seq, last ts, whether rows were collected)``."""
-        kind = _batch_mask(buf, positions).astype(np.int8)      # 1: batch records
-        kind[(be_view(buf, 4)[positions] & HEADERS_FLAG) != 0] = 2   # 2: with headers
+        kind = _kinds(buf, positions)
         edges = np.flatnonzero(np.diff(kind)) + 1
         bounds = [0] + edges.tolist() + [len(positions)]
         emitted = False
@@ -510,6 +516,21 @@ def _batch_producers(data: pa.Buffer, run: BatchRun, lo: int, hi: int
     mask = ~f[rec]
     pick = pa.array((np.cumsum(f) - 1)[rec], type=pa.int64(), mask=mask)
     return ids.take(pick), pa.array(run.row_pseq(lo, hi), type=pa.uint64(), mask=mask)
+
+
+def _kinds(buf: bytes, positions: np.ndarray) -> np.ndarray:
+    """Each record's kind (int8): 1 a batch record, 2 one with headers, 0 a plain one;
+    :func:`_kinds_py` or its C twin."""
+    if journalc is None:
+        return _kinds_py(buf, positions)
+    return np.frombuffer(journalc.kinds(buf, _i64(positions)), dtype=np.int8)
+
+
+def _kinds_py(buf: bytes, positions: np.ndarray) -> np.ndarray:
+    """:func:`_kinds` in numpy (the definition)."""
+    kind = _batch_mask(buf, positions).astype(np.int8)      # 1: batch records
+    kind[(be_view(buf, 4)[positions] & HEADERS_FLAG) != 0] = 2   # 2: with headers
+    return kind
 
 
 def _batch_mask(buf: bytes, positions: np.ndarray) -> np.ndarray:

@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .record import EXT_FIXED, HEADER_SIZE, LENGTH_MASK, PID_LEN_OFFSET, PRODUCER_FLAG, record_span
+from .speedups import journalc
 
 _U32 = struct.Struct(">I")
 _PARALLEL_MIN = 32     # below this many live walkers, finish them one by one in Python
@@ -146,8 +147,18 @@ def _walk_parallel(buf: bytes, starts: np.ndarray, limit: int) -> Optional[Tuple
 
 def walk(buf: bytes, limit: int, hints: Optional[np.ndarray] = None) -> Tuple[np.ndarray, int]:
     """Record start positions in ``buf[:limit]`` (position 0 is a record start) and the position
-    just after the last complete record. ``hints``: other record starts (from the index); used
-    only if strictly increasing, and checked."""
+    just after the last complete record: :func:`walk_py`, or its C twin (a sequential walk, which
+    needs no hints) where :mod:`.speedups` has it."""
+    if journalc is None:
+        return walk_py(buf, limit, hints)
+    pos, after = journalc.walk(buf, limit)
+    return np.frombuffer(pos, dtype=np.int64), after
+
+
+def walk_py(buf: bytes, limit: int, hints: Optional[np.ndarray] = None
+            ) -> Tuple[np.ndarray, int]:
+    """:func:`walk` in numpy (the definition). ``hints``: other record starts (from the index);
+    used only if strictly increasing, and checked."""
     if hints is not None and len(hints):
         h = hints[(hints > 0) & (hints < limit)]
         if len(h) and (len(h) == 1 or bool((np.diff(h) > 0).all())):

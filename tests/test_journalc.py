@@ -1,0 +1,258 @@
+"""The optional C loops of the columnar journal reader (``zeps.journal._journalc``, issue 20)
+against their numpy definitions: for any block, valid or damaged, the same result.
+
+- ``walk``: the positions and end of :func:`zeps.journal.walk.walk_py` (with or without index
+  hints);
+- ``kinds``: :func:`zeps.journal.columnar._kinds_py`;
+- ``check_plain``: the valid prefix and every field of ``_Block._init_py`` for a run of plain
+  records, CRC verified or not, any expected sequence and previous timestamp;
+- ``first_bad_crc``, ``compact``, ``crc32c``: their numpy/pyarrow/google_crc32c twins;
+- ``read_columns`` over a damaged journal: the same columns, then the same CorruptionError (file,
+  byte, message), with the C loops and without them;
+- positions that are not records of the buffer (a caller's bug) give ValueError, never a crash;
+- ``ZEPS_PURE_PYTHON=1`` makes zeps use the numpy loops (a fresh interpreter says so).
+
+The C module is built by ``setup.py`` wherever there is a C compiler; these tests skip only on a
+machine without one (then zeps runs on the numpy loops, which every other test exercises).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+np = pytest.importorskip("numpy")
+pa = pytest.importorskip("pyarrow")
+import google_crc32c  # noqa: E402
+
+from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader  # noqa: E402
+from zeps.journal import blockcrc, columnar, walk as walkmod  # noqa: E402
+from zeps.journal.record.encoder import encode_batch  # noqa: E402
+from zeps.journal.speedups import journalc  # noqa: E402
+from zeps.protocol.batch import encode_entries  # noqa: E402
+from zeps.protocol.commands import PublishBatch  # noqa: E402
+from zeps.protocol.headers import encode_block  # noqa: E402
+
+if journalc is None:
+    if shutil.which("cc") or shutil.which("gcc"):
+        pytest.fail("a C compiler is here but zeps.journal._journalc is not built: reinstall "
+                    "(pip install -e .) and read setup.py's message", pytrace=False)
+    pytest.skip("no C compiler on this machine: zeps runs on its numpy loops",
+                allow_module_level=True)
+
+
+@contextlib.contextmanager
+def numpy_loops():
+    """The reader without the C loops (as with ZEPS_PURE_PYTHON=1)."""
+    mods = (columnar, walkmod, blockcrc)
+    saved = [m.journalc for m in mods]
+    for m in mods:
+        m.journalc = None
+    try:
+        yield
+    finally:
+        for m, s in zip(mods, saved):
+            m.journalc = s
+
+
+# ----------------------------------------------------------------------------- blocks
+
+keys_st = st.text(max_size=6)
+bodies_st = st.binary(max_size=40)
+message_st = st.tuples(keys_st, bodies_st)
+item_st = st.one_of(
+    message_st, message_st,
+    st.builds(lambda k, b, h: (k, b, encode_block(h)), keys_st, bodies_st,
+              st.lists(st.tuples(st.text(min_size=1, max_size=4), st.binary(max_size=5)),
+                       min_size=1, max_size=2)),
+    st.lists(message_st, min_size=2, max_size=4).map(
+        lambda ms: PublishBatch(len(ms), encode_entries(ms))))
+group_st = st.tuples(
+    st.lists(item_st, min_size=1, max_size=6),
+    st.sampled_from([None, "p", "ü" * 3, "x" * 40]),      # producer of the group's records
+    st.integers(-2, 3))                                    # timestamp step (may go back)
+damage_st = st.lists(st.tuples(st.integers(0, 1 << 20), st.integers(1, 255), st.booleans()),
+                     max_size=3)                           # (where, xor, then re-CRC it)
+
+
+def _block(groups, first_seq=5):
+    """Record bytes of ``groups`` (and each record's start and sequence), as the journal
+    writes them."""
+    parts, starts, seqs, at, seq, ts = [], [], [], 0, first_seq, 1000
+    for items, producer, step in groups:
+        ts += step
+        prods = None if producer is None else [(producer, 1 + i * 10) for i in range(len(items))]
+        raw, recs = encode_batch(items, seq, ts, 1 << 20, prods)
+        data = b"".join(raw)
+        pos = 0
+        for r in recs:
+            starts.append(at + pos)
+            seqs.append(seq)
+            seq += getattr(r, "count", 1)
+            pos += columnar.record_span(data, pos, len(data))
+        parts.append(data)
+        at += len(data)
+    return b"".join(parts), starts, seqs
+
+
+def _damage(buf, starts, damage, cut):
+    b = bytearray(buf)
+    for where, xor, recrc in damage:
+        if not b:
+            break
+        i = where % len(b)
+        b[i] ^= xor
+        if recrc:        # a forged record under a valid CRC: the other checks must catch it
+            k = max((s for s in starts if s <= i), default=0)
+            end = min((s for s in starts if s > k), default=len(b))
+            if end - k >= 16:
+                b[k + 4:k + 8] = google_crc32c.value(bytes(b[k + 8:end])).to_bytes(4, "big")
+    return bytes(b[:len(b) - cut] if cut else b)
+
+
+def _fields(blk):
+    f = [blk.n] + [a.tolist() for a in (blk.pos, blk.seq, blk.ts, blk.kstart, blk.kend,
+                                         blk.bend)]
+    if blk.flagged is None or not blk.flagged.any():
+        return f + [None]
+    m = blk.flagged
+    return f + [m.tolist(), blk.pstart[m].tolist(), blk.pend[m].tolist(), blk.pseq[m].tolist()]
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(group_st, min_size=1, max_size=8), damage_st, st.integers(0, 30),
+       st.sampled_from([0, 0, 0, -1, 1]), st.sampled_from([None, None, 0, 999, 1001, 1 << 70]),
+       st.booleans())
+def test_block_loops_match_numpy(groups, damage, cut, seq_off, last_ts, verify):
+    clean, starts, seqs = _block(groups)
+    buf = _damage(clean, starts, damage, cut)
+    pos, after = walkmod.walk(buf, len(buf))
+    want_pos, want_after = walkmod.walk_py(buf, len(buf))
+    assert (pos.tolist(), after) == (want_pos.tolist(), want_after)
+    if len(pos) > 2:        # hints (every other true start) change nothing
+        hinted = walkmod.walk_py(buf, len(buf), pos[1::2].copy())
+        assert (hinted[0].tolist(), hinted[1]) == (want_pos.tolist(), want_after)
+    if not len(pos):
+        return
+    kinds = columnar._kinds(buf, pos)
+    assert kinds.tolist() == columnar._kinds_py(buf, pos).tolist()
+    assert blockcrc.first_bad_crc(buf, pos, after) == blockcrc.first_bad_crc_py(buf, pos, after)
+    # every run of plain records, as the reader hands it to _Block
+    edges = [0] + (np.flatnonzero(np.diff(kinds)) + 1).tolist() + [len(pos)]
+    for i, j in zip(edges[:-1], edges[1:]):
+        if kinds[i] != 0:
+            continue
+        run = pos[i:j]
+        k = starts.index(int(run[0])) if int(run[0]) in starts else 0
+        expect = seqs[k] + seq_off
+        c = columnar._Block.__new__(columnar._Block)
+        c._init_c(buf, run, expect, last_ts, verify)
+        p = columnar._Block.__new__(columnar._Block)
+        p._init_py(buf, run, expect, last_ts, verify)
+        assert _fields(c) == _fields(p)
+        event("run: all valid" if c.n == len(run) else "run: stops at record 0" if c.n == 0
+              else "run: stops inside")
+        if c.flagged is not None:
+            event("run: with producer extensions")
+        if c.n:
+            data = pa.py_buffer(buf)
+            for s, e in ((c.kstart, c.kend), (c.kend + 4, c.bend)):
+                got = columnar._compact(data, s, e)
+                assert got.equals(columnar._compact_py(data, s, e))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=3000), st.integers(0, 7))
+def test_crc32c_is_google_crc32c(data, skip):
+    assert journalc.crc32c(data[skip:]) == google_crc32c.value(data[skip:])
+    assert journalc.crc32c(memoryview(data)[skip:]) == google_crc32c.value(data[skip:])
+
+
+# ----------------------------------------------------------------------------- the reader
+
+def _outcome(d, block_bytes, verify=True):
+    rows, err = [], None
+    with JournalReader(d) as r:
+        try:
+            for c in columnar.read_columns(r, 1, verify_crc=verify, block_bytes=block_bytes):
+                rows += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
+                            c.body.to_pylist(), c.producer.to_pylist(), c.pseq.to_pylist(),
+                            c.headers.to_pylist())
+        except CorruptionError as e:
+            err = (e.path, e.offset, str(e))
+    return rows, err
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(group_st, min_size=1, max_size=12), damage_st.filter(bool), st.integers(0, 40),
+       st.sampled_from([1 << 20, 700, 64]), st.booleans())
+def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, block, verify):
+    """A journal (several segments) damaged anywhere - flipped bytes, forged records under a
+    valid CRC, a cut tail: the same rows and the same CorruptionError, C loops or not."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "s")
+        cfg = JournalConfig(segment_bytes=1024, index_interval_bytes=100, fsync="never")
+        clock = iter(range(10**18, 2 * 10**18, 1000)).__next__
+        with Journal.open(d, cfg, clock=clock) as j:
+            for items, producer, _ in groups:
+                j.append_batch(items, None if producer is None else
+                               [(producer, 1 + i * 10) for i in range(len(items))])
+        logs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
+        rnd = random.Random(len(logs) + cut)
+        path = os.path.join(d, rnd.choice(logs))
+        with open(path, "rb") as f:
+            data = f.read()
+        starts, p = [], 0
+        while p < len(data):
+            starts.append(p)
+            p += columnar.record_span(data, p, len(data))
+        with open(path, "wb") as f:
+            f.write(_damage(data, starts, damage, cut if path == os.path.join(d, logs[-1])
+                            else 0))
+        try:
+            got = _outcome(d, block, verify)
+        except CorruptionError:          # the damage is found on opening: nothing to compare
+            return
+        with numpy_loops():
+            want = _outcome(d, block, verify)
+        assert got == want
+        event("reader: corruption" if got[1] else "reader: whole")
+
+
+def test_positions_that_are_not_records_are_refused():
+    buf, starts, _ = _block([([("k", b"v" * 30)] * 3, None, 1)])
+    pos = np.array(starts, dtype=np.int64)
+    for bad in (pos + 1, np.array([len(buf) - 3]), np.array([-1]), pos[::-1] * 1000):
+        with pytest.raises(ValueError):
+            journalc.check_plain(buf, bad.astype(np.int64), 5, None, True)
+    with pytest.raises(ValueError):
+        journalc.kinds(buf, np.array([len(buf)], dtype=np.int64))
+    with pytest.raises(ValueError):
+        journalc.first_bad_crc(buf, pos, len(buf) + 1)
+    with pytest.raises(ValueError):
+        journalc.compact(buf, np.array([5], dtype=np.int64), np.array([len(buf) + 1],
+                                                                      dtype=np.int64))
+    with pytest.raises(ValueError):
+        journalc.compact(buf, np.array([5], dtype=np.int64), np.array([4], dtype=np.int64))
+    with pytest.raises(TypeError):
+        journalc.kinds(buf, pos.astype(np.int32))
+
+
+def test_pure_python_switch():
+    code = "from zeps.journal.speedups import journalc; print(journalc is None)"
+    env = dict(os.environ, ZEPS_PURE_PYTHON="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "True", out.stderr
+    env["ZEPS_PURE_PYTHON"] = "0"
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.stdout.strip() == "False", out.stderr

@@ -1,0 +1,533 @@
+/* zeps.journal._journalc: the per-record loops of the columnar journal reader
+ * (zeps/journal/columnar.py, walk.py, blockcrc.py) in C, one pass over a block.
+ *
+ * Optional (issue 20): setup.py builds it when a C compiler and the Python headers are there,
+ * and zeps works without it. Each function has a numpy twin that stays the definition:
+ *   walk          <- zeps.journal.walk.walk (the sequential walk; the index hints only speed the
+ *                    numpy walk up and are proven to give the same positions)
+ *   kinds         <- zeps.journal.columnar._kinds (batch record 1, headers record 2, else 0)
+ *   check_plain   <- zeps.journal.columnar._Block's checks and fields
+ *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
+ *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
+ * tests/test_journalc.py checks both against each other for any block, valid or corrupt.
+ * Nothing here trusts a position it is given: one that is not a whole record in the buffer is
+ * a ValueError (a caller's bug), never a read out of bounds.
+ *
+ * record = length u32 BE (flags 0x80000000 producer, 0x40000000 headers) | crc u32 BE |
+ *          timestamp u64 BE | [pid_len u8 | pid | pseq u64 BE] | frame (DELIVER)
+ * CRC-32C covers timestamp .. end of record.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+#define HEADER_SIZE 16
+#define CRC_OFFSET 4
+#define TS_OFFSET 8
+#define PID_LEN_OFFSET 16
+#define EXT_FIXED 9
+#define PRODUCER_FLAG 0x80000000u
+#define HEADERS_FLAG 0x40000000u
+#define LENGTH_MASK 0x3FFFFFFFu
+#define SEQ_OFFSET 3
+#define KEYLEN_OFFSET 11
+#define KEY_OFFSET 12
+#define MIN_FRAME 16
+#define DELIVER_HEAD 0xAAA507u       /* signature aa a5, DELIVER id 7 */
+#define BATCH_HEAD 0xAAA53Bu         /* signature aa a5, DELIVER-BATCH id 59 (read at init) */
+
+static uint32_t batch_head = BATCH_HEAD;
+
+static inline uint32_t be32(const unsigned char *p)
+{
+    return ((uint32_t)p[0] << 24) | ((uint32_t)p[1] << 16) | ((uint32_t)p[2] << 8) | p[3];
+}
+
+static inline uint64_t be64(const unsigned char *p)
+{
+    return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+/* ------------------------------------------------------------------------------ CRC-32C */
+
+static uint32_t crc_table[8][256];
+
+static void crc_init(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+        crc_table[0][i] = c;
+    }
+    for (uint32_t i = 0; i < 256; i++)
+        for (int t = 1; t < 8; t++)
+            crc_table[t][i] = (crc_table[t - 1][i] >> 8) ^ crc_table[0][crc_table[t - 1][i] & 0xFF];
+}
+
+static uint32_t crc_sw(const unsigned char *p, Py_ssize_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint32_t lo = c ^ ((uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
+                           (uint32_t)p[3] << 24);
+        c = crc_table[7][lo & 0xFF] ^ crc_table[6][(lo >> 8) & 0xFF] ^
+            crc_table[5][(lo >> 16) & 0xFF] ^ crc_table[4][lo >> 24] ^
+            crc_table[3][p[4]] ^ crc_table[2][p[5]] ^ crc_table[1][p[6]] ^ crc_table[0][p[7]];
+        p += 8;
+        n -= 8;
+    }
+    while (n-- > 0)
+        c = (c >> 8) ^ crc_table[0][(c ^ *p++) & 0xFF];
+    return c ^ 0xFFFFFFFFu;
+}
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <nmmintrin.h>
+#define HAVE_HW_CRC 1
+__attribute__((target("sse4.2")))
+static uint32_t crc_hw(const unsigned char *p, Py_ssize_t n)
+{
+    uint64_t c = 0xFFFFFFFFu;
+    while (n >= 8) {
+        uint64_t w;
+        memcpy(&w, p, 8);
+        c = _mm_crc32_u64(c, w);
+        p += 8;
+        n -= 8;
+    }
+    uint32_t c32 = (uint32_t)c;
+    while (n-- > 0)
+        c32 = _mm_crc32_u8(c32, *p++);
+    return c32 ^ 0xFFFFFFFFu;
+}
+#endif
+
+static uint32_t (*crc32c)(const unsigned char *, Py_ssize_t) = crc_sw;
+
+/* ------------------------------------------------------------------------------ helpers */
+
+/* Bytes the record at p takes (zeps.journal.record.record_span), or 0 if its header (or
+ * pid_len) is not within [p, end). */
+static inline Py_ssize_t span_at(const unsigned char *b, Py_ssize_t p, Py_ssize_t end)
+{
+    if (end - p < HEADER_SIZE)
+        return 0;
+    uint32_t w = be32(b + p);
+    if (w < PRODUCER_FLAG)
+        return HEADER_SIZE + (Py_ssize_t)(w & LENGTH_MASK);
+    if (end - p <= PID_LEN_OFFSET)
+        return 0;
+    return HEADER_SIZE + EXT_FIXED + b[p + PID_LEN_OFFSET] + (Py_ssize_t)(w & LENGTH_MASK);
+}
+
+/* an int64 array argument (any contiguous buffer of 8-byte items) */
+static int get_i64(PyObject *o, Py_buffer *v, const char *what)
+{
+    if (PyObject_GetBuffer(o, v, PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT) < 0)
+        return -1;
+    if (v->itemsize != 8 || v->format == NULL || strchr("qlQL", v->format[strlen(v->format) - 1]) == NULL) {
+        PyBuffer_Release(v);
+        PyErr_Format(PyExc_TypeError, "%s: an int64 array is needed", what);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *new_bytes(Py_ssize_t n, char **out)
+{
+    PyObject *o = PyBytes_FromStringAndSize(NULL, n);
+    if (o != NULL)
+        *out = PyBytes_AS_STRING(o);
+    return o;
+}
+
+/* ------------------------------------------------------------------------------ walk */
+
+/* walk(buf, limit) -> (positions: bytes of native int64, after) */
+static PyObject *
+jc_walk(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*n", &view, &limit))
+        return NULL;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    if (limit > view.len)
+        limit = view.len;
+    if (limit < 0)
+        limit = 0;
+    /* one pass into a growing array (a first guess from the first record's size) */
+    Py_ssize_t s0 = span_at(b, 0, limit);
+    Py_ssize_t cap = (s0 ? limit / s0 : 0) + 64, count = 0, p = 0, s;
+    int64_t *o = PyMem_RawMalloc(cap * sizeof(int64_t)), *grown;
+    PyObject *res = NULL;
+    if (o == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    while ((s = span_at(b, p, limit)) && p + s <= limit) {
+        if (count == cap) {
+            cap *= 2;
+            grown = PyMem_RawRealloc(o, cap * sizeof(int64_t));
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            o = grown;
+        }
+        o[count++] = p;
+        p += s;
+    }
+    PyObject *pos = PyBytes_FromStringAndSize((const char *)o, count * 8);
+    if (pos != NULL)
+        res = Py_BuildValue("(Nn)", pos, p);
+done:
+    PyMem_RawFree(o);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* ------------------------------------------------------------------------------ kinds */
+
+/* kinds(buf, positions) -> bytes: 2 for a record with the headers flag, 1 for one holding a
+ * DELIVER-BATCH frame (after its producer extension), else 0 (reads clamped to the buffer, as
+ * the numpy version's) */
+static PyObject *
+jc_kinds(PyObject *self, PyObject *args)
+{
+    Py_buffer view, pv;
+    PyObject *po;
+    if (!PyArg_ParseTuple(args, "y*O", &view, &po))
+        return NULL;
+    if (get_i64(po, &pv, "positions") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, n = pv.len / 8;
+    const int64_t *pos = (const int64_t *)pv.buf;
+    char *out;
+    PyObject *res = NULL;
+    for (Py_ssize_t i = 0; i < n; i++)
+        if (pos[i] < 0 || pos[i] + HEADER_SIZE > len) {
+            PyErr_SetString(PyExc_ValueError, "a position is not a record's in the buffer");
+            goto done;
+        }
+    res = new_bytes(n, &out);
+    if (res == NULL)
+        goto done;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        Py_ssize_t p = pos[i];
+        uint32_t w = be32(b + p);
+        if (w & HEADERS_FLAG) {
+            out[i] = 2;
+            continue;
+        }
+        Py_ssize_t at = p + HEADER_SIZE;
+        if (w >= PRODUCER_FLAG) {
+            Py_ssize_t l = p + PID_LEN_OFFSET < len - 1 ? p + PID_LEN_OFFSET : len - 1;
+            at += EXT_FIXED + b[l];
+        }
+        if (at > len - 4)
+            at = len - 4;
+        out[i] = (be32(b + at) >> 8) == batch_head;
+    }
+done:
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* ------------------------------------------------------------------------------ checks */
+
+/* check_plain(buf, positions, expect_seq, last_ts or None, verify_crc)
+ *   -> (n, seq, ts, kstart, kend, bend, pstart, pend, pseq, flagged)
+ * n: how many leading records pass every check of columnar._Block (before its producer-id UTF-8
+ * check); the arrays (bytes of native int64 / uint64, n items; flagged: n bytes 0/1) are its
+ * fields. positions must be whole records of buf (ValueError otherwise). */
+static PyObject *
+jc_check_plain(PyObject *self, PyObject *args)
+{
+    Py_buffer view, pv;
+    PyObject *po, *last_ts_o;
+    long long expect;
+    int verify;
+    if (!PyArg_ParseTuple(args, "y*OLOp", &view, &po, &expect, &last_ts_o, &verify))
+        return NULL;
+    if (get_i64(po, &pv, "positions") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    int have_last = last_ts_o != Py_None, last_over = 0;
+    long long last_ts = 0;
+    PyObject *res = NULL;
+    PyObject *arr[9] = {NULL};
+    if (have_last) {
+        last_ts = PyLong_AsLongLongAndOverflow(last_ts_o, &last_over);
+        if (last_ts == -1 && PyErr_Occurred())
+            goto done;
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, m = pv.len / 8;
+    const int64_t *pos = (const int64_t *)pv.buf;
+    for (Py_ssize_t i = 0; i < m; i++) {
+        Py_ssize_t s = pos[i] >= 0 ? span_at(b, pos[i], len) : 0;
+        if (s == 0 || pos[i] + s > len) {
+            PyErr_SetString(PyExc_ValueError, "a position is not a whole record in the buffer");
+            goto done;
+        }
+    }
+    char *out[9];
+    for (int k = 0; k < 9; k++) {
+        arr[k] = new_bytes(k == 8 ? m : m * 8, &out[k]);
+        if (arr[k] == NULL)
+            goto done;
+    }
+    int64_t *seq = (int64_t *)out[0], *ts = (int64_t *)out[1], *ks = (int64_t *)out[2],
+            *ke = (int64_t *)out[3], *be = (int64_t *)out[4], *ps = (int64_t *)out[5],
+            *pe = (int64_t *)out[6];
+    uint64_t *pq = (uint64_t *)out[7];
+    char *fl = out[8];
+    Py_ssize_t n = 0;
+    int any_flagged = 0;
+    Py_BEGIN_ALLOW_THREADS
+    for (; n < m; n++) {
+        Py_ssize_t p = pos[n];
+        uint32_t w = be32(b + p);
+        Py_ssize_t length = w & LENGTH_MASK, ext = 0, pst = 0, pen = 0;
+        uint64_t pseq = 0;
+        if (length < MIN_FRAME)
+            break;
+        int flagged = w > LENGTH_MASK;
+        if (flagged) {
+            /* (a record with only the headers flag never reaches here: kinds puts it apart;
+             * as in numpy, its "pid_len" byte is then read all the same) */
+            Py_ssize_t plen = b[p + PID_LEN_OFFSET];
+            if (plen == 0)
+                break;
+            ext = EXT_FIXED + plen;
+            pst = p + PID_LEN_OFFSET + 1;
+            pen = pst + plen;
+            if (pen + 8 > len)
+                break;          /* cannot be: the record is whole and its frame >= MIN_FRAME */
+            pseq = be64(b + pen);
+            if (pseq == 0)
+                break;
+        }
+        Py_ssize_t frame = p + HEADER_SIZE + ext;
+        if (frame + MIN_FRAME > len || (be32(b + frame) >> 8) != DELIVER_HEAD)
+            break;
+        Py_ssize_t kstart = frame + KEY_OFFSET;
+        Py_ssize_t kend = kstart + b[frame + KEYLEN_OFFSET];
+        Py_ssize_t bend = frame + length;
+        if (kend + 4 > bend)
+            break;
+        if (kend + 4 + (Py_ssize_t)be32(b + kend) != bend)
+            break;
+        int64_t s = (int64_t)be64(b + frame + SEQ_OFFSET);
+        if (s != (int64_t)((uint64_t)expect + (uint64_t)n))
+            break;
+        int64_t t = (int64_t)be64(b + p + TS_OFFSET);
+        if (n == 0) {
+            if (have_last && (last_over > 0 || (last_over == 0 && t < last_ts)))
+                break;
+        } else if (t < ts[n - 1])
+            break;
+        if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+            break;
+        seq[n] = s;
+        ts[n] = t;
+        ks[n] = kstart;
+        ke[n] = kend;
+        be[n] = bend;
+        ps[n] = pst;
+        pe[n] = pen;
+        pq[n] = pseq;
+        fl[n] = (char)flagged;
+        any_flagged |= flagged;
+    }
+    Py_END_ALLOW_THREADS
+    for (int k = 0; k < 9; k++)
+        if (_PyBytes_Resize(&arr[k], k == 8 ? n : n * 8) < 0)
+            goto done;
+    res = Py_BuildValue("(nNNNNNNNNNO)", n, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5],
+                        arr[6], arr[7], arr[8], any_flagged ? Py_True : Py_False);
+    if (res != NULL)
+        for (int k = 0; k < 9; k++)
+            arr[k] = NULL;
+done:
+    for (int k = 0; k < 9; k++)
+        Py_XDECREF(arr[k]);
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* first_bad_crc(buf, positions, after) -> index of the first record whose CRC-32C (over
+ * timestamp .. the next position, the last one's up to after) is not its stored one, or
+ * len(positions) */
+static PyObject *
+jc_first_bad_crc(PyObject *self, PyObject *args)
+{
+    Py_buffer view, pv;
+    PyObject *po;
+    Py_ssize_t after;
+    if (!PyArg_ParseTuple(args, "y*On", &view, &po, &after))
+        return NULL;
+    if (get_i64(po, &pv, "positions") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t len = view.len, n = pv.len / 8, i;
+    const int64_t *pos = (const int64_t *)pv.buf;
+    PyObject *res = NULL;
+    for (i = 0; i < n; i++) {
+        Py_ssize_t e = i + 1 < n ? pos[i + 1] : after;
+        if (pos[i] < 0 || e > len || pos[i] + HEADER_SIZE > e) {
+            PyErr_SetString(PyExc_ValueError, "positions are not records of the buffer");
+            goto done;
+        }
+    }
+    Py_BEGIN_ALLOW_THREADS
+    for (i = 0; i < n; i++) {
+        Py_ssize_t p = pos[i], e = i + 1 < n ? pos[i + 1] : after;
+        if (crc32c(b + p + TS_OFFSET, e - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+            break;
+    }
+    Py_END_ALLOW_THREADS
+    res = PyLong_FromSsize_t(i);
+done:
+    PyBuffer_Release(&pv);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+/* ------------------------------------------------------------------------------ compact */
+
+/* compact(buf, starts, ends) -> (offsets: bytes of n + 1 native int32, data: bytes), the
+ * ranges buf[starts[i]:ends[i]] one after the other */
+static PyObject *
+jc_compact(PyObject *self, PyObject *args)
+{
+    Py_buffer view, sv, ev;
+    PyObject *so, *eo;
+    if (!PyArg_ParseTuple(args, "y*OO", &view, &so, &eo))
+        return NULL;
+    if (get_i64(so, &sv, "starts") < 0) {
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    if (get_i64(eo, &ev, "ends") < 0) {
+        PyBuffer_Release(&sv);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    PyObject *res = NULL, *offs = NULL, *data = NULL;
+    Py_ssize_t n = sv.len / 8, len = view.len, total = 0;
+    const int64_t *s = (const int64_t *)sv.buf, *e = (const int64_t *)ev.buf;
+    if (ev.len != sv.len) {
+        PyErr_SetString(PyExc_ValueError, "starts and ends differ in length");
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        if (s[i] < 0 || e[i] < s[i] || e[i] > len) {
+            PyErr_SetString(PyExc_ValueError, "a range is not within the buffer");
+            goto done;
+        }
+        total += e[i] - s[i];
+        if (total > INT32_MAX) {
+            PyErr_SetString(PyExc_ValueError, "over 2 GiB of data");
+            goto done;
+        }
+    }
+    char *o, *d;
+    offs = new_bytes((n + 1) * 4, &o);
+    data = offs ? new_bytes(total, &d) : NULL;
+    if (data == NULL)
+        goto done;
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_BEGIN_ALLOW_THREADS
+    int32_t *off = (int32_t *)o;
+    int32_t at = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        off[i] = at;
+        int32_t k = (int32_t)(e[i] - s[i]);
+        memcpy(d + at, b + s[i], k);
+        at += k;
+    }
+    off[n] = at;
+    Py_END_ALLOW_THREADS
+    res = Py_BuildValue("(OO)", offs, data);
+done:
+    Py_XDECREF(offs);
+    Py_XDECREF(data);
+    PyBuffer_Release(&ev);
+    PyBuffer_Release(&sv);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyObject *
+jc_crc32c(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    uint32_t c = crc32c((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyLong_FromUnsignedLong(c);
+}
+
+static PyMethodDef jc_methods[] = {
+    {"walk", jc_walk, METH_VARARGS, "walk(buf, limit) -> (positions int64 bytes, after)"},
+    {"kinds", jc_kinds, METH_VARARGS, "kinds(buf, positions) -> int8 bytes"},
+    {"check_plain", jc_check_plain, METH_VARARGS,
+     "check_plain(buf, positions, expect_seq, last_ts, verify_crc) -> (n, fields...)"},
+    {"first_bad_crc", jc_first_bad_crc, METH_VARARGS,
+     "first_bad_crc(buf, positions, after) -> index"},
+    {"compact", jc_compact, METH_VARARGS, "compact(buf, starts, ends) -> (offsets, data)"},
+    {"crc32c", jc_crc32c, METH_VARARGS, "crc32c(data) -> CRC-32C"},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef jc_module = {
+    PyModuleDef_HEAD_INIT, "zeps.journal._journalc",
+    "The columnar journal reader's per-record loops in C (optional; see _journalc.c).", -1,
+    jc_methods
+};
+
+PyMODINIT_FUNC
+PyInit__journalc(void)
+{
+    crc_init();
+#ifdef HAVE_HW_CRC
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("sse4.2"))
+        crc32c = crc_hw;
+#endif
+    PyObject *m = PyModule_Create(&jc_module);
+    if (m == NULL)
+        return NULL;
+    /* the DELIVER-BATCH command id, from its one definition */
+    PyObject *batch = PyImport_ImportModule("zeps.protocol.batch");
+    if (batch == NULL)
+        goto fail;
+    PyObject *id = PyObject_GetAttrString(batch, "DELIVER_BATCH_ID");
+    Py_DECREF(batch);
+    if (id == NULL)
+        goto fail;
+    long v = PyLong_AsLong(id);
+    Py_DECREF(id);
+    if (v == -1 && PyErr_Occurred())
+        goto fail;
+    batch_head = 0xAAA500u | (uint32_t)(v & 0xFF);
+    if (PyModule_AddStringConstant(m, "CRC", crc32c == crc_sw ? "table" : "sse4.2") < 0)
+        goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

@@ -129,6 +129,26 @@ check_offsets(const unsigned char *b, Py_ssize_t len, PyObject *offsets)
     return n;
 }
 
+/* The key of an entry as text: the previous entry's str when its bytes are the same (keys come
+ * in runs: one decode per run, not per message), else decoded (UTF-8, U+FFFD for undecodable
+ * bytes). Returns a new reference; *prev / *prev_p / *prev_n track the last key. */
+static PyObject *
+key_text(const unsigned char *p, Py_ssize_t n, PyObject **prev, const unsigned char **prev_p,
+         Py_ssize_t *prev_n)
+{
+    if (*prev != NULL && *prev_n == n && memcmp(*prev_p, p, (size_t)n) == 0) {
+        Py_INCREF(*prev);
+        return *prev;
+    }
+    PyObject *key = PyUnicode_DecodeUTF8((const char *)p, n, "replace");
+    if (key == NULL)
+        return NULL;
+    Py_XSETREF(*prev, Py_NewRef(key));
+    *prev_p = p;
+    *prev_n = n;
+    return key;
+}
+
 /* build_rows(cls, frame, offsets, first, timestamp, stream, headers) -> [cls(...), ...]:
  * entry i as the tuple subclass cls of (first + i, key as UTF-8 with U+FFFD for undecodable
  * bytes, body, timestamp, stream, headers), allocated as tuple.__new__(cls, ...) does. */
@@ -150,7 +170,9 @@ batchc_build_rows(PyObject *self, PyObject *args)
     if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const unsigned char *b = (const unsigned char *)view.buf;
-    PyObject *out = NULL;
+    PyObject *out = NULL, *prev = NULL;
+    const unsigned char *prev_p = NULL;
+    Py_ssize_t prev_n = 0;
     Py_ssize_t n = check_offsets(b, view.len, offsets);
     if (n < 0)
         goto done;
@@ -169,7 +191,7 @@ batchc_build_rows(PyObject *self, PyObject *args)
         if (seq == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 0, seq);
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)b + s + 1, kend - s - 1, "replace");
+        PyObject *key = key_text(b + s + 1, kend - s - 1, &prev, &prev_p, &prev_n);
         if (key == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 1, key);
@@ -189,6 +211,7 @@ fail:
     /* a row not fully set holds NULLs: tuple dealloc skips them (Py_XDECREF) */
     Py_CLEAR(out);
 done:
+    Py_XDECREF(prev);
     PyBuffer_Release(&view);
     return out;
 }
@@ -205,7 +228,9 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
     if (PyObject_GetBuffer(frame, &view, PyBUF_SIMPLE) < 0)
         return NULL;
     const unsigned char *b = (const unsigned char *)view.buf;
-    PyObject *keys = NULL, *bodies = NULL, *out = NULL;
+    PyObject *keys = NULL, *bodies = NULL, *out = NULL, *prev = NULL;
+    const unsigned char *prev_p = NULL;
+    Py_ssize_t prev_n = 0;
     Py_ssize_t n = check_offsets(b, view.len, offsets);
     if (n < 0)
         goto done;
@@ -217,7 +242,7 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
         Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
         Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
         Py_ssize_t kend = s + 1 + b[s];
-        PyObject *key = PyUnicode_DecodeUTF8((const char *)b + s + 1, kend - s - 1, "replace");
+        PyObject *key = key_text(b + s + 1, kend - s - 1, &prev, &prev_p, &prev_n);
         if (key == NULL)
             goto done;
         PyList_SET_ITEM(keys, i, key);
@@ -228,6 +253,7 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
     }
     out = PyTuple_Pack(2, keys, bodies);
 done:
+    Py_XDECREF(prev);
     Py_XDECREF(keys);
     Py_XDECREF(bodies);
     PyBuffer_Release(&view);

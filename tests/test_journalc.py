@@ -205,6 +205,11 @@ def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, blo
             for items, producer, _ in groups:
                 j.append_batch(items, None if producer is None else
                                [(producer, 1 + i * 10) for i in range(len(items))])
+        with JournalReader(d) as r:        # undamaged: the records JournalReader reads
+            want = [(m.sequence, m.timestamp, m.key, m.body, m.producer, m.pseq,
+                     None if m.header_block is None else
+                     [{"key": k, "value": v} for k, v in m.headers]) for m in r.read_from(1)]
+        assert _outcome(d, block, verify) == (want, None)
         logs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
         rnd = random.Random(len(logs) + cut)
         path = os.path.join(d, rnd.choice(logs))

@@ -61,6 +61,8 @@ def first_bad_crc_py(buf: bytes, pos: np.ndarray, after: int) -> int:
     n = len(pos)
     if n == 0 or block_crc_ok(buf, pos, after):
         return n
+    if not isinstance(buf, bytes):
+        buf = bytes(buf)                  # google_crc32c takes bytes (a block read into a buffer)
     starts = (pos + TS_OFFSET).tolist()
     ends = pos[1:].tolist()
     ends.append(after)

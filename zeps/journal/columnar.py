@@ -7,8 +7,8 @@ record sink, so the segments, the index (loaded and checked by :mod:`.recovery`)
 rule and the corruption errors (:class:`CorruptionError` naming file and byte offset) are those
 of the per-record reader. What differs is how a block is parsed:
 
-1. one ``os.pread`` of a block (default 32 MiB, less when the index says where the last wanted
-   record ends) into a ``bytes`` object;
+1. one ``os.preadv`` of a block (default 32 MiB, less when the index says where the last wanted
+   record ends) into a buffer reused from block to block (:class:`BlockBuffer`);
 2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
    segment's sparse index gives thousands of known record starts per block, so the walk runs
    *in parallel from every index entry at once* with numpy (each step advances every walker by
@@ -251,16 +251,40 @@ def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
 
 # ----------------------------------------------------------------------------- the sink
 
+class BlockBuffer:
+    """The memory a block is read into, reused from block to block of a read: a fresh 32 MiB
+    ``bytes`` per block costs its page faults and zeroing on top of the copy (about three times
+    the copy alone). Nothing a block's columns hold points into it: keys, bodies, producer ids
+    and the numeric columns are copies (:mod:`.ranges`, numpy gathers), and records parsed one
+    by one (``parse_records``) slice copies out of it."""
+
+    def __init__(self):
+        self.buf: Optional[bytearray] = None
+
+    def read(self, fd: int, size: int, pos: int):
+        """``size`` bytes of ``fd`` at ``pos`` (fewer at the end of the file)."""
+        b = self.buf
+        if b is None or len(b) != size:
+            b = self.buf = bytearray(size)
+        got = os.preadv(fd, [b], pos)
+        if got < size:
+            self.buf = None
+            return b[:got]
+        return b
+
+
 class ColumnSink:
     """Collects :class:`Columns` for the journal's read loop: the records up to ``last``
     (inclusive; None for all), one block per read (the caller yields between blocks)."""
 
-    def __init__(self, last: Optional[int], verify_crc: bool, block_bytes: int):
+    def __init__(self, last: Optional[int], verify_crc: bool, block_bytes: int,
+                 blocks: Optional[BlockBuffer] = None):
         self.out: List[Columns] = []
         self.count = 0
         self.last = last
         self.verify_crc = verify_crc
         self.block_bytes = block_bytes
+        self.blocks = blocks or BlockBuffer()
 
     def full(self) -> bool:
         return False
@@ -290,7 +314,7 @@ class ColumnSink:
                 if end_hint is not None and end_hint > pos:
                     size = min(size, end_hint - pos)
             size = max(size, min(need, limit - pos))
-            buf = os.pread(seg.fd, size, pos)
+            buf = self.blocks.read(seg.fd, size, pos)
             if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 32 MiB
                 raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
             at_end = pos + len(buf) >= limit or len(buf) < size
@@ -422,9 +446,11 @@ class ColumnSink:
         if last is not None and last < max(seq, want_seq):
             return ScanResult(LIMIT, pos + start, seq, last_ts, None), seq, last_ts, False
         recs: list = []
-        res = parse_records(buf, start, stop, seq, recs, want_seq=want_seq, last_ts=last_ts,
+        run = bytes(memoryview(buf)[start:stop])    # parse_records takes bytes (copies out)
+        res = parse_records(run, 0, stop - start, seq, recs, want_seq=want_seq, last_ts=last_ts,
                             max_records=(1 << 62) if last is None else
                             last - max(seq, want_seq) + 1)
+        res.pos += start
         keys = []
         for k, r in enumerate(recs):
             try:
@@ -432,7 +458,7 @@ class ColumnSink:
             except UnicodeDecodeError:       # one message per record: its position is known
                 bpos = int(positions[i + r.sequence - seq])
                 del recs[k:]
-                pre = parse_records(buf, start, bpos, seq, None, last_ts=last_ts)
+                pre = parse_records(run, 0, bpos - start, seq, None, last_ts=last_ts)
                 res = ScanResult(BAD, bpos, r.sequence, pre.last_ts, "key is not valid UTF-8")
                 break
         emitted = bool(recs)
@@ -552,7 +578,7 @@ def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str
     """What :func:`parse_records` (the journal's one definition of a valid record) says is
     wrong with the record at ``p``; ``otherwise`` if it finds nothing (a check only this reader
     makes: UTF-8 keys, the 2^-32 case of the block CRC check)."""
-    res = parse_records(buf, p, len(buf), seq, None, last_ts=last_ts)
+    res = parse_records(bytes(memoryview(buf)[p:]), 0, len(buf) - p, seq, None, last_ts=last_ts)
     return res.info if res.status == BAD else otherwise
 
 
@@ -567,8 +593,10 @@ def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bo
     view._check_open()
     seq = max(first, 1)
     cursor = None
+    blocks = BlockBuffer()
     while last is None or seq <= last:
-        sink, cursor = view._read(seq, lambda: ColumnSink(last, verify_crc, block_bytes), cursor)
+        sink, cursor = view._read(seq, lambda: ColumnSink(last, verify_crc, block_bytes, blocks),
+                                  cursor)
         if not sink.out:
             if last is not None and seq < view.first_seq:
                 log.warning("journal %s: records %d..%d were deleted by retention",

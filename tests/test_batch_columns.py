@@ -1,0 +1,72 @@
+"""The Spark reader's broker path builds a MessageBatch's Arrow columns from its DELIVER-BATCH
+frame with no Python work per message (:func:`zeps.spark.columns.batch_columns`): the same
+columns as the messages built one by one (:func:`~zeps.spark.columns.message_columns` over
+``batch.messages``) for any entries - empty keys and bodies, keys that are not UTF-8 (replaced
+as the client decodes them), any first sequence and timestamp, entries that start anywhere in
+the frame - on the C loops and on the Python ones. A batch of messages received one by one keeps
+its headers."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+np = pytest.importorskip("numpy")
+pa = pytest.importorskip("pyarrow")
+
+from zeps.clients.message import MessageBatch  # noqa: E402
+from zeps.journal import ranges  # noqa: E402
+from zeps.protocol import batch as B  # noqa: E402
+from zeps.spark.columns import batch_columns, message_columns  # noqa: E402
+
+keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
+                    st.binary(max_size=12))           # binary keys: some are not UTF-8
+entries_st = st.lists(st.tuples(keys_st, st.binary(max_size=60)), min_size=1, max_size=40)
+
+
+def _frame(items, pad):
+    body = b"".join(bytes((len(k),)) + k + len(b).to_bytes(4, "big") + b for k, b in items)
+    frame = b"\x00" * pad + body
+    return frame, B.walk(frame, pad, len(frame), len(items), False)
+
+
+def _same(got, want):
+    for g, w in zip(got, want):
+        if isinstance(w, np.ndarray) or w is None:
+            assert (None if g is None else g.tolist()) == (None if w is None else w.tolist())
+        else:
+            assert g.equals(w), (g, w)
+
+
+@settings(max_examples=300, deadline=None)
+@given(entries_st, st.integers(0, 40), st.integers(1, 1 << 62),
+       st.one_of(st.none(), st.integers(0, 1 << 62)), st.booleans())
+def test_frame_columns_are_the_messages_columns(items, pad, first, ts, pure):
+    frame, offsets = _frame(items, pad)
+    batch = MessageBatch.from_frame(frame, offsets, first, ts, "s")
+    saved = ranges.journalc
+    if pure:
+        ranges.journalc = None            # the pyarrow compaction (ZEPS_PURE_PYTHON=1)
+    try:
+        got = batch_columns(batch)
+    finally:
+        ranges.journalc = saved
+    fresh = MessageBatch.from_frame(frame, offsets, first, ts, "s")
+    want = message_columns(fresh.messages)
+    _same(got, want)
+    assert got[2].type == pa.string() and got[3].type == pa.binary()
+    assert got[0].tolist() == list(range(first, first + len(items)))
+
+
+def test_messages_one_by_one_keep_their_headers():
+    from zeps.clients.message import Message
+    from zeps.protocol.headers import NO_HEADERS, encode_block, headers_of
+    frame, offsets = _frame([(b"k1", b"a"), (b"k2", b"bb")], 0)
+    msgs = MessageBatch.from_frame(frame, offsets, 7, 99, "s").messages
+    h = headers_of(encode_block([("h", b"v")]))
+    with_h = [Message(m.sequence, m.key, m.body, m.timestamp, m.stream, h if i else NO_HEADERS)
+              for i, m in enumerate(msgs)]
+    seq, ts, key, body, headers = batch_columns(MessageBatch(with_h))
+    assert headers.to_pylist() == [None, [{"key": "h", "value": b"v"}]]
+    assert (seq.tolist(), ts.tolist(), key.to_pylist(), body.to_pylist()) == \
+        ([7, 8], [99, 99], ["k1", "k2"], [b"a", b"bb"])

@@ -7,8 +7,10 @@ record sink, so the segments, the index (loaded and checked by :mod:`.recovery`)
 rule and the corruption errors (:class:`CorruptionError` naming file and byte offset) are those
 of the per-record reader. What differs is how a block is parsed:
 
-1. one ``os.preadv`` of a block (default 32 MiB, less when the index says where the last wanted
-   record ends) into a buffer reused from block to block (:class:`BlockBuffer`);
+1. one ``os.preadv`` of a block (default 4 MiB, less when the index says where the last wanted
+   record ends) into a buffer reused from block to block (:class:`BlockBuffer`). A block about
+   the size of a core's L2 cache stays in cache through the passes over it: 4 MiB blocks read
+   1.5x (C loops) to 1.7x (numpy) faster than 32 MiB ones here;
 2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
    segment's sparse index gives thousands of known record starts per block, so the walk runs
    *in parallel from every index entry at once* with numpy (each step advances every walker by
@@ -76,7 +78,7 @@ from .walk import be_view, walk
 
 log = logging.getLogger("zeps.journal")
 
-BLOCK_BYTES = 32 << 20
+BLOCK_BYTES = 4 << 20
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
 #: the same for a DELIVER-BATCH frame (a batch record)
@@ -252,8 +254,8 @@ def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
 # ----------------------------------------------------------------------------- the sink
 
 class BlockBuffer:
-    """The memory a block is read into, reused from block to block of a read: a fresh 32 MiB
-    ``bytes`` per block costs its page faults and zeroing on top of the copy (about three times
+    """The memory a block is read into, reused from block to block of a read: a fresh ``bytes``
+    per block costs its page faults and zeroing on top of the copy (32 MiB: about three times
     the copy alone). Nothing a block's columns hold points into it: keys, bodies, producer ids
     and the numeric columns are copies (:mod:`.ranges`, numpy gathers), and records parsed one
     by one (``parse_records``) slice copies out of it."""
@@ -315,7 +317,7 @@ class ColumnSink:
                     size = min(size, end_hint - pos)
             size = max(size, min(need, limit - pos))
             buf = self.blocks.read(seg.fd, size, pos)
-            if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 32 MiB
+            if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 4 MiB
                 raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
             at_end = pos + len(buf) >= limit or len(buf) < size
             hints = None

@@ -321,7 +321,7 @@ class ColumnSink:
                 raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
             at_end = pos + len(buf) >= limit or len(buf) < size
             hints = None
-            if idx is not None:
+            if idx is not None and journalc is None:     # (the C walk needs no hints)
                 h = idx.positions_between(pos, pos + len(buf))
                 if len(h):
                     hints = np.frombuffer(h, dtype=np.uint64).astype(np.int64) - pos

@@ -6,7 +6,8 @@ against their numpy definitions: for any block, valid or damaged, the same resul
 - ``kinds``: :func:`zeps.journal.columnar._kinds_py`;
 - ``check_plain``: the valid prefix and every field of ``_Block._init_py`` for a run of plain
   records, CRC verified or not, any expected sequence and previous timestamp;
-- ``first_bad_crc``, ``compact``, ``crc32c``: their numpy/pyarrow/google_crc32c twins;
+- ``first_bad_crc``, ``compact``, ``crc32c`` (SSE4.2 or table-driven; the table-driven one is
+  checked also where the CPU has SSE4.2): their numpy/pyarrow/google_crc32c twins;
 - ``read_columns`` over a damaged journal: the same columns, then the same CorruptionError (file,
   byte, message), with the C loops and without them;
 - positions that are not records of the buffer (a caller's bug) give ValueError, never a crash;
@@ -174,6 +175,7 @@ def test_block_loops_match_numpy(groups, damage, cut, seq_off, last_ts, verify):
 def test_crc32c_is_google_crc32c(data, skip):
     assert journalc.crc32c(data[skip:]) == google_crc32c.value(data[skip:])
     assert journalc.crc32c(memoryview(data)[skip:]) == google_crc32c.value(data[skip:])
+    assert journalc.crc32c_table(data[skip:]) == google_crc32c.value(data[skip:])
 
 
 # ----------------------------------------------------------------------------- the reader

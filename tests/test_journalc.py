@@ -242,6 +242,17 @@ def test_positions_that_are_not_records_are_refused():
             journalc.check_plain(buf, bad.astype(np.int64), 5, None, True)
     with pytest.raises(ValueError):
         journalc.kinds(buf, np.array([len(buf)], dtype=np.int64))
+    # records with headers (which the reader never hands to check_plain) at the very end of
+    # the buffer, their length field forged: the run stops, nothing is read past the buffer
+    for items in ([("k", b"v", encode_block([("h", b"x")]))],
+                  [("k", b"v" * 300, encode_block([("h", b"x" * 200)]))]):
+        hbuf, hstarts, _ = _block([(items, None, 1)])
+        for plen in (0, 1, 255):
+            forged = bytearray(hbuf)
+            forged[16] = plen
+            got = journalc.check_plain(bytes(forged), np.array(hstarts, dtype=np.int64), 5,
+                                       None, True)
+            assert got[0] == 0
     with pytest.raises(ValueError):
         journalc.first_bad_crc(buf, pos, len(buf) + 1)
     with pytest.raises(ValueError):

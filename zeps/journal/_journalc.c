@@ -127,7 +127,8 @@ static int get_i64(PyObject *o, Py_buffer *v, const char *what)
 {
     if (PyObject_GetBuffer(o, v, PyBUF_ANY_CONTIGUOUS | PyBUF_FORMAT) < 0)
         return -1;
-    if (v->itemsize != 8 || v->format == NULL || strchr("qlQL", v->format[strlen(v->format) - 1]) == NULL) {
+    size_t f = v->format == NULL ? 0 : strlen(v->format);
+    if (v->itemsize != 8 || f == 0 || strchr("qlQL", v->format[f - 1]) == NULL) {
         PyBuffer_Release(v);
         PyErr_Format(PyExc_TypeError, "%s: an int64 array is needed", what);
         return -1;
@@ -302,8 +303,9 @@ jc_check_plain(PyObject *self, PyObject *args)
             break;
         int flagged = w > LENGTH_MASK;
         if (flagged) {
-            /* (a record with only the headers flag never reaches here: kinds puts it apart;
-             * as in numpy, its "pid_len" byte is then read all the same) */
+            /* (in the reader a record with the headers flag never gets here: kinds puts it
+             * apart; given one, its "pid_len" byte is read as numpy does, and the check that
+             * the frame ends with the record below stops the run) */
             Py_ssize_t plen = b[p + PID_LEN_OFFSET];
             if (plen == 0)
                 break;
@@ -317,11 +319,13 @@ jc_check_plain(PyObject *self, PyObject *args)
                 break;
         }
         Py_ssize_t frame = p + HEADER_SIZE + ext;
-        if (frame + MIN_FRAME > len || (be32(b + frame) >> 8) != DELIVER_HEAD)
+        Py_ssize_t bend = frame + length;
+        /* (bend is the record's end but for a record with the headers flag, which kinds puts
+         * apart: one is never read past) */
+        if (bend > p + span_at(b, p, len) || (be32(b + frame) >> 8) != DELIVER_HEAD)
             break;
         Py_ssize_t kstart = frame + KEY_OFFSET;
         Py_ssize_t kend = kstart + b[frame + KEYLEN_OFFSET];
-        Py_ssize_t bend = frame + length;
         if (kend + 4 > bend)
             break;
         if (kend + 4 + (Py_ssize_t)be32(b + kend) != bend)

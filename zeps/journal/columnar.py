@@ -79,6 +79,7 @@ from .walk import be_view, walk
 log = logging.getLogger("zeps.journal")
 
 BLOCK_BYTES = 4 << 20
+_PREADV = hasattr(os, "preadv")
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
 #: the same for a DELIVER-BATCH frame (a batch record)
@@ -265,6 +266,8 @@ class BlockBuffer:
 
     def read(self, fd: int, size: int, pos: int):
         """``size`` bytes of ``fd`` at ``pos`` (fewer at the end of the file)."""
+        if not _PREADV:                                 # pragma: no cover - not on Linux
+            return os.pread(fd, size, pos)
         b = self.buf
         if b is None or len(b) != size:
             b = self.buf = bytearray(size)

@@ -20,3 +20,6 @@ if os.environ.get("ZEPS_PURE_PYTHON") != "1":
         from . import _journalc as journalc
     except ImportError:          # not built: no compiler, or ZEPS_PURE_PYTHON=1 at install
         journalc = None
+
+#: True when the C loops are in use.
+C_LOOPS = journalc is not None

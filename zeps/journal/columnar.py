@@ -8,7 +8,7 @@ rule and the corruption errors (:class:`CorruptionError` naming file and byte of
 of the per-record reader. What differs is how a block is parsed:
 
 1. one ``os.preadv`` of a block (default 4 MiB, less when the index says where the last wanted
-   record ends) into a buffer reused from block to block (:class:`BlockBuffer`). A block about
+   record ends) into a buffer reused from block to block (:mod:`.blockbuffer`). A block about
    the size of a core's L2 cache stays in cache through the passes over it: 4 MiB blocks read
    1.5x (C loops) to 1.7x (numpy) faster than 32 MiB ones here;
 2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
@@ -56,7 +56,6 @@ and the same errors for any block.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
 from typing import Iterator, List, Optional, Tuple
 
@@ -66,6 +65,7 @@ import pyarrow as pa
 from ..protocol.deliver import (DELIVER_ID, KEY_OFFSET, KEYLEN_OFFSET, MIN_FRAME, SEQ_OFFSET,
                                 SIGNATURE)
 from .batchcols import BatchRun
+from .blockbuffer import BlockBuffer
 from .blockcrc import first_bad_crc
 from ..protocol.batch import DELIVER_BATCH_ID
 from .record import (BAD, END, EXT_FIXED, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, LIMIT,
@@ -79,7 +79,6 @@ from .walk import be_view, walk
 log = logging.getLogger("zeps.journal")
 
 BLOCK_BYTES = 4 << 20
-_PREADV = hasattr(os, "preadv")
 #: signature and command id of a DELIVER frame as the top 24 bits of its first u32
 _DELIVER_HEAD = int.from_bytes(SIGNATURE + bytes((DELIVER_ID,)), "big")
 #: the same for a DELIVER-BATCH frame (a batch record)
@@ -253,30 +252,6 @@ def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 # ----------------------------------------------------------------------------- the sink
-
-class BlockBuffer:
-    """The memory a block is read into, reused from block to block of a read: a fresh ``bytes``
-    per block costs its page faults and zeroing on top of the copy (32 MiB: about three times
-    the copy alone). Nothing a block's columns hold points into it: keys, bodies, producer ids
-    and the numeric columns are copies (:mod:`.ranges`, numpy gathers), and records parsed one
-    by one (``parse_records``) slice copies out of it."""
-
-    def __init__(self):
-        self.buf: Optional[bytearray] = None
-
-    def read(self, fd: int, size: int, pos: int):
-        """``size`` bytes of ``fd`` at ``pos`` (fewer at the end of the file)."""
-        if not _PREADV:                                 # pragma: no cover - not on Linux
-            return os.pread(fd, size, pos)
-        b = self.buf
-        if b is None or len(b) != size:
-            b = self.buf = bytearray(size)
-        got = os.preadv(fd, [b], pos)
-        if got < size:
-            self.buf = None
-            return b[:got]
-        return b
-
 
 class ColumnSink:
     """Collects :class:`Columns` for the journal's read loop: the records up to ``last``

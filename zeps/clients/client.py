@@ -222,7 +222,7 @@ class Client(ops.FrontEnd):
                     conn.send_queued()
                 if not self._flusher.armed:     # the sender sends it if no call comes
                     self._flusher.arm()
-            elif not conn.send_or_queue(frame):
+            elif not conn.send_or_queue(frame, gap > SLOW_PUBLISH):
                 self._flusher.arm()
             if now >= self._next_look:
                 self._next_look = now + LOOK_INTERVAL

@@ -23,8 +23,10 @@ LOOK_INTERVAL = 0.002
 #: AsyncClient's (``WRITABLE_BATCH``).
 WRITABLE_LOOK = 0.0005
 #: A blocking client's publish coming more than this long (s) after the previous one asks the
-#: socket at once whether it takes what waits: a paced publisher (10k msg/s: 100 us apart) has
-#: nothing to batch, and each message leaves by the next call at the latest.
+#: socket at once whether it takes what waits, and checks a refusal with ZMQ_EVENTS before
+#: queueing its frame (``Connection.send_or_queue``): a paced publisher (10k msg/s: 100 us
+#: apart) has nothing to batch, and each message leaves at once or by the next call. A faster
+#: loop keeps queueing behind a busy socket, to leave in batches.
 SLOW_PUBLISH = 0.00002
 WRITABLE_QUEUE = 256
 WRITABLE_BATCH = 64

@@ -106,27 +106,34 @@ done:
     return offsets;
 }
 
-/* Checks offsets against the buffer: increasing, each entry's key and body length inside it.
- * Returns the number of entries, or -1 with ValueError. */
+/* The number of entries offsets (a list of n + 1 ints) stands for, or -1 with ValueError. */
 static Py_ssize_t
-check_offsets(const unsigned char *b, Py_ssize_t len, PyObject *offsets)
+entry_count(PyObject *offsets)
 {
     if (!PyList_Check(offsets) || PyList_GET_SIZE(offsets) < 1) {
         PyErr_SetString(PyExc_ValueError, "offsets: a non-empty list");
         return -1;
     }
-    Py_ssize_t n = PyList_GET_SIZE(offsets) - 1;
-    for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
-        Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
-        if ((s == -1 || e == -1) && PyErr_Occurred())
-            return -1;
-        if (s < 0 || e > len || s >= e || s + 5 + b[s] > e) {
-            PyErr_Format(PyExc_ValueError, "entry %zd is not an entry of the frame", i);
-            return -1;
-        }
+    return PyList_GET_SIZE(offsets) - 1;
+}
+
+/* Entry i's start and end from offsets, checked against the buffer (increasing, its key and
+ * body length inside it): 0, or -1 with ValueError. */
+static int
+entry_span(const unsigned char *b, Py_ssize_t len, PyObject *offsets, Py_ssize_t i,
+           Py_ssize_t *start, Py_ssize_t *end)
+{
+    Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
+    Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
+    if ((s == -1 || e == -1) && PyErr_Occurred())
+        return -1;
+    if (s < 0 || e > len || s >= e || s + 5 + b[s] > e) {
+        PyErr_Format(PyExc_ValueError, "entry %zd is not an entry of the frame", i);
+        return -1;
     }
-    return n;
+    *start = s;
+    *end = e;
+    return 0;
 }
 
 /* The key of an entry as text: the previous entry's str when its bytes are the same (keys come
@@ -173,15 +180,16 @@ batchc_build_rows(PyObject *self, PyObject *args)
     PyObject *out = NULL, *prev = NULL;
     const unsigned char *prev_p = NULL;
     Py_ssize_t prev_n = 0;
-    Py_ssize_t n = check_offsets(b, view.len, offsets);
+    Py_ssize_t n = entry_count(offsets);
     if (n < 0)
         goto done;
     out = PyList_New(n);
     if (out == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
-        Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
+        Py_ssize_t s, e;
+        if (entry_span(b, view.len, offsets, i, &s, &e) < 0)
+            goto fail;
         Py_ssize_t kend = s + 1 + b[s];
         PyObject *row = tp->tp_alloc(tp, 6);
         if (row == NULL)
@@ -231,7 +239,7 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
     PyObject *keys = NULL, *bodies = NULL, *out = NULL, *prev = NULL;
     const unsigned char *prev_p = NULL;
     Py_ssize_t prev_n = 0;
-    Py_ssize_t n = check_offsets(b, view.len, offsets);
+    Py_ssize_t n = entry_count(offsets);
     if (n < 0)
         goto done;
     keys = PyList_New(n);
@@ -239,8 +247,9 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
     if (keys == NULL || bodies == NULL)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
-        Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
-        Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
+        Py_ssize_t s, e;
+        if (entry_span(b, view.len, offsets, i, &s, &e) < 0)
+            goto done;
         Py_ssize_t kend = s + 1 + b[s];
         PyObject *key = key_text(b + s + 1, kend - s - 1, &prev, &prev_p, &prev_n);
         if (key == NULL)

@@ -42,7 +42,8 @@ OTHER_RUN = "**From another run than the one at the top:** "
 
 def _views():
     from bench import targets
-    return {"": lambda text: text, "targets": targets.render}
+    return {"": lambda text: text, "targets": targets.render,
+            "targets-issue20": targets.render_issue20}
 
 
 def render(source: str, view: Optional[str] = None, repo: Path = REPO) -> str:

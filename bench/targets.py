@@ -1,9 +1,11 @@
-"""The targets of issue 11 beside what the suite measured: a view of ``bench/results/suite.md``.
+"""The targets of issues 11 and 20 beside what the suite measured: views of
+``bench/results/suite.md``.
 
 ``<!-- bench:begin bench/results/suite.md targets -->`` in docs/benchmarks.md is made by
-:func:`render` from the suite's tables (the figures are the tables' medians, copied with the case
-they hold for: body size, publishers, fsync, client path), so the targets table can never say
-something else than the tables above it. A target whose table is not in the results says so.
+:func:`render` (issue 11), ``... targets-issue20 -->`` by :func:`render_issue20`, from the
+suite's tables (the figures are the tables' medians, copied with the case they hold for: body
+size, publishers, fsync, client path), so a targets table can never say something else than the
+tables above it. A target whose table is not in the results says so.
 """
 from __future__ import annotations
 
@@ -45,9 +47,27 @@ def short(cell: str) -> str:
     return re.sub(r" \([^)]*\)", "", cell)
 
 
+SCENARIO = re.compile(r"^<!-- scenario (\w+) -->\n", re.M)
+RUN = re.compile(r"^(?:\*\*From another run than the one at the top:\*\* )?(Run of [^\n]*)", re.M)
+
+
+def runs(text: str) -> Dict[str, str]:
+    """The run each scenario's section comes from (its "Run of ..." line): a section merged from
+    another run starts with its own; the others are the report's first run."""
+    top = RUN.search(text)
+    first = top[1] if top else ""
+    out = {}
+    parts = SCENARIO.split(text)
+    for name, body in zip(parts[1::2], parts[2::2]):
+        own = RUN.match(body)
+        out[name] = own[1] if own else first
+    return out
+
+
 class Results:
     def __init__(self, text: str):
         self.tables = tables(text)
+        self.runs = runs(text)
 
     def rows(self, titles: Sequence[str], **where) -> Rows:
         """Rows of the first table whose title starts with one of ``titles``, with the given
@@ -195,8 +215,74 @@ def rows(r: Results) -> List[Tuple[str, str, str]]:
     return out
 
 
-def render(text: str) -> str:
-    """The targets table from the text of a suite report."""
+LATENCY = ("End-to-end latency",)
+REPLAY = ("Replay of a",)
+FANOUT = ("Live fan-out",)
+SDK_BULK = ("ZEPS SDK, batches()",)
+RAW_READ = ("ZEPS, raw pyzmq",)
+
+
+def rows_issue20(r: Results) -> List[Tuple[str, str, str]]:
+    """(target, measured, met?) for the targets of issue 20 the suite measures: the SDK's live
+    latency (alone and against ZeroMQ's proxy in the same run) and the bulk paths as ratios to
+    redis-benchmark's XADD capacity (``-P 100``, one connection, AOF everysec: the ingest
+    capacity table's 100 B, 1 publisher, fsync ``interval`` row). Each bulk ratio is given for
+    the SDK and for the raw pyzmq client (the server's capacity); met means the SDK's."""
+    out = []
+    for body in ("100 B", "1024 B"):
+        sdk = r.rows(LATENCY, body=body, system="ZEPS SDK")
+        proxy = r.rows(LATENCY, body=body, system=PROXY[-1])
+        if not sdk:
+            continue
+        p99, p999 = sdk[0]["p99"], sdk[0]["p99.9"]
+        if body == "100 B":
+            out.append(("SDK p99 ≤ 1 ms at 10k msg/s (100 B, fsync interval)",
+                        f"p99 {short(p99)}", _met(median(p99) <= 1.0)))
+            out.append(("SDK p99.9 ≤ 3 ms at 10k msg/s (100 B, fsync interval)",
+                        f"p99.9 {short(p999)}", _met(median(p999) <= 3.0)))
+        x = _ratio(p99, proxy[0]["p99"]) if proxy else None
+        out.append((f"SDK p99 within 2.5× of the ZeroMQ proxy's p99, same run ({body})",
+                    f"{x:.2f}× ({short(p99)} ÷ {short(proxy[0]['p99'])})" if x else NOT_IN,
+                    _met(None if x is None else x <= 2.5)))
+    if not out:
+        out.append(("SDK p99 ≤ 1 ms, p99.9 ≤ 3 ms, within 2.5× of the proxy", NOT_IN, "—"))
+
+    one = dict(body="100 B", publishers="1", fsync="interval")
+    rb = r.cell(INGEST_CAP, RBENCH, **one)
+    paths = (("ingest", 3.0, r.cell(INGEST_BATCH, SDK_BATCH, confirms="no", **one),
+              r.cell(INGEST_CAP, RAW, **one), "`publish_batch(100)`, no confirms"),
+             ("replay of 1M", 6.0, r.cell(REPLAY, SDK_BULK, body="100 B"),
+              r.cell(REPLAY, RAW_READ, body="100 B"), "`batches()`"),
+             ("fan-out to 10", 9.0,
+              r.cell(FANOUT, SDK_BULK, body="100 B", subscribers="10"),
+              r.cell(FANOUT, RAW_READ, body="100 B", subscribers="10"),
+              "`batches()`, delivered msg/s"))
+    for (name, need, sdk, raw, how), scenario in zip(paths, ("ingest", "replay", "fanout")):
+        a, b = _ratio(sdk, rb), _ratio(raw, rb)
+        target = f"{name} ≥ {need:g}× redis-benchmark -P 100 XADD (100 B)"
+        if a is None:
+            out.append((target, NOT_IN, "—"))
+            continue
+        server = f", raw pyzmq {b:.2f}× ({short(raw)})" if b is not None else ""
+        measured = f"SDK {how} {a:.2f}× ({short(sdk)} ÷ {short(rb)}){server}"
+        if r.runs.get(scenario) != r.runs.get("ingest"):     # the issue asks for one run
+            out.append((target, measured + "; not the same run as redis-benchmark's", "—"))
+            continue
+        out.append((target, measured, _met(a >= need)))
+    return out
+
+
+def _table(found: List[Tuple[str, str, str]]) -> str:
     lines = ["| target | measured (medians of the tables above) | met? |", "|---|---|---|"]
-    lines += [f"| {t} | {m} | {ok} |" for t, m, ok in rows(Results(text))]
+    lines += [f"| {t} | {m} | {ok} |" for t, m, ok in found]
     return "\n".join(lines) + "\n"
+
+
+def render(text: str) -> str:
+    """The targets table of issue 11 from the text of a suite report."""
+    return _table(rows(Results(text)))
+
+
+def render_issue20(text: str) -> str:
+    """The suite's targets of issue 20 from the text of a suite report."""
+    return _table(rows_issue20(Results(text)))

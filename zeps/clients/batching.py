@@ -34,6 +34,7 @@ order is kept, and whenever the socket is free).
 from __future__ import annotations
 
 import struct
+from itertools import islice
 from typing import List, Optional
 
 from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE, MAX_BATCH_ENTRIES,
@@ -42,9 +43,10 @@ from ..protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE,
 from ..protocol.commands import Publish
 from ..protocol.deliver import SIGNATURE
 from ..protocol.headers import PUBLISH_H_ID
+from ..protocol.speedups import batchc as _batchc
 
-__all__ = ["PublishQueue", "batch_frames", "decode_deliver_batch", "unbatch", "DELIVER_BATCH_HEAD",
-           "MAX_BATCH_BYTES", "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
+__all__ = ["PublishQueue", "batch_frames", "batch_frames_py", "decode_deliver_batch", "unbatch",
+           "DELIVER_BATCH_HEAD", "MAX_BATCH_BYTES", "PUBLISH_BATCH_HEAD", "ENTRY_COST_EXTRA", "BadEntries"]
 
 #: The first three octets of a PUBLISH-BATCH frame and of a DELIVER-BATCH frame.
 PUBLISH_BATCH_HEAD = SIGNATURE + bytes((PUBLISH_BATCH_ID,))
@@ -126,9 +128,70 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
     or whose body is over ``max_body`` (refused alone, as in :class:`PublishQueue`). Entries
     are laid out straight from the pairs, with no PUBLISH frame per message.
 
-    A message that cannot be sent (a key that is not ``str`` or over 255 bytes in UTF-8, a
-    body that is not bytes or str) raises TypeError / ValueError, after the frames of the
-    messages before it were yielded: those are published, the rest are not."""
+    A message that cannot be sent (a pair that does not unpack, a key that is not ``str`` or
+    over 255 bytes in UTF-8, a body that is not bytes, bytearray, memoryview or str) raises
+    TypeError / ValueError, after the frames of the messages before it were yielded: those are
+    published, the rest are not.
+
+    :func:`batch_frames_py` is the definition. With the optional C loops (:mod:`zeps.protocol.
+    speedups`) each frame is built by one C call (``publish_frame``), no Python work per
+    message: the same frames, the same errors at the same point (tests/test_batchc_frames.py).
+    A list or tuple is read in place; any other iterable is read in chunks of
+    ``_CHUNK`` messages (memory stays bounded for a huge generator), and a frame that reaches
+    the end of a chunk is built again with the next one, so the frames are still those of
+    :func:`batch_frames_py`. Differences, only for an iterable whose iteration raises: the
+    messages taken in its last chunk are not published (:func:`batch_frames_py` publishes
+    the frames it completed before the error)."""
+    if (_c_frame is None or type(max_batch) is not int
+            or (max_body is not None and type(max_body) is not int)):
+        yield from batch_frames_py(messages, max_batch, max_body)
+        return
+    limit = max_batch if max_body is None else max_body
+    # clamped to what a C size holds: no frame or body is 2**62 bytes, so the same decisions
+    max_batch = -1 if max_batch < -1 else min(max_batch, _SIZE_CAP)
+    limit = -1 if limit < -1 else min(limit, _SIZE_CAP)
+    frame_of = _c_frame
+    if type(messages) is list or type(messages) is tuple:
+        start = 0
+        while start < len(messages):
+            frame, count = frame_of(messages, start, max_batch, limit, _pair)
+            yield frame, count
+            start += count
+        return
+    it = iter(messages)
+    items: list = []
+    while True:
+        more = list(islice(it, _CHUNK))
+        items = items + more if items else more
+        last = len(more) < _CHUNK
+        start = 0
+        n = len(items)
+        while start < n:
+            frame, count = frame_of(items, start, max_batch, limit, _pair)
+            if start + count == n and not last:
+                break                      # the next chunk may still join this frame
+            yield frame, count
+            start += count
+        if last:
+            return
+        items = items[start:]              # at most one frame's messages (MAX_BATCH_ENTRIES)
+
+
+#: Messages :func:`batch_frames` takes at a time from an iterable that is not a list or tuple.
+_CHUNK = 4096
+_SIZE_CAP = 1 << 62
+_c_frame = _batchc.publish_frame if _batchc is not None else None
+
+
+def _pair(item):
+    """``key, body = item``, for the C loop: an item that is not a 2-tuple or a 2-list is
+    unpacked by Python itself (its errors word for word)."""
+    key, body = item
+    return key, body
+
+
+def batch_frames_py(messages, max_batch: int, max_body: Optional[int]):
+    """:func:`batch_frames` in Python: its definition, and what runs without the C loops."""
     parts: List[bytes] = []
     add = parts.append
     size = PUBLISH_HEAD_SIZE
@@ -136,15 +199,16 @@ def batch_frames(messages, max_batch: int, max_body: Optional[int]):
     u32 = _u32_pack
     heads: dict = {}                 # key -> its length octet and UTF-8 (keys repeat)
     body_limit = max_batch if max_body is None else max_body
-    for key, body in messages:
-        head = heads.get(key) if type(key) is str else None
-        if head is None or type(body) is not bytes:
-            try:
+    for item in messages:
+        try:
+            key, body = item
+            head = heads.get(key) if type(key) is str else None
+            if head is None or type(body) is not bytes:
                 head, body = _checked(key, body, heads)
-            except (TypeError, ValueError):
-                if count:                  # the messages before it are published
-                    yield _batch_of(parts, count), count
-                raise
+        except (TypeError, ValueError):
+            if count:                      # the messages before it are published
+                yield _batch_of(parts, count), count
+            raise
         blen = len(body)
         entry = len(head) + 4 + blen
         if blen > body_limit or PUBLISH_HEAD_SIZE + entry > max_batch:
@@ -174,21 +238,23 @@ def _checked(key, body, heads: dict):
     body as bytes; TypeError / ValueError for what cannot be sent."""
     if type(body) is not bytes:
         if isinstance(body, str):
-            body = body.encode("utf-8")
+            body = str.encode(body, "utf-8")       # its value (a subclass's encode() aside)
         elif isinstance(body, (bytearray, memoryview)):
             body = bytes(body)
         else:
             raise TypeError(f"body must be bytes or str, not {type(body).__name__}")
     if not isinstance(key, str):
         raise TypeError(f"key must be str, not {type(key).__name__}")
-    head = heads.get(key)
+    head = heads.get(key) if type(key) is str else None
     if head is None:
-        kb = key.encode("utf-8")
+        kb = str.encode(key, "utf-8")
         if len(kb) > 255:
             raise ValueError("key longer than 255 bytes")
-        if len(heads) >= 4096:
-            heads.clear()
-        head = heads[key] = bytes((len(kb),)) + kb
+        head = bytes((len(kb),)) + kb
+        if type(key) is str:
+            if len(heads) >= 4096:
+                heads.clear()
+            heads[key] = head
     return head, body
 
 

@@ -269,6 +269,266 @@ done:
     return out;
 }
 
+/* ---------------------------------------------------------------- publish_frame
+ * One frame of zeps.clients.batching.batch_frames_py (its definition): see there. */
+
+#define PUBLISH_HEAD_SIZE 7          /* AA A5 3A | count u32 */
+#define PUBLISH_PREFIX 3             /* AA A5 06 (a PUBLISH before its entry) */
+#define MAX_BATCH_ENTRIES 4096       /* zeps.protocol.batch.MAX_BATCH_ENTRIES */
+
+typedef struct {
+    PyObject *key;                   /* strong refs: Python code run by a later message */
+    PyObject *body;                  /* (bytes(), unpacking) cannot free what we point to */
+    const char *k, *b;
+    Py_ssize_t klen, blen;
+} msg_t;
+
+static void
+msg_clear(msg_t *m)
+{
+    Py_CLEAR(m->key);
+    Py_CLEAR(m->body);
+}
+
+/* The type's __name__ (type(o).__name__), for the messages of batch_frames_py. */
+static void
+type_error(const char *what, PyObject *o)
+{
+    PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(o), "__name__");
+    if (name == NULL)
+        return;
+    PyErr_Format(PyExc_TypeError, "%s must be bytes or str, not %S", what, name);
+    Py_DECREF(name);
+}
+
+/* Message m from item (a (key, body) pair): its key's UTF-8 and its body's bytes, checked in
+ * the order batch_frames_py checks them. 0, or -1 with the exception it raises. */
+static int
+msg_of(PyObject *item, PyObject *pair, msg_t *m)
+{
+    PyObject *key, *body, *tmp = NULL;
+    if ((PyTuple_CheckExact(item) && PyTuple_GET_SIZE(item) == 2)) {
+        key = PyTuple_GET_ITEM(item, 0);
+        body = PyTuple_GET_ITEM(item, 1);
+    } else if (PyList_CheckExact(item) && PyList_GET_SIZE(item) == 2) {
+        key = PyList_GET_ITEM(item, 0);
+        body = PyList_GET_ITEM(item, 1);
+    } else {                          /* anything else: unpacked by Python (its own errors) */
+        tmp = PyObject_CallOneArg(pair, item);
+        if (tmp == NULL)
+            return -1;
+        if (!PyTuple_CheckExact(tmp) || PyTuple_GET_SIZE(tmp) != 2) {
+            Py_DECREF(tmp);
+            PyErr_SetString(PyExc_SystemError, "pair() must return a 2-tuple");
+            return -1;
+        }
+        key = PyTuple_GET_ITEM(tmp, 0);
+        body = PyTuple_GET_ITEM(tmp, 1);
+    }
+    Py_INCREF(key);
+    Py_INCREF(body);
+    Py_XDECREF(tmp);
+    m->key = key;
+    m->body = NULL;
+    if (PyBytes_CheckExact(body)) {
+        m->body = body;
+    } else {
+        if (PyUnicode_Check(body)) {
+            if (PyUnicode_IS_ASCII(body)) {       /* its characters are its UTF-8 */
+                m->body = body;
+                m->b = (const char *)PyUnicode_DATA(body);
+                m->blen = PyUnicode_GET_LENGTH(body);
+                goto key;
+            }
+            m->body = PyUnicode_AsUTF8String(body);     /* str.encode(body, "utf-8") */
+        } else if (PyByteArray_Check(body) || PyMemoryView_Check(body)) {
+            m->body = PyObject_CallOneArg((PyObject *)&PyBytes_Type, body);   /* bytes(body) */
+        } else {
+            type_error("body", body);
+        }
+        Py_DECREF(body);
+        if (m->body == NULL)
+            goto fail;
+        if (!PyBytes_Check(m->body)) {
+            PyErr_SetString(PyExc_TypeError, "bytes() returned non-bytes");
+            goto fail;
+        }
+    }
+    m->b = PyBytes_AS_STRING(m->body);
+    m->blen = PyBytes_GET_SIZE(m->body);
+key:
+    if (!PyUnicode_Check(key)) {
+        PyObject *name = PyObject_GetAttrString((PyObject *)Py_TYPE(key), "__name__");
+        if (name != NULL) {
+            PyErr_Format(PyExc_TypeError, "key must be str, not %S", name);
+            Py_DECREF(name);
+        }
+        goto fail;
+    }
+    m->k = PyUnicode_AsUTF8AndSize(key, &m->klen);      /* kept in the str: keys repeat */
+    if (m->k == NULL)
+        goto fail;
+    if (m->klen > 255) {
+        PyErr_SetString(PyExc_ValueError, "key longer than 255 bytes");
+        goto fail;
+    }
+    return 0;
+fail:
+    msg_clear(m);
+    return -1;
+}
+
+/* The struct.error batch_frames_py raises for a body of 4 GiB or more (">I" packs its length). */
+static void
+u32_error(Py_ssize_t n)
+{
+    PyObject *st = PyImport_ImportModule("struct");
+    if (st == NULL)
+        return;
+    PyObject *r = PyObject_CallMethod(st, "pack", "sn", ">I", n);
+    Py_XDECREF(r);
+    Py_DECREF(st);
+    if (r != NULL)
+        PyErr_SetString(PyExc_OverflowError, "body longer than 4 GiB");
+}
+
+static char *
+put_entry(char *p, const msg_t *m)
+{
+    *p++ = (char)m->klen;
+    memcpy(p, m->k, (size_t)m->klen);
+    p += m->klen;
+    uint32_t n = (uint32_t)m->blen;
+    *p++ = (char)(n >> 24);
+    *p++ = (char)(n >> 16);
+    *p++ = (char)(n >> 8);
+    *p++ = (char)n;
+    memcpy(p, m->b, (size_t)m->blen);
+    return p + m->blen;
+}
+
+/* publish_frame(items, start, max_batch, body_limit, pair) -> (frame, count): the next frame
+ * batch_frames_py yields for the messages items[start:] (items: a list or a tuple of
+ * (key, body) pairs; pair(item) unpacks an item that is not a 2-tuple or 2-list, as Python's
+ * `key, body = item`). A PUBLISH-BATCH of as many messages as fit (at most max_batch bytes and
+ * MAX_BATCH_ENTRIES), or a PUBLISH of one message (a batch of one, or a message alone: over
+ * body_limit, or in no batch). A message that cannot be sent ends the frame before it; when it
+ * is the first, its TypeError / ValueError is raised (as batch_frames_py raises it). Another
+ * exception is raised at once (batch_frames_py does not catch it either). */
+static PyObject *
+batchc_publish_frame(PyObject *self, PyObject *args)
+{
+    PyObject *items, *pair;
+    Py_ssize_t start, max_batch, body_limit;
+    if (!PyArg_ParseTuple(args, "OnnnO", &items, &start, &max_batch, &body_limit, &pair))
+        return NULL;
+    int is_list = PyList_CheckExact(items);
+    if (!is_list && !PyTuple_CheckExact(items)) {
+        PyErr_SetString(PyExc_TypeError, "items: a list or a tuple");
+        return NULL;
+    }
+    Py_ssize_t n_items = is_list ? PyList_GET_SIZE(items) : PyTuple_GET_SIZE(items);
+    if (start < 0 || start >= n_items) {
+        PyErr_SetString(PyExc_IndexError, "start: not an index of items");
+        return NULL;
+    }
+    Py_INCREF(items);
+    Py_ssize_t cap = n_items - start < 64 ? n_items - start : 64;
+    msg_t *msgs = PyMem_Malloc(sizeof(msg_t) * (size_t)cap);
+    PyObject *frame = NULL, *out = NULL;
+    Py_ssize_t count = 0, size = PUBLISH_HEAD_SIZE;
+    int alone = 0;
+    if (msgs == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = start;; i++) {
+        /* Python code (pair(), bytes()) may have changed a list: look again each time */
+        if (i >= (is_list ? PyList_GET_SIZE(items) : PyTuple_GET_SIZE(items)))
+            break;
+        PyObject *item = is_list ? PyList_GET_ITEM(items, i) : PyTuple_GET_ITEM(items, i);
+        Py_INCREF(item);
+        msg_t m;
+        int r = msg_of(item, pair, &m);
+        Py_DECREF(item);
+        if (r < 0) {
+            if (count > 0 && (PyErr_ExceptionMatches(PyExc_TypeError)
+                              || PyErr_ExceptionMatches(PyExc_ValueError))) {
+                PyErr_Clear();         /* the frame ends before it; the next call raises */
+                break;
+            }
+            goto done;
+        }
+        /* entry = keylen u8 | key | bodylen u32 | body; klen <= 255, so no overflow below */
+        Py_ssize_t fixed = 1 + m.klen + 4;
+        int too_big = m.blen > body_limit || max_batch - PUBLISH_HEAD_SIZE - fixed < m.blen;
+        if (too_big || count == MAX_BATCH_ENTRIES || max_batch - size - fixed < m.blen) {
+            if (count > 0) {           /* it starts the next frame */
+                msg_clear(&m);
+                break;
+            }
+            alone = 1;                 /* too_big: a PUBLISH of its own */
+        }
+        if (m.blen > (Py_ssize_t)0xFFFFFFFF) {
+            msg_clear(&m);
+            u32_error(m.blen);
+            goto done;
+        }
+        if (count == cap) {
+            Py_ssize_t ncap = cap * 2 > MAX_BATCH_ENTRIES ? MAX_BATCH_ENTRIES : cap * 2;
+            msg_t *grown = PyMem_Realloc(msgs, sizeof(msg_t) * (size_t)ncap);
+            if (grown == NULL) {
+                msg_clear(&m);
+                PyErr_NoMemory();
+                goto done;
+            }
+            msgs = grown;
+            cap = ncap;
+        }
+        msgs[count++] = m;
+        size += fixed + m.blen;
+        if (alone)
+            break;
+    }
+    /* count >= 1 here: the first message either raised or was taken */
+    if (count == 1) {
+        Py_ssize_t len = PUBLISH_PREFIX + size - PUBLISH_HEAD_SIZE;
+        frame = PyBytes_FromStringAndSize(NULL, len);
+        if (frame == NULL)
+            goto done;
+        char *p = PyBytes_AS_STRING(frame);
+        p[0] = (char)0xAA;
+        p[1] = (char)0xA5;
+        p[2] = 6;                      /* PUBLISH */
+        put_entry(p + PUBLISH_PREFIX, &msgs[0]);
+    } else {
+        frame = PyBytes_FromStringAndSize(NULL, size);
+        if (frame == NULL)
+            goto done;
+        char *p = PyBytes_AS_STRING(frame);
+        uint32_t c = (uint32_t)count;
+        p[0] = (char)0xAA;
+        p[1] = (char)0xA5;
+        p[2] = 58;                     /* PUBLISH-BATCH */
+        p[3] = (char)(c >> 24);
+        p[4] = (char)(c >> 16);
+        p[5] = (char)(c >> 8);
+        p[6] = (char)c;
+        p += PUBLISH_HEAD_SIZE;
+        for (Py_ssize_t j = 0; j < count; j++)
+            p = put_entry(p, &msgs[j]);
+    }
+    out = Py_BuildValue("(Nn)", frame, count);
+done:
+    if (msgs != NULL) {
+        for (Py_ssize_t j = 0; j < count; j++)
+            msg_clear(&msgs[j]);
+        PyMem_Free(msgs);
+    }
+    Py_DECREF(items);
+    return out;
+}
+
 static PyMethodDef batchc_methods[] = {
     {"walk", batchc_walk, METH_VARARGS,
      "walk(buf, start, end, count, check_keys) -> offsets, or ValueError(reason)."},
@@ -276,6 +536,8 @@ static PyMethodDef batchc_methods[] = {
      "build_rows(cls, frame, offsets, first, timestamp, stream, headers) -> list of cls."},
     {"key_body_columns", batchc_key_body_columns, METH_VARARGS,
      "key_body_columns(frame, offsets) -> (keys, bodies)."},
+    {"publish_frame", batchc_publish_frame, METH_VARARGS,
+     "publish_frame(items, start, max_batch, body_limit, pair) -> (frame, count)."},
     {NULL, NULL, 0, NULL}
 };
 

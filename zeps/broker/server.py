@@ -79,6 +79,8 @@ _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SRCFD = zmq.SRCFD
+#: What woke a wait (the index of its watcher in ``Broker._watchers``, or its timer).
+_SOCKET, _MONITOR, _WAKE, _TIMED_OUT = 0, 1, 2, -1
 _ASK_FIRST = 8            # reads of a round that ask ZMQ_EVENTS before reading (_round)
 
 
@@ -158,6 +160,7 @@ class Broker:
         self._hub = gevent.get_hub()
         self._watchers = [self._hub.loop.io(fd, 1) for fd in (self.fd, self._monitor_fd,
                                                               self._wake_r)]
+        self._monitor_check = True       # ask the monitor at the next drained round
 
     def _core_log(self, event: str, **kw) -> None:
         self.log.warning(event, **kw)
@@ -222,9 +225,11 @@ class Broker:
             size += len(frames[0])
             receive(ident, frames, now)
             n += 1
-        if drained and (self._dead or self._closed_fds
-                        or _getsockopt(self._monitor, _EVENTS) & _POLLIN):
+        if drained and (self._dead or self._closed_fds or (
+                self._monitor_check and _getsockopt(self._monitor, _EVENTS) & _POLLIN)):
             self._disconnects()
+        if drained:
+            self._monitor_check = False
         if self._refusals.unreported:
             self._refusals.tick(now)
         synced, self._synced = self._synced, False
@@ -243,7 +248,8 @@ class Broker:
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
         # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
-        if (_getsockopt(self.sock, _EVENTS) | _getsockopt(self._monitor, _EVENTS)) & _POLLIN:
+        if _getsockopt(self.sock, _EVENTS) & _POLLIN:
+            self._monitor_check = True     # not watched: ask it when the socket is drained
             gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
@@ -255,18 +261,27 @@ class Broker:
         timer = hub.loop.timer(timeout)
         watchers = self._watchers
         try:
-            for w in watchers:
-                w.start(waiter.switch, None)
-            timer.start(waiter.switch, None)
-            waiter.get()
+            for i, w in enumerate(watchers):
+                w.start(waiter.switch, i)
+            timer.start(waiter.switch, _TIMED_OUT)
+            fired = waiter.get()
         finally:
             for w in watchers:
                 w.stop()
             timer.close()
-        try:
-            os.read(self._wake_r, 4096)
-        except BlockingIOError:
-            pass
+        # The monitor is asked only when its descriptor was seen ready, or when this wait did
+        # not say (issue 20: two ZMQ_EVENTS questions, each a getpid and a poll in libzmq, on
+        # every message at 10k/s). Only _round's question and _read_monitor call into the
+        # monitor, and a yes is read until empty, so a new event always makes its descriptor
+        # readable; the loop's watchers are level-triggered, so a descriptor ready together
+        # with the socket's fires at the next wait.
+        if fired != _SOCKET:
+            self._monitor_check = True
+        if fired == _WAKE:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
 
     def _send(self, now: float) -> None:
         out = self.core.take_outbox()

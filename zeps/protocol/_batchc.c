@@ -2,9 +2,9 @@
  *
  * Optional (issue 20): setup.py builds it when a C compiler and the Python headers are there,
  * and zeps works without it. Each function here has a pure-Python twin that is the definition
- * (zeps.protocol.batch.walk, zeps.clients.message.build_messages, MessageBatch.keys/bodies);
- * tests/test_batchc.py checks for any input, valid or not, that both give the same result or
- * the same error message. The Python wrappers check a batch's count against its size before
+ * (zeps.protocol.batch.walk, zeps.clients.message.build_messages, MessageBatch.keys/bodies,
+ * zeps.clients.batching.batch_frames_py); tests/test_batchc.py and tests/test_batchc_frames.py
+ * check for any input, valid or not, that both give the same result or the same error message. The Python wrappers check a batch's count against its size before
  * calling in, so nothing here allocates for a forged count.
  *
  * entry = keylen u8 | key (UTF-8) | bodylen u32 BE | body

@@ -128,8 +128,13 @@ class _Chunk:
         M._CHUNK = self.saved
 
 
-def test_batch_frames_runs_on_the_c_loop_here():
-    assert M._c_frame is batchc.publish_frame
+@pytest.fixture(autouse=True, scope="module")
+def _on_the_c_loop():
+    """batch_frames on the C loop, also under ZEPS_PURE_PYTHON=1 (which only says that zeps
+    does not use it; test_zeps_pure_python_... checks that)."""
+    saved, M._c_frame = M._c_frame, batchc.publish_frame
+    yield
+    M._c_frame = saved
 
 
 @settings(max_examples=600, deadline=None)

@@ -11,7 +11,11 @@
    ``count()`` and a full materialisation ``agg(sum(length(body)))`` over
    * ``zeps`` path read, CRC verified (the default),
    * ``zeps`` path read, ``verifyCrc=false``,
-   * ``spark.read.parquet`` (the baseline);
+   * ``spark.read.parquet`` (the baseline),
+   * PySpark's ceiling for a Python data source: one that reads nothing and yields, for the
+     same number of rows in as many partitions as the ``zeps`` read plans, the same ready-made
+     Arrow batch (the ``zeps`` read's first 32,768 rows, its schema) again and again — what
+     Spark's side of the Python data source API costs, no source can be faster;
 4. prints the median seconds and rows/s, and the columnar reader alone
    (:func:`zeps.journal.columnar.read_columns`, one core, no Spark).
 """
@@ -67,6 +71,41 @@ def reader_alone(data_dir: str, verify: bool) -> float:
     return n / (time.perf_counter() - t)
 
 
+def ceiling_source(batch, n: int, partitions: int):
+    """A Python data source class ``zeps-ceiling`` that yields ``batch`` (a pyarrow
+    RecordBatch) until ``n`` rows in ``partitions`` partitions: no I/O, no decoding. Defined
+    here, in a function, so that cloudpickle ships it to the workers by value."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    schema = batch.schema
+    rows = batch.num_rows
+
+    class CeilingReader(DataSourceReader):
+        def partitions(self):
+            per, extra = divmod(n, partitions)
+            return [InputPartition(per + (i < extra)) for i in range(partitions)]
+
+        def read(self, partition):
+            left = partition.value
+            while left > 0:
+                yield batch if left >= rows else batch.slice(0, left)
+                left -= rows
+
+    class Ceiling(DataSource):
+        @classmethod
+        def name(cls):
+            return "zeps-ceiling"
+
+        def schema(self):
+            from pyspark.sql.pandas.types import from_arrow_schema
+            return from_arrow_schema(schema)
+
+        def reader(self, schema):
+            return CeilingReader()
+
+    return Ceiling
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=10_000_000)
@@ -113,10 +152,14 @@ def main(argv=None) -> int:
         zeps(True).write.mode("overwrite").parquet(pdir)
         print(f"wrote the same rows as Parquet in {time.monotonic() - t:.1f}s")
 
+    first = zeps(True).limit(32768).toArrow().combine_chunks().to_batches()[0]
+    spark.dataSource.register(ceiling_source(first, args.n, zeps(True).rdd.getNumPartitions()))
     sources = {
         "zeps journal (CRC verified, default)": lambda: zeps(True),
         "zeps journal (verifyCrc=false)": lambda: zeps(False),
         "baseline: spark.read.parquet": lambda: spark.read.parquet(pdir),
+        "ceiling: a Python data source yielding one ready Arrow batch":
+            lambda: spark.read.format("zeps-ceiling").load(),
     }
     ops = {
         "count()": lambda df: df.count(),

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import shutil
 import subprocess
 import sys
 
@@ -28,17 +27,9 @@ from hypothesis import strategies as st
 from zeps.clients.message import Message, build_messages_py
 from zeps.protocol import batch as B
 from zeps.protocol.headers import NO_HEADERS
-try:                     # the module itself: also under ZEPS_PURE_PYTHON=1, which only says
-    from zeps.protocol import _batchc as batchc        # that zeps does not use it
-except ImportError:
-    batchc = None
+from . import compiled
 
-if batchc is None:
-    if shutil.which("cc") or shutil.which("gcc"):
-        pytest.fail("a C compiler is here but zeps.protocol._batchc is not built: reinstall "
-                    "(pip install -e .) and read setup.py's message", pytrace=False)
-    pytest.skip("no C compiler on this machine: zeps runs on its pure-Python loops",
-                allow_module_level=True)
+batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 
 keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
                     st.binary(max_size=12))          # binary keys: some are not UTF-8

@@ -15,7 +15,6 @@ tests/test_batchc.py).
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from collections import namedtuple
@@ -28,17 +27,9 @@ from zeps.clients import batching as M
 from zeps.protocol import codec
 from zeps.protocol import commands as c
 
-try:
-    from zeps.protocol import _batchc as batchc
-except ImportError:
-    batchc = None
+from . import compiled
 
-if batchc is None:
-    if shutil.which("cc") or shutil.which("gcc"):
-        pytest.fail("a C compiler is here but zeps.protocol._batchc is not built: reinstall "
-                    "(pip install -e .) and read setup.py's message", pytrace=False)
-    pytest.skip("no C compiler on this machine: zeps runs on its pure-Python loops",
-                allow_module_level=True)
+batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 
 
 class Text(str):

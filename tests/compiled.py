@@ -1,25 +1,34 @@
 """The optional C modules for the tests that hold them to their Python loops.
 
-:func:`batchc` imports ``zeps.protocol._batchc`` itself (also under ``ZEPS_PURE_PYTHON=1``, which
-only says that zeps does not use it). Where it is not built, a test module fails if a C compiler
-is here (the install should have built it) and is skipped only on a machine without one.
+:func:`c_module` imports one itself (also under ``ZEPS_PURE_PYTHON=1``, which only says that zeps
+does not use it). Where it is not built, a test module fails if a C compiler is here (the install
+should have built it) and is skipped only on a machine without one.
 """
 from __future__ import annotations
 
+import importlib
+import os
 import shutil
 
 import pytest
 
 
-def batchc():
+def c_module(name: str, fallback: str, *, pure_python_skip: str = ""):
+    """The module ``name`` (``zeps.protocol._batchc``...); ``fallback`` names the loops zeps
+    runs without it; ``pure_python_skip``: the reason to skip under ``ZEPS_PURE_PYTHON=1``
+    (none: the module is tested there too)."""
+    if pure_python_skip and os.environ.get("ZEPS_PURE_PYTHON") == "1":
+        pytest.skip(f"ZEPS_PURE_PYTHON=1: {pure_python_skip}", allow_module_level=True)
     try:
-        from zeps.protocol import _batchc
+        return importlib.import_module(name)
     except ImportError:
-        _batchc = None
-    if _batchc is None:
-        if shutil.which("cc") or shutil.which("gcc"):
-            pytest.fail("a C compiler is here but zeps.protocol._batchc is not built: reinstall "
-                        "(pip install -e .) and read setup.py's message", pytrace=False)
-        pytest.skip("no C compiler on this machine: zeps runs on its pure-Python loops",
-                    allow_module_level=True)
-    return _batchc
+        pass
+    if shutil.which("cc") or shutil.which("gcc"):
+        pytest.fail(f"a C compiler is here but {name} is not built: reinstall "
+                    "(pip install -e .) and read setup.py's message", pytrace=False)
+    pytest.skip(f"no C compiler on this machine: zeps runs on its {fallback}",
+                allow_module_level=True)
+
+
+def batchc():
+    return c_module("zeps.protocol._batchc", "pure-Python loops")

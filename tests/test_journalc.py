@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -37,20 +36,15 @@ import google_crc32c  # noqa: E402
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader  # noqa: E402
 from zeps.journal import blockcrc, columnar, walk as walkmod  # noqa: E402
 from zeps.journal.record.encoder import encode_batch  # noqa: E402
-from zeps.journal.speedups import journalc  # noqa: E402
 from zeps.protocol.batch import encode_entries  # noqa: E402
 from zeps.protocol.commands import PublishBatch  # noqa: E402
 from zeps.protocol.headers import encode_block  # noqa: E402
 
-if journalc is None:
-    if os.environ.get("ZEPS_PURE_PYTHON") == "1":
-        pytest.skip("ZEPS_PURE_PYTHON=1: zeps runs on its numpy loops here, which every other "
-                    "journal test exercises", allow_module_level=True)
-    if shutil.which("cc") or shutil.which("gcc"):
-        pytest.fail("a C compiler is here but zeps.journal._journalc is not built: reinstall "
-                    "(pip install -e .) and read setup.py's message", pytrace=False)
-    pytest.skip("no C compiler on this machine: zeps runs on its numpy loops",
-                allow_module_level=True)
+from . import compiled  # noqa: E402
+
+journalc = compiled.c_module(
+    "zeps.journal._journalc", "numpy loops",
+    pure_python_skip="zeps runs on its numpy loops here, which every other journal test exercises")
 
 
 @contextlib.contextmanager

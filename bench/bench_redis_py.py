@@ -30,12 +30,15 @@ from bench.systems import messages
 
 def _rate(fn, seconds):
     """(messages per second, client CPU µs per message) of calling ``fn()`` (which sends some
-    messages and returns how many) for ``seconds``."""
+    messages and returns how many) for ``seconds``; at least once (a process descheduled past
+    a short deadline before its first call would otherwise divide by no message)."""
     n = 0
     w, p = time.perf_counter(), time.process_time()
     deadline = w + seconds
-    while time.perf_counter() < deadline:
+    while True:
         n += fn()
+        if time.perf_counter() >= deadline:
+            break
     return n / (time.perf_counter() - w), (time.process_time() - p) / n * 1e6
 
 

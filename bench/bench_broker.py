@@ -111,15 +111,31 @@ def zeps_replay(endpoint, stream, n):
     return dt
 
 
-def _proxy(front, back):
+def _proxy(out):
+    """The proxy on two ephemeral ports of 127.0.0.1; ``(front, back)`` is put on ``out``."""
     ctx = zmq.Context()
     xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
     for s in (xsub, xpub):
         s.setsockopt(zmq.SNDHWM, 0)
         s.setsockopt(zmq.RCVHWM, 0)
-    xsub.bind(front)
-    xpub.bind(back)
+    xsub.bind("tcp://127.0.0.1:*")
+    xpub.bind("tcp://127.0.0.1:*")
+    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
     zmq.proxy(xsub, xpub)
+
+
+def start_proxy(target=None):
+    """``target`` (default :func:`_proxy`) in a child process: (the process, front, back)."""
+    q = multiprocessing.Queue()
+    proxy = multiprocessing.Process(target=target or _proxy, args=(q,), daemon=True)
+    proxy.start()
+    try:
+        front, back = q.get(timeout=30)
+    except Exception:
+        proxy.kill()
+        proxy.join()
+        raise SystemExit("the ZeroMQ proxy did not start (bind failed?)") from None
+    return proxy, front, back
 
 
 def _proxy_publisher(front, n, size, go, warm):
@@ -139,10 +155,8 @@ def _proxy_publisher(front, n, size, go, warm):
     ctx.term()
 
 
-def zmq_proxy_baseline(n, size, port0):
-    front, back = f"tcp://127.0.0.1:{port0}", f"tcp://127.0.0.1:{port0 + 1}"
-    proxy = multiprocessing.Process(target=_proxy, args=(front, back), daemon=True)
-    proxy.start()
+def zmq_proxy_baseline(n, size):
+    proxy, front, back = start_proxy()
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.RCVHWM, 0)
@@ -168,6 +182,7 @@ def zmq_proxy_baseline(n, size, port0):
     sub.close()
     ctx.term()
     proxy.terminate()
+    proxy.join()
     return dt
 
 
@@ -184,7 +199,7 @@ def main(argv=None):
         proc, endpoint = start_broker(tmp, args.fsync)
         try:
             for run in range(args.runs):      # interleaved, so drift hits both sides alike
-                base.append(zmq_proxy_baseline(n, size, 57470 + 2 * run))
+                base.append(zmq_proxy_baseline(n, size))
                 live.append(zeps_live(endpoint, f"bench{run}", n, size))
                 replay.append(zeps_replay(endpoint, f"bench{run}", n))
         finally:

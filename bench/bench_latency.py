@@ -21,7 +21,7 @@ import time
 
 import zmq
 
-from bench.bench_broker import dealer, request, start_broker
+from bench.bench_broker import dealer, request, start_broker, start_proxy
 from bench.systems import pace
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
@@ -87,11 +87,14 @@ def zeps_latency(endpoint, stream, rate, n, size, confirms):
     return delays, confirm_delays
 
 
-def _proxy(front, back):
+def _proxy(out):
+    """The proxy (default high-water marks) on two ephemeral ports of 127.0.0.1; ``(front,
+    back)`` is put on ``out``."""
     ctx = zmq.Context()
     xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
-    xsub.bind(front)
-    xpub.bind(back)
+    xsub.bind("tcp://127.0.0.1:*")
+    xpub.bind("tcp://127.0.0.1:*")
+    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
     zmq.proxy(xsub, xpub)
 
 
@@ -110,10 +113,8 @@ def _proxy_publisher(front, rate, n, size, go, warm):
     ctx.term()
 
 
-def proxy_latency(rate, n, size, port0):
-    front, back = f"tcp://127.0.0.1:{port0}", f"tcp://127.0.0.1:{port0 + 1}"
-    proxy = multiprocessing.Process(target=_proxy, args=(front, back), daemon=True)
-    proxy.start()
+def proxy_latency(rate, n, size):
+    proxy, front, back = start_proxy(_proxy)
     ctx = zmq.Context()
     sub = ctx.socket(zmq.SUB)
     sub.setsockopt(zmq.SUBSCRIBE, b"L")
@@ -138,6 +139,7 @@ def proxy_latency(rate, n, size, port0):
     sub.close()
     ctx.term()
     proxy.terminate()
+    proxy.join()
     return delays
 
 
@@ -157,7 +159,7 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         proc, endpoint = start_broker(tmp, args.fsync)
         try:
-            base = proxy_latency(args.rate, n, args.size, 57570)
+            base = proxy_latency(args.rate, n, args.size)
             live, _ = zeps_latency(endpoint, "lat", args.rate, n, args.size, confirms=False)
             live_c, confirm = zeps_latency(endpoint, "latc", args.rate, n, args.size, confirms=True)
         finally:

@@ -44,8 +44,12 @@ while True:
 
 def _echo(kind: str):
     proc = subprocess.Popen([sys.executable, "-c", _ECHO, kind], stdout=subprocess.PIPE)
-    port = int(proc.stdout.readline())
-    return proc, f"tcp://127.0.0.1:{port}"
+    line = proc.stdout.readline()
+    if not line.strip().isdigit():
+        proc.kill()
+        proc.wait()
+        raise SystemExit(f"the {kind} echo server did not start: {line!r}")
+    return proc, f"tcp://127.0.0.1:{int(line)}"
 
 
 def _trips(n: int, once) -> list:
@@ -63,10 +67,13 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
     ctx = zmq.Context()
-    servers = [_echo("plain"), _echo("green")]
+    servers: list = []
+    broker = None
     tmp = tempfile.mkdtemp(prefix="zeps-bench-wakeup-")
-    broker, endpoint = start_broker(tmp, "interval")
-    try:
+    try:        # started inside: a broker that does not start must not leave the echoes running
+        for kind in ("plain", "green"):
+            servers.append(_echo(kind))
+        broker, endpoint = start_broker(tmp, "interval")
         plain, green = (dealer(ctx, ep) for _p, ep in servers)
         ping, pub, sub = dealer(ctx, endpoint), dealer(ctx, endpoint), dealer(ctx, endpoint)
         for s in (pub, sub):
@@ -109,8 +116,10 @@ def main(argv=None) -> int:
     finally:
         for p, _ep in servers:
             p.kill()
-        broker.terminate()
-        broker.wait()
+            p.wait()
+        if broker is not None:
+            broker.terminate()
+            broker.wait()
         ctx.destroy(0)
     return 0
 

@@ -123,13 +123,22 @@ def bench_compaction(base: str, n: int) -> None:
     calm = pair_latencies(j, 2.0)
     done = []
     result = []
-    t = threading.Thread(target=lambda: (result.append(compaction.compact(
-        path, j.segment_seqs()[:-1])), done.append(time.perf_counter())))
+
+    def compact():
+        try:
+            result.append(compaction.compact(path, j.segment_seqs()[:-1]))
+        except BaseException as exc:            # said below, not 600 s of pairs first
+            result.append(exc)
+        finally:
+            done.append(time.perf_counter())
+    t = threading.Thread(target=compact)
     t0 = time.perf_counter()
     t.start()
     during = pair_latencies(j, 600.0, stop=lambda: bool(done))
     t.join()
     res = result[0]
+    if isinstance(res, BaseException):
+        raise RuntimeError("the compaction beside the writer failed") from res
     j.reload_segments(res.segments)
     j.close()
     print(f"\ncompaction beside a writer: {n:,} messages over {keys:,} keys, 4 MiB segments\n")

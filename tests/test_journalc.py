@@ -6,10 +6,12 @@ against their numpy definitions: for any block, valid or damaged, the same resul
 - ``kinds``: :func:`zeps.journal.columnar._kinds_py`;
 - ``check_plain``: the valid prefix and every field of ``_Block._init_py`` for a run of plain
   records, CRC verified or not, any expected sequence and previous timestamp;
+- ``plain_columns``: the walk, kinds, checks and compaction above fused, for a block's leading
+  run of plain records, cut at any ``last`` and read from any ``want``;
 - ``first_bad_crc``, ``compact``, ``crc32c`` (SSE4.2 or table-driven; the table-driven one is
   checked also where the CPU has SSE4.2): their numpy/pyarrow/google_crc32c twins;
-- ``read_columns`` over a damaged journal: the same columns, then the same CorruptionError (file,
-  byte, message), with the C loops and without them;
+- ``read_columns`` over a damaged journal, whole or a range of it: the same columns, then the
+  same CorruptionError (file, byte, message), with the C loops and without them;
 - positions that are not records of the buffer (a caller's bug) give ValueError, never a crash;
 - ``ZEPS_PURE_PYTHON=1`` makes zeps use the numpy loops (a fresh interpreter says so).
 
@@ -167,6 +169,53 @@ def test_block_loops_match_numpy(groups, damage, cut, seq_off, last_ts, verify):
                 assert got.equals(columnar._compact_py(data, s, e))
 
 
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(group_st, min_size=1, max_size=8), damage_st, st.integers(0, 30),
+       st.sampled_from([0, 0, 0, -1, 1]), st.sampled_from([None, None, 0, 999, 1001, 1 << 70]),
+       st.booleans(), st.integers(-2, 12), st.one_of(st.none(), st.integers(0, 20)),
+       st.booleans())
+def test_plain_columns_is_the_loops_fused(groups, damage, cut, seq_off, last_ts, verify, want_off,
+                                          last_off, plain):
+    """``plain_columns`` (the reader's one-pass C loop for a block that starts with plain
+    records) against its definition in numpy: the walk, the kinds, the leading run of plain
+    unflagged records that ``_Block`` accepts, cut after ``last``, the rows from ``want`` on,
+    and their keys and bodies compacted - for any block, valid or damaged."""
+    if plain:           # (half the blocks hold plain records only, as most journals do)
+        groups = [([i for i in items if isinstance(i, tuple) and len(i) == 2] or [("k", b"")],
+                   None, step) for items, _, step in groups]
+    clean, starts, seqs = _block(groups)
+    buf = _damage(clean, starts, damage, cut)
+    expect = seqs[0] + seq_off
+    want, last = expect + want_off, None if last_off is None else expect + last_off - 2
+    n, after, last_t, seq, ts, koffs, keys, boffs, bodies = journalc.plain_columns(
+        buf, len(buf), expect, last_ts, verify, want, -1 if last is None else last)
+    # the definition
+    pos, _ = walkmod.walk_py(buf, len(buf))
+    k = 0
+    if len(pos):
+        kinds = columnar._kinds_py(buf, pos)
+        flagged = columnar.be_view(buf, 4)[pos] > columnar.LENGTH_MASK
+        k = columnar._first((kinds != 0) | flagged)
+    blk = columnar._Block.__new__(columnar._Block)
+    blk._init_py(buf, pos[:k], expect, last_ts, verify)
+    m = blk.n if last is None else min(blk.n, max(0, last - expect + 1))
+    assert n == m
+    assert after == (int(blk.bend[m - 1]) if m else 0)
+    if m:
+        assert last_t == int(blk.ts[m - 1])
+    lo = min(max(want - expect, 0), m)
+    assert np.frombuffer(seq, np.int64).tolist() == blk.seq[lo:m].tolist()
+    assert np.frombuffer(ts, np.int64).tolist() == blk.ts[lo:m].tolist()
+    data = pa.py_buffer(buf)
+    for (offs, values), s, e in (((koffs, keys), blk.kstart, blk.kend),
+                                 ((boffs, bodies), blk.kend + 4, blk.bend)):
+        got = pa.Array.from_buffers(pa.binary(), m - lo,
+                                    [None, pa.py_buffer(offs), pa.py_buffer(values)])
+        assert got.equals(columnar._compact_py(data, s[lo:m], e[lo:m]))
+    event("plain run: none" if m == 0 else "plain run: to the end" if after == len(buf)
+          else "plain run: stops inside")
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=3000), st.integers(0, 7))
 def test_crc32c_is_google_crc32c(data, skip):
@@ -177,11 +226,12 @@ def test_crc32c_is_google_crc32c(data, skip):
 
 # ----------------------------------------------------------------------------- the reader
 
-def _outcome(d, block_bytes, verify=True):
+def _outcome(d, block_bytes, verify=True, first=1, last=None):
     rows, err = [], None
     with JournalReader(d) as r:
         try:
-            for c in columnar.read_columns(r, 1, verify_crc=verify, block_bytes=block_bytes):
+            for c in columnar.read_columns(r, first, last, verify_crc=verify,
+                                           block_bytes=block_bytes):
                 rows += zip(c.sequence.tolist(), c.timestamp_ns.tolist(), c.key.to_pylist(),
                             c.body.to_pylist(), c.producer.to_pylist(), c.pseq.to_pylist(),
                             c.headers.to_pylist())
@@ -192,10 +242,14 @@ def _outcome(d, block_bytes, verify=True):
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=12), damage_st.filter(bool), st.integers(0, 40),
-       st.sampled_from([1 << 20, 700, 64]), st.booleans())
-def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, block, verify):
+       st.sampled_from([1 << 20, 700, 64]), st.booleans(),
+       st.sampled_from([(1, None)] * 3 + [(3, None), (1, 5), (4, 9), (2, 30)]))
+def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, block, verify,
+                                                        span):
     """A journal (several segments) damaged anywhere - flipped bytes, forged records under a
-    valid CRC, a cut tail: the same rows and the same CorruptionError, C loops or not."""
+    valid CRC, a cut tail: the same rows and the same CorruptionError, C loops or not, for the
+    whole journal or a range of it."""
+    first, last = span
     with tempfile.TemporaryDirectory() as tmp:
         d = os.path.join(tmp, "s")
         cfg = JournalConfig(segment_bytes=1024, index_interval_bytes=100, fsync="never")
@@ -209,6 +263,8 @@ def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, blo
                      None if m.header_block is None else
                      [{"key": k, "value": v} for k, v in m.headers]) for m in r.read_from(1)]
         assert _outcome(d, block, verify) == (want, None)
+        assert _outcome(d, block, verify, first, last) == (
+            [w for w in want if w[0] >= first and (last is None or w[0] <= last)], None)
         logs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
         rnd = random.Random(len(logs) + cut)
         path = os.path.join(d, rnd.choice(logs))
@@ -222,11 +278,11 @@ def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, blo
             f.write(_damage(data, starts, damage, cut if path == os.path.join(d, logs[-1])
                             else 0))
         try:
-            got = _outcome(d, block, verify)
+            got = _outcome(d, block, verify, first, last)
         except CorruptionError:          # the damage is found on opening: nothing to compare
             return
         with numpy_loops():
-            want = _outcome(d, block, verify)
+            want = _outcome(d, block, verify, first, last)
         assert got == want
         event("reader: corruption" if got[1] else "reader: whole")
 

@@ -34,8 +34,10 @@ bad record means (:mod:`.view`). Module map:
 * :mod:`.columnar`      - :func:`~.columnar.read_columns`, the same records as Arrow columns
   (for Spark). It needs numpy and pyarrow (the ``spark`` extra), so it is not imported here:
   ``from zeps.journal.columnar import read_columns``. Its parts: :mod:`.walk` (record
-  positions in a block), :mod:`.blockcrc` (all CRCs of a block in one call) and
-  :mod:`.batchcols` (runs of batch records, their entries walked in parallel).
+  positions in a block), :mod:`.blockcrc` (all CRCs of a block in one call),
+  :mod:`.plainrun` (runs of plain records checked at once, and the one-pass C loop for them),
+  :mod:`.batchcols` (runs of batch records, their entries walked in parallel) and
+  :mod:`.columns` (the :class:`~.columns.Columns` a run gives).
 
 Decisions and known limits (details in each module's docstring):
 

@@ -9,6 +9,8 @@
  *   check_plain   <- zeps.journal.columnar._Block's checks and fields
  *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
  *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
+ *   plain_columns <- walk, kinds, check_plain and compact of a block's leading run of plain
+ *                    unflagged records, fused into one pass
  * tests/test_journalc.py checks both against each other for any block, valid or corrupt.
  * Nothing here trusts a position it is given: one that is not a whole record in the buffer is
  * a ValueError (a caller's bug), never a read out of bounds.
@@ -474,6 +476,127 @@ done:
     return res;
 }
 
+/* ------------------------------------------------------------------------------ plain run */
+
+/* plain_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1)
+ *   -> (n, after, last_t, seq, ts, key_offsets, keys, body_offsets, bodies)
+ * One pass over the leading run of plain records of buf[:limit] (no flag, a DELIVER frame: what
+ * kinds calls 0 and check_plain accepts unflagged): walks, checks and copies at once, as
+ * walk + kinds + check_plain + compact would, and stops before the first record that is not
+ * whole, is flagged, is not a DELIVER record, fails a check of check_plain, or comes after
+ * last_seq. n: the records passed; after: the byte after them; last_t: the last one's
+ * timestamp (0 if n is 0). The rows are those of the n
+ * records from want_seq on: seq and ts (native int64), key_offsets and body_offsets (n + 1
+ * native int32 each) over keys and bodies. Keys are not UTF-8 checked (the caller does). */
+static PyObject *
+jc_plain_columns(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    Py_ssize_t limit;
+    PyObject *last_ts_o;
+    long long expect, want, last_seq;
+    int verify;
+    if (!PyArg_ParseTuple(args, "y*nLOpLL", &view, &limit, &expect, &last_ts_o, &verify, &want,
+                          &last_seq))
+        return NULL;
+    int have_last = last_ts_o != Py_None, last_over = 0;
+    long long last_ts = 0;
+    PyObject *res = NULL;
+    PyObject *arr[6] = {NULL};
+    if (have_last) {
+        last_ts = PyLong_AsLongLongAndOverflow(last_ts_o, &last_over);
+        if (last_ts == -1 && PyErr_Occurred())
+            goto done;
+    }
+    if (limit > view.len)
+        limit = view.len;
+    if (limit < 0)
+        limit = 0;
+    if (limit > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "over 2 GiB of data");
+        goto done;
+    }
+    /* capacities: a record takes at least HEADER_SIZE + MIN_FRAME bytes; keys and bodies are
+     * within the buffer */
+    Py_ssize_t cap = limit / (HEADER_SIZE + MIN_FRAME) + 1;
+    Py_ssize_t sizes[6] = {cap * 8, cap * 8, (cap + 1) * 4, limit, (cap + 1) * 4, limit};
+    char *out[6];
+    for (int k = 0; k < 6; k++) {
+        arr[k] = new_bytes(sizes[k], &out[k]);
+        if (arr[k] == NULL)
+            goto done;
+    }
+    int64_t *seqs = (int64_t *)out[0], *tss = (int64_t *)out[1];
+    int32_t *koff = (int32_t *)out[2], *boff = (int32_t *)out[4];
+    char *kd = out[3], *bd = out[5];
+    const unsigned char *b = (const unsigned char *)view.buf;
+    Py_ssize_t n = 0, rows = 0, p = 0;
+    int32_t kat = 0, bat = 0;
+    int64_t prev_t = 0;
+    Py_BEGIN_ALLOW_THREADS
+    while (limit - p >= HEADER_SIZE) {
+        uint32_t w = be32(b + p);
+        if (w > LENGTH_MASK)
+            break;                                  /* flagged: not this run's */
+        Py_ssize_t length = w, bend = p + HEADER_SIZE + length;
+        if (bend > limit)
+            break;                                  /* not whole */
+        if (length < MIN_FRAME)
+            break;
+        const unsigned char *f = b + p + HEADER_SIZE;
+        if ((be32(f) >> 8) != DELIVER_HEAD)
+            break;
+        Py_ssize_t kstart = p + HEADER_SIZE + KEY_OFFSET;
+        Py_ssize_t kend = kstart + f[KEYLEN_OFFSET];
+        if (kend + 4 > bend || kend + 4 + (Py_ssize_t)be32(b + kend) != bend)
+            break;
+        int64_t s = (int64_t)be64(f + SEQ_OFFSET);
+        if (s != (int64_t)((uint64_t)expect + (uint64_t)n))
+            break;
+        if (last_seq >= 0 && s > last_seq)
+            break;
+        int64_t t = (int64_t)be64(b + p + TS_OFFSET);
+        if (n == 0) {
+            if (have_last && (last_over > 0 || (last_over == 0 && t < last_ts)))
+                break;
+        } else if (t < prev_t)
+            break;
+        if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+            break;
+        if (s >= want) {
+            seqs[rows] = s;
+            tss[rows] = t;
+            koff[rows] = kat;
+            boff[rows] = bat;
+            int32_t kl = (int32_t)(kend - kstart), bl = (int32_t)(bend - kend - 4);
+            memcpy(kd + kat, b + kstart, kl);
+            memcpy(bd + bat, b + kend + 4, bl);
+            kat += kl;
+            bat += bl;
+            rows++;
+        }
+        prev_t = t;
+        n++;
+        p = bend;
+    }
+    koff[rows] = kat;
+    boff[rows] = bat;
+    Py_END_ALLOW_THREADS
+    Py_ssize_t final[6] = {rows * 8, rows * 8, (rows + 1) * 4, kat, (rows + 1) * 4, bat};
+    for (int k = 0; k < 6; k++)
+        if (_PyBytes_Resize(&arr[k], final[k]) < 0)
+            goto done;
+    res = Py_BuildValue("(nnLNNNNNN)", n, p, (long long)prev_t, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]);
+    if (res != NULL)
+        for (int k = 0; k < 6; k++)
+            arr[k] = NULL;
+done:
+    for (int k = 0; k < 6; k++)
+        Py_XDECREF(arr[k]);
+    PyBuffer_Release(&view);
+    return res;
+}
+
 static PyObject *
 jc_crc32c(PyObject *self, PyObject *args)
 {
@@ -505,6 +628,9 @@ static PyMethodDef jc_methods[] = {
     {"first_bad_crc", jc_first_bad_crc, METH_VARARGS,
      "first_bad_crc(buf, positions, after) -> index"},
     {"compact", jc_compact, METH_VARARGS, "compact(buf, starts, ends) -> (offsets, data)"},
+    {"plain_columns", jc_plain_columns, METH_VARARGS,
+     "plain_columns(buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq) -> "
+     "(n, after, last_t, seq, ts, key_offsets, keys, body_offsets, bodies)"},
     {"crc32c", jc_crc32c, METH_VARARGS, "crc32c(data) -> CRC-32C"},
     {"crc32c_table", jc_crc32c_table, METH_VARARGS, "crc32c(data), table-driven"},
     {NULL, NULL, 0, NULL}

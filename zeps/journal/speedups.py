@@ -4,9 +4,10 @@ the Python headers are present).
 
 Each of its functions mirrors a numpy loop that stays the definition and the fallback: the walk
 (:func:`zeps.journal.walk.walk`), the record kinds, the checks and fields of a run of plain
-records (:class:`zeps.journal.columnar._Block`), the CRC check
+records (:class:`zeps.journal.plainrun._Block`), the CRC check
 (:func:`zeps.journal.blockcrc.first_bad_crc`) and the compaction of keys and bodies
-(:func:`zeps.journal.columnar._compact`). ``tests/test_journalc.py`` checks the two against each
+(:func:`zeps.journal.columnar._compact`), and all of these fused into one pass for a block's
+leading run of plain records (``plain_columns``). ``tests/test_journalc.py`` checks the two against each
 other for any block. ``ZEPS_PURE_PYTHON=1`` in the environment (read once, at import) makes zeps
 use the numpy loops even where the extension is built.
 """

@@ -16,6 +16,9 @@ class BlockBuffer:
 
     def __init__(self):
         self.buf: Optional[bytearray] = None
+        #: what the reader learnt of the index for the blocks of this read (see
+        #: :meth:`.columnar.ColumnSink._end_hint`)
+        self.end_hints: dict = {}
 
     def read(self, fd: int, size: int, pos: int):
         """``size`` bytes of ``fd`` at ``pos`` (fewer at the end of the file)."""

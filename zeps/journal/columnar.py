@@ -123,11 +123,9 @@ class ColumnSink:
             if pos >= limit:
                 return ScanResult(END, pos, seq, last_ts, None)
             size = min(limit - pos, self.block_bytes)
-            idx = seg.index
-            if last is not None and idx is not None:
-                end_hint = idx.after_seq(last)        # where the records past `last` begin
-                if end_hint is not None and end_hint > pos:
-                    size = min(size, end_hint - pos)
+            end_hint = self._end_hint(seg)
+            if end_hint is not None and end_hint > pos:
+                size = min(size, end_hint - pos)
             size = max(size, min(need, limit - pos))
             buf = self.blocks.read(seg.fd, size, pos)
             if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 4 MiB
@@ -143,6 +141,7 @@ class ColumnSink:
                         return ScanResult(LIMIT, pos, seq, last_ts, None)
                     continue
             hints = None
+            idx = seg.index
             if idx is not None and journalc is None:     # (the C walk needs no hints)
                 h = idx.positions_between(pos, pos + len(buf))
                 if len(h):
@@ -162,6 +161,23 @@ class ColumnSink:
             if emitted:
                 return ScanResult(LIMIT, pos, seq, last_ts, None)
             # nothing wanted yet: next block
+
+    def _end_hint(self, seg: Segment) -> Optional[int]:
+        """Where the records past ``last`` begin in ``seg``, if its index says so: a binary
+        search of the index file, asked once per segment of a read (the blocks'
+        :class:`BlockBuffer` keeps the answer: an index entry, once written, never changes)."""
+        if self.last is None or seg.index is None:
+            return None
+        memo = self.blocks.end_hints
+        hint = memo.get(seg)
+        if hint is None or memo.get("last") != self.last:
+            if memo.get("last") != self.last:
+                memo.clear()
+                memo["last"] = self.last
+            hint = seg.index.after_seq(self.last)
+            if hint is not None:
+                memo[seg] = hint
+        return hint
 
     def _plain_fast(self, buf, seq: int, want_seq: int, last_ts: Optional[int]):
         """The leading run of plain records of a block in one C pass

@@ -221,11 +221,20 @@ class _BatchBuilder:
             from .body import make_decoder
             self.decode_one = make_decoder(self.o.body_format, self.plan.schema["body"].dataType)
         self.matcher = None
+        self._stream_col = None
         p = self.o.pattern
         if p.startswith("~"):
             from ..matching import compile_pattern     # the broker's own matching (timed regex)
             self.matcher = compile_pattern(p).matches
         self.pa = pa
+
+    def _stream_column(self, n: int):
+        """The ``stream`` column of ``n`` rows: a slice of one made once for the longest batch
+        so far (a batch's column costs nothing more)."""
+        col = self._stream_col
+        if col is None or len(col) < n:
+            col = self._stream_col = _const_string(self.o.stream, max(n, ARROW_BATCH_ROWS))
+        return col.slice(0, n)
 
     def _mask(self, key):
         import pyarrow.compute as pc
@@ -268,7 +277,7 @@ class _BatchBuilder:
             return None
         from .body import decode_body
         cols = {
-            "stream": _const_string(self.o.stream, n),
+            "stream": self._stream_column(n),
             "sequence": pa.array(np.ascontiguousarray(seq, dtype=np.int64), type=pa.int64()),
             "key": key,
             "body": decode_body(body, self.o.body_format, self.body_type, self.decode_one),

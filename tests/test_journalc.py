@@ -36,7 +36,7 @@ pa = pytest.importorskip("pyarrow")
 import google_crc32c  # noqa: E402
 
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader  # noqa: E402
-from zeps.journal import blockcrc, columnar, walk as walkmod  # noqa: E402
+from zeps.journal import blockcrc, columnar, plainrun, walk as walkmod  # noqa: E402
 from zeps.journal.record.encoder import encode_batch  # noqa: E402
 from zeps.protocol.batch import encode_entries  # noqa: E402
 from zeps.protocol.commands import PublishBatch  # noqa: E402
@@ -187,7 +187,7 @@ def test_plain_columns_is_the_loops_fused(groups, damage, cut, seq_off, last_ts,
     buf = _damage(clean, starts, damage, cut)
     expect = seqs[0] + seq_off
     want, last = expect + want_off, None if last_off is None else expect + last_off - 2
-    n, after, last_t, seq, ts, koffs, keys, boffs, bodies = journalc.plain_columns(
+    n, after, last_t, seq, ts, koffs, keys, boffs, bodies = plainrun.plain_columns(
         buf, len(buf), expect, last_ts, verify, want, -1 if last is None else last)
     # the definition
     pos, _ = walkmod.walk_py(buf, len(buf))
@@ -209,8 +209,7 @@ def test_plain_columns_is_the_loops_fused(groups, damage, cut, seq_off, last_ts,
     data = pa.py_buffer(buf)
     for (offs, values), s, e in (((koffs, keys), blk.kstart, blk.kend),
                                  ((boffs, bodies), blk.kend + 4, blk.bend)):
-        got = pa.Array.from_buffers(pa.binary(), m - lo,
-                                    [None, pa.py_buffer(offs), pa.py_buffer(values)])
+        got = pa.Array.from_buffers(pa.binary(), m - lo, [None, offs, values])
         assert got.equals(columnar._compact_py(data, s[lo:m], e[lo:m]))
     event("plain run: none" if m == 0 else "plain run: to the end" if after == len(buf)
           else "plain run: stops inside")
@@ -285,6 +284,18 @@ def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, blo
             want = _outcome(d, block, verify, first, last)
         assert got == want
         event("reader: corruption" if got[1] else "reader: whole")
+
+
+def test_plain_columns_refuses_output_buffers_too_small():
+    buf, _, seqs = _block([([("k", b"v" * 30)] * 3, None, 1)])
+    outs = [bytearray(size) for size in plainrun.plain_capacity(len(buf))]
+    assert journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)[0] == 3
+    outs[5] = bytearray(len(buf) - 1)
+    with pytest.raises(ValueError, match="output buffer 5 holds"):
+        journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)
+    with pytest.raises(TypeError):       # read-only memory is not an output
+        journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1,
+                               *([bytes(8 << 10)] * 6))
 
 
 def test_positions_that_are_not_records_are_refused():

@@ -478,31 +478,36 @@ done:
 
 /* ------------------------------------------------------------------------------ plain run */
 
-/* plain_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1)
- *   -> (n, after, last_t, seq, ts, key_offsets, keys, body_offsets, bodies)
+/* plain_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1,
+ *               seq, ts, key_offsets, keys, body_offsets, bodies)
+ *   -> (n, after, last_t, rows, key_bytes, body_bytes)
  * One pass over the leading run of plain records of buf[:limit] (no flag, a DELIVER frame: what
  * kinds calls 0 and check_plain accepts unflagged): walks, checks and copies at once, as
  * walk + kinds + check_plain + compact would, and stops before the first record that is not
  * whole, is flagged, is not a DELIVER record, fails a check of check_plain, or comes after
  * last_seq. n: the records passed; after: the byte after them; last_t: the last one's
- * timestamp (0 if n is 0). The rows are those of the n
- * records from want_seq on: seq and ts (native int64), key_offsets and body_offsets (n + 1
- * native int32 each) over keys and bodies. Keys are not UTF-8 checked (the caller does). */
+ * timestamp (0 if n is 0). The rows are those of the n records from want_seq on, written into
+ * the six writable buffers given (the caller's memory: a pool that reuses it, so that a block's
+ * columns do not fault in fresh pages): seq and ts (native int64, `rows` items), key_offsets and
+ * body_offsets (rows + 1 native int32 each) over keys and bodies (key_bytes and body_bytes).
+ * Each buffer must hold what limit bytes of records can give (plain_capacity(limit)); keys are
+ * not UTF-8 checked (the caller does). */
 static PyObject *
 jc_plain_columns(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
+    Py_buffer view, ob[6];
     Py_ssize_t limit;
     PyObject *last_ts_o;
     long long expect, want, last_seq;
-    int verify;
-    if (!PyArg_ParseTuple(args, "y*nLOpLL", &view, &limit, &expect, &last_ts_o, &verify, &want,
-                          &last_seq))
+    int verify, got = 0;
+    PyObject *res = NULL;
+    if (!PyArg_ParseTuple(args, "y*nLOpLLw*w*w*w*w*w*", &view, &limit, &expect, &last_ts_o,
+                          &verify, &want, &last_seq, &ob[0], &ob[1], &ob[2], &ob[3], &ob[4],
+                          &ob[5]))
         return NULL;
+    got = 6;
     int have_last = last_ts_o != Py_None, last_over = 0;
     long long last_ts = 0;
-    PyObject *res = NULL;
-    PyObject *arr[6] = {NULL};
     if (have_last) {
         last_ts = PyLong_AsLongLongAndOverflow(last_ts_o, &last_over);
         if (last_ts == -1 && PyErr_Occurred())
@@ -520,15 +525,15 @@ jc_plain_columns(PyObject *self, PyObject *args)
      * within the buffer */
     Py_ssize_t cap = limit / (HEADER_SIZE + MIN_FRAME) + 1;
     Py_ssize_t sizes[6] = {cap * 8, cap * 8, (cap + 1) * 4, limit, (cap + 1) * 4, limit};
-    char *out[6];
-    for (int k = 0; k < 6; k++) {
-        arr[k] = new_bytes(sizes[k], &out[k]);
-        if (arr[k] == NULL)
+    for (int k = 0; k < 6; k++)
+        if (ob[k].len < sizes[k]) {
+            PyErr_Format(PyExc_ValueError, "output buffer %d holds %zd bytes, %zd needed", k,
+                         ob[k].len, sizes[k]);
             goto done;
-    }
-    int64_t *seqs = (int64_t *)out[0], *tss = (int64_t *)out[1];
-    int32_t *koff = (int32_t *)out[2], *boff = (int32_t *)out[4];
-    char *kd = out[3], *bd = out[5];
+        }
+    int64_t *seqs = (int64_t *)ob[0].buf, *tss = (int64_t *)ob[1].buf;
+    int32_t *koff = (int32_t *)ob[2].buf, *boff = (int32_t *)ob[4].buf;
+    char *kd = ob[3].buf, *bd = ob[5].buf;
     const unsigned char *b = (const unsigned char *)view.buf;
     Py_ssize_t n = 0, rows = 0, p = 0;
     int32_t kat = 0, bat = 0;
@@ -582,17 +587,10 @@ jc_plain_columns(PyObject *self, PyObject *args)
     koff[rows] = kat;
     boff[rows] = bat;
     Py_END_ALLOW_THREADS
-    Py_ssize_t final[6] = {rows * 8, rows * 8, (rows + 1) * 4, kat, (rows + 1) * 4, bat};
-    for (int k = 0; k < 6; k++)
-        if (_PyBytes_Resize(&arr[k], final[k]) < 0)
-            goto done;
-    res = Py_BuildValue("(nnLNNNNNN)", n, p, (long long)prev_t, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5]);
-    if (res != NULL)
-        for (int k = 0; k < 6; k++)
-            arr[k] = NULL;
+    res = Py_BuildValue("(nnLnii)", n, p, (long long)prev_t, rows, (int)kat, (int)bat);
 done:
-    for (int k = 0; k < 6; k++)
-        Py_XDECREF(arr[k]);
+    for (int k = 0; k < got; k++)
+        PyBuffer_Release(&ob[k]);
     PyBuffer_Release(&view);
     return res;
 }
@@ -629,8 +627,9 @@ static PyMethodDef jc_methods[] = {
      "first_bad_crc(buf, positions, after) -> index"},
     {"compact", jc_compact, METH_VARARGS, "compact(buf, starts, ends) -> (offsets, data)"},
     {"plain_columns", jc_plain_columns, METH_VARARGS,
-     "plain_columns(buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq) -> "
-     "(n, after, last_t, seq, ts, key_offsets, keys, body_offsets, bodies)"},
+     "plain_columns(buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq, seq, ts, "
+     "key_offsets, keys, body_offsets, bodies) -> (n, after, last_t, rows, key_bytes, "
+     "body_bytes)"},
     {"crc32c", jc_crc32c, METH_VARARGS, "crc32c(data) -> CRC-32C"},
     {"crc32c_table", jc_crc32c_table, METH_VARARGS, "crc32c(data), table-driven"},
     {NULL, NULL, 0, NULL}

@@ -245,6 +245,52 @@ done:
 
 /* ------------------------------------------------------------------------------ checks */
 
+/* The bound a run's first timestamp must not go under: the last timestamp read before it
+ * (Python int or None: no bound). */
+struct ts_bound {
+    int have, over;             /* over > 0: above any int64, so every timestamp is under it */
+    long long ts;
+};
+
+static int get_ts_bound(PyObject *o, struct ts_bound *lb)
+{
+    lb->have = o != Py_None;
+    lb->over = 0;
+    lb->ts = 0;
+    if (lb->have) {
+        lb->ts = PyLong_AsLongLongAndOverflow(o, &lb->over);
+        if (lb->ts == -1 && PyErr_Occurred())
+            return -1;
+    }
+    return 0;
+}
+
+/* The checks parse_records makes of a DELIVER record at p whose frame is b[frame:bend] (bend:
+ * the record's end): the DELIVER signature, key and body lengths adding up to the frame, the
+ * sequence expect_s, a timestamp not under the previous record's (prev_t; for a run's first
+ * record, first != 0, not under lb), and the CRC-32C if verify. 1 if it passes, with its key
+ * range, sequence and timestamp; 0 if not (the outputs are then undefined). */
+static inline int deliver_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t frame,
+                             Py_ssize_t bend, int64_t expect_s, const struct ts_bound *lb,
+                             int first, int64_t prev_t, int verify, Py_ssize_t *kstart,
+                             Py_ssize_t *kend, int64_t *s, int64_t *t)
+{
+    if ((be32(b + frame) >> 8) != DELIVER_HEAD)
+        return 0;
+    *kstart = frame + KEY_OFFSET;
+    *kend = *kstart + b[frame + KEYLEN_OFFSET];
+    if (*kend + 4 > bend || *kend + 4 + (Py_ssize_t)be32(b + *kend) != bend)
+        return 0;
+    *s = (int64_t)be64(b + frame + SEQ_OFFSET);
+    if (*s != expect_s)
+        return 0;
+    *t = (int64_t)be64(b + p + TS_OFFSET);
+    if (first ? lb->have && (lb->over > 0 || (lb->over == 0 && *t < lb->ts)) : *t < prev_t)
+        return 0;
+    return !verify ||
+        crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) == be32(b + p + CRC_OFFSET);
+}
+
 /* check_plain(buf, positions, expect_seq, last_ts or None, verify_crc)
  *   -> (n, seq, ts, kstart, kend, bend, pstart, pend, pseq, flagged)
  * n: how many leading records pass every check of columnar._Block (before its producer-id UTF-8
@@ -263,15 +309,11 @@ jc_check_plain(PyObject *self, PyObject *args)
         PyBuffer_Release(&view);
         return NULL;
     }
-    int have_last = last_ts_o != Py_None, last_over = 0;
-    long long last_ts = 0;
+    struct ts_bound lb;
     PyObject *res = NULL;
     PyObject *arr[9] = {NULL};
-    if (have_last) {
-        last_ts = PyLong_AsLongLongAndOverflow(last_ts_o, &last_over);
-        if (last_ts == -1 && PyErr_Occurred())
-            goto done;
-    }
+    if (get_ts_bound(last_ts_o, &lb) < 0)
+        goto done;
     const unsigned char *b = (const unsigned char *)view.buf;
     Py_ssize_t len = view.len, m = pv.len / 8;
     const int64_t *pos = (const int64_t *)pv.buf;
@@ -324,24 +366,11 @@ jc_check_plain(PyObject *self, PyObject *args)
         Py_ssize_t bend = frame + length;
         /* (bend is the record's end but for a record with the headers flag, which kinds puts
          * apart: one is never read past) */
-        if (bend > p + span_at(b, p, len) || (be32(b + frame) >> 8) != DELIVER_HEAD)
-            break;
-        Py_ssize_t kstart = frame + KEY_OFFSET;
-        Py_ssize_t kend = kstart + b[frame + KEYLEN_OFFSET];
-        if (kend + 4 > bend)
-            break;
-        if (kend + 4 + (Py_ssize_t)be32(b + kend) != bend)
-            break;
-        int64_t s = (int64_t)be64(b + frame + SEQ_OFFSET);
-        if (s != (int64_t)((uint64_t)expect + (uint64_t)n))
-            break;
-        int64_t t = (int64_t)be64(b + p + TS_OFFSET);
-        if (n == 0) {
-            if (have_last && (last_over > 0 || (last_over == 0 && t < last_ts)))
-                break;
-        } else if (t < ts[n - 1])
-            break;
-        if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+        Py_ssize_t kstart, kend;
+        int64_t s, t;
+        if (bend > p + span_at(b, p, len) ||
+            !deliver_ok(b, p, frame, bend, (int64_t)((uint64_t)expect + (uint64_t)n), &lb,
+                        n == 0, n ? ts[n - 1] : 0, verify, &kstart, &kend, &s, &t))
             break;
         seq[n] = s;
         ts[n] = t;
@@ -506,13 +535,9 @@ jc_plain_columns(PyObject *self, PyObject *args)
                           &ob[5]))
         return NULL;
     got = 6;
-    int have_last = last_ts_o != Py_None, last_over = 0;
-    long long last_ts = 0;
-    if (have_last) {
-        last_ts = PyLong_AsLongLongAndOverflow(last_ts_o, &last_over);
-        if (last_ts == -1 && PyErr_Occurred())
-            goto done;
-    }
+    struct ts_bound lb;
+    if (get_ts_bound(last_ts_o, &lb) < 0)
+        goto done;
     if (limit > view.len)
         limit = view.len;
     if (limit < 0)
@@ -548,25 +573,11 @@ jc_plain_columns(PyObject *self, PyObject *args)
             break;                                  /* not whole */
         if (length < MIN_FRAME)
             break;
-        const unsigned char *f = b + p + HEADER_SIZE;
-        if ((be32(f) >> 8) != DELIVER_HEAD)
-            break;
-        Py_ssize_t kstart = p + HEADER_SIZE + KEY_OFFSET;
-        Py_ssize_t kend = kstart + f[KEYLEN_OFFSET];
-        if (kend + 4 > bend || kend + 4 + (Py_ssize_t)be32(b + kend) != bend)
-            break;
-        int64_t s = (int64_t)be64(f + SEQ_OFFSET);
-        if (s != (int64_t)((uint64_t)expect + (uint64_t)n))
-            break;
-        if (last_seq >= 0 && s > last_seq)
-            break;
-        int64_t t = (int64_t)be64(b + p + TS_OFFSET);
-        if (n == 0) {
-            if (have_last && (last_over > 0 || (last_over == 0 && t < last_ts)))
-                break;
-        } else if (t < prev_t)
-            break;
-        if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+        Py_ssize_t kstart, kend;
+        int64_t s, t;
+        if (!deliver_ok(b, p, p + HEADER_SIZE, bend, (int64_t)((uint64_t)expect + (uint64_t)n),
+                        &lb, n == 0, prev_t, verify, &kstart, &kend, &s, &t) ||
+            (last_seq >= 0 && s > last_seq))
             break;
         if (s >= want) {
             seqs[rows] = s;

@@ -285,3 +285,29 @@ def test_long_runs_of_batch_records(tmp_path, lie):
             reaches_bad = err is not None and (last is None or last >= len(want) + 1)
             assert (rows, col_err) == (expect, err if reaches_bad else None), \
                 (block, first, last)
+
+
+def test_a_sealed_segments_map_is_its_file(tmp_path):
+    """The columnar reader reads a sealed segment through a memory map (BlockBuffer.mapped):
+    the views give the bytes preadv gives, fewer at the end of the file, and a file that
+    cannot be mapped (empty) gives None, which the reader takes as 'read it'."""
+    from types import SimpleNamespace
+
+    from zeps.journal.blockbuffer import BlockBuffer
+    data = bytes(random.Random(5).getrandbits(8) for _ in range(10_000))
+    (tmp_path / "a.log").write_bytes(data)
+    (tmp_path / "empty.log").write_bytes(b"")
+    bb = BlockBuffer()
+    for name in ("a.log", "empty.log"):
+        fd = os.open(tmp_path / name, os.O_RDONLY)
+        try:
+            seg = SimpleNamespace(log_path=str(tmp_path / name), ino=os.fstat(fd).st_ino, fd=fd)
+            for size, pos in ((4096, 0), (4096, 4096), (4096, 8192), (100, 9_990), (10, 10_000)):
+                view = bb.mapped(seg, size, pos)
+                if name == "empty.log":
+                    assert view is None
+                else:
+                    assert bytes(view) == bytes(bb.read(fd, size, pos)) == data[pos:pos + size]
+        finally:
+            os.close(fd)
+

@@ -127,7 +127,11 @@ class ColumnSink:
             if end_hint is not None and end_hint > pos:
                 size = min(size, end_hint - pos)
             size = max(size, min(need, limit - pos))
-            buf = self.blocks.read(seg.fd, size, pos)
+            buf = None
+            if journalc is not None and seg.sealed:      # the C pass reads the map itself
+                buf = self.blocks.mapped(seg, size, pos)
+            if buf is None:
+                buf = self.blocks.read(seg.fd, size, pos)
             if len(buf) >= 1 << 31:  # pragma: no cover - int32 Arrow offsets; blocks are 4 MiB
                 raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
             at_end = pos + len(buf) >= limit or len(buf) < size
@@ -140,6 +144,8 @@ class ColumnSink:
                     if emitted or (last is not None and seq > last):
                         return ScanResult(LIMIT, pos, seq, last_ts, None)
                     continue
+            if isinstance(buf, memoryview):   # the general path reads a copy, as it always did
+                buf = self.blocks.read(seg.fd, size, pos)
             hints = None
             idx = seg.index
             if idx is not None and journalc is None:     # (the C walk needs no hints)

@@ -287,27 +287,31 @@ def test_long_runs_of_batch_records(tmp_path, lie):
                 (block, first, last)
 
 
-def test_a_sealed_segments_map_is_its_file(tmp_path):
-    """The columnar reader reads a sealed segment through a memory map (BlockBuffer.mapped):
-    the views give the bytes preadv gives, fewer at the end of the file, and a file that
-    cannot be mapped (empty) gives None, which the reader takes as 'read it'."""
+@pytest.mark.parametrize("window", [4096, 64 << 20])
+def test_a_sealed_segments_map_is_its_file(tmp_path, monkeypatch, window):
+    """The columnar reader reads a sealed segment through a memory map (BlockBuffer.mapped), a
+    window of the file at a time: the views give the bytes preadv gives, fewer at the end of
+    the file, across windows, forwards and back, and a file that cannot be mapped (empty)
+    gives None, which the reader takes as 'read it'."""
     from types import SimpleNamespace
 
-    from zeps.journal.blockbuffer import BlockBuffer
-    data = bytes(random.Random(5).getrandbits(8) for _ in range(10_000))
+    from zeps.journal import blockbuffer
+    monkeypatch.setattr(blockbuffer, "MAP_WINDOW", window)
+    data = bytes(random.Random(5).getrandbits(8) for _ in range(40_000))
     (tmp_path / "a.log").write_bytes(data)
     (tmp_path / "empty.log").write_bytes(b"")
-    bb = BlockBuffer()
-    for name in ("a.log", "empty.log"):
+    bb = blockbuffer.BlockBuffer()
+    reads = [(3000, p) for p in range(0, 40_000, 3000)] + [
+        (4096, 4096), (100, 39_990), (10, 40_000), (9000, 100), (20_000, 12_345), (1, 0)]
+    for name in ("a.log", "empty.log", "a.log"):
         fd = os.open(tmp_path / name, os.O_RDONLY)
         try:
             seg = SimpleNamespace(log_path=str(tmp_path / name), ino=os.fstat(fd).st_ino, fd=fd)
-            for size, pos in ((4096, 0), (4096, 4096), (4096, 8192), (100, 9_990), (10, 10_000)):
+            for size, pos in reads:
                 view = bb.mapped(seg, size, pos)
-                if name == "empty.log":
+                if name == "empty.log" or pos >= len(data):
                     assert view is None
                 else:
                     assert bytes(view) == bytes(bb.read(fd, size, pos)) == data[pos:pos + size]
         finally:
             os.close(fd)
-

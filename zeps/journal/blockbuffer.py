@@ -7,6 +7,8 @@ from typing import Optional
 
 _PREADV = hasattr(os, "preadv")
 _SEQUENTIAL = getattr(mmap, "MADV_SEQUENTIAL", None)
+#: The bytes of a sealed segment's log a reader maps at a time (:meth:`BlockBuffer.mapped`).
+MAP_WINDOW = 64 << 20
 
 
 class BlockBuffer:
@@ -29,7 +31,8 @@ class BlockBuffer:
         #: :meth:`.columnar.ColumnSink._end_hint`)
         self.end_hints: dict = {}
         self._map_key = None
-        self._map: Optional[memoryview] = None
+        self._file_size = 0
+        self._map = None        # (offset of the window in the file, memoryview of it)
 
     def read(self, fd: int, size: int, pos: int):
         """``size`` bytes of ``fd`` at ``pos`` (fewer at the end of the file)."""
@@ -47,20 +50,27 @@ class BlockBuffer:
     def mapped(self, seg, size: int, pos: int) -> Optional[memoryview]:
         """A read-only view of ``size`` bytes of sealed segment ``seg``'s log at ``pos`` (fewer
         at the end of the file), or None where the file cannot be mapped (empty, out of
-        address space): then :meth:`read` it. One map at a time, replaced when the read
-        moves to another file; unmapped when the last view of it goes."""
+        address space): then :meth:`read` it. The map is a window of :data:`MAP_WINDOW` bytes
+        (a reader's address space does not grow with the segment size), moved on when a read
+        leaves it; a window is unmapped when the last view of it goes."""
         key = (seg.log_path, seg.ino)
         if key != self._map_key:
             self._map_key, self._map = key, None
+            self._file_size = os.fstat(seg.fd).st_size
+        end = min(pos + size, self._file_size)
+        if pos >= end:
+            return None
+        w = self._map
+        if w is None or pos < w[0] or end > w[0] + len(w[1]):
+            self._map = None
+            start = pos - pos % mmap.ALLOCATIONGRANULARITY
+            length = min(max(MAP_WINDOW, end - start), self._file_size - start)
             try:
-                length = os.fstat(seg.fd).st_size
-                m = mmap.mmap(seg.fd, length, prot=mmap.PROT_READ)
-            except (OSError, ValueError):                # ValueError: an empty file
+                m = mmap.mmap(seg.fd, length, prot=mmap.PROT_READ, offset=start)
+            except (OSError, ValueError):
                 return None
             if _SEQUENTIAL is not None:
                 m.madvise(_SEQUENTIAL)
-            self._map = memoryview(m)
-        view = self._map
-        if view is None:
-            return None
-        return view[pos:min(pos + size, len(view))]
+            self._map = w = (start, memoryview(m))
+        start, view = w
+        return view[pos - start:end - start]

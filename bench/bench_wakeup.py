@@ -16,6 +16,7 @@ Interleaved ``--rounds`` times; the percentiles of all round trips of a kind, in
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -121,6 +122,7 @@ def main(argv=None) -> int:
             broker.terminate()
             broker.wait()
         ctx.destroy(0)
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

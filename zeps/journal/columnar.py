@@ -10,7 +10,10 @@ of the per-record reader. What differs is how a block is parsed:
 1. one ``os.preadv`` of a block (default 4 MiB, less when the index says where the last wanted
    record ends) into a buffer reused from block to block (:mod:`.blockbuffer`). A block about
    the size of a core's L2 cache stays in cache through the passes over it: 4 MiB blocks read
-   1.5x (C loops) to 1.7x (numpy) faster than 32 MiB ones here;
+   1.5x (C loops) to 1.7x (numpy) faster than 32 MiB ones here. With the C loops, the one pass
+   over a leading run of plain records reads a *sealed* segment's block through a memory map
+   instead (:meth:`.blockbuffer.BlockBuffer.mapped`: no copy; never the last segment, the one
+   ZEPS truncates), and a block it does not take whole is read as above;
 2. the record positions are found by walking the ``length`` fields (:mod:`.walk`). The
    segment's sparse index gives thousands of known record starts per block, so the walk runs
    *in parallel from every index entry at once* with numpy (each step advances every walker by

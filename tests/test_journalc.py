@@ -6,8 +6,9 @@ against their numpy definitions: for any block, valid or damaged, the same resul
 - ``kinds``: :func:`zeps.journal.columnar._kinds_py`;
 - ``check_plain``: the valid prefix and every field of ``_Block._init_py`` for a run of plain
   records, CRC verified or not, any expected sequence and previous timestamp;
-- ``plain_columns``: the walk, kinds, checks and compaction above fused, for a block's leading
-  run of plain records, cut at any ``last`` and read from any ``want``;
+- ``fused_columns``: the walk, kinds, checks (``_Block``'s, and ``BatchRun``'s for batch
+  records) and compaction above fused, for a block's leading run of plain and batch records
+  without extensions, cut at any ``last`` and read from any ``want``;
 - ``first_bad_crc``, ``compact``, ``crc32c`` (SSE4.2 or table-driven; the table-driven one is
   checked also where the CPU has SSE4.2): their numpy/pyarrow/google_crc32c twins;
 - ``read_columns`` over a damaged journal, whole or a range of it: the same columns, then the
@@ -36,7 +37,7 @@ pa = pytest.importorskip("pyarrow")
 import google_crc32c  # noqa: E402
 
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader  # noqa: E402
-from zeps.journal import blockcrc, columnar, plainrun, walk as walkmod  # noqa: E402
+from zeps.journal import batchcols, blockcrc, columnar, plainrun, walk as walkmod  # noqa: E402
 from zeps.journal.record.encoder import encode_batch  # noqa: E402
 from zeps.protocol.batch import encode_entries  # noqa: E402
 from zeps.protocol.commands import PublishBatch  # noqa: E402
@@ -169,50 +170,132 @@ def test_block_loops_match_numpy(groups, damage, cut, seq_off, last_ts, verify):
                 assert got.equals(columnar._compact_py(data, s, e))
 
 
+def _fused_definition(buf, expect, last_ts, verify, want, last):
+    """What ``fused_columns`` must give, from the numpy loops: the walk, the kinds, the leading
+    run of unflagged plain and batch records, each part checked by ``_Block`` (plain) or
+    ``BatchRun`` (batch), the rows from ``want`` on, cut after ``last`` (a batch record holding
+    ``last`` and more gives its messages up to ``last`` and is not passed), a batch record that
+    would pass the outputs' rows not taken. Returns ``(n, after, next_seq, last_t, stopped,
+    rows)``, rows as (seq, ts, key bytes, body bytes)."""
+    pos, walked = walkmod.walk_py(buf, len(buf))
+    cap = len(buf) // 32 + 1
+    n, after, nseq, last_t, rows = 0, 0, expect, 0, []
+    if not len(pos):
+        return n, after, nseq, last_t, False, rows
+    kinds = columnar._kinds_py(buf, pos)
+    flagged = columnar.be_view(buf, 4)[pos] > columnar.LENGTH_MASK
+    k = columnar._first((kinds == 2) | flagged)
+    edges = [0] + (np.flatnonzero(np.diff(kinds[:k])) + 1).tolist() + [k]
+    prev = last_ts
+    for i, j in zip(edges[:-1], edges[1:]):
+        if kinds[i] == 0:
+            blk = columnar._Block.__new__(columnar._Block)
+            blk._init_py(buf, pos[i:j], nseq, prev, verify)
+            recs = [(int(blk.seq[r]), int(blk.ts[r]), 1, [(int(blk.kstart[r]), int(blk.kend[r]),
+                                                           int(blk.bend[r]))])
+                    for r in range(blk.n)]
+            valid = blk.n
+        else:
+            run = batchcols.BatchRun(buf, pos[i:j], 0, nseq, prev, verify)
+            recs = []
+            for r in range(run.n):
+                lo, c = int(run.row0[r]), int(run.count[r])
+                recs.append((int(run.seq[r]), int(run.ts[r]), c,
+                             [(int(run.kstart[x]), int(run.kend[x]), int(run.bend[x]))
+                              for x in range(lo, lo + c)]))
+            valid = run.n
+        for s, t, c, msgs in recs:
+            if last is not None and s > last:
+                return n, after, nseq, last_t, True, rows
+            if len(rows) + c > cap:
+                return n, after, nseq, last_t, False, rows
+            cut = last is not None and s + c - 1 > last
+            for x, (ks, ke, be) in enumerate(msgs[:last - s + 1] if cut else msgs):
+                if s + x >= want:
+                    rows.append((s + x, t, buf[ks:ke], buf[ke + 4:be]))
+            if cut:
+                return n, after, nseq, last_t, True, rows
+            n, after, nseq, last_t = n + 1, msgs[-1][2], s + c, t
+            prev = t
+        if valid < j - i:
+            break
+    return n, after, nseq, last_t, False, rows
+
+
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=8), damage_st, st.integers(0, 30),
        st.sampled_from([0, 0, 0, -1, 1]), st.sampled_from([None, None, 0, 999, 1001, 1 << 70]),
        st.booleans(), st.integers(-2, 12), st.one_of(st.none(), st.integers(0, 20)),
-       st.booleans())
-def test_plain_columns_is_the_loops_fused(groups, damage, cut, seq_off, last_ts, verify, want_off,
-                                          last_off, plain):
-    """``plain_columns`` (the reader's one-pass C loop for a block that starts with plain
-    records) against its definition in numpy: the walk, the kinds, the leading run of plain
-    unflagged records that ``_Block`` accepts, cut after ``last``, the rows from ``want`` on,
-    and their keys and bodies compacted - for any block, valid or damaged."""
-    if plain:           # (half the blocks hold plain records only, as most journals do)
-        groups = [([i for i in items if isinstance(i, tuple) and len(i) == 2] or [("k", b"")],
-                   None, step) for items, _, step in groups]
+       st.sampled_from([True, True, True, False]))
+def test_fused_columns_is_the_loops_fused(groups, damage, cut, seq_off, last_ts, verify,
+                                          want_off, last_off, unflagged):
+    """``fused_columns`` (the reader's one-pass C loop for a block that starts with plain or
+    batch records without extensions) against its definition in numpy: the walk, the kinds, the
+    leading run of unflagged records that ``_Block`` and ``BatchRun`` accept, cut after
+    ``last``, the rows from ``want`` on, and their keys and bodies compacted - for any block,
+    valid or damaged."""
+    if unflagged:       # (most blocks hold records without extensions only, as most journals)
+        groups = [([i for i in items if not (isinstance(i, tuple) and len(i) == 3)]
+                   or [("k", b"")], None, step) for items, _, step in groups]
     clean, starts, seqs = _block(groups)
     buf = _damage(clean, starts, damage, cut)
     expect = seqs[0] + seq_off
     want, last = expect + want_off, None if last_off is None else expect + last_off - 2
-    n, after, last_t, seq, ts, koffs, keys, boffs, bodies = plainrun.plain_columns(
-        buf, len(buf), expect, last_ts, verify, want, -1 if last is None else last)
-    # the definition
-    pos, _ = walkmod.walk_py(buf, len(buf))
-    k = 0
-    if len(pos):
-        kinds = columnar._kinds_py(buf, pos)
-        flagged = columnar.be_view(buf, 4)[pos] > columnar.LENGTH_MASK
-        k = columnar._first((kinds != 0) | flagged)
-    blk = columnar._Block.__new__(columnar._Block)
-    blk._init_py(buf, pos[:k], expect, last_ts, verify)
-    m = blk.n if last is None else min(blk.n, max(0, last - expect + 1))
-    assert n == m
-    assert after == (int(blk.bend[m - 1]) if m else 0)
-    if m:
-        assert last_t == int(blk.ts[m - 1])
-    lo = min(max(want - expect, 0), m)
-    assert np.frombuffer(seq, np.int64).tolist() == blk.seq[lo:m].tolist()
-    assert np.frombuffer(ts, np.int64).tolist() == blk.ts[lo:m].tolist()
-    data = pa.py_buffer(buf)
-    for (offs, values), s, e in (((koffs, keys), blk.kstart, blk.kend),
-                                 ((boffs, bodies), blk.kend + 4, blk.bend)):
-        got = pa.Array.from_buffers(pa.binary(), m - lo, [None, offs, values])
-        assert got.equals(columnar._compact_py(data, s[lo:m], e[lo:m]))
-    event("plain run: none" if m == 0 else "plain run: to the end" if after == len(buf)
-          else "plain run: stops inside")
+    n, after, nseq, last_t, stopped, seq, ts, koffs, keys, boffs, bodies = (
+        plainrun.fused_columns(buf, len(buf), expect, last_ts, verify, want,
+                               -1 if last is None else last))
+    dn, dafter, dnseq, dlast_t, dstopped, drows = _fused_definition(
+        buf, expect, last_ts, verify, want, last)
+    assert (n, after, nseq, last_t, stopped) == (dn, dafter, dnseq, dlast_t, dstopped)
+    m = len(drows)
+    assert np.frombuffer(seq, np.int64).tolist() == [r[0] for r in drows]
+    assert np.frombuffer(ts, np.int64).tolist() == [r[1] for r in drows]
+    got_keys = pa.Array.from_buffers(pa.binary(), m, [None, koffs, keys])
+    got_bodies = pa.Array.from_buffers(pa.binary(), m, [None, boffs, bodies])
+    assert got_keys.to_pylist() == [r[2] for r in drows]
+    assert got_bodies.to_pylist() == [r[3] for r in drows]
+    event("fused run: none" if n == 0 else "fused run: to the end" if after == len(buf)
+          else "fused run: stops inside")
+    if n and any(c == 1 for c in columnar._kinds_py(buf, walkmod.walk_py(buf, after)[0])):
+        event("fused run: with batch records")
+    if stopped and nseq <= last:
+        event("fused run: stops inside a batch at last")
+
+
+def test_a_read_that_ends_inside_a_batch_record_stops_at_its_record():
+    """``last`` inside a batch record: its messages up to ``last`` are rows, the record is not
+    passed (the next read starts at it, as ``parse_records`` does), and the run says it
+    stopped there; ``want`` inside the record drops its first messages."""
+    four = PublishBatch(4, encode_entries([(f"k{i}", bytes([i]) * 3) for i in range(4)]))
+    buf, starts, seqs = _block([([("a", b"x"), four, ("b", b"y")], None, 1)])
+    assert seqs == [5, 6, 10]
+    n, after, nseq, last_t, stopped, seq, ts, koffs, keys, boffs, bodies = (
+        plainrun.fused_columns(buf, len(buf), 5, None, True, 7, 8))
+    assert (n, after, nseq, stopped) == (1, starts[1], 6, True)
+    assert np.frombuffer(seq, np.int64).tolist() == [7, 8]
+    assert pa.Array.from_buffers(pa.binary(), 2, [None, boffs, bodies]).to_pylist() == [
+        b"\x01" * 3, b"\x02" * 3]
+    n, after, nseq, last_t, stopped, *_ = plainrun.fused_columns(buf, len(buf), 5, None, True,
+                                                                  0, 9)
+    assert (n, after, nseq, stopped) == (2, starts[2], 10, True)   # the batch whole, then b
+
+
+def test_a_batch_record_that_would_pass_the_outputs_is_left_to_the_general_path():
+    """Batch records of tiny messages can hold more rows than ``plain_capacity`` gives for
+    their bytes (a plain record takes 32 bytes, a batch entry 5): the fused pass stops before
+    such a record, and the reader reads it through the general path - every row there."""
+    tiny = PublishBatch(200, encode_entries([("", b"")] * 200))
+    buf, _, seqs = _block([([("k", b"v" * 40)] * 3 + [tiny], None, 1)])
+    n, after, nseq, *_ = plainrun.fused_columns(buf, len(buf), seqs[0], None, True, 0, -1)
+    assert (n, nseq) == (3, seqs[0] + 3)             # the plain records; not the batch
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "s")
+        with Journal.open(d, JournalConfig(fsync="never")) as j:
+            j.append_batch([("k", b"v" * 40)] * 3 + [tiny])
+        rows, err = _outcome(d, 1 << 20)
+    assert err is None
+    assert [r[0] for r in rows] == list(range(1, 204))
+    assert [r[2:4] for r in rows[3:]] == [("", b"")] * 200
 
 
 @settings(max_examples=200, deadline=None)
@@ -286,15 +369,15 @@ def test_read_columns_matches_numpy_on_damaged_journals(groups, damage, cut, blo
         event("reader: corruption" if got[1] else "reader: whole")
 
 
-def test_plain_columns_refuses_output_buffers_too_small():
+def test_fused_columns_refuses_output_buffers_too_small():
     buf, _, seqs = _block([([("k", b"v" * 30)] * 3, None, 1)])
     outs = [bytearray(size) for size in plainrun.plain_capacity(len(buf))]
-    assert journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)[0] == 3
+    assert journalc.fused_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)[0] == 3
     outs[5] = bytearray(len(buf) - 1)
     with pytest.raises(ValueError, match="output buffer 5 holds"):
-        journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)
+        journalc.fused_columns(buf, len(buf), seqs[0], None, True, 0, -1, *outs)
     with pytest.raises(TypeError):       # read-only memory is not an output
-        journalc.plain_columns(buf, len(buf), seqs[0], None, True, 0, -1,
+        journalc.fused_columns(buf, len(buf), seqs[0], None, True, 0, -1,
                                *([bytes(8 << 10)] * 6))
 
 

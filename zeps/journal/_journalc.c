@@ -9,8 +9,9 @@
  *   check_plain   <- zeps.journal.columnar._Block's checks and fields
  *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
  *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
- *   plain_columns <- walk, kinds, check_plain and compact of a block's leading run of plain
- *                    unflagged records, fused into one pass
+ *   fused_columns <- walk, kinds, check_plain, BatchRun (zeps.journal.batchcols) and compact
+ *                    of a block's leading run of unflagged plain and batch records, fused
+ *                    into one pass
  * tests/test_journalc.py checks both against each other for any block, valid or corrupt.
  * Nothing here trusts a position it is given: one that is not a whole record in the buffer is
  * a ValueError (a caller's bug), never a read out of bounds.
@@ -38,6 +39,13 @@
 #define MIN_FRAME 16
 #define DELIVER_HEAD 0xAAA507u       /* signature aa a5, DELIVER id 7 */
 #define BATCH_HEAD 0xAAA53Bu         /* signature aa a5, DELIVER-BATCH id 59 (read at init) */
+/* a DELIVER-BATCH frame: aa a5 3b | timestamp u64 | seq u64 | count u32 | entries (each
+ * keylen u8 | key | bodylen u32 | body; zeps/protocol/batch.py) */
+#define BATCH_TS_AT 3
+#define BATCH_SEQ_AT 11
+#define BATCH_COUNT_AT 19
+#define DELIVER_HEAD_SIZE 23
+#define MIN_ENTRY 5
 
 static uint32_t batch_head = BATCH_HEAD;
 
@@ -518,22 +526,68 @@ done:
 #define PREFETCH(a) ((void)0)
 #endif
 
-/* plain_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1,
+/* The checks parse_records makes of an unflagged batch record at p whose DELIVER-BATCH frame is
+ * b[frame:bend] (bend: the record's end; the frame's head already seen), as BatchRun makes them:
+ * room for the head and one entry, the frame's timestamp equal to the record's, 1 <= count <=
+ * what the frame can hold, the sequence expect_s, a timestamp not under the previous record's
+ * (as deliver_ok), the CRC-32C if verify, and count entries filling the frame exactly. 1 if it
+ * passes, with its count and timestamp; 0 if not. */
+static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t frame,
+                           Py_ssize_t bend, int64_t expect_s, const struct ts_bound *lb,
+                           int first, int64_t prev_t, int verify, Py_ssize_t *count,
+                           int64_t *t)
+{
+    Py_ssize_t length = bend - frame;
+    if (length < DELIVER_HEAD_SIZE + MIN_ENTRY)
+        return 0;
+    *t = (int64_t)be64(b + p + TS_OFFSET);
+    if ((int64_t)be64(b + frame + BATCH_TS_AT) != *t)
+        return 0;
+    *count = be32(b + frame + BATCH_COUNT_AT);
+    if (*count < 1 || *count > (length - DELIVER_HEAD_SIZE) / MIN_ENTRY)
+        return 0;
+    if ((int64_t)be64(b + frame + BATCH_SEQ_AT) != expect_s)
+        return 0;
+    if (first ? lb->have && (lb->over > 0 || (lb->over == 0 && *t < lb->ts)) : *t < prev_t)
+        return 0;
+    if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
+        return 0;
+    Py_ssize_t q = frame + DELIVER_HEAD_SIZE;
+    for (Py_ssize_t i = 0; i < *count; i++) {         /* keylen u8 | key | bodylen u32 | body */
+        if (q + MIN_ENTRY > bend)
+            return 0;
+        Py_ssize_t kend = q + 1 + b[q];
+        if (kend + 4 > bend)
+            return 0;
+        q = kend + 4 + (Py_ssize_t)be32(b + kend);
+        if (q > bend)
+            return 0;
+    }
+    return q == bend;
+}
+
+/* fused_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1,
  *               seq, ts, key_offsets, keys, body_offsets, bodies)
- *   -> (n, after, last_t, rows, key_bytes, body_bytes)
- * One pass over the leading run of plain records of buf[:limit] (no flag, a DELIVER frame: what
- * kinds calls 0 and check_plain accepts unflagged): walks, checks and copies at once, as
- * walk + kinds + check_plain + compact would, and stops before the first record that is not
- * whole, is flagged, is not a DELIVER record, fails a check of check_plain, or comes after
- * last_seq. n: the records passed; after: the byte after them; last_t: the last one's
- * timestamp (0 if n is 0). The rows are those of the n records from want_seq on, written into
- * the six writable buffers given (the caller's memory: a pool that reuses it, so that a block's
- * columns do not fault in fresh pages): seq and ts (native int64, `rows` items), key_offsets and
- * body_offsets (rows + 1 native int32 each) over keys and bodies (key_bytes and body_bytes).
- * Each buffer must hold what limit bytes of records can give (plain_capacity(limit)); keys are
- * not UTF-8 checked (the caller does). */
+ *   -> (n, after, next_seq, last_t, rows, key_bytes, body_bytes, stopped)
+ * One pass over the leading run of unflagged records of buf[:limit] that hold a DELIVER frame
+ * (plain records: what kinds calls 0 and check_plain accepts unflagged) or a DELIVER-BATCH
+ * frame (batch records: kinds 1, what BatchRun accepts unflagged): walks, checks and copies at
+ * once, as walk + kinds + check_plain / BatchRun + compact would, and stops before the first
+ * record that is not whole, is flagged, holds neither frame, fails a check, would not fit in the
+ * outputs, or holds a message after last_seq. n: the records passed; after: the byte after
+ * them; next_seq: the sequence after them; last_t: the last one's timestamp (0 if n is 0).
+ * The rows are the messages of the n records from want_seq on - and, when a batch record holds
+ * last_seq and messages after it, that record's messages up to last_seq, the record itself not
+ * passed (a read that stops inside a batch stops at its record, as parse_records does);
+ * stopped: 1 when the run ended at last_seq (a record after it, or one holding it and more).
+ * They are written into the six writable buffers given (the caller's memory: a pool that reuses
+ * it, so that a block's columns do not fault in fresh pages): seq and ts (native int64, `rows`
+ * items), key_offsets and body_offsets (rows + 1 native int32 each) over keys and bodies
+ * (key_bytes and body_bytes). Each buffer must hold what limit bytes of plain records can give
+ * (plain_capacity(limit)); a record whose messages would pass that many rows is not taken
+ * (batch entries smaller than 32 bytes can). Keys are not UTF-8 checked (the caller does). */
 static PyObject *
-jc_plain_columns(PyObject *self, PyObject *args)
+jc_fused_columns(PyObject *self, PyObject *args)
 {
     Py_buffer view, ob[6];
     Py_ssize_t limit;
@@ -557,8 +611,8 @@ jc_plain_columns(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "over 2 GiB of data");
         goto done;
     }
-    /* capacities: a record takes at least HEADER_SIZE + MIN_FRAME bytes; keys and bodies are
-     * within the buffer */
+    /* capacities: a plain record takes at least HEADER_SIZE + MIN_FRAME bytes; keys and bodies
+     * are within the buffer */
     Py_ssize_t cap = limit / (HEADER_SIZE + MIN_FRAME) + 1;
     Py_ssize_t sizes[6] = {cap * 8, cap * 8, (cap + 1) * 4, limit, (cap + 1) * 4, limit};
     for (int k = 0; k < 6; k++)
@@ -572,14 +626,16 @@ jc_plain_columns(PyObject *self, PyObject *args)
     char *kd = ob[3].buf, *bd = ob[5].buf;
     const unsigned char *b = (const unsigned char *)view.buf;
     Py_ssize_t n = 0, rows = 0, p = 0;
+    uint64_t next = (uint64_t)expect;
     int32_t kat = 0, bat = 0;
     int64_t prev_t = 0;
+    int stopped = 0;
     Py_BEGIN_ALLOW_THREADS
     while (limit - p >= HEADER_SIZE) {
         uint32_t w = be32(b + p);
         if (w > LENGTH_MASK)
             break;                                  /* flagged: not this run's */
-        Py_ssize_t length = w, bend = p + HEADER_SIZE + length;
+        Py_ssize_t length = w, frame = p + HEADER_SIZE, bend = frame + length;
         if (bend > limit)
             break;                                  /* not whole */
         if (length < MIN_FRAME)
@@ -590,23 +646,71 @@ jc_plain_columns(PyObject *self, PyObject *args)
             PREFETCH(b + p + PREFETCH_AHEAD + 64);
             PREFETCH(b + p + PREFETCH_AHEAD + 128);
         }
-        Py_ssize_t kstart, kend;
-        int64_t s, t;
-        if (!deliver_ok(b, p, p + HEADER_SIZE, bend, (int64_t)((uint64_t)expect + (uint64_t)n),
-                        &lb, n == 0, prev_t, verify, &kstart, &kend, &s, &t) ||
-            (last_seq >= 0 && s > last_seq))
-            break;
-        if (s >= want) {
-            seqs[rows] = s;
-            tss[rows] = t;
-            koff[rows] = kat;
-            boff[rows] = bat;
-            int32_t kl = (int32_t)(kend - kstart), bl = (int32_t)(bend - kend - 4);
-            memcpy(kd + kat, b + kstart, kl);
-            memcpy(bd + bat, b + kend + 4, bl);
-            kat += kl;
-            bat += bl;
-            rows++;
+        int64_t t;
+        if ((be32(b + frame) >> 8) == batch_head) {
+            Py_ssize_t count;
+            if (!batch_ok(b, p, frame, bend, (int64_t)next, &lb, n == 0, prev_t, verify,
+                          &count, &t))
+                break;
+            int64_t s = (int64_t)next;
+            if (last_seq >= 0 && s > last_seq) {
+                stopped = 1;
+                break;
+            }
+            if (rows + count > cap)
+                break;                              /* would not fit: the next call takes it */
+            Py_ssize_t lo = want > s ? (Py_ssize_t)(want - s) : 0;
+            Py_ssize_t hi = count;
+            if (last_seq >= 0 && last_seq - s + 1 < count) {
+                hi = (Py_ssize_t)(last_seq - s + 1);
+                stopped = 1;
+            }
+            Py_ssize_t q = frame + DELIVER_HEAD_SIZE;
+            for (Py_ssize_t i = 0; i < hi; i++) {
+                Py_ssize_t kend = q + 1 + b[q];
+                Py_ssize_t bl = (Py_ssize_t)be32(b + kend);
+                if (i >= lo) {
+                    seqs[rows] = s + i;
+                    tss[rows] = t;
+                    koff[rows] = kat;
+                    boff[rows] = bat;
+                    int32_t kl = (int32_t)(kend - q - 1);
+                    memcpy(kd + kat, b + q + 1, kl);
+                    memcpy(bd + bat, b + kend + 4, bl);
+                    kat += kl;
+                    bat += (int32_t)bl;
+                    rows++;
+                }
+                q = kend + 4 + bl;
+            }
+            if (stopped)
+                break;                              /* its record is not passed */
+            next += (uint64_t)count;
+        } else {
+            Py_ssize_t kstart, kend;
+            int64_t s;
+            if (!deliver_ok(b, p, frame, bend, (int64_t)next, &lb, n == 0, prev_t, verify,
+                            &kstart, &kend, &s, &t))
+                break;
+            if (last_seq >= 0 && s > last_seq) {
+                stopped = 1;
+                break;
+            }
+            if (rows + 1 > cap)
+                break;                              /* after batches of tiny messages */
+            if (s >= want) {
+                seqs[rows] = s;
+                tss[rows] = t;
+                koff[rows] = kat;
+                boff[rows] = bat;
+                int32_t kl = (int32_t)(kend - kstart), bl = (int32_t)(bend - kend - 4);
+                memcpy(kd + kat, b + kstart, kl);
+                memcpy(bd + bat, b + kend + 4, bl);
+                kat += kl;
+                bat += bl;
+                rows++;
+            }
+            next++;
         }
         prev_t = t;
         n++;
@@ -615,7 +719,8 @@ jc_plain_columns(PyObject *self, PyObject *args)
     koff[rows] = kat;
     boff[rows] = bat;
     Py_END_ALLOW_THREADS
-    res = Py_BuildValue("(nnLnii)", n, p, (long long)prev_t, rows, (int)kat, (int)bat);
+    res = Py_BuildValue("(nnKLniii)", n, p, (unsigned long long)next, (long long)prev_t, rows,
+                        (int)kat, (int)bat, stopped);
 done:
     for (int k = 0; k < got; k++)
         PyBuffer_Release(&ob[k]);
@@ -654,10 +759,10 @@ static PyMethodDef jc_methods[] = {
     {"first_bad_crc", jc_first_bad_crc, METH_VARARGS,
      "first_bad_crc(buf, positions, after) -> index"},
     {"compact", jc_compact, METH_VARARGS, "compact(buf, starts, ends) -> (offsets, data)"},
-    {"plain_columns", jc_plain_columns, METH_VARARGS,
-     "plain_columns(buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq, seq, ts, "
-     "key_offsets, keys, body_offsets, bodies) -> (n, after, last_t, rows, key_bytes, "
-     "body_bytes)"},
+    {"fused_columns", jc_fused_columns, METH_VARARGS,
+     "fused_columns(buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq, seq, ts, "
+     "key_offsets, keys, body_offsets, bodies) -> (n, after, next_seq, last_t, rows, key_bytes, "
+     "body_bytes, stopped)"},
     {"crc32c", jc_crc32c, METH_VARARGS, "crc32c(data) -> CRC-32C"},
     {"crc32c_table", jc_crc32c_table, METH_VARARGS, "crc32c(data), table-driven"},
     {NULL, NULL, 0, NULL}

@@ -52,12 +52,13 @@ module; import it where it is used.
 **The C loops.** Where :mod:`.speedups` has the optional extension ``zeps.journal._journalc``,
 steps 2-4 run as C loops over the block instead (a sequential walk; the kinds of the records;
 every check of step 3 and the CRC-32C record by record, in one pass; the copies of keys and
-bodies). A block that starts with plain records without extensions (most journals: one record
-per message, no producer) goes further: ``plain_columns`` walks, checks and copies that run in
-*one* pass (:func:`.plainrun.fused_run`; 12 -> 16.5M rows/s alone here), and the steps
-above read whatever follows it. The numpy code above stays their definition and the fallback
-(``ZEPS_PURE_PYTHON=1``), and ``tests/test_journalc.py`` checks the two give the same columns
-and the same errors for any block.
+bodies). A block that starts with records without extensions (most journals: one record per
+message, or batch records of ``publish_batch``, no producer) goes further: ``fused_columns``
+walks, checks and copies that run in *one* pass (:func:`.plainrun.fused_run`; 12 -> 16.5M
+rows/s alone here for plain records), and the steps above read whatever follows it. The numpy
+code above stays their definition and the fallback (``ZEPS_PURE_PYTHON=1``), and
+``tests/test_journalc.py`` checks the two give the same columns and the same errors for any
+block.
 """
 from __future__ import annotations
 
@@ -141,10 +142,10 @@ class ColumnSink:
             if journalc is not None:
                 fast = self._plain_fast(buf, seq, want_seq, last_ts)
                 if fast is not None:
-                    used, seq, last_ts, emitted = fast
+                    used, seq, last_ts, emitted, stopped = fast
                     pos += used
                     need = 0
-                    if emitted or (last is not None and seq > last):
+                    if emitted or stopped or (last is not None and seq > last):
                         return ScanResult(LIMIT, pos, seq, last_ts, None)
                     continue
             if isinstance(buf, memoryview):   # the general path reads a copy, as it always did
@@ -189,18 +190,19 @@ class ColumnSink:
         return hint
 
     def _plain_fast(self, buf, seq: int, want_seq: int, last_ts: Optional[int]):
-        """The leading run of plain records of a block in one C pass
-        (:func:`~.plainrun.fused_run`), or None: then the general path reads the block.
-        Returns ``(bytes used, next seq, last ts, whether rows were collected)``; the records
-        after the run are left to the next pass of :meth:`parse`."""
+        """The leading run of plain and batch records without extensions of a block in one C
+        pass (:func:`~.plainrun.fused_run`), or None: then the general path reads the block.
+        Returns ``(bytes used, next seq, last ts, whether rows were collected, whether the run
+        ended at last)``; the records after the run are left to the next pass of
+        :meth:`parse`."""
         got = fused_run(buf, seq, want_seq, last_ts, self.verify_crc, self.last)
         if got is None:
             return None
-        used, nseq, last_t, cols = got
+        used, nseq, last_t, cols, stopped = got
         if cols is not None:
             self.out.append(cols)
             self.count += len(cols)
-        return used, nseq, last_t, cols is not None
+        return used, nseq, last_t, cols is not None, stopped
 
     def _block(self, buf: bytes, positions: np.ndarray, after: int, pos: int, seq: int,
                want_seq: int, last_ts: Optional[int]):

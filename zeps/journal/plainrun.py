@@ -2,7 +2,8 @@
 all at once for the columnar reader (:mod:`.columnar`, step 3 of its docstring): every check of
 :func:`zeps.journal.record.parse_records`, over all the run's records, in numpy
 (:meth:`_Block._init_py`, the definition) or in one C loop (:meth:`_Block._init_c`); and
-:func:`fused_run`, the one-pass C loop for a block that starts with such records."""
+:func:`fused_run`, the one-pass C loop for a block that starts with such records or batch
+records without extensions."""
 from __future__ import annotations
 
 from typing import Optional, Tuple
@@ -167,42 +168,47 @@ def _first_bad_utf8(buf: bytes, starts: np.ndarray, ends: np.ndarray) -> int:
 
 
 def plain_capacity(limit: int) -> Tuple[int, ...]:
-    """The bytes each output of ``plain_columns`` needs for ``limit`` bytes of records (a record
-    takes at least 32 bytes; keys and bodies are within the records)."""
+    """The bytes each output of ``fused_columns`` needs for ``limit`` bytes of records (a plain
+    record takes at least 32 bytes; keys and bodies are within the records; a batch record
+    whose messages would pass that many rows is left to the next call)."""
     cap = limit // (HEADER_SIZE + MIN_FRAME) + 1
     return (cap * 8, cap * 8, (cap + 1) * 4, limit, (cap + 1) * 4, limit)
 
 
-def plain_columns(buf, limit: int, expect_seq: int, last_ts: Optional[int], verify_crc: bool,
+def fused_columns(buf, limit: int, expect_seq: int, last_ts: Optional[int], verify_crc: bool,
                   want_seq: int, last_seq: int):
-    """``journalc.plain_columns`` (see :func:`fused_run`) into buffers of pyarrow's memory pool:
-    ``(n, after, last_t, seq, ts, key_offsets, keys, body_offsets, bodies)``, the last six
-    ``pyarrow.Buffer`` of their used sizes. The pool reuses the memory of the columns already
-    freed, where fresh memory for each block would be zeroed and faulted in page by page by the
-    kernel (1.4x the whole read here)."""
+    """``journalc.fused_columns`` (see :func:`fused_run`) into buffers of pyarrow's memory pool:
+    ``(n, after, next_seq, last_t, stopped, seq, ts, key_offsets, keys, body_offsets,
+    bodies)``, the last six ``pyarrow.Buffer`` of their used sizes. The pool reuses the memory
+    of the columns already freed, where fresh memory for each block would be zeroed and faulted
+    in page by page by the kernel (1.4x the whole read here)."""
     outs = [pa.allocate_buffer(max(size, 8)) for size in plain_capacity(limit)]
-    n, after, last_t, rows, kbytes, bbytes = journalc.plain_columns(
+    n, after, next_seq, last_t, rows, kbytes, bbytes, stopped = journalc.fused_columns(
         buf, limit, expect_seq, last_ts, verify_crc, want_seq, last_seq, *outs)
     used = (rows * 8, rows * 8, (rows + 1) * 4, kbytes, (rows + 1) * 4, bbytes)
-    return (n, after, last_t) + tuple(o.slice(0, u) for o, u in zip(outs, used))
+    return ((n, after, next_seq, last_t, bool(stopped))
+            + tuple(o.slice(0, u) for o, u in zip(outs, used)))
 
 
 def fused_run(buf, seq: int, want_seq: int, last_ts: Optional[int], verify_crc: bool,
               last: Optional[int]):
-    """The leading run of plain records without extensions of a block (most journals: one
-    record per message, no producer), walked, checked and copied in *one* C pass
-    (``plain_columns``: :func:`~.walk.walk`, :func:`~.columnar._kinds`, :class:`_Block`'s
-    checks and the compaction of keys and bodies, fused; 12 -> 16.5M rows/s alone here), cut
-    after ``last`` (None: no end), its rows from ``want_seq`` on. None when the block does not
-    start with such a record, or when a key is not UTF-8 (the general path then says which).
-    Returns ``(bytes used, next seq, last timestamp, Columns or None if no row)``."""
+    """The leading run of a block's records without extensions, plain (one DELIVER each: most
+    journals) or batch records (a DELIVER-BATCH each: what ``publish_batch`` writes), walked,
+    checked and copied in *one* C pass (``fused_columns``: :func:`~.walk.walk`,
+    :func:`~.columnar._kinds`, :class:`_Block`'s and :class:`~.batchcols.BatchRun`'s checks
+    and the compaction of keys and bodies, fused; 12 -> 16.5M rows/s alone here for plain
+    records), cut after ``last`` (None: no end; a batch record holding ``last`` and messages
+    after it gives its messages up to ``last`` and is not passed), its rows from ``want_seq``
+    on. None when the run is empty (the block does not start with such a record), or when a
+    key is not UTF-8 (the general path then says which). Returns ``(bytes used, next seq,
+    last timestamp, Columns or None if no row, whether the run ended at last)``."""
     if journalc is None:
         return None
-    (n, used, last_t, seqs, ts, koffs, keys, boffs, bodies) = plain_columns(
+    (n, used, nseq, last_t, stopped, seqs, ts, koffs, keys, boffs, bodies) = fused_columns(
         buf, len(buf), seq, last_ts, verify_crc, want_seq, -1 if last is None else last)
-    if not n:
-        return None
     rows = len(seqs) // 8
+    if not n and not rows:
+        return None
     cols = None
     if rows:
         key = pa.Array.from_buffers(pa.string(), rows, [None, koffs, keys])
@@ -213,4 +219,4 @@ def fused_run(buf, seq: int, want_seq: int, last_ts: Optional[int], verify_crc: 
         body = pa.Array.from_buffers(pa.binary(), rows, [None, boffs, bodies])
         cols = Columns(_from(seqs), _from(ts), key, body,
                        pa.nulls(rows, pa.string()), pa.nulls(rows, pa.uint64()))
-    return used, seq + n, last_t, cols
+    return used, nseq, last_t if n else last_ts, cols, stopped

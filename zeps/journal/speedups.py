@@ -7,9 +7,10 @@ Each of its functions mirrors a numpy loop that stays the definition and the fal
 records (:class:`zeps.journal.plainrun._Block`), the CRC check
 (:func:`zeps.journal.blockcrc.first_bad_crc`) and the compaction of keys and bodies
 (:func:`zeps.journal.columnar._compact`), and all of these fused into one pass for a block's
-leading run of plain records (``plain_columns``). ``tests/test_journalc.py`` checks the two against each
-other for any block. ``ZEPS_PURE_PYTHON=1`` in the environment (read once, at import) makes zeps
-use the numpy loops even where the extension is built.
+leading run of plain and batch records without extensions (``fused_columns``, which checks a
+batch record as :class:`zeps.journal.batchcols.BatchRun` does). ``tests/test_journalc.py``
+checks the two against each other for any block. ``ZEPS_PURE_PYTHON=1`` in the environment
+(read once, at import) makes zeps use the numpy loops even where the extension is built.
 """
 from __future__ import annotations
 

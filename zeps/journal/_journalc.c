@@ -645,6 +645,14 @@ jc_fused_columns(PyObject *self, PyObject *args)
             PREFETCH(b + p + PREFETCH_AHEAD);
             PREFETCH(b + p + PREFETCH_AHEAD + 64);
             PREFETCH(b + p + PREFETCH_AHEAD + 128);
+            /* a longer record (a batch record, whose entries are walked one after the
+             * other): the rest of it as far ahead, unless the CRC pass streams through it
+             * first (then the prefetch costs more than it saves). Reader alone on batch
+             * records of 100, builds with and without this alternated: 23 -> 34M rows/s
+             * without the CRC, 28M with it either way (27M with this prefetch there too). */
+            for (Py_ssize_t o = 192; !verify && o < length + HEADER_SIZE &&
+                     p + PREFETCH_AHEAD + o + 64 <= limit; o += 64)
+                PREFETCH(b + p + PREFETCH_AHEAD + o);
         }
         int64_t t;
         if ((be32(b + frame) >> 8) == batch_head) {

@@ -170,12 +170,21 @@ def test_block_loops_match_numpy(groups, damage, cut, seq_off, last_ts, verify):
                 assert got.equals(columnar._compact_py(data, s, e))
 
 
+def _utf8(b: bytes) -> bool:
+    try:
+        b.decode("utf-8")
+        return True
+    except UnicodeDecodeError:
+        return False
+
+
 def _fused_definition(buf, expect, last_ts, verify, want, last):
     """What ``fused_columns`` must give, from the numpy loops: the walk, the kinds, the leading
     run of unflagged plain and batch records, each part checked by ``_Block`` (plain) or
-    ``BatchRun`` (batch), the rows from ``want`` on, cut after ``last`` (a batch record holding
-    ``last`` and more gives its messages up to ``last`` and is not passed), a batch record that
-    would pass the outputs' rows not taken. Returns ``(n, after, next_seq, last_t, stopped,
+    ``BatchRun`` (batch; with every key of the record valid UTF-8, as the general path checks
+    them), the rows from ``want`` on, cut after ``last`` (a batch record holding ``last`` and
+    more gives its messages up to ``last`` and is not passed), a record that would pass the
+    outputs' rows not taken. Returns ``(n, after, next_seq, last_t, stopped,
     rows)``, rows as (seq, ts, key bytes, body bytes)."""
     pos, walked = walkmod.walk_py(buf, len(buf))
     cap = len(buf) // 32 + 1
@@ -195,15 +204,17 @@ def _fused_definition(buf, expect, last_ts, verify, want, last):
                                                            int(blk.bend[r]))])
                     for r in range(blk.n)]
             valid = blk.n
-        else:
+        else:           # (a batch record's keys are all checked, taken or not)
             run = batchcols.BatchRun(buf, pos[i:j], 0, nseq, prev, verify)
             recs = []
             for r in range(run.n):
                 lo, c = int(run.row0[r]), int(run.count[r])
-                recs.append((int(run.seq[r]), int(run.ts[r]), c,
-                             [(int(run.kstart[x]), int(run.kend[x]), int(run.bend[x]))
-                              for x in range(lo, lo + c)]))
-            valid = run.n
+                msgs = [(int(run.kstart[x]), int(run.kend[x]), int(run.bend[x]))
+                        for x in range(lo, lo + c)]
+                if not all(_utf8(buf[ks:ke]) for ks, ke, _ in msgs):
+                    break
+                recs.append((int(run.seq[r]), int(run.ts[r]), c, msgs))
+            valid = len(recs)
         for s, t, c, msgs in recs:
             if last is not None and s > last:
                 return n, after, nseq, last_t, True, rows
@@ -278,6 +289,66 @@ def test_a_read_that_ends_inside_a_batch_record_stops_at_its_record():
     n, after, nseq, last_t, stopped, *_ = plainrun.fused_columns(buf, len(buf), 5, None, True,
                                                                   0, 9)
     assert (n, after, nseq, stopped) == (2, starts[2], 10, True)   # the batch whole, then b
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(st.binary(max_size=12), st.text(max_size=6).map(lambda t: t.encode()),
+                 st.tuples(st.text(min_size=1, max_size=4), st.integers(0, 15),
+                           st.integers(0, 255)).map(
+                     lambda a: _poke(a[0].encode("utf-8", "surrogatepass"), a[1], a[2]))))
+def test_a_batch_keys_utf8_check_is_pythons(data):
+    """The C pass's UTF-8 check of batch keys (``valid_utf8``) says what Python's decode says:
+    overlong forms, surrogates, code points past U+10FFFF and cut sequences are refused."""
+    assert journalc.valid_utf8(data) == _utf8(data)
+
+
+def _poke(b: bytes, i: int, v: int) -> bytes:
+    return b[:i % len(b)] + bytes([v]) + b[i % len(b) + 1:] if b else b
+
+
+@pytest.mark.parametrize("bad_entry, first, last", [(0, 2, None), (2, 1, 1), (1, 4, None)],
+                         ids=["bad key before want", "bad key after last",
+                              "bad key in a batch wholly before want"])
+def test_a_batch_record_with_a_bad_key_is_corruption_even_where_none_of_it_is_read(
+        bad_entry, first, last):
+    """A batch record (valid CRC) with a key that is not UTF-8, in a message the read does not
+    take: the C pass refuses the record as the numpy path does (it checks every key of a batch
+    record), so both report the same corruption instead of the C pass handing out rows."""
+    entries = encode_entries([("a", b"1" * 40), ("b", b"2" * 40), ("c", b"3" * 40)])
+    with tempfile.TemporaryDirectory() as tmp:
+        d = os.path.join(tmp, "s")
+        with Journal.open(d, JournalConfig(fsync="never", segment_bytes=300,
+                                           index_interval_bytes=180)) as j:
+            j.append_batch([PublishBatch(3, entries), ("d", b"4"), ("e", b"5")])
+            for i in range(3):
+                j.append_batch([("z", b"%d" % i)])
+        log = os.path.join(d, sorted(f for f in os.listdir(d) if f.endswith(".log"))[0])
+        with open(log, "rb") as f:
+            b = bytearray(f.read())
+        end = 16 + (int.from_bytes(b[0:4], "big") & columnar.LENGTH_MASK)
+        q = 16 + 23                                 # the first record is the batch
+        for _ in range(bad_entry):
+            kend = q + 1 + b[q]
+            q = kend + 4 + int.from_bytes(b[kend:kend + 4], "big")
+        b[q + 1] = 0xFF                             # that entry's one-byte key
+        b[4:8] = google_crc32c.value(bytes(b[8:end])).to_bytes(4, "big")
+        with open(log, "wb") as f:
+            f.write(b)
+        got = _outcome(d, 1 << 20, True, first, last)
+        with numpy_loops():
+            want = _outcome(d, 1 << 20, True, first, last)
+    assert got == want
+    assert got[1] is not None and "UTF-8" in got[1][2]
+
+
+def test_sequences_past_int64_are_left_to_the_general_path():
+    """A batch record whose last sequence would pass 2^63-1 (a forged journal) is not taken by
+    the C pass: its sequences are int64 there."""
+    four = PublishBatch(4, encode_entries([("k", b"v" * 40)] * 4))
+    for first, taken in ((2**63 - 6, 2), (2**63 - 4, 1)):
+        buf, starts, seqs = _block([([("a", b"x"), four], None, 1)], first_seq=first)
+        n, after, nseq, *_ = plainrun.fused_columns(buf, len(buf), seqs[0], None, True, 0, -1)
+        assert (n, nseq) == (taken, first + 1 + 4 * (taken - 1))
 
 
 def test_a_batch_record_that_would_pass_the_outputs_is_left_to_the_general_path():

@@ -526,12 +526,53 @@ done:
 #define PREFETCH(a) ((void)0)
 #endif
 
+/* Whether s[:n] is valid UTF-8 as Python's decode and Arrow's validation define it: no
+ * overlong form, no surrogate, nothing above U+10FFFF, no truncated sequence. */
+static inline int utf8_ok(const unsigned char *s, Py_ssize_t n)
+{
+    Py_ssize_t i = 0;
+    while (i < n) {
+        unsigned char c = s[i];
+        if (c < 0x80) {
+            i++;
+            continue;
+        }
+        unsigned char lo = 0x80, hi = 0xBF;         /* the range of the second byte */
+        int more;
+        if (c >= 0xC2 && c <= 0xDF)
+            more = 1;
+        else if (c >= 0xE0 && c <= 0xEF) {
+            more = 2;
+            if (c == 0xE0)
+                lo = 0xA0;                          /* not overlong */
+            else if (c == 0xED)
+                hi = 0x9F;                          /* not a surrogate */
+        } else if (c >= 0xF0 && c <= 0xF4) {
+            more = 3;
+            if (c == 0xF0)
+                lo = 0x90;                          /* not overlong */
+            else if (c == 0xF4)
+                hi = 0x8F;                          /* not above U+10FFFF */
+        } else
+            return 0;
+        if (n - i <= more || s[i + 1] < lo || s[i + 1] > hi)
+            return 0;
+        for (int k = 2; k <= more; k++)
+            if ((s[i + k] & 0xC0) != 0x80)
+                return 0;
+        i += more + 1;
+    }
+    return 1;
+}
+
 /* The checks parse_records makes of an unflagged batch record at p whose DELIVER-BATCH frame is
  * b[frame:bend] (bend: the record's end; the frame's head already seen), as BatchRun makes them:
  * room for the head and one entry, the frame's timestamp equal to the record's, 1 <= count <=
  * what the frame can hold, the sequence expect_s, a timestamp not under the previous record's
- * (as deliver_ok), the CRC-32C if verify, and count entries filling the frame exactly. 1 if it
- * passes, with its count and timestamp; 0 if not. */
+ * (as deliver_ok), the CRC-32C if verify, and count entries filling the frame exactly - and
+ * every key valid UTF-8 (the numpy path refuses a batch record with one bad key, even where
+ * the read takes none of its messages), and sequences that stay within int64. 1 if it passes,
+ * with its count and timestamp; 0 if not. */
 static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t frame,
                            Py_ssize_t bend, int64_t expect_s, const struct ts_bound *lb,
                            int first, int64_t prev_t, int verify, Py_ssize_t *count,
@@ -540,11 +581,14 @@ static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fram
     Py_ssize_t length = bend - frame;
     if (length < DELIVER_HEAD_SIZE + MIN_ENTRY)
         return 0;
-    *t = (int64_t)be64(b + p + TS_OFFSET);
-    if ((int64_t)be64(b + frame + BATCH_TS_AT) != *t)
-        return 0;
     *count = be32(b + frame + BATCH_COUNT_AT);
     if (*count < 1 || *count > (length - DELIVER_HEAD_SIZE) / MIN_ENTRY)
+        return 0;
+    /* its sequences and the next record's within int64 (else the general path reads it) */
+    if ((uint64_t)expect_s > (uint64_t)INT64_MAX - (uint64_t)*count)
+        return 0;
+    *t = (int64_t)be64(b + p + TS_OFFSET);
+    if ((int64_t)be64(b + frame + BATCH_TS_AT) != *t)
         return 0;
     if ((int64_t)be64(b + frame + BATCH_SEQ_AT) != expect_s)
         return 0;
@@ -559,9 +603,12 @@ static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fram
         Py_ssize_t kend = q + 1 + b[q];
         if (kend + 4 > bend)
             return 0;
-        q = kend + 4 + (Py_ssize_t)be32(b + kend);
-        if (q > bend)
+        uint32_t bl = be32(b + kend);
+        if ((size_t)bl > (size_t)(bend - kend - 4))
             return 0;
+        if (!utf8_ok(b + q + 1, b[q]))    /* every key, as BatchRun's caller checks them */
+            return 0;
+        q = kend + 4 + (Py_ssize_t)bl;
     }
     return q == bend;
 }
@@ -585,7 +632,10 @@ static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fram
  * items), key_offsets and body_offsets (rows + 1 native int32 each) over keys and bodies
  * (key_bytes and body_bytes). Each buffer must hold what limit bytes of plain records can give
  * (plain_capacity(limit)); a record whose messages would pass that many rows is not taken
- * (batch entries smaller than 32 bytes can). Keys are not UTF-8 checked (the caller does). */
+ * (batch entries smaller than 32 bytes can). A plain record's key is not UTF-8 checked (the
+ * caller checks the rows'); a batch record's keys all are, taken or not (the numpy path
+ * refuses the whole record for one bad key). A record whose sequences would pass int64 is left
+ * to the general path. */
 static PyObject *
 jc_fused_columns(PyObject *self, PyObject *args)
 {
@@ -631,8 +681,8 @@ jc_fused_columns(PyObject *self, PyObject *args)
     int64_t prev_t = 0;
     int stopped = 0;
     Py_BEGIN_ALLOW_THREADS
-    while (limit - p >= HEADER_SIZE) {
-        uint32_t w = be32(b + p);
+    while (limit - p >= HEADER_SIZE && next < (uint64_t)INT64_MAX) {
+        uint32_t w = be32(b + p);                   /* (sequences past int64: general path) */
         if (w > LENGTH_MASK)
             break;                                  /* flagged: not this run's */
         Py_ssize_t length = w, frame = p + HEADER_SIZE, bend = frame + length;
@@ -747,6 +797,18 @@ jc_crc32c(PyObject *self, PyObject *args)
     return PyLong_FromUnsignedLong(c);
 }
 
+/* utf8_ok, for the tests (against Python's decode) */
+static PyObject *
+jc_valid_utf8(PyObject *self, PyObject *args)
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    int ok = utf8_ok((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return PyBool_FromLong(ok);
+}
+
 /* the table-driven CRC whatever the CPU (so that tests check it where SSE4.2 is used) */
 static PyObject *
 jc_crc32c_table(PyObject *self, PyObject *args)
@@ -772,6 +834,7 @@ static PyMethodDef jc_methods[] = {
      "key_offsets, keys, body_offsets, bodies) -> (n, after, next_seq, last_t, rows, key_bytes, "
      "body_bytes, stopped)"},
     {"crc32c", jc_crc32c, METH_VARARGS, "crc32c(data) -> CRC-32C"},
+    {"valid_utf8", jc_valid_utf8, METH_VARARGS, "valid_utf8(data) -> bool (a batch key's check)"},
     {"crc32c_table", jc_crc32c_table, METH_VARARGS, "crc32c(data), table-driven"},
     {NULL, NULL, 0, NULL}
 };

@@ -273,6 +273,13 @@ static int get_ts_bound(PyObject *o, struct ts_bound *lb)
     return 0;
 }
 
+/* Whether timestamp t does not go back: not under the previous record's (prev_t), or for a
+ * run's first record (first != 0), not under lb. */
+static inline int ts_ok(const struct ts_bound *lb, int first, int64_t prev_t, int64_t t)
+{
+    return first ? !(lb->have && (lb->over > 0 || (lb->over == 0 && t < lb->ts))) : t >= prev_t;
+}
+
 /* The checks parse_records makes of a DELIVER record at p whose frame is b[frame:bend] (bend:
  * the record's end): the DELIVER signature, key and body lengths adding up to the frame, the
  * sequence expect_s, a timestamp not under the previous record's (prev_t; for a run's first
@@ -293,7 +300,7 @@ static inline int deliver_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fr
     if (*s != expect_s)
         return 0;
     *t = (int64_t)be64(b + p + TS_OFFSET);
-    if (first ? lb->have && (lb->over > 0 || (lb->over == 0 && *t < lb->ts)) : *t < prev_t)
+    if (!ts_ok(lb, first, prev_t, *t))
         return 0;
     return !verify ||
         crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) == be32(b + p + CRC_OFFSET);
@@ -592,7 +599,7 @@ static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fram
         return 0;
     if ((int64_t)be64(b + frame + BATCH_SEQ_AT) != expect_s)
         return 0;
-    if (first ? lb->have && (lb->over > 0 || (lb->over == 0 && *t < lb->ts)) : *t < prev_t)
+    if (!ts_ok(lb, first, prev_t, *t))
         return 0;
     if (verify && crc32c(b + p + TS_OFFSET, bend - p - TS_OFFSET) != be32(b + p + CRC_OFFSET))
         return 0;
@@ -611,6 +618,30 @@ static inline int batch_ok(const unsigned char *b, Py_ssize_t p, Py_ssize_t fram
         q = kend + 4 + (Py_ssize_t)bl;
     }
     return q == bend;
+}
+
+/* fused_columns' outputs (the caller's buffers) and how much of them is written */
+struct rows {
+    int64_t *seqs, *tss;
+    int32_t *koff, *boff;
+    char *kd, *bd;
+    Py_ssize_t n;
+    int32_t kat, bat;
+};
+
+/* one row: its sequence, timestamp, key and body appended */
+static inline void put_row(struct rows *o, int64_t s, int64_t t, const unsigned char *key,
+                           int32_t kl, const unsigned char *body, int32_t bl)
+{
+    o->seqs[o->n] = s;
+    o->tss[o->n] = t;
+    o->koff[o->n] = o->kat;
+    o->boff[o->n] = o->bat;
+    memcpy(o->kd + o->kat, key, kl);
+    memcpy(o->bd + o->bat, body, bl);
+    o->kat += kl;
+    o->bat += bl;
+    o->n++;
 }
 
 /* fused_columns(buf, limit, expect_seq, last_ts or None, verify_crc, want_seq, last_seq or -1,
@@ -671,13 +702,11 @@ jc_fused_columns(PyObject *self, PyObject *args)
                          ob[k].len, sizes[k]);
             goto done;
         }
-    int64_t *seqs = (int64_t *)ob[0].buf, *tss = (int64_t *)ob[1].buf;
-    int32_t *koff = (int32_t *)ob[2].buf, *boff = (int32_t *)ob[4].buf;
-    char *kd = ob[3].buf, *bd = ob[5].buf;
+    struct rows out = {(int64_t *)ob[0].buf, (int64_t *)ob[1].buf, (int32_t *)ob[2].buf,
+                       (int32_t *)ob[4].buf, ob[3].buf, ob[5].buf, 0, 0, 0};
     const unsigned char *b = (const unsigned char *)view.buf;
-    Py_ssize_t n = 0, rows = 0, p = 0;
+    Py_ssize_t n = 0, p = 0;
     uint64_t next = (uint64_t)expect;
-    int32_t kat = 0, bat = 0;
     int64_t prev_t = 0;
     int stopped = 0;
     Py_BEGIN_ALLOW_THREADS
@@ -715,7 +744,7 @@ jc_fused_columns(PyObject *self, PyObject *args)
                 stopped = 1;
                 break;
             }
-            if (rows + count > cap)
+            if (out.n + count > cap)
                 break;                              /* would not fit: the next call takes it */
             Py_ssize_t lo = want > s ? (Py_ssize_t)(want - s) : 0;
             Py_ssize_t hi = count;
@@ -727,18 +756,9 @@ jc_fused_columns(PyObject *self, PyObject *args)
             for (Py_ssize_t i = 0; i < hi; i++) {
                 Py_ssize_t kend = q + 1 + b[q];
                 Py_ssize_t bl = (Py_ssize_t)be32(b + kend);
-                if (i >= lo) {
-                    seqs[rows] = s + i;
-                    tss[rows] = t;
-                    koff[rows] = kat;
-                    boff[rows] = bat;
-                    int32_t kl = (int32_t)(kend - q - 1);
-                    memcpy(kd + kat, b + q + 1, kl);
-                    memcpy(bd + bat, b + kend + 4, bl);
-                    kat += kl;
-                    bat += (int32_t)bl;
-                    rows++;
-                }
+                if (i >= lo)
+                    put_row(&out, s + i, t, b + q + 1, (int32_t)(kend - q - 1), b + kend + 4,
+                            (int32_t)bl);
                 q = kend + 4 + bl;
             }
             if (stopped)
@@ -754,31 +774,22 @@ jc_fused_columns(PyObject *self, PyObject *args)
                 stopped = 1;
                 break;
             }
-            if (rows + 1 > cap)
+            if (out.n + 1 > cap)
                 break;                              /* after batches of tiny messages */
-            if (s >= want) {
-                seqs[rows] = s;
-                tss[rows] = t;
-                koff[rows] = kat;
-                boff[rows] = bat;
-                int32_t kl = (int32_t)(kend - kstart), bl = (int32_t)(bend - kend - 4);
-                memcpy(kd + kat, b + kstart, kl);
-                memcpy(bd + bat, b + kend + 4, bl);
-                kat += kl;
-                bat += bl;
-                rows++;
-            }
+            if (s >= want)
+                put_row(&out, s, t, b + kstart, (int32_t)(kend - kstart), b + kend + 4,
+                        (int32_t)(bend - kend - 4));
             next++;
         }
         prev_t = t;
         n++;
         p = bend;
     }
-    koff[rows] = kat;
-    boff[rows] = bat;
+    out.koff[out.n] = out.kat;
+    out.boff[out.n] = out.bat;
     Py_END_ALLOW_THREADS
-    res = Py_BuildValue("(nnKLniii)", n, p, (unsigned long long)next, (long long)prev_t, rows,
-                        (int)kat, (int)bat, stopped);
+    res = Py_BuildValue("(nnKLniii)", n, p, (unsigned long long)next, (long long)prev_t, out.n,
+                        (int)out.kat, (int)out.bat, stopped);
 done:
     for (int k = 0; k < got; k++)
         PyBuffer_Release(&ob[k]);
@@ -786,39 +797,51 @@ done:
     return res;
 }
 
+/* f(data) for a function of one bytes-like argument */
+static PyObject *
+on_buffer(PyObject *args, PyObject *(*f)(const unsigned char *, Py_ssize_t))
+{
+    Py_buffer view;
+    if (!PyArg_ParseTuple(args, "y*", &view))
+        return NULL;
+    PyObject *res = f((const unsigned char *)view.buf, view.len);
+    PyBuffer_Release(&view);
+    return res;
+}
+
+static PyObject *crc_of(const unsigned char *p, Py_ssize_t n)
+{
+    return PyLong_FromUnsignedLong(crc32c(p, n));
+}
+
+static PyObject *crc_table_of(const unsigned char *p, Py_ssize_t n)
+{
+    return PyLong_FromUnsignedLong(crc_sw(p, n));
+}
+
+static PyObject *utf8_of(const unsigned char *p, Py_ssize_t n)
+{
+    return PyBool_FromLong(utf8_ok(p, n));
+}
+
 static PyObject *
 jc_crc32c(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    uint32_t c = crc32c((const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
-}
-
-/* utf8_ok, for the tests (against Python's decode) */
-static PyObject *
-jc_valid_utf8(PyObject *self, PyObject *args)
-{
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    int ok = utf8_ok((const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return PyBool_FromLong(ok);
+    return on_buffer(args, crc_of);
 }
 
 /* the table-driven CRC whatever the CPU (so that tests check it where SSE4.2 is used) */
 static PyObject *
 jc_crc32c_table(PyObject *self, PyObject *args)
 {
-    Py_buffer view;
-    if (!PyArg_ParseTuple(args, "y*", &view))
-        return NULL;
-    uint32_t c = crc_sw((const unsigned char *)view.buf, view.len);
-    PyBuffer_Release(&view);
-    return PyLong_FromUnsignedLong(c);
+    return on_buffer(args, crc_table_of);
+}
+
+/* utf8_ok, for the tests (against Python's decode) */
+static PyObject *
+jc_valid_utf8(PyObject *self, PyObject *args)
+{
+    return on_buffer(args, utf8_of);
 }
 
 static PyMethodDef jc_methods[] = {

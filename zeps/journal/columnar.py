@@ -140,7 +140,7 @@ class ColumnSink:
                 raise ValueError(f"{seg.log_path}: a record at byte {pos} is over 2 GiB")
             at_end = pos + len(buf) >= limit or len(buf) < size
             if journalc is not None:
-                fast = self._plain_fast(buf, seq, want_seq, last_ts)
+                fast = self._fused_fast(buf, seq, want_seq, last_ts)
                 if fast is not None:
                     used, seq, last_ts, emitted, stopped = fast
                     pos += used
@@ -189,7 +189,7 @@ class ColumnSink:
                 memo[seg] = hint
         return hint
 
-    def _plain_fast(self, buf, seq: int, want_seq: int, last_ts: Optional[int]):
+    def _fused_fast(self, buf, seq: int, want_seq: int, last_ts: Optional[int]):
         """The leading run of plain and batch records without extensions of a block in one C
         pass (:func:`~.plainrun.fused_run`), or None: then the general path reads the block.
         Returns ``(bytes used, next seq, last ts, whether rows were collected, whether the run

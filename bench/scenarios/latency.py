@@ -9,8 +9,15 @@ ZEPS SDK and raw pyzmq ZEPS (fsync ``interval``, no confirms), redis-py (one XAD
 XREAD BLOCK), nats-py (core publish into the stream, ordered push consumer), and ZeroMQ's proxy
 (no journal) as the floor. Percentiles of each repetition; the table gives the median of the
 repetitions with their min–max, in milliseconds.
+
+The servers run side by side (idle while another is measured), the previous scenarios' writes
+are flushed to disk first (``os.sync``), and every repetition measures each system in turn, so
+the figures of a row, and the ratios, were taken seconds apart, under the same load.
 """
 from __future__ import annotations
+
+import contextlib
+import os
 
 from bench import peers
 from bench.measure import Figure, percentile, ratio
@@ -21,36 +28,32 @@ from bench.systems import zmq_proxy
 PCTS = (50, 99, 99.9)
 
 
-def _latency(system, conn, s: Settings, size: int):
-    figs = {p: Figure("ms") for p in PCTS}
-    for _ in range(s.reps):
-        o = pubsub(system, conn, fresh_stream("latency"), s, size=size, consumers=1,
-                   rate=s.latency_rate, seconds=s.latency_seconds, latency=True)
-        if o.consumed != [o.stored]:
-            raise RuntimeError(f"{system.label}: got {o.consumed} of {o.stored}")
-        d = sorted(o.delays)
-        for p in PCTS:
-            figs[p].add(percentile(d, p) / 1e6)
-    return figs
+def _repetition(system, conn, s: Settings, size: int, figs) -> None:
+    """One repetition of ``system``: its percentiles added to ``figs``."""
+    o = pubsub(system, conn, fresh_stream("latency"), s, size=size, consumers=1,
+               rate=s.latency_rate, seconds=s.latency_seconds, latency=True)
+    if o.consumed != [o.stored]:
+        raise RuntimeError(f"{system.label}: got {o.consumed} of {o.stored}")
+    d = sorted(o.delays)
+    for p in PCTS:
+        figs.setdefault(p, Figure("ms")).add(percentile(d, p) / 1e6)
 
 
 def run(s: Settings):
     figs = {}
-    with peers.zeps_broker() as b:
-        for size in s.sizes:
-            figs[SDK, size] = _latency(SDK, b.endpoint, s, size)
-            figs[RAW, size] = _latency(RAW, b.endpoint, s, size)
-    if not REDIS.missing():
-        with peers.redis_server() as r:
+    os.sync()                       # what earlier scenarios wrote is not flushed during this one
+    with contextlib.ExitStack() as stack:
+        zb = stack.enter_context(peers.zeps_broker())
+        conns = [(SDK, zb.endpoint), (RAW, zb.endpoint)]
+        if not REDIS.missing():
+            conns.append((REDIS, stack.enter_context(peers.redis_server()).port))
+        if not NATS.missing():
+            conns.append((NATS, stack.enter_context(peers.nats_server()).endpoint))
+        conns.append((PROXY, stack.enter_context(zmq_proxy.serve()).conn))
+        for _ in range(s.reps):
             for size in s.sizes:
-                figs[REDIS, size] = _latency(REDIS, r.port, s, size)
-    if not NATS.missing():
-        with peers.nats_server() as n:
-            for size in s.sizes:
-                figs[NATS, size] = _latency(NATS, n.endpoint, s, size)
-    with zmq_proxy.serve() as p:
-        for size in s.sizes:
-            figs[PROXY, size] = _latency(PROXY, p.conn, s, size)
+                for system, conn in conns:
+                    _repetition(system, conn, s, size, figs.setdefault((system, size), {}))
     t = Table(f"End-to-end latency at {s.latency_rate:,.0f} msg/s",
               prose(__doc__),
               ["body", "system", "p50", "p99", "p99.9", "its p99 ÷ ZEPS SDK's"])

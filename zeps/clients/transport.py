@@ -25,6 +25,8 @@ log = logging.getLogger("zeps.client")
 
 _NOBLOCK = int(zmq.NOBLOCK)
 _backend_send = zmq.backend.Socket.send
+_backend_recv = zmq.backend.Socket.recv
+_backend_get = zmq.backend.Socket.get
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
@@ -165,7 +167,10 @@ class Connection:
     (of ``module``, the flavour :func:`zmq_for` picked) watches them for the front end.
     ``send(frame, flags)`` sends on ``sock``: the pyzmq backend's send, which costs a third of
     ``Socket.send`` (a wrapper for routing ids and groups, which ZEPS does not use), except on
-    gevent sockets, whose own send also wakes other greenlets waiting on the socket.
+    gevent sockets, whose own send also wakes other greenlets waiting on the socket. ``recv``,
+    ``get`` (on ``sock``) and ``mon_get`` (on ``mon``) are the backend's too, for the same
+    reason: the sugar's ``get`` turns every ZMQ_EVENTS answer into an ``enum`` (issue 20); on
+    gevent sockets they are the sockets' own, which keep the greenlets' watchers in step.
     """
 
     def __init__(self, peering: Peering, endpoint: str, module, context, on_event=None,
@@ -180,7 +185,7 @@ class Connection:
         self.sock = None
         self.mon = None
         self.poller = None
-        self.send = None
+        self.send = self.recv = self.get = self.mon_get = None
         self._owned = ()            # the sockets to close: the flavour's own objects
         self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
         #: Judges failed handshakes until the broker first answered (then None).
@@ -227,7 +232,14 @@ class Connection:
         else:
             self.sock, self.mon = raw, raw_mon
         green = self.module.__name__ == "zmq.green"
-        self.send = self.sock.send if green else _backend_send.__get__(self.sock)
+        if green:
+            self.send, self.recv, self.get = self.sock.send, self.sock.recv, self.sock.get
+            self.mon_get = self.mon.get
+        else:
+            self.send = _backend_send.__get__(self.sock)
+            self.recv = _backend_recv.__get__(self.sock)
+            self.get = _backend_get.__get__(self.sock)
+            self.mon_get = _backend_get.__get__(self.mon)
         poller = self.module.Poller()
         poller.register(raw, _POLLIN)
         poller.register(raw_mon, _POLLIN)
@@ -237,7 +249,8 @@ class Connection:
     def close(self) -> None:
         raw, raw_mon = self._owned or (None, None)
         self._owned = ()
-        self.sock = self.mon = self.poller = self.send = None
+        self.sock = self.mon = self.poller = None
+        self.send = self.recv = self.get = self.mon_get = None
         if raw is not None:
             try:
                 raw.disable_monitor()
@@ -256,7 +269,7 @@ class Connection:
         mon = self.mon
         # Asking the monitor costs a third of a refused read (zmq.Again is a raised exception):
         # it is called on every wake-up of a subscriber, and almost always has nothing.
-        while mon.get(_EVENTS) & _POLLIN:
+        while self.mon_get(_EVENTS) & _POLLIN:
             try:
                 parts = mon.recv_multipart(_NOBLOCK)
             except zmq.Again:
@@ -310,7 +323,7 @@ class Connection:
                     log.exception("zeps: the on_connection callback failed on %s", event)
 
     def _drain(self) -> None:
-        recv = self.sock.recv
+        recv = self.recv
         p = self.peering
         receive = p.receive
         now = time.monotonic()
@@ -323,7 +336,7 @@ class Connection:
             receive(frame, now)
             if p.need_reconnect is not None:
                 return
-        get = self.sock.get
+        get = self.get
         for i in range(DRAIN_LIMIT):
             # The first reads ask ZMQ_EVENTS first: a subscriber woken for one frame ended each
             # wake-up on a raised zmq.Again, which costs more than the question (issue 20).
@@ -391,11 +404,11 @@ class Connection:
 
     def writable(self) -> bool:
         """Would the socket take a frame now? (Cheaper than a send refused with an exception.)"""
-        return bool(self.sock.getsockopt(zmq.EVENTS) & _POLLOUT)
+        return bool(self.get(_EVENTS) & _POLLOUT)
 
     def readable(self) -> bool:
         """Anything to read (a frame or a monitor event)? Cheap: two getsockopt calls."""
-        return bool((self.sock.getsockopt(zmq.EVENTS) | self.mon.getsockopt(zmq.EVENTS)) & _POLLIN)
+        return bool((self.get(_EVENTS) | self.mon_get(_EVENTS)) & _POLLIN)
 
     def arm(self):
         """The poller, watching for writability too while frames wait for the socket."""

@@ -1,6 +1,7 @@
-"""The Spark reader's broker path builds a MessageBatch's Arrow columns from its DELIVER-BATCH
-frame with no Python work per message (:func:`zeps.spark.columns.batch_columns`): the same
-columns as the messages built one by one (:func:`~zeps.spark.columns.message_columns` over
+"""``MessageBatch.to_arrow()`` and the Spark reader's broker path build a MessageBatch's Arrow
+columns from its DELIVER-BATCH frame with no Python work per message
+(:func:`zeps.clients.columns.batch_columns`): the same
+columns as the messages built one by one (:func:`~zeps.clients.columns.message_columns` over
 ``batch.messages``) for any entries - empty keys and bodies, keys that are not UTF-8 (replaced
 as the client decodes them), any first sequence and timestamp, entries that start anywhere in
 the frame - on the C loops and on the Python ones. A batch of messages received one by one keeps
@@ -17,7 +18,7 @@ pa = pytest.importorskip("pyarrow")
 from zeps.clients.message import MessageBatch  # noqa: E402
 from zeps.journal import ranges  # noqa: E402
 from zeps.protocol import batch as B  # noqa: E402
-from zeps.spark.columns import batch_columns, message_columns  # noqa: E402
+from zeps.clients.columns import ARROW_SCHEMA, batch_columns, message_columns  # noqa: E402
 
 keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
                     st.binary(max_size=12))           # binary keys: some are not UTF-8
@@ -70,3 +71,58 @@ def test_messages_one_by_one_keep_their_headers():
     assert headers.to_pylist() == [None, [{"key": "h", "value": b"v"}]]
     assert (seq.tolist(), ts.tolist(), key.to_pylist(), body.to_pylist()) == \
         ([7, 8], [99, 99], ["k1", "k2"], [b"a", b"bb"])
+
+
+@settings(max_examples=200, deadline=None)
+@given(entries_st, st.integers(0, 40), st.integers(1, 1 << 62),
+       st.one_of(st.none(), st.integers(0, 1 << 62)))
+def test_to_arrow_rows_are_the_messages(items, pad, first, ts):
+    """What a user reads from ``to_arrow()`` is, row by row, the batch's ``Message``s, and a
+    batch kept as its frame gives the same record batch as one built from its messages."""
+    frame, offsets = _frame(items, pad)
+    rb = MessageBatch.from_frame(frame, offsets, first, ts, "s").to_arrow()
+    msgs = MessageBatch.from_frame(frame, offsets, first, ts, "s").messages
+    assert rb.schema == ARROW_SCHEMA
+    assert rb.equals(MessageBatch(msgs).to_arrow())
+    rows = rb.to_pydict()
+    assert rows["sequence"] == [m.sequence for m in msgs]
+    assert rows["key"] == [m.key for m in msgs]
+    assert rows["body"] == [m.body for m in msgs]
+    assert rows["headers"] == [None] * len(msgs)
+    stamps = rb.column("timestamp").cast(pa.int64()).to_pylist()
+    assert stamps == [ts] * len(msgs)
+
+
+def test_to_arrow_keeps_headers_and_has_one_schema():
+    from zeps.clients.message import Message
+    from zeps.protocol.headers import NO_HEADERS, encode_block, headers_of
+    h = headers_of(encode_block([("h", b"v")]))
+    one = MessageBatch([Message(3, "k", b"b", None, "s", h)]).to_arrow()
+    assert one.schema == ARROW_SCHEMA
+    assert one.to_pydict() == {"sequence": [3], "timestamp": [None], "key": ["k"],
+                               "body": [b"b"], "headers": [[{"key": "h", "value": b"v"}]]}
+    frame, offsets = _frame([(b"a", b"1")], 0)
+    other = MessageBatch.from_frame(frame, offsets, 4, 5, "s").to_arrow()
+    table = pa.Table.from_batches([one, other])      # batches concatenate: one schema
+    assert table.column("sequence").to_pylist() == [3, 4]
+    assert MessageBatch([Message(1, "k", b"", 1, "s", NO_HEADERS)]).to_arrow().schema == \
+        ARROW_SCHEMA
+
+
+@pytest.mark.parametrize("first, ts", [((1 << 63) - 1, 0), (1, 1 << 63)])
+def test_to_arrow_refuses_what_int64_cannot_hold(first, ts):
+    frame, offsets = _frame([(b"a", b"1"), (b"b", b"2")], 0)
+    with pytest.raises(ValueError, match="beyond int64"):
+        MessageBatch.from_frame(frame, offsets, first, ts, "s").to_arrow()
+    msgs = MessageBatch.from_frame(frame, offsets, first, ts, "s").messages
+    with pytest.raises(ValueError, match="beyond int64"):
+        MessageBatch(msgs).to_arrow()
+
+
+def test_to_arrow_without_pyarrow_says_what_to_install(monkeypatch):
+    import sys
+    monkeypatch.delitem(sys.modules, "zeps.clients.columns", raising=False)
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    frame, offsets = _frame([(b"a", b"1")], 0)
+    with pytest.raises(ImportError, match=r"to_arrow needs pyarrow and numpy.*zeps\[spark\]"):
+        MessageBatch.from_frame(frame, offsets, 1, 1, "s").to_arrow()

@@ -132,6 +132,29 @@ def test_publish_batch_sends_few_frames_and_every_message_arrives_in_order(broke
     assert [(m.sequence, m.body) for m in got] == [(i + 1, b"%d" % i) for i in range(N)]
 
 
+def test_a_replay_read_as_arrow_record_batches_is_what_was_published(broker):
+    pa = pytest.importorskip("pyarrow")
+    with Client(broker.endpoint, "arrow", **FAST) as pub:
+        for start in range(0, N, 500):
+            pub.publish_batch([("k.%d" % (i % 3), b"%d" % i) for i in range(start, start + 500)])
+        pub.publish("h", b"with", headers=[("x", b"1")])       # alone, as DELIVER-H
+        pub.flush()
+    with Client(broker.endpoint, "arrow", **FAST) as sub_client:
+        sub = sub_client.subscribe()
+        batches, n = [], 0
+        while n < N + 1:
+            b = sub.next_batch(timeout=10)
+            batches.append(b.to_arrow())
+            n += len(b)
+    assert n == N + 1 and len(batches) < N // 10                # frames kept whole, not messages
+    t = pa.Table.from_batches(batches).to_pydict()
+    assert t["sequence"] == list(range(1, N + 2))
+    assert t["key"] == ["k.%d" % (i % 3) for i in range(N)] + ["h"]
+    assert t["body"] == [b"%d" % i for i in range(N)] + [b"with"]
+    assert t["headers"] == [None] * N + [[{"key": "x", "value": b"1"}]]
+    assert all(ts is not None for ts in t["timestamp"])
+
+
 def test_publish_batch_publishes_the_messages_before_a_bad_one_and_none_after(broker):
     with Client(broker.endpoint, "pb-bad", **FAST) as pub:
         items = [("k", b"%d" % i) for i in range(300)] + [("k", 3.5)] + [("k", b"after")]

@@ -159,7 +159,8 @@ class MessageBatch:
     counter, a columnar converter), at a fraction of the per-message cost: a batch the broker
     sent as one DELIVER-BATCH frame stays that frame, and nothing is built per message until
     asked. Columns: :attr:`sequences`, :attr:`keys`, :attr:`bodies`, :attr:`timestamps`
-    (lists, built on first use); or iterate it (``for msg in batch``), index it, take
+    (lists, built on first use), or all of them as one Arrow record batch (:meth:`to_arrow`,
+    no Python work per message); or iterate it (``for msg in batch``), index it, take
     :attr:`messages`, for :class:`Message` objects.
 
     Keys are decoded as UTF-8 with undecodable bytes replaced by U+FFFD (a ZEPS broker only
@@ -265,6 +266,22 @@ class MessageBatch:
             return (self._offsets[-1] - self._offsets[0]
                     + ENTRY_COST_EXTRA * (len(self._offsets) - 1))
         return sum(m.cost for m in self._messages)
+
+    def to_arrow(self):
+        """The batch as a ``pyarrow.RecordBatch``: ``sequence`` (int64), ``timestamp``
+        (``timestamp[ns, UTC]``, null where unknown), ``key`` (string), ``body`` (binary) and
+        ``headers`` (a list of ``{key, value}`` structs, null where none), the same schema
+        for every batch (:data:`zeps.clients.columns.ARROW_SCHEMA`). A batch the broker sent
+        as one DELIVER-BATCH frame becomes columns with no Python work per message: its keys
+        and bodies are copied out of the frame in one pass each, nothing is built per message.
+        Needs pyarrow and numpy (``pip install 'zeps[spark]'``); raises ImportError saying so
+        without them, and ValueError for a sequence or timestamp beyond int64."""
+        try:
+            from .columns import record_batch
+        except ImportError as exc:
+            raise ImportError(f"MessageBatch.to_arrow needs pyarrow and numpy "
+                              f"(pip install 'zeps[spark]'): {exc}") from None
+        return record_batch(self)
 
     def cut(self, spent: int, topup: int, room: int):
         """For a batch received as a frame, what ``Peering.take`` hands of it message by

@@ -351,10 +351,10 @@ def _read_broker(plan: _ReadPlan, part: ZepsPartition, b: _BatchBuilder) -> Iter
     (the pattern is applied here, so that reaching ``last`` is always observable), batch by
     batch (:meth:`~zeps.clients.Subscription.next_batch`); a batch the broker sent as one
     DELIVER-BATCH frame becomes Arrow columns with no Python work per message
-    (:func:`zeps.spark.columns.batch_columns`)."""
+    (:func:`zeps.clients.columns.batch_columns`)."""
     import numpy as np
     from ..clients import Client, ZepsTimeout
-    from .columns import batch_columns
+    from ..clients.columns import batch_columns
     o = plan.o
     with Client(o.endpoint, o.stream, timeout=o.timeout, curve=o.curve) as c:
         sub = c.subscribe("", from_seq=part.first)

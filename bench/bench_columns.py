@@ -1,16 +1,17 @@
 """Columnar batches (zeps/protocol/columns.py) beside today's row batches, in the same run.
 
-Per-message cost of (a) building a PUBLISH-BATCH of 100 and of 1000 messages (100-byte ASCII bodies,
-keys cycling through 16 names like ``eu.fr.paris.7``) with the row codec the SDK uses today
-(``batch_frames``, what ``publish_batch`` sends; and ``encode_publish_batch``) vs
-``encode_columns``; (b) decoding a DELIVER-BATCH of the same messages to Python objects as the
-SDK does today (``decode_deliver_batch``'s walk + ``MessageBatch`` keys and bodies, or its
-``Message`` objects) vs ``decode_columns`` (every check, the columns as views of the frame;
-numpy, and the pure-Python fallback) and ``to_arrow`` (a ``pyarrow.RecordBatch`` wrapping
-the frame, nothing copied), and Arrow to Python lists for comparison; (c) what a broker would
-pay per message: today's walk of a PUBLISH-BATCH vs ``decode_columns`` of a PUBLISH-COLUMNS,
-turning it into the DELIVER-COLUMNS it would journal, and converting between the layouts. The
-first row of each part is the baseline (1.00x); faster than it is above 1.
+Per-message cost of (a) building a PUBLISH-BATCH of 100 and of 1000 messages (100-byte ASCII
+bodies, keys cycling through 16 names like ``eu.fr.paris.7``) with the row codec the SDK uses
+today (``batch_frames``, what ``publish_batch`` sends; and ``encode_publish_batch``) vs
+``encode_columns``; (b) decoding a DELIVER-BATCH of the same messages as the SDK does today
+(``decode_deliver_batch``'s walk + ``MessageBatch`` keys and bodies, or its ``Message``
+objects, or its ``to_arrow()`` record batch) vs ``decode_columns`` (every check, the columns as
+views of the frame; numpy, and the pure-Python fallback) and ``to_arrow`` (a
+``pyarrow.RecordBatch`` wrapping the frame, nothing copied), and Arrow to Python lists for
+comparison; (c) what a broker would pay per message: today's walk of a PUBLISH-BATCH vs
+``decode_columns`` of a PUBLISH-COLUMNS, turning it into the DELIVER-COLUMNS it would journal,
+and converting between the layouts. The first row of each part is the baseline (1.00x);
+faster than it is above 1.
 
     python -m bench.bench_columns [--n 200000]      (messages per measurement)
 """
@@ -69,6 +70,10 @@ def decode_cases(size: int):
         t, s, offs = decode_deliver_batch(row)
         return MessageBatch.from_frame(row, offs, s, t, "s").messages
 
+    def row_arrow():
+        t, s, offs = decode_deliver_batch(row)
+        return MessageBatch.from_frame(row, offs, s, t, "s").to_arrow()
+
     def arrow_lists():
         rb = C.to_arrow(col)
         return rb.column(2).to_pylist(), rb.column(3).to_pylist()
@@ -76,9 +81,12 @@ def decode_cases(size: int):
     t, s, offs = decode_deliver_batch(row)
     b = MessageBatch.from_frame(row, offs, s, t, "s")
     assert (b.keys, b.bodies) == (keys, bodies) == arrow_lists()
+    rb = row_arrow()
+    assert (rb.column("key").to_pylist(), rb.column("body").to_pylist()) == (keys, bodies)
     return [
         ("row: walk + MessageBatch .keys/.bodies (SDK today)", row_lists),
         ("row: walk + MessageBatch .messages", row_messages),
+        ("row: walk + MessageBatch .to_arrow() (keys and bodies copied, C)", row_arrow),
         ("columns: decode_columns (numpy checks, views)", lambda: C.decode_columns(col)),
         ("columns: decode_columns (pure-Python fallback)",
          lambda: C.decode_columns(col, use_numpy=False)),

@@ -59,7 +59,7 @@ def batch_columns(batch: MessageBatch) -> BatchColumns:
     kstart = entry + 1
     kend = kstart + np.frombuffer(frame, dtype=np.uint8)[entry]
     data = pa.py_buffer(frame)
-    key = _compact(data, kstart, kend).view(pa.string())
+    key = _compact(data, kstart, kend, pa.string())
     try:
         key.validate(full=True)
     except pa.ArrowInvalid:              # not UTF-8 (never from a ZEPS broker): as the client
@@ -91,12 +91,13 @@ def record_batch(batch: MessageBatch) -> pa.RecordBatch:
     frame with no Python work per message (:func:`batch_columns`)."""
     seq, ts, key, body, headers = batch_columns(batch)
     n = len(seq)
-    tstype = ARROW_SCHEMA.field("timestamp").type
-    if ts is None:
-        tscol = pa.nulls(n, tstype)
-    else:
-        tscol = pa.array(ts, type=pa.int64()).view(tstype)
     return pa.RecordBatch.from_arrays(
-        [pa.array(seq, type=pa.int64()), tscol, key, body,
-         pa.nulls(n, HEADERS_TYPE) if headers is None else headers],
+        [pa.Array.from_buffers(_INT64, n, [None, pa.py_buffer(seq)]),
+         pa.nulls(n, _TIMESTAMP) if ts is None else
+         pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(ts)]),
+         key, body, pa.nulls(n, HEADERS_TYPE) if headers is None else headers],
         schema=ARROW_SCHEMA)
+
+
+_INT64 = pa.int64()
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type

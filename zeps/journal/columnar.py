@@ -351,7 +351,7 @@ class ColumnSink:
                 n, rows = bad, int(run.row0[bad])
                 why = "producer id is not valid UTF-8"
         if rows:
-            key = _compact(data, run.kstart[:rows], run.kend[:rows]).view(pa.string())
+            key = _compact(data, run.kstart[:rows], run.kend[:rows], pa.string())
             try:
                 key.validate(full=True)
             except pa.ArrowInvalid:
@@ -402,7 +402,7 @@ def _batch_producers(data: pa.Buffer, run: BatchRun, lo: int, hi: int
     if run.flagged is None:
         return pa.nulls(hi - lo, pa.string()), pa.nulls(hi - lo, pa.uint64())
     f = run.flagged
-    ids = _compact(data, run.pstart[f], run.pend[f]).view(pa.string())
+    ids = _compact(data, run.pstart[f], run.pend[f], pa.string())
     rec = np.repeat(np.arange(len(f)), run.count)[lo:hi]
     mask = ~f[rec]
     pick = pa.array((np.cumsum(f) - 1)[rec], type=pa.int64(), mask=mask)

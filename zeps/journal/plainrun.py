@@ -114,7 +114,7 @@ class _Block:
         """Columns of records ``lo..hi-1`` and how many of them have a valid UTF-8 key (all of
         them, or the index of the first that has not)."""
         data = pa.py_buffer(self.buf)
-        key = _compact(data, self.kstart[lo:hi], self.kend[lo:hi]).view(pa.string())
+        key = _compact(data, self.kstart[lo:hi], self.kend[lo:hi], pa.string())
         ok = hi - lo
         try:
             key.validate(full=True)
@@ -150,7 +150,7 @@ def _first_bad_utf8_mask(buf: bytes, starts: np.ndarray, ends: np.ndarray,
     """Index of the first record with ``mask`` set whose ``buf[starts:ends]`` is not valid UTF-8
     (``len(mask)`` if none): one pyarrow validation, record by record only if it fails."""
     sel = np.nonzero(mask)[0]
-    ids = _compact(pa.py_buffer(buf), starts[sel], ends[sel]).view(pa.string())
+    ids = _compact(pa.py_buffer(buf), starts[sel], ends[sel], pa.string())
     try:
         ids.validate(full=True)
         return len(mask)

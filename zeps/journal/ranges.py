@@ -33,13 +33,20 @@ def _from(b: bytes) -> np.ndarray:
     return np.frombuffer(b, dtype=np.int64)
 
 
-def _compact(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray) -> pa.Array:
-    """A compact binary array of ``data[starts[i]:ends[i]]`` (ranges increasing, disjoint):
-    :func:`_compact_py`, or one C loop of copies where :mod:`.speedups` has it."""
+_BINARY = pa.binary()
+
+
+def _compact(data: pa.Buffer, starts: np.ndarray, ends: np.ndarray,
+             kind: pa.DataType = _BINARY) -> pa.Array:
+    """A compact array of ``data[starts[i]:ends[i]]`` (ranges increasing, disjoint) of type
+    ``kind`` (binary, or ``pa.string()``: the bytes are taken as they are, the caller
+    validates them): :func:`_compact_py`, or one C loop of copies where :mod:`.speedups` has
+    it."""
     if journalc is None or not len(starts):
-        return _compact_py(data, starts, ends)
+        a = _compact_py(data, starts, ends)
+        return a if kind == _BINARY else a.view(kind)
     offsets, values = journalc.compact(data, _i64(starts), _i64(ends))
-    return pa.Array.from_buffers(pa.binary(), len(starts),
+    return pa.Array.from_buffers(kind, len(starts),
                                  [None, pa.py_buffer(offsets), pa.py_buffer(values)])
 
 

@@ -124,10 +124,11 @@ class Subscription(_Messages):
       ``timeout`` seconds (``None`` = wait for ever);
     * ``sub.poll(timeout=0.0)`` -- the next :class:`Message`, or ``None`` after ``timeout``;
     * ``sub.next_batch(timeout=None)`` / ``for batch in sub.batches():`` -- the messages that
-      have arrived, as one :class:`MessageBatch` (columns ``sequences``, ``keys``, ``bodies``;
-      or iterate it): a DELIVER-BATCH from the broker is handed as it came, with nothing built
-      per message, which is several times faster than message by message for programs that
-      handle messages in bulk. The ways can be mixed; each goes on where the other stopped.
+      have arrived, as one :class:`MessageBatch` (columns ``sequences``, ``keys``, ``bodies``,
+      or ``to_arrow()`` for a pyarrow record batch; or iterate it): a DELIVER-BATCH from the
+      broker is handed as it came, with nothing built per message, which is several times
+      faster than message by message for programs that handle messages in bulk. The ways
+      can be mixed; each goes on where the other stopped.
 
     Reading is what grants the broker credit: the client tops the credit up as messages are
     handed to you, so reading slowly makes the broker replay from the journal rather than

@@ -42,6 +42,8 @@ ARROW_SCHEMA = pa.schema([("sequence", pa.int64(), False),
                           ("headers", HEADERS_TYPE)])
 
 _INT64_MAX = 2**63 - 1
+_INT64 = pa.int64()
+_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type
 
 
 def batch_columns(batch: MessageBatch) -> BatchColumns:
@@ -97,7 +99,3 @@ def record_batch(batch: MessageBatch) -> pa.RecordBatch:
          pa.Array.from_buffers(_TIMESTAMP, n, [None, pa.py_buffer(ts)]),
          key, body, pa.nulls(n, HEADERS_TYPE) if headers is None else headers],
         schema=ARROW_SCHEMA)
-
-
-_INT64 = pa.int64()
-_TIMESTAMP = ARROW_SCHEMA.field("timestamp").type

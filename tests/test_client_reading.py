@@ -11,7 +11,7 @@ import copy
 import pickle
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import Message, MessageBatch
@@ -19,9 +19,11 @@ from zeps.clients.batching import decode_deliver_batch
 from zeps.clients.delivery import TAKE_LIMIT
 from zeps.clients.message import build_message
 from zeps.protocol import commands as c
+from zeps.protocol import decode
+from zeps.protocol.batch import ENTRY_COST_EXTRA, deliver_batch_head, walk
 from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
-from tests.test_client_batching import _cost, batching, cut_into_batches, deliver_batch
+from tests.test_client_batching import batching, cut_into_batches, deliver_batch
 from tests.test_client_peering import sent
 
 keys = st.sampled_from(["", "a", "key.é", "x" * 255])
@@ -77,17 +79,47 @@ def test_a_deliver_batch_gives_the_messages_built_one_by_one(items, first, ts):
     assert all(type(m) is Message for m in batch.messages)
 
 
+def _within(frame, room):
+    """What a broker sends of the DELIVER-BATCH ``frame`` to a subscriber with ``room`` bytes
+    of credit (docs/protocol.md, DELIVER-BATCH): ``(frame, None)`` when all of it fits, else a
+    frame of the first messages that fit and a frame of the rest, or ``(None, frame)`` when not
+    even the first message fits."""
+    cmd = decode(frame)
+    offs = walk(cmd.entries, 0, len(cmd.entries), cmd.count, False)
+    k = 0
+    while k < cmd.count and offs[k + 1] + ENTRY_COST_EXTRA * (k + 1) <= room:
+        k += 1
+    if k == cmd.count:
+        return frame, None
+    if k == 0:
+        return None, frame
+    return (deliver_batch_head(cmd.timestamp, cmd.sequence, k) + cmd.entries[:offs[k]],
+            deliver_batch_head(cmd.timestamp, cmd.sequence + k, cmd.count - k)
+            + cmd.entries[offs[k]:])
+
+
 def _read(frames, limit):
-    """Read ``frames`` to the end taking at most ``limit`` messages at a time: the messages and,
-    for each CREDIT sent, (messages handed before it, amount)."""
+    """Read ``frames`` to the end taking at most ``limit`` messages at a time, sent as a broker
+    sends them (a frame that does not fit in the credit left goes as the run of messages that
+    does, the rest once credit comes back): the messages and, for each CREDIT sent, (messages
+    handed before it, amount)."""
     p = batching(window=600)
     p.start_delivery()
     sent(p)
     got, grants, pending = [], [], list(frames)
     while pending or p.buffer:
-        while pending and p.buffered + p.consumed + _cost(pending[0]) <= p.credit_window:
-            p.receive(pending.pop(0), 0.0)
-        got += [(m.sequence, m.key, m.body) for m in p.take(limit)]
+        while pending:
+            head, rest = _within(pending[0], p.credit_window - p.buffered - p.consumed)
+            if head is None:
+                break
+            p.receive(head, 0.0)
+            if rest is None:
+                pending.pop(0)
+            else:
+                pending[0] = rest
+        taken = p.take(limit)
+        assert taken, "nothing to take: no message buffered and no credit for the next one"
+        got += [(m.sequence, m.key, m.body) for m in taken]
         grants += [(len(got), x.credit) for x in sent(p) if isinstance(x, c.Credit)]
     return got, grants, p.consumed
 
@@ -96,6 +128,7 @@ def _read(frames, limit):
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=20)),
                 min_size=1, max_size=300),
        st.lists(st.integers(1, 200), min_size=1, max_size=10))
+@example([("", b"")] * 100, [100])      # a batch over the window: sent in runs, as a broker does
 def test_taking_many_at_once_hands_and_credits_what_taking_64_does(items, cuts):
     assert TAKE_LIMIT > 64
     frames = cut_into_batches(items, cuts)

@@ -58,12 +58,12 @@ test: $(TEST_STAMP) java chromium bench-peers
 
 # `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
-# markers), in seconds.
+# markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`).
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)
 	$(VENV)/bin/ruff check zeps tests bench examples
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -m "$(CHECK_MARKERS)"
+	$(PY) -m pytest -q -n auto -m "$(CHECK_MARKERS)"
 
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.

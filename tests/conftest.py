@@ -166,3 +166,9 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.fault)
         if module in PROCESS_MODULES or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.process)
+        # pytest-timeout's default method raises inside the test, and Hypothesis catches that
+        # and runs the example again to shrink it: a test that loops for ever then hangs the
+        # run, past any timeout (a run of make check did, for 10 minutes). The thread method
+        # dumps every thread's stack and ends the process instead: the run fails at once.
+        if getattr(getattr(item, "obj", None), "is_hypothesis_test", False):
+            item.add_marker(pytest.mark.timeout(method="thread"))

@@ -6,14 +6,15 @@ sequences, reconnects). No sockets, no clock: a fake socket that takes ``room`` 
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Message, MessageBatch, Receipt
 from zeps.clients.batching import MAX_BATCH_BYTES, batch_frames, decode_deliver_batch
 from zeps.clients.requests import RequestKind
 from zeps.protocol import commands as c
-from zeps.protocol.batch import PUBLISH_HEAD_SIZE, deliver_batch_head, encode_entries
+from zeps.protocol.batch import (ENTRY_COST_EXTRA, PUBLISH_HEAD_SIZE, deliver_batch_head,
+                                 encode_entries, walk)
 from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import PUBLISH_REJECTED
@@ -187,6 +188,7 @@ def test_deliver_batch_gives_the_messages_of_its_run_with_its_timestamp():
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=60)),
                 min_size=1, max_size=40),
        st.lists(st.integers(1, 7), min_size=1, max_size=40))
+@example([("", b"x" * 60)] * 10, [3, 7])   # 3 taken, then 7 that do not fit the credit left
 def test_deliver_batch_hands_and_credits_exactly_what_delivers_would(items, cuts):
     """The same messages as DELIVER frames and as DELIVER-BATCH runs: the same messages come
     out in the same order and the same credit goes back to the broker."""
@@ -200,10 +202,10 @@ def test_deliver_batch_hands_and_credits_exactly_what_delivers_would(items, cuts
     for p, frames in ((plain, frames_plain), (batched, frames_batch)):
         got, credit, pending = [], 0, list(frames)
         while pending or p.buffer:
-            # The broker sends only what the credit covers (whole frames here).
-            while pending and p.buffered + p.consumed + _cost(pending[0]) <= p.credit_window:
-                p.receive(pending.pop(0), 0.0)
-            got += [(m.sequence, m.key, m.body) for m in p.take()]
+            broker_sends(p, pending)                  # only what the credit covers
+            taken = p.take()
+            assert taken, "nothing to take: no message buffered and no credit for the next one"
+            got += [(m.sequence, m.key, m.body) for m in taken]
             credit += sum(x.credit for x in sent(p) if isinstance(x, c.Credit))
         outs.append((got, credit))
     assert outs[0] == outs[1]
@@ -215,6 +217,42 @@ def _cost(frame):
     if isinstance(cmd, c.Deliver):
         return message_cost(cmd.key, cmd.body)
     return len(cmd.entries) + 4 * cmd.count
+
+
+def _within(frame, room):
+    """What a broker sends of ``frame`` (DELIVER or DELIVER-BATCH) to a subscriber with
+    ``room`` bytes of credit (docs/protocol.md, DELIVER-BATCH): ``(frame, None)`` when all of
+    it fits; for a DELIVER-BATCH that does not, a frame of the first messages that fit and a
+    frame of the rest; ``(None, frame)`` when not even the first message fits."""
+    if _cost(frame) <= room:
+        return frame, None
+    cmd = decode(frame)
+    if not isinstance(cmd, c.DeliverBatch):
+        return None, frame
+    offs = walk(cmd.entries, 0, len(cmd.entries), cmd.count, False)
+    k = 0
+    while k < cmd.count and offs[k + 1] + ENTRY_COST_EXTRA * (k + 1) <= room:
+        k += 1
+    if k == 0:
+        return None, frame
+    return (deliver_batch_head(cmd.timestamp, cmd.sequence, k) + cmd.entries[:offs[k]],
+            deliver_batch_head(cmd.timestamp, cmd.sequence + k, cmd.count - k)
+            + cmd.entries[offs[k]:])
+
+
+def broker_sends(p, pending) -> None:
+    """The broker's side of a reading test: send ``p`` the ``pending`` frames (removed from
+    the list as they go) as far as its credit covers them, a DELIVER-BATCH that does not fit
+    as the run of its messages that does (the rest stays first in ``pending``)."""
+    while pending:
+        head, rest = _within(pending[0], p.credit_window - p.buffered - p.consumed)
+        if head is None:
+            return
+        p.receive(head, 0.0)
+        if rest is None:
+            pending.pop(0)
+        else:
+            pending[0] = rest
 
 
 def test_entries_already_received_are_skipped_but_their_credit_counts():
@@ -348,6 +386,7 @@ def test_take_cuts_a_batch_at_half_the_window_and_keeps_the_rest_in_order():
                 min_size=1, max_size=40),
        st.lists(st.integers(1, 7), min_size=1, max_size=40),
        st.lists(st.booleans(), min_size=1, max_size=20))
+@example([("", b"x" * 60)] * 10, [3, 7], [True])
 def test_reading_in_batches_gives_and_credits_what_reading_messages_does(items, cuts, bulk):
     """The same DELIVER-BATCH frames read message by message (``take``) and read with
     ``take_batches`` and ``take`` mixed: the same messages in the same order, and every
@@ -360,8 +399,8 @@ def test_reading_in_batches_gives_and_credits_what_reading_messages_does(items, 
         sent(p)
         got, credit, pending, step = [], 0, list(frames), 0
         while pending or p.buffer:
-            while pending and p.buffered + p.consumed + _cost(pending[0]) <= p.credit_window:
-                p.receive(pending.pop(0), 0.0)
+            broker_sends(p, pending)
+            assert p.buffer, "no message buffered and no credit for the next one"
             if mode == "mixed" and bulk[step % len(bulk)]:
                 for b in p.take_batches():
                     assert list(b.sequences) == [m.sequence for m in b]

@@ -19,11 +19,9 @@ from zeps.clients.batching import decode_deliver_batch
 from zeps.clients.delivery import TAKE_LIMIT
 from zeps.clients.message import build_message
 from zeps.protocol import commands as c
-from zeps.protocol import decode
-from zeps.protocol.batch import ENTRY_COST_EXTRA, deliver_batch_head, walk
 from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
-from tests.test_client_batching import batching, cut_into_batches, deliver_batch
+from tests.test_client_batching import batching, broker_sends, cut_into_batches, deliver_batch
 from tests.test_client_peering import sent
 
 keys = st.sampled_from(["", "a", "key.é", "x" * 255])
@@ -79,25 +77,6 @@ def test_a_deliver_batch_gives_the_messages_built_one_by_one(items, first, ts):
     assert all(type(m) is Message for m in batch.messages)
 
 
-def _within(frame, room):
-    """What a broker sends of the DELIVER-BATCH ``frame`` to a subscriber with ``room`` bytes
-    of credit (docs/protocol.md, DELIVER-BATCH): ``(frame, None)`` when all of it fits, else a
-    frame of the first messages that fit and a frame of the rest, or ``(None, frame)`` when not
-    even the first message fits."""
-    cmd = decode(frame)
-    offs = walk(cmd.entries, 0, len(cmd.entries), cmd.count, False)
-    k = 0
-    while k < cmd.count and offs[k + 1] + ENTRY_COST_EXTRA * (k + 1) <= room:
-        k += 1
-    if k == cmd.count:
-        return frame, None
-    if k == 0:
-        return None, frame
-    return (deliver_batch_head(cmd.timestamp, cmd.sequence, k) + cmd.entries[:offs[k]],
-            deliver_batch_head(cmd.timestamp, cmd.sequence + k, cmd.count - k)
-            + cmd.entries[offs[k]:])
-
-
 def _read(frames, limit):
     """Read ``frames`` to the end taking at most ``limit`` messages at a time, sent as a broker
     sends them (a frame that does not fit in the credit left goes as the run of messages that
@@ -108,15 +87,7 @@ def _read(frames, limit):
     sent(p)
     got, grants, pending = [], [], list(frames)
     while pending or p.buffer:
-        while pending:
-            head, rest = _within(pending[0], p.credit_window - p.buffered - p.consumed)
-            if head is None:
-                break
-            p.receive(head, 0.0)
-            if rest is None:
-                pending.pop(0)
-            else:
-                pending[0] = rest
+        broker_sends(p, pending)
         taken = p.take(limit)
         assert taken, "nothing to take: no message buffered and no credit for the next one"
         got += [(m.sequence, m.key, m.body) for m in taken]

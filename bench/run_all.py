@@ -46,6 +46,7 @@ BENCHMARKS = {
                                            "--pacer", "spin"],
                           ["--rate", "1000", "--seconds", "0.3", "--pacer", "spin"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
+    "bench_sub_cost": ("bench_sub_cost", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "suite": ("suite", [], ["--quick"]),
     "bench_spark": ("bench_spark", ["--n", "10000000"], ["--n", "20000"]),
     "bench_spark_batches": ("bench_spark", ["--n", "10000000", "--group", "100"],

@@ -23,23 +23,23 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import multiprocessing
 import resource
 import statistics
 import sys
 import time
 
 from bench import peers
-from bench.measure import percentile
+from bench.measure import percentile, run_workers
 from bench.systems import zeps_raw, zeps_sdk
 
 _streams = itertools.count()
 KINDS = ("raw", "raw + burn", "sdk")
 
 
-def _burning(consume, burn_s: float):
+def _burning(burn_s: float):
     """``zeps_raw.consume`` with ``burn_s`` seconds of spinning per message: the delay of each
-    message is recorded after its spin, as a reader that works on a message before the next."""
+    message is recorded after its spin, as a reader that works on a message before the next
+    (the patch lives in the subscriber's own forked process)."""
     clock = time.perf_counter
 
     def delay_after_burn(data, offset=0, _delay=zeps_raw.delay_ns):
@@ -50,46 +50,40 @@ def _burning(consume, burn_s: float):
 
     def run(*a, **kw):
         zeps_raw.delay_ns = delay_after_burn
-        return consume(*a, **kw)
+        return zeps_raw.consume(*a, **kw)
     return run
 
 
-def _subscriber(kind, endpoint, stream, n, burn_s, ready, go, out):
+def _subscriber(kind, endpoint, stream, n, burn_s, *, ready, go):
+    """One subscriber of ``kind``: (messages, delays, its (user, system) CPU per message from
+    the start signal to its last message, in microseconds)."""
     consume = {"raw": zeps_raw.consume, "sdk": zeps_sdk.consume,
-               "raw + burn": _burning(zeps_raw.consume, burn_s)}[kind]
+               "raw + burn": _burning(burn_s)}[kind]
     start = []
 
-    def go_wait():
-        go.wait()
+    def go_then_count():
+        go()
         start.append(resource.getrusage(resource.RUSAGE_SELF))
-    got, delays = consume(endpoint, stream, expect=n, latency=True, ready=ready.set, go=go_wait)
+    got, delays = consume(endpoint, stream, expect=n, latency=True, ready=ready,
+                          go=go_then_count)
     end = resource.getrusage(resource.RUSAGE_SELF)
-    cpu = ((end.ru_utime - start[0].ru_utime) / got * 1e6, (end.ru_stime - start[0].ru_stime) / got * 1e6)
-    out.put((got, delays, cpu))
+    return got, delays, ((end.ru_utime - start[0].ru_utime) / got * 1e6,
+                         (end.ru_stime - start[0].ru_stime) / got * 1e6)
 
 
-def _publisher(endpoint, stream, rate, seconds, ready, go):
-    zeps_raw.publish(endpoint, stream, size=100, seconds=seconds, rate=rate,
-                     ready=ready.set, go=go.wait)
+def _publisher(endpoint, stream, rate, seconds, *, ready, go):
+    return zeps_raw.publish(endpoint, stream, size=100, seconds=seconds, rate=rate,
+                            ready=ready, go=go)
 
 
 def measure(kind: str, endpoint: str, rate: float, seconds: float, burn_s: float) -> dict:
-    fork = multiprocessing.get_context("fork")
+    """One publisher and one subscriber of ``kind`` on a fresh stream (bench.measure's workers:
+    both connected before the start signal); the subscriber's delay percentiles (ms) and CPU."""
     stream = f"subcost-{next(_streams)}"
     n = max(1, int(rate * seconds))
-    rs, rp, go, out = fork.Event(), fork.Event(), fork.Event(), fork.Queue()
-    sub = fork.Process(target=_subscriber, args=(kind, endpoint, stream, n, burn_s, rs, go, out))
-    sub.start()
-    if not rs.wait(60):
-        raise RuntimeError(f"{kind}: the subscriber did not start")
-    pub = fork.Process(target=_publisher, args=(endpoint, stream, rate, seconds, rp, go))
-    pub.start()
-    if not rp.wait(60):
-        raise RuntimeError(f"{kind}: the publisher did not start")
-    go.set()
-    got, delays, cpu = out.get(timeout=seconds + 120)
-    pub.join(60)
-    sub.join(60)
+    (got, delays, cpu), _sent = run_workers(
+        [(_subscriber, (kind, endpoint, stream, n, burn_s)),
+         (_publisher, (endpoint, stream, rate, seconds))], timeout=seconds + 180)[0]
     if got != n:
         raise RuntimeError(f"{kind}: got {got} of {n} messages")
     d = sorted(delays)

@@ -5,12 +5,15 @@ max_batch cap), and per-message accounting of batched publishes (refusals, confi
 sequences, reconnects). No sockets, no clock: a fake socket that takes ``room`` frames."""
 from __future__ import annotations
 
+import struct
+
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zeps.clients import InvalidError, Message, MessageBatch, Receipt
-from zeps.clients.batching import MAX_BATCH_BYTES, batch_frames, decode_deliver_batch
+from zeps.clients.batching import (MAX_BATCH_BYTES, BadEntries, batch_frames,
+                                   decode_deliver_batch)
 from zeps.clients.requests import RequestKind
 from zeps.protocol import commands as c
 from zeps.protocol.batch import (ENTRY_COST_EXTRA, PUBLISH_HEAD_SIZE, deliver_batch_head,
@@ -285,6 +288,49 @@ def test_a_bad_deliver_batch_is_ignored_and_hands_nothing(frame):
     sent(p)
     p.receive(frame, 0.0)
     assert not p.buffer and p.need_reconnect is None and p.error is None
+
+
+def _batch_decoder(frame, stream="s"):
+    """What the batch path (decode_deliver_batch and MessageBatch) makes of a DELIVER-BATCH:
+    its messages and their credit, or None for a frame it refuses."""
+    try:
+        ts, first, offsets = decode_deliver_batch(frame)
+    except (BadEntries, struct.error):
+        return None
+    batch = MessageBatch.from_frame(frame, offsets, first, ts, stream)
+    cost = batch.cost                   # from the offsets, as the peering counts it
+    return [tuple(m) for m in batch.messages], cost
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=255), st.binary(max_size=300), st.integers(1, 2**64 - 1),
+       st.integers(0, 2**64 - 1), st.integers(-6, 3), st.binary(min_size=1, max_size=3))
+@example(b"\xff\xfe", b"x", 1, 0, 0, b"\0")            # a key that is not UTF-8: replaced
+@example(b"k", b"x", 1, 0, -1, b"\0")                     # the body one byte short
+@example(b"k", b"x", 1, 0, 1, b"\0")                      # a byte after the entry
+def test_a_batch_of_one_gives_the_message_and_credit_the_batch_path_gives(
+        key, body, seq, ts, change, extra):
+    """A DELIVER-BATCH of one entry (what a live subscriber gets for each lone publish) is
+    decoded at once, as a DELIVER-TS (Delivery._on_lone_entry), instead of as a batch: for
+    any such frame, whole, cut short or with bytes after it, the peering buffers exactly the
+    message and credit the batch decoder gives, or nothing where it refuses the frame."""
+    frame = (deliver_batch_head(ts, seq, 1) + bytes((len(key),)) + key
+             + len(body).to_bytes(4, "big") + body)
+    frame = frame[:len(frame) + change] if change < 0 else frame + (extra * 3)[:change]
+    p = batching()
+    p.start_delivery()
+    sent(p)
+    p.receive(frame, 0.0)
+    expected = _batch_decoder(frame)
+    if expected is None:
+        assert not p.buffer and p.buffered == 0 and p.last_received == 0
+    else:
+        messages, cost = expected
+        assert [tuple(m) for m, _ in p.buffer] == messages
+        assert p.buffered == cost and p.buffered_messages == 1 and p.last_received == seq
+        taken = p.take()
+        assert [tuple(m) for m in taken] == messages and p.buffered == 0
+        assert p.consumed == cost                 # to grant back (under the top-up)
 
 
 # ------------------------------------------------------------------ publish_batch's frames

@@ -18,7 +18,8 @@ asks for stream information, and survives broker restarts::
 What you can rely on (delivery, confirms, credit, reconnects) is in the package documentation,
 :mod:`zeps.clients`. This module is a front end: the protocol is the pure
 :class:`~zeps.clients.peering.Peering`, the socket is a :class:`~zeps.clients.transport.Connection`,
-each call is an operation of :mod:`zeps.clients.operations`; the client drives them by polling.
+each call is an operation of :mod:`zeps.clients.operations`; the client drives them through
+their waits as :mod:`zeps.clients.waiting` says.
 """
 from __future__ import annotations
 
@@ -44,6 +45,7 @@ from .peering import ABSENT, CLOSED, ConnectionEvent
 from .receipt import Receipt, done_receipt
 from .subscription import Subscription, subscribe_args
 from .transport import Connection, check_endpoint, request_once, zmq_for  # noqa: F401 (check_endpoint: API)
+from .waiting import Driver
 
 __all__ = ["Client", "list_streams", "check_endpoint", "to_timestamp_ns", "DEFAULT_ENDPOINT",
            "DEFAULT_CREDIT_WINDOW", "DEFAULT_HEARTBEAT"]
@@ -76,7 +78,7 @@ def _guarded(method):
     return call
 
 
-class Client(ops.FrontEnd):
+class Client(ops.FrontEnd, Driver):
     """A peering with a ZEPS broker, attached to one stream.
 
     Args:
@@ -158,6 +160,7 @@ class Client(ops.FrontEnd):
         self._next_writable = 0.0
         self._last_publish = 0.0
         self._conn = conn = Connection(p, self.endpoint, module, ctx, on_connection, curve)
+        self._blocking = module is zmq      # waits by reading (Connection.recv_within)
         conn.open()
         try:
             conn.send_queued()
@@ -377,18 +380,6 @@ class Client(ops.FrontEnd):
             self._subscription.timeout = timeout
         return self._subscription
 
-    def _fill(self, ready, timeout: Optional[float], batches: bool = False) -> bool:
-        """Put the next messages (or batches) into ``ready`` (see :func:`operations.fill`)."""
-        if not self._guard.acquire(False):         # _guarded, inlined on the hot path
-            self._concurrent("Subscription.next/poll")
-        self._owner = _get_ident()
-        try:
-            return self._run(ops.fill(self, ready, timeout, batches))
-        finally:
-            self._guard.release()
-            if self._p.waiting and not self._flusher.armed:
-                self._flusher.arm()
-
     # ------------------------------------------------------------------ requests
 
     @_guarded
@@ -520,46 +511,6 @@ class Client(ops.FrontEnd):
                 conn.close()
             except Exception:
                 pass
-
-    # ------------------------------------------------------------------ driving operations
-
-    def _run(self, steps):
-        """Drive an operation of :mod:`zeps.clients.operations`: poll through each wait."""
-        try:
-            wait = next(steps)
-            while True:
-                wait = steps.send(self._pump(*wait))
-        except StopIteration as done:
-            return done.value
-
-    def _send_queued(self) -> None:
-        """Send what the peering queued, as far as the socket takes it (no waiting)."""
-        if self._p.waiting and self._conn.sock is not None:
-            self._conn.send_queued()
-
-    def _pump(self, cond, deadline: Optional[float]) -> bool:
-        """Do I/O until ``cond()`` is true (True) or ``deadline`` passes (False)."""
-        conn, p = self._conn, self._p
-        while True:
-            conn.service()
-            if cond():
-                return True
-            now = _monotonic()
-            if deadline is not None and now >= deadline:
-                return False
-            wait = 1.0 if deadline is None else deadline - now
-            wait = max(min(wait, p.next_timer(now) - now), 0.0)
-            if conn.poller is None:
-                self._sleep(wait)
-            else:
-                conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))
-
-    def _sleep(self, seconds: float) -> None:
-        if self.green:
-            import gevent
-            gevent.sleep(seconds)
-        else:
-            time.sleep(seconds)
 
     def _concurrent(self, call: str):
         """The guard is taken: wait for the client's sender to let go, else raise the error."""

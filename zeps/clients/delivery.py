@@ -38,7 +38,7 @@ from ..protocol.codec import ProtocolError, decode_headers
 from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
 from ..protocol.headers import Headers, deliver_h_cost
 from ..protocol.reasons import Reason
-from .batching import ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
+from .batching import DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
 from .errors import InvalidError
 from .message import Message, MessageBatch, build_message
 from .window import advised_cost, topup_for, window_for
@@ -54,6 +54,14 @@ TAKE_LIMIT = 512
 
 _TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
 _U64_unpack_from = struct.Struct(">Q").unpack_from
+#: A DELIVER-BATCH's count (u32) ends its head; of one entry, the frame is a DELIVER-TS's
+#: (timestamp, sequence, key length, key, body length, body) with the count inserted before
+#: the key length: decoded with DELIVER-TS's offsets moved on by the count's four bytes.
+_COUNT_AT = DELIVER_HEAD_SIZE - 4
+_ONE = (1).to_bytes(4, "big")
+LONE_SHIFT = TS_SHIFT + 4
+#: The length of a DELIVER-BATCH of one entry beyond its key and body.
+_LONE_OVERHEAD = DELIVER_HEAD_SIZE + 5
 
 
 class Delivery:
@@ -158,18 +166,40 @@ class Delivery:
         except (IndexError, struct.error, UnicodeDecodeError) as e:
             log.warning("zeps: ignoring a bad DELIVER frame: %s", e)
             return
-        cost = deliver_cost(len(key), len(body))
+        self._buffer_one(seq, text, body, ts, deliver_cost(len(key), len(body)))
+
+    def _on_lone_entry(self, frame: bytes) -> None:
+        """A DELIVER-BATCH of one entry (what a live subscriber gets for a message published
+        alone): laid out as a DELIVER-TS with the count before the entry, so decoded as one
+        (:data:`LONE_SHIFT`), with no batch built; the same message and credit as
+        :meth:`_on_deliver_batch` gives it (tests/test_client_batching.py)."""
+        try:
+            key, body = key_body_of(frame, LONE_SHIFT)
+            if len(frame) != _LONE_OVERHEAD + len(key) + len(body):
+                raise BadEntries("the entry does not fill the frame")
+            ts = _U64_unpack_from(frame, SEQ_OFFSET)[0]
+            seq = _U64_unpack_from(frame, _TS_SEQ_OFFSET)[0]
+        except (IndexError, struct.error, BadEntries) as e:
+            log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
+            return
+        self._buffer_one(seq, key.decode("utf-8", "replace"), body, ts,
+                         deliver_cost(len(key), len(body)))
+
+    def _buffer_one(self, seq: int, text: str, body: bytes, ts: Optional[int],
+                    cost: int) -> None:
+        """One decoded message (not a DELIVER-H): buffered, or only counted if a duplicate."""
         if not self.subscribed or seq <= self.last_received:
             # Defensive: never hand a duplicate; it still used credit.
             self.consumed += cost
             if self.consumed >= self.topup:
                 self._grant()
             return
-        self.last_received = seq
         self.buffered += cost
         if self.buffered + self.consumed > self.credit_window:
+            self.buffered -= cost
             self._beyond_credit()
             return
+        self.last_received = seq
         self.buffered_messages += 1
         self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
 
@@ -201,7 +231,11 @@ class Delivery:
         """A DELIVER-BATCH: the messages a DELIVER each would give (sequence first + i, the
         batch's timestamp), credit counted per message as for DELIVER. Kept whole (a
         :class:`MessageBatch`: nothing decoded per message until the application asks) unless
-        it repeats sequences already received."""
+        it repeats sequences already received; a batch of one is decoded at once
+        (:meth:`_on_lone_entry`)."""
+        if frame[_COUNT_AT:DELIVER_HEAD_SIZE] == _ONE:
+            self._on_lone_entry(frame)
+            return
         try:
             ts, first, offsets = decode_deliver_batch(frame)
         except (BadEntries, struct.error) as e:

@@ -216,6 +216,15 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         """Something the waiting application must hear about: an error, or the client is closed."""
         return self.error is not None or self.fatal is not None or self.state is CLOSED
 
+    @property
+    def streaming(self) -> bool:
+        """Only messages to wait for: attached and subscribed, no error, no event for the
+        application, no frame waiting to go, not about to reconnect. A shell may then read the
+        next frame and hand what it brings without its other work (``Client._fill``)."""
+        return (self.state is ATTACHED and self.subscribed and self.error is None
+                and self.fatal is None and self.need_reconnect is None and not self.events
+                and not self.outbox and not self.queue.frames)
+
     def check(self) -> None:
         """Raise what the application must hear before its next operation: :class:`ClientClosed`,
         the permanent error, or (once) the error of an earlier asynchronous operation."""

@@ -19,6 +19,7 @@ __all__ = ["Subscription", "AsyncSubscription", "Subscribing", "subscribe_args"]
 
 _chain_from = chain.from_iterable
 _next = next
+_SPENT = iter(())          # the ready messages' iterator while none are ready
 
 
 def subscribe_args(pattern, from_seq, from_time, live, timeout) -> List[str]:
@@ -192,14 +193,19 @@ class Subscription(_Messages):
     def _refill(self, timeout: Optional[float]):
         """The ready messages' iterator once it has some left, filled from the client if all
         were handed; :class:`ZepsTimeout` after ``timeout`` seconds."""
-        if _length_hint(self._cur) or self._unbatch():
+        if _length_hint(self._cur) or self._batches and self._unbatch():
             return self._cur
-        self._ready([], self.position)      # free the messages handed before building more
+        handed = self._msgs
+        if handed:                          # free the messages handed before building more
+            self._base = handed[-1].sequence
+            self._msgs = []
+            self._cur = _SPENT
         msgs: List[Message] = []
         if not self._client._fill(msgs, timeout):
             raise self._timed_out(timeout)
-        self._ready(msgs, self.position)
-        return self._cur
+        self._msgs = msgs                   # the position stays: nothing was handed meanwhile
+        self._cur = cur = iter(msgs)
+        return cur
 
     def _ready_batch(self) -> Optional[MessageBatch]:
         """The ready messages not handed yet as one batch, or the oldest batch already

@@ -1,11 +1,12 @@
 """The I/O both client front ends share: one DEALER socket (and its monitor) serving a Peering.
 
-:class:`Connection` owns the socket, never blocks, and never decides anything: it hands every
-frame it reads to the :class:`~zeps.clients.peering.Peering`, tells it when the socket monitor
-sees the TCP connection close, replaces the socket when the peering says to reconnect, and sends
-what the peering queued. How to *wait* is the front end's business: the blocking client polls
-``connection.poller`` (``zmq`` or, under gevent, ``zmq.green``); the asyncio client awaits it
-(``zmq.asyncio``).
+:class:`Connection` owns the socket and never decides anything: it hands every frame it reads
+to the :class:`~zeps.clients.peering.Peering`, tells it when the socket monitor sees the TCP
+connection close, replaces the socket when the peering says to reconnect, and sends what the
+peering queued. How to *wait* is the front end's business: the blocking client reads blocking
+(:meth:`Connection.recv_within`, its one blocking call) and services the socket when due
+(:mod:`zeps.clients.waiting`), or under gevent polls ``connection.poller`` (``zmq.green``);
+the asyncio client awaits the poller (``zmq.asyncio``).
 """
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _backend_send = zmq.backend.Socket.send
 _backend_recv = zmq.backend.Socket.recv
 _backend_get = zmq.backend.Socket.get
+_backend_set = zmq.backend.Socket.set
+_RCVTIMEO = int(zmq.RCVTIMEO)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
@@ -34,6 +37,16 @@ _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, va
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
 _ASK_FIRST = 8            # reads of a drain that ask ZMQ_EVENTS before reading (_drain)
+#: Longest interval (s) between two :meth:`Connection.service` calls of the blocking client
+#: while it waits by reading (:meth:`Connection.recv_within`): the monitor's events and the
+#: timers are looked at that often while frames flow, and after that long without one. A
+#: wake-up costs the subscriber's thread no more than one blocking read (a raw reader's), where
+#: a poll of the socket and its monitor then a service cost about five ZeroMQ calls that each
+#: poll the socket's mailbox (issue 20). ZeroMQ itself waits 100 ms before reconnecting.
+SERVICE_SPACING = 0.05
+#: The longest blocking read (ms): a read waits that long unless a deadline is sooner (setting
+#: RCVTIMEO costs more than the read's own Python, so it stays the same from read to read).
+READ_SPACING_MS = int(SERVICE_SPACING * 1000)
 #: The socket's send high-water mark (frames) with batching: small, so that a publisher
 #: faster than the socket finds it busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
@@ -163,8 +176,9 @@ class HandshakeWatch:
 class Connection:
     """One DEALER socket to ``endpoint`` and its monitor, serving ``peering``.
 
-    ``sock`` and ``mon`` are plain (synchronous) sockets used with NOBLOCK only; ``poller``
-    (of ``module``, the flavour :func:`zmq_for` picked) watches them for the front end.
+    ``sock`` and ``mon`` are plain (synchronous) sockets used with NOBLOCK only, but for the
+    blocking client's reads (:meth:`recv_within`); ``poller`` (of ``module``, the flavour
+    :func:`zmq_for` picked) watches them for the other front ends.
     ``send(frame, flags)`` sends on ``sock``: the pyzmq backend's send, which costs a third of
     ``Socket.send`` (a wrapper for routing ids and groups, which ZEPS does not use), except on
     gevent sockets, whose own send also wakes other greenlets waiting on the socket. ``recv``,
@@ -188,6 +202,10 @@ class Connection:
         self.send = self.recv = self.get = self.mon_get = None
         self._owned = ()            # the sockets to close: the flavour's own objects
         self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
+        self._rcvtimeo = -1         # the socket's RCVTIMEO now (ms)
+        #: When the blocking client calls :meth:`service` next at the latest (monotonic s):
+        #: set by :meth:`serviced`, 0 while the socket is new or closed.
+        self.service_due = 0.0
         #: Judges failed handshakes until the broker first answered (then None).
         self.handshakes = HandshakeWatch(endpoint, curve)
 
@@ -245,10 +263,13 @@ class Connection:
         poller.register(raw_mon, _POLLIN)
         self.poller = poller
         self._owned = (raw, raw_mon)
+        self._rcvtimeo = -1
+        self.service_due = 0.0
 
     def close(self) -> None:
         raw, raw_mon = self._owned or (None, None)
         self._owned = ()
+        self.service_due = 0.0
         self.sock = self.mon = self.poller = None
         self.send = self.recv = self.get = self.mon_get = None
         if raw is not None:
@@ -409,6 +430,23 @@ class Connection:
     def readable(self) -> bool:
         """Anything to read (a frame or a monitor event)? Cheap: two getsockopt calls."""
         return bool((self.get(_EVENTS) | self.mon_get(_EVENTS)) & _POLLIN)
+
+    def serviced(self, now: float) -> None:
+        """:meth:`service` ran at ``now``: the blocking client may read without it until
+        :data:`SERVICE_SPACING` later, or the peering's next timer if sooner."""
+        self.service_due = min(now + SERVICE_SPACING, self.peering.next_timer(now))
+
+    def recv_within(self, ms: int):
+        """The blocking client's wait for frames (a plain socket only): the next frame, read
+        blocking for up to ``ms`` milliseconds, or None. ZeroMQ's own blocking read, as a raw
+        reader's: no poll, no ZMQ_EVENTS (see :data:`SERVICE_SPACING`)."""
+        if ms != self._rcvtimeo:
+            _backend_set(self.sock, _RCVTIMEO, ms)
+            self._rcvtimeo = ms
+        try:
+            return self.recv(0)
+        except zmq.Again:
+            return None
 
     def arm(self):
         """The poller, watching for writability too while frames wait for the socket."""

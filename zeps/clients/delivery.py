@@ -36,7 +36,7 @@ from ..protocol import commands as c
 from ..protocol.codec import encode
 from ..protocol.codec import ProtocolError, decode_headers
 from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
-from ..protocol.headers import Headers, deliver_h_cost
+from ..protocol.headers import NO_HEADERS, Headers, deliver_h_cost
 from ..protocol.reasons import Reason
 from .batching import DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
 from .errors import InvalidError
@@ -54,14 +54,18 @@ TAKE_LIMIT = 512
 
 _TS_SEQ_OFFSET = SEQ_OFFSET + TS_SHIFT
 _U64_unpack_from = struct.Struct(">Q").unpack_from
+_tuple_new = tuple.__new__
 #: A DELIVER-BATCH's count (u32) ends its head; of one entry, the frame is a DELIVER-TS's
 #: (timestamp, sequence, key length, key, body length, body) with the count inserted before
 #: the key length: decoded with DELIVER-TS's offsets moved on by the count's four bytes.
 _COUNT_AT = DELIVER_HEAD_SIZE - 4
 _ONE = (1).to_bytes(4, "big")
-LONE_SHIFT = TS_SHIFT + 4
-#: The length of a DELIVER-BATCH of one entry beyond its key and body.
-_LONE_OVERHEAD = DELIVER_HEAD_SIZE + 5
+_LONE_KEY = DELIVER_HEAD_SIZE + 1                       # where its key starts
+_TS_SEQ_unpack_from = struct.Struct(">QQ").unpack_from   # DELIVER-TS's timestamp, sequence
+_U32_unpack_from = struct.Struct(">I").unpack_from
+#: A batch of one's length minus its credit (the entry's, as a batch counts it: its length
+#: plus ENTRY_COST_EXTRA, which is DELIVER's for the same key and body).
+_LONE_LESS = DELIVER_HEAD_SIZE - ENTRY_COST_EXTRA
 
 
 class Delivery:
@@ -171,19 +175,18 @@ class Delivery:
     def _on_lone_entry(self, frame: bytes) -> None:
         """A DELIVER-BATCH of one entry (what a live subscriber gets for a message published
         alone): laid out as a DELIVER-TS with the count before the entry, so decoded as one
-        (:data:`LONE_SHIFT`), with no batch built; the same message and credit as
+        with its offsets moved on by four, with no batch built; the same message and credit as
         :meth:`_on_deliver_batch` gives it (tests/test_client_batching.py)."""
         try:
-            key, body = key_body_of(frame, LONE_SHIFT)
-            if len(frame) != _LONE_OVERHEAD + len(key) + len(body):
+            kend = _LONE_KEY + frame[_LONE_KEY - 1]
+            if kend + 4 + _U32_unpack_from(frame, kend)[0] != len(frame):
                 raise BadEntries("the entry does not fill the frame")
-            ts = _U64_unpack_from(frame, SEQ_OFFSET)[0]
-            seq = _U64_unpack_from(frame, _TS_SEQ_OFFSET)[0]
         except (IndexError, struct.error, BadEntries) as e:
             log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
             return
-        self._buffer_one(seq, key.decode("utf-8", "replace"), body, ts,
-                         deliver_cost(len(key), len(body)))
+        ts, seq = _TS_SEQ_unpack_from(frame, SEQ_OFFSET)
+        self._buffer_one(seq, frame[_LONE_KEY:kend].decode("utf-8", "replace"), frame[kend + 4:],
+                         ts, len(frame) - _LONE_LESS)
 
     def _buffer_one(self, seq: int, text: str, body: bytes, ts: Optional[int],
                     cost: int) -> None:
@@ -201,7 +204,8 @@ class Delivery:
             return
         self.last_received = seq
         self.buffered_messages += 1
-        self.buffer.append((build_message(seq, text, body, ts, self.stream), cost))
+        self.buffer.append((_tuple_new(Message, (seq, text, body, ts, self.stream, NO_HEADERS)),
+                            cost))
 
     def _on_deliver_h(self, frame: bytes) -> None:
         """A DELIVER-H: a message with headers (and its timestamp), costing DELIVER's credit

@@ -403,12 +403,12 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
     def receive(self, frame: bytes, now: float) -> None:
         """One frame from the broker."""
         self.last_recv = now
-        if frame.startswith(_DELIVER_TS_HEAD):
+        if frame.startswith(DELIVER_BATCH_HEAD):          # first: what a batching client gets
+            self._on_deliver_batch(frame)
+        elif frame.startswith(_DELIVER_TS_HEAD):
             self._on_deliver(frame, TS_SHIFT)
         elif frame.startswith(_DELIVER_HEAD):
             self._on_deliver(frame, 0)
-        elif frame.startswith(DELIVER_BATCH_HEAD):
-            self._on_deliver_batch(frame)
         elif frame.startswith(_DELIVER_H_HEAD):
             self._on_deliver_h(frame)
         else:

@@ -65,10 +65,11 @@ class Driver:
                 conn = self._conn
                 now = _monotonic()
                 if now < conn.service_due and (timeout is None or timeout > 0):
-                    frame = conn.recv_within(read_ms(timeout))
+                    frame = conn.recv_within(READ_SPACING_MS if timeout is None
+                                             else read_ms(timeout))
                     if frame is not None:
                         p.receive(frame, _monotonic())
-                        if p.buffer and p.streaming:
+                        if p.buffer and p.error is None:      # as operations.fill takes
                             ready.extend(p.take())
                             if p.outbox:                # credit granted back
                                 conn.send_queued()

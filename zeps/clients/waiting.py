@@ -74,7 +74,7 @@ class Driver:
                             if p.outbox:                # credit granted back
                                 conn.send_queued()
                             return True
-                    elif timeout is not None:
+                    if timeout is not None:             # what the read took counts
                         timeout = max(timeout - (_monotonic() - now), 0.0)
             return self._run(ops.fill(self, ready, timeout, batches))
         finally:

@@ -112,7 +112,9 @@ How it works (what you can rely on, with either client)
   :class:`~zeps.clients.peering.ConnectionEvent` when the peering is lost and when it is back
   (``zeps subscribe -v`` prints them).
 * **Reconnect.** A lost peering is detected by (1) a ZeroMQ socket-monitor ``DISCONNECTED``
-  event (a broker that dies closes the TCP connection: detection is immediate), (2) an
+  event (a broker that dies closes the TCP connection: the blocking client sees it at its
+  next service of the socket, within a tenth of a second while it waits or reads, the others
+  at once), (2) an
   ``INVALID`` whose reason says the broker does not know this client (code ``NOT_ATTACHED``,
   text :data:`zeps.protocol.reasons.NOT_ATTACHED`, e.g. after expiry or when ZeroMQ reconnected the
   socket to a restarted broker) or a ``DETACH`` sent by the broker, and (3) a

@@ -36,7 +36,7 @@ _POLLOUT = int(zmq.POLLOUT)
 _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
-_ASK_FIRST = 8            # reads of a drain that ask ZMQ_EVENTS before reading (_drain)
+_ASK_FIRST = 8            # reads of a drain that ask ZMQ_EVENTS before reading (drain)
 #: Longest interval (s) between two :meth:`Connection.service` calls of the blocking client
 #: while it waits by reading (:meth:`Connection.recv_within`): the monitor's events and the
 #: timers are looked at that often while frames flow, and after that long without one. A
@@ -303,7 +303,7 @@ class Connection:
             elif event & _HANDSHAKE_FAILED:
                 self._handshake_failed(event, value)
         if p.need_reconnect is None:
-            self._drain()
+            self.drain()
             if self._hwm != PLAIN_SNDHWM and p.ready and p.max_batch is None:
                 self.sock.setsockopt(zmq.SNDHWM, PLAIN_SNDHWM)     # the broker does not batch
                 self._hwm = PLAIN_SNDHWM
@@ -343,7 +343,9 @@ class Connection:
                 except Exception:
                     log.exception("zeps: the on_connection callback failed on %s", event)
 
-    def _drain(self) -> None:
+    def drain(self) -> None:
+        """Hand the peering the frames the socket holds, up to :data:`DRAIN_LIMIT` (no
+        waiting)."""
         recv = self.recv
         p = self.peering
         receive = p.receive

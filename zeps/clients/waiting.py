@@ -120,6 +120,8 @@ class Driver:
                 frame = conn.recv_within(read_ms(min(wait, conn.service_due - now)))
                 if frame is not None:
                     p.receive(frame, _monotonic())
+                    if p.need_reconnect is None:    # and the frames behind it: a reader in
+                        conn.drain()                # bulk takes all that are there at once
             else:
                 wait = max(min(wait, p.next_timer(now) - now), 0.0)
                 conn.arm().poll(int(wait * 1000) + (1 if wait > 0 else 0))

@@ -220,7 +220,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
     def streaming(self) -> bool:
         """Only messages to wait for: attached and subscribed, no error, no event for the
         application, no frame waiting to go, not about to reconnect. A shell may then read the
-        next frame and hand what it brings without its other work (``Client._fill``)."""
+        next frame and hand what it brings without its other work (``waiting.Driver._fill``)."""
         return (self.state is ATTACHED and self.subscribed and self.error is None
                 and self.fatal is None and self.need_reconnect is None and not self.events
                 and not self.outbox and not self.queue.frames)

@@ -492,3 +492,16 @@ def test_pure_python_switch():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          timeout=60)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_records_read_one_by_one_wrap_u64_as_the_vectorised_paths():
+    """Sequences and timestamps are u64 on disk; the vectorised paths cast them to int64. A
+    forged record (valid CRC) with a timestamp past int64 read by the one-by-one path (records
+    with headers) gave OverflowError instead of the same column (found by
+    test_read_columns_matches_numpy_on_damaged_journals)."""
+    from zeps.journal.record.format import Record
+    recs = [Record(4, (1 << 64) - 3, b"", key="k", body=b"b"),
+            Record((1 << 63) + 1, 7, b"", key="l", body=b"c")]
+    cols = columnar._record_columns(recs, ["k", "l"])
+    assert cols.timestamp_ns.tolist() == [-3, 7]
+    assert cols.sequence.tolist() == [4, -(1 << 63) + 1]

@@ -383,9 +383,12 @@ class ColumnSink:
 
 
 def _record_columns(recs, keys) -> Columns:
-    """Columns of records read one by one (:class:`~.record.Record` objects)."""
-    return Columns(np.array([r.sequence for r in recs], dtype=np.int64),
-                   np.array([r.timestamp for r in recs], dtype=np.int64),
+    """Columns of records read one by one (:class:`~.record.Record` objects). Sequences and
+    timestamps are u64 on disk: read as uint64 and cast, as the vectorised paths do
+    (``batchcols``), so a value past int64 (a forged record) wraps the same way there and
+    here instead of raising OverflowError."""
+    return Columns(np.array([r.sequence for r in recs], dtype=np.uint64).astype(np.int64),
+                   np.array([r.timestamp for r in recs], dtype=np.uint64).astype(np.int64),
                    pa.array(keys, type=pa.string()),
                    pa.array([r.body for r in recs], type=pa.binary()),
                    pa.array([r.producer for r in recs], type=pa.string()),

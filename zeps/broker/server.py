@@ -161,6 +161,7 @@ class Broker:
         self._watchers = [self._hub.loop.io(fd, 1) for fd in (self.fd, self._monitor_fd,
                                                               self._wake_r)]
         self._monitor_check = True       # ask the monitor at the next drained round
+        self._readable = False           # the socket said it is readable since its last read
 
     def _core_log(self, event: str, **kw) -> None:
         self.log.warning(event, **kw)
@@ -200,11 +201,15 @@ class Broker:
         ident_fd = self._ident_fd
         n = size = 0
         drained = False
+        # The socket said it is readable just now (its descriptor woke the wait, or the wait's
+        # own question said so): the first read does not ask again (issue 20).
+        known, self._readable = self._readable, False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
             # The first few reads of a round ask ZMQ_EVENTS first: at a low rate a round is one
             # message, and the read that finds nothing raised zmq.Again, which cost more than
             # the question (issue 20); a busy round reads on and meets one Again at its end.
-            if n < _ASK_FIRST and not _getsockopt(sock, _EVENTS) & _POLLIN:
+            if n < _ASK_FIRST and not (n == 0 and known) and not (
+                    _getsockopt(sock, _EVENTS) & _POLLIN):
                 drained = True
                 break
             try:
@@ -250,6 +255,7 @@ class Broker:
         # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
         if _getsockopt(self.sock, _EVENTS) & _POLLIN:
             self._monitor_check = True     # not watched: ask it when the socket is drained
+            self._readable = True
             gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
@@ -275,7 +281,9 @@ class Broker:
         # monitor, and a yes is read until empty, so a new event always makes its descriptor
         # readable; the loop's watchers are level-triggered, so a descriptor ready together
         # with the socket's fires at the next wait.
-        if fired != _SOCKET:
+        if fired == _SOCKET:
+            self._readable = True
+        else:
             self._monitor_check = True
         if fired == _WAKE:
             try:

@@ -21,7 +21,7 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from zeps.clients.message import Message, build_messages_py
@@ -95,9 +95,14 @@ def test_a_key_that_is_not_utf8_is_named_as_the_python_walk_names_it():
 
 
 @settings(max_examples=300, deadline=None)
-@given(entries_st, st.integers(0, 2**62), st.one_of(st.none(), st.integers(0, 2**63)),
+@given(entries_st, st.integers(0, 2**64 - 1) | st.integers(2**64 - 8, 2**64 - 1),
+       st.one_of(st.none(), st.integers(0, 2**63)),
        st.one_of(st.none(), st.text(max_size=8)), st.integers(0, 7))
+@example([(b"k", b"1"), (b"l", b"2")], 2**63, None, None, 0)        # past int64: was OverflowError
+@example([(b"k", b"1"), (b"l", b"2"), (b"m", b"")], 2**64 - 2, None, None, 0)   # first + i past u64
 def test_build_rows_builds_the_messages_build_messages_py_builds(items, first, ts, stream, pad):
+    """Any first sequence the wire can carry (u64; before, the C loop took a signed one and
+    raised OverflowError from 2**63), and first + i past 2**64 - 1 as the Python int it is."""
     frame = bytes(pad) + _entries(items)
     offs = B.walk_py(frame, pad, len(frame), len(items), False)
     got = batchc.build_rows(Message, frame, offs, first, ts, stream, NO_HEADERS)

@@ -303,18 +303,19 @@ def _batch_decoder(frame, stream="s"):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.binary(max_size=255), st.binary(max_size=300), st.integers(1, 2**63 - 1),
+@given(st.binary(max_size=255), st.binary(max_size=300), st.integers(1, 2**64 - 1),
        st.integers(0, 2**64 - 1), st.integers(-6, 3), st.binary(min_size=1, max_size=3))
 @example(b"\xff\xfe", b"x", 1, 0, 0, b"\0")            # a key that is not UTF-8: replaced
 @example(b"k", b"x", 1, 0, -1, b"\0")                     # the body one byte short
 @example(b"k", b"x", 1, 0, 1, b"\0")                      # a byte after the entry
+@example(b"k", b"x", 2**64 - 1, 0, 0, b"\0")              # the last u64 sequence
 def test_a_batch_of_one_gives_the_message_and_credit_the_batch_path_gives(
         key, body, seq, ts, change, extra):
     """A DELIVER-BATCH of one entry (what a live subscriber gets for each lone publish) is
     decoded at once, as a DELIVER-TS (Delivery._on_lone_entry), instead of as a batch: for
     any such frame, whole, cut short or with bytes after it, the peering buffers exactly the
-    message and credit the batch decoder gives, or nothing where it refuses the frame.
-    (Sequences below 2**63: the batch decoder's C loop takes signed 64-bit ones.)"""
+    message and credit the batch decoder gives, or nothing where it refuses the frame, for any
+    u64 sequence."""
     frame = (deliver_batch_head(ts, seq, 1) + bytes((len(key),)) + key
              + len(body).to_bytes(4, "big") + body)
     frame = frame[:len(frame) + change] if change < 0 else frame + (extra * 3)[:change]

@@ -11,6 +11,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -158,15 +159,19 @@ key_text(const unsigned char *p, Py_ssize_t n, PyObject **prev, const unsigned c
 
 /* build_rows(cls, frame, offsets, first, timestamp, stream, headers) -> [cls(...), ...]:
  * entry i as the tuple subclass cls of (first + i, key as UTF-8 with U+FFFD for undecodable
- * bytes, body, timestamp, stream, headers), allocated as tuple.__new__(cls, ...) does. */
+ * bytes, body, timestamp, stream, headers), allocated as tuple.__new__(cls, ...) does.
+ * ``first`` is the wire's u64; first + i past 2**64 - 1 (a batch that claims more sequences
+ * than are left) is the Python int it is, as in build_messages_py. */
 static PyObject *
 batchc_build_rows(PyObject *self, PyObject *args)
 {
-    PyObject *cls, *frame, *offsets, *ts, *stream, *headers;
-    long long first;
-    if (!PyArg_ParseTuple(args, "OOOLOOO", &cls, &frame, &offsets, &first, &ts, &stream,
-                          &headers))
+    PyObject *cls, *frame, *offsets, *first_obj, *ts, *stream, *headers;
+    if (!PyArg_ParseTuple(args, "OOOO!OOO", &cls, &frame, &offsets, &PyLong_Type, &first_obj,
+                          &ts, &stream, &headers))
         return NULL;
+    unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
+    if (first == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;                                  /* negative, or past u64 */
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)
             || ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
         PyErr_SetString(PyExc_TypeError, "cls: a tuple subclass with __slots__ = ()");
@@ -195,7 +200,14 @@ batchc_build_rows(PyObject *self, PyObject *args)
         if (row == NULL)
             goto fail;
         PyList_SET_ITEM(out, i, row);
-        PyObject *seq = PyLong_FromLongLong(first + i);
+        PyObject *seq;
+        if (first <= ULLONG_MAX - (unsigned long long)i) {
+            seq = PyLong_FromUnsignedLongLong(first + (unsigned long long)i);
+        } else {
+            PyObject *di = PyLong_FromSsize_t(i);
+            seq = di == NULL ? NULL : PyNumber_Add(first_obj, di);
+            Py_XDECREF(di);
+        }
         if (seq == NULL)
             goto fail;
         PyTuple_SET_ITEM(row, 0, seq);

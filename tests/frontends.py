@@ -51,6 +51,24 @@ def start(start_broker, *args, data_dir=None):
     return b
 
 
+def start_frontend(start_broker, flag: str, stream: str, *args, data_dir=None, tries: int = 5):
+    """A broker serving front end ``flag`` (``--chp``/``--bus``) for ``stream`` on three free
+    consecutive ports (``b.port`` the first). The ports are free when probed, but another test
+    running alongside may bind one before the broker does: that start fails with "Address
+    already in use", and is tried again on other ports."""
+    for attempt in range(tries):
+        port = free_ports()
+        try:
+            b = start(start_broker, flag, f"{port}:{stream}", *args, data_dir=data_dir)
+        except RuntimeError as exc:
+            if "Address already in use" not in str(exc) or attempt == tries - 1:
+                raise
+            continue
+        b.port = port
+        return b
+    raise AssertionError("unreachable")
+
+
 def restart(b):
     b.restart()
     line = b.proc.stdout.readline().decode().strip()

@@ -18,7 +18,7 @@ import zmq
 from zeps.frontends import bus_codec as bc
 from zeps.protocol import commands as c
 
-from .frontends import (BusClient, counters, free_ports, recv, restart, start, wait_counter,
+from .frontends import (BusClient, counters, recv, restart, start_frontend, wait_counter,
                         wait_position)
 from .pair import Pair
 from .test_chp_frontend import zeps_messages, zeps_publisher, zeps_reader
@@ -42,10 +42,8 @@ def warm(client: BusClient, topic: str = "~warm") -> None:
 
 @pytest.fixture
 def bus(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--bus", f"{port}:ev")
-    b.port = port
-    b.name = f"bus:{port}"
+    b = start_frontend(start_broker, "--bus", "ev")
+    b.name = f"bus:{b.port}"
     return b
 
 
@@ -110,8 +108,8 @@ def test_every_bus_command_byte_for_byte_as_the_rfc_frames_it(bus):
 
 
 def test_the_reference_dialect_writes_decimal_sequences_and_commas(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--bus", f"{port}:ev", "--bus-dialect", "reference")
+    b = start_frontend(start_broker, "--bus", "ev", "--bus-dialect", "reference")
+    port = b.port
     client = BusClient(port, dialect=bc.REFERENCE)
     warm(client)
     sub = raw_socket(zmq.SUB, port + 1)
@@ -265,8 +263,8 @@ def test_a_pub_flood_does_not_stop_a_calm_producer_or_zeps_clients(bus):
 
 
 def test_malformed_commands_and_huge_subtree_lists_are_ignored_and_counted(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--bus", f"{port}:ev", "--max-message", "64K")
+    b = start_frontend(start_broker, "--bus", "ev", "--max-message", "64K")
+    port = b.port
     name = f"bus:{port}"
     calm = BusClient(port, subtrees=("/c/",))
     warm(calm, "/c/warm")

@@ -17,8 +17,8 @@ import zmq
 
 from zeps.protocol import commands as c
 
-from .frontends import (ChpClient, counters, free_ports, recv, restart, rss_kib, start,
-                        wait_counter, wait_position)
+from .frontends import (ChpClient, counters, recv, restart, rss_kib,
+                        start_frontend, wait_counter, wait_position)
 from .pair import Pair
 from .rawclient import RawClient
 
@@ -65,10 +65,8 @@ def warm(client: ChpClient, key: str = "~warm") -> None:
 
 @pytest.fixture
 def chp(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--chp", f"{port}:kv")
-    b.port = port
-    b.name = f"chp:{port}"
+    b = start_frontend(start_broker, "--chp", "kv")
+    b.name = f"chp:{b.port}"
     return b
 
 
@@ -123,8 +121,8 @@ def test_every_chp_command_byte_for_byte(chp):
 
 
 def test_a_guide_clone_client_pushes_to_a_pull_collector(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--chp", f"{port}:kv", "--chp-collector", "pull")
+    b = start_frontend(start_broker, "--chp", "kv", "--chp-collector", "pull")
+    port = b.port
     client = ChpClient(port, collector=zmq.PUSH)          # the Guide's clone.py
     client.subscribed()
     client.set("/p/k", b"pushed")                         # a PUSH queues: nothing is lost
@@ -374,8 +372,8 @@ def test_a_kvset_flood_does_not_stop_a_calm_publisher_or_zeps_clients(chp):
 
 
 def test_malformed_commands_on_every_socket_are_ignored_and_counted(start_broker):
-    port = free_ports()
-    b = start(start_broker, "--chp", f"{port}:kv", "--max-message", "64K")
+    b = start_frontend(start_broker, "--chp", "kv", "--max-message", "64K")
+    port = b.port
     name = f"chp:{port}"
     calm = ChpClient(port)
     warm(calm)
@@ -477,8 +475,8 @@ def test_a_chp_stream_gets_a_key_index_or_the_broker_says_how_to_make_one(start_
     from zeps.clients import Client, admin
     from zeps.journal import DataDir
     from .conftest import REPO
-    port = free_ports()
-    b = start(start_broker, "--chp", f"{port}:kv")
+    b = start_frontend(start_broker, "--chp", "kv")
+    port = b.port
     client = ChpClient(port)
     warm(client)
     assert admin.stream_settings(b.endpoint, "kv").key_index
@@ -497,8 +495,8 @@ def test_a_chp_stream_gets_a_key_index_or_the_broker_says_how_to_make_one(start_
     assert "has no key index" in line and "zeps stream create STREAM --key-index" in line
     assert "--key-index" in line
     b.stop()
-    port2 = free_ports()
-    b2 = start(start_broker, "--chp", f"{port2}:ev", "--key-index", data_dir=data)
+    b2 = start_frontend(start_broker, "--chp", "ev", "--key-index", data_dir=data)
+    port2 = b2.port
     fresh = ChpClient(port2)
     fresh.sync()
     assert fresh.kvmap == {"k": b"v"}

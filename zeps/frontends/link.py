@@ -189,6 +189,7 @@ class Link:
             return
         if self.position is None:
             self.head = self.position = last     # taken: what came before is not read
+            self.counters.set("zeps.position", last)
         self.state = SUBSCRIBING
         self.outbox += [encode(c.Subscribe("", self.position)), encode(c.Credit(self.window))]
 

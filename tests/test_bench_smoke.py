@@ -53,6 +53,23 @@ def test_benchmark_runs_and_reports_a_table(name, tmp_path):
     assert f"=== {name}: exit 0" in proc.stdout
 
 
+def test_bench_sub_cost_gives_every_subscriber_its_figures():
+    """bench_sub_cost's cells are ``median (min–max)`` without a unit, which the generic check
+    above does not take for a figure (it passed on the heading's rate alone): each of its three
+    subscribers must have a row whose five cells are figures."""
+    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only",
+                           "bench_sub_cost"], cwd=str(REPO), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = {row["subscriber"]: row for t in tables(proc.stdout) for row in t
+            if "subscriber" in row}
+    assert set(rows) == {"raw", "raw + 15 µs burnt per message", "sdk"}, proc.stdout[-3000:]
+    cell = re.compile(r"\d[\d,.]* \([\d,.]+–[\d,.]+\)")
+    for name, row in rows.items():
+        figures = [v for k, v in row.items() if k != "subscriber"]
+        assert len(figures) == 5 and all(cell.fullmatch(v) for v in figures), (name, row)
+
+
 def tables(report: str):
     """Every markdown table of a report as a list of {column: cell} rows."""
     out = []

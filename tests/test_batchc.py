@@ -95,14 +95,17 @@ def test_a_key_that_is_not_utf8_is_named_as_the_python_walk_names_it():
 
 
 @settings(max_examples=300, deadline=None)
-@given(entries_st, st.integers(0, 2**64 - 1) | st.integers(2**64 - 8, 2**64 - 1),
-       st.one_of(st.none(), st.integers(0, 2**63)),
+@given(entries_st, st.integers(0, 2**64 - 1) | st.integers(2**64 - 8, 2**64 + 8)
+       | st.integers(-(2**70), 2**70), st.one_of(st.none(), st.integers(0, 2**63)),
        st.one_of(st.none(), st.text(max_size=8)), st.integers(0, 7))
 @example([(b"k", b"1"), (b"l", b"2")], 2**63, None, None, 0)        # past int64: was OverflowError
 @example([(b"k", b"1"), (b"l", b"2"), (b"m", b"")], 2**64 - 2, None, None, 0)   # first + i past u64
+@example([(b"k", b"1"), (b"l", b"2")], 2**64 + 3, None, None, 0)    # the rest of a batch cut there
+@example([(b"k", b"1"), (b"l", b"2")], -3, None, None, 0)
 def test_build_rows_builds_the_messages_build_messages_py_builds(items, first, ts, stream, pad):
-    """Any first sequence the wire can carry (u64; before, the C loop took a signed one and
-    raised OverflowError from 2**63), and first + i past 2**64 - 1 as the Python int it is."""
+    """Any first sequence: the wire's u64 (before, the C loop took a signed one and raised
+    OverflowError from 2**63), first + i past 2**64 - 1, and any other int (the rest of a batch
+    cut past the last u64, MessageBatch.cut), each the Python int build_messages_py gives."""
     frame = bytes(pad) + _entries(items)
     offs = B.walk_py(frame, pad, len(frame), len(items), False)
     got = batchc.build_rows(Message, frame, offs, first, ts, stream, NO_HEADERS)
@@ -114,6 +117,18 @@ def test_build_rows_builds_the_messages_build_messages_py_builds(items, first, t
     assert [(m.sequence, m.key, m.body, m.timestamp, m.stream, m.headers) for m in got] == \
         [(first + i, k.decode("utf-8", "replace"), b, ts, stream, NO_HEADERS)
          for i, (k, b) in enumerate(items)]
+
+
+def test_a_batch_cut_past_the_last_u64_sequence_gives_the_rest_its_sequences():
+    """A DELIVER-BATCH whose first sequence is 2**64 - 1 and that holds three entries (a broker
+    that lies), cut after its first message as Peering.take cuts a batch at a credit top-up: the
+    rest starts at 2**64, which the C loop refused with OverflowError (found by review)."""
+    from zeps.clients.message import MessageBatch
+    frame = _entries([(b"a", b"1"), (b"b", b"2"), (b"c", b"3")])
+    offs = B.walk_py(frame, 0, len(frame), 3, False)
+    head, _cost, rest = MessageBatch.from_frame(frame, offs, 2**64 - 1, None, None).cut(0, 1, 1)
+    assert [m.sequence for m in head] == [2**64 - 1]
+    assert [(m.sequence, m.key) for m in rest.messages] == [(2**64, "b"), (2**64 + 1, "c")]
 
 
 @settings(max_examples=200, deadline=None)

@@ -160,8 +160,10 @@ key_text(const unsigned char *p, Py_ssize_t n, PyObject **prev, const unsigned c
 /* build_rows(cls, frame, offsets, first, timestamp, stream, headers) -> [cls(...), ...]:
  * entry i as the tuple subclass cls of (first + i, key as UTF-8 with U+FFFD for undecodable
  * bytes, body, timestamp, stream, headers), allocated as tuple.__new__(cls, ...) does.
- * ``first`` is the wire's u64; first + i past 2**64 - 1 (a batch that claims more sequences
- * than are left) is the Python int it is, as in build_messages_py. */
+ * ``first`` is a Python int: the wire's u64, or past it where a batch that claims more
+ * sequences than are left was cut (MessageBatch.cut: first + k). Each sequence is the Python
+ * int first + i, as in build_messages_py: computed in C while it fits in u64, else by Python
+ * arithmetic (first past u64 or negative, or first + i past 2**64 - 1). */
 static PyObject *
 batchc_build_rows(PyObject *self, PyObject *args)
 {
@@ -169,9 +171,17 @@ batchc_build_rows(PyObject *self, PyObject *args)
     if (!PyArg_ParseTuple(args, "OOOO!OOO", &cls, &frame, &offsets, &PyLong_Type, &first_obj,
                           &ts, &stream, &headers))
         return NULL;
+    /* u64 (the wire's): sequences in C up to 2**64 - 1; else (negative, past u64) only
+     * Python arithmetic, limit 0 */
     unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
-    if (first == (unsigned long long)-1 && PyErr_Occurred())
-        return NULL;                                  /* negative, or past u64 */
+    unsigned long long limit = ULLONG_MAX;
+    if (first == (unsigned long long)-1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError))
+            return NULL;
+        PyErr_Clear();
+        first = 0;
+        limit = 0;
+    }
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)
             || ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
         PyErr_SetString(PyExc_TypeError, "cls: a tuple subclass with __slots__ = ()");
@@ -201,7 +211,7 @@ batchc_build_rows(PyObject *self, PyObject *args)
             goto fail;
         PyList_SET_ITEM(out, i, row);
         PyObject *seq;
-        if (first <= ULLONG_MAX - (unsigned long long)i) {
+        if (limit != 0 && first <= limit - (unsigned long long)i) {
             seq = PyLong_FromUnsignedLongLong(first + (unsigned long long)i);
         } else {
             PyObject *di = PyLong_FromSsize_t(i);

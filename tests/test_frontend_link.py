@@ -172,12 +172,16 @@ def test_a_stream_made_again_is_snapshotted_again():
     link.on_frame(encode(c.SubscribeOk()), 0.0)
     for seq in range(1, 6):
         link.on_frame(deliver_ts(seq), 0.0)
+    assert link.counters["zeps.position"] == 5
     link.on_frame(encode(c.Detach()), 1.0)
     out = attach(link, last=2, now=1.0)              # deleted and made again: 2 < 5
     assert link.reset and out[-1] == c.Snapshot(("",))
+    assert link.counters["zeps.position"] == 0       # not the old stream's 5 until its end
     assert link.on_frame(snapshot_entry(1), 1.0).snapshot
+    assert link.counters["zeps.position"] == 0       # a snapshot's entries are not taken
     link.on_frame(encode(c.SnapshotEnd(2, 1)), 1.0)
     assert sent(link) == [c.Subscribe("", 2)] and link.head == 2
+    assert link.counters["zeps.position"] == 2
 
 
 def test_garbage_from_the_broker_is_counted_not_fatal():

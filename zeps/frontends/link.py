@@ -182,6 +182,7 @@ class Link:
             self.position = None                 # the stream was deleted and made again
             self.reset = True
             self.counters.add("zeps.stream reset")
+            self.counters.set("zeps.position", 0)    # nothing of the new stream taken yet
         self._consumed = 0
         if self.position is None and self.snapshot:
             self.state = SNAPSHOTTING            # SNAPSHOT-END subscribes (credit given now)
@@ -216,6 +217,7 @@ class Link:
             self.counters.add("zeps.repeated")
             return None
         self.position = seq
+        self.counters.set("zeps.position", seq)
         return Delivered(seq, cmd.key, cmd.body, getattr(cmd, "timestamp", 0),
                          getattr(cmd, "headers", ()))
 

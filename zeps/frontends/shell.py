@@ -275,8 +275,6 @@ class FrontEndShell:
             d = link.on_frame(frames[0], now)
             if d is not None:
                 self.delivered(d, now)
-                if not d.snapshot:
-                    self.counters.set("zeps.position", d.sequence)
         return True
 
     def _read_collector(self, now: float) -> bool:

@@ -505,3 +505,21 @@ def test_records_read_one_by_one_wrap_u64_as_the_vectorised_paths():
     cols = columnar._record_columns(recs, ["k", "l"])
     assert cols.timestamp_ns.tolist() == [-3, 7]
     assert cols.sequence.tolist() == [4, -(1 << 63) + 1]
+
+
+@pytest.mark.parametrize("chunks", [False, True])
+def test_a_batch_record_whose_sequences_pass_u64_is_bad(chunks):
+    """A forged batch record (valid CRC) at sequence 2^64-2 holding four messages: its last
+    sequences would pass 2^64-1. The parser gave struct.error (messages one by one) or took it
+    whole (in chunks); it is a bad record, as one whose producer sequences pass 2^64-1 (found
+    by review)."""
+    from zeps.journal.record.parser import BAD, parse_records
+    four = PublishBatch(4, encode_entries([("k", b"v" * 40)] * 4))
+    buf, _, _ = _block([([four], None, 1)], first_seq=5)
+    b = bytearray(buf)
+    first = 2**64 - 2
+    b[27:35] = first.to_bytes(8, "big")              # the DELIVER-BATCH head's sequence
+    b[4:8] = google_crc32c.value(bytes(b[8:])).to_bytes(4, "big")
+    res = parse_records(bytes(b), 0, len(b), first, [], chunks=chunks)
+    assert res.status == BAD and res.pos == 0
+    assert res.info == f"batch sequences {first}..{first + 3} pass 2^64-1"

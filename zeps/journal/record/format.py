@@ -94,6 +94,7 @@ PID_LEN_OFFSET = HEADER_SIZE          # the extension's pid_len, when the flag i
 EXT_FIXED = 9                         # extension bytes besides the pid: pid_len u8, pseq u64
 MAX_PRODUCER_ID = 255
 MAX_PSEQ = (1 << 64) - 1
+MAX_SEQ = (1 << 64) - 1                # a message's sequence is u64
 U32 = struct.Struct(">I")
 U64 = struct.Struct(">Q")
 MAX_KEY = 255

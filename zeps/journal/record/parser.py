@@ -16,7 +16,7 @@ from ...protocol.batch import (DELIVER_BATCH_ID, DELIVER_HEAD, DELIVER_HEAD_SIZE
 from ...protocol.deliver import DELIVER_ID, HEAD, KEY_OFFSET, MIN_FRAME, SIGNATURE
 from ...protocol.headers import BadHeaders, block_end
 from .format import (ENTRY_IN_DELIVER, HEADER, HEADER_SIZE, HEADERS_FLAG, LENGTH_MASK, MAX_PSEQ,
-                     PID_LEN_OFFSET, PRODUCER_FLAG, TS_OFFSET, U32, U64, BatchRecord,
+                     MAX_SEQ, PID_LEN_OFFSET, PRODUCER_FLAG, TS_OFFSET, U32, U64, BatchRecord,
                      HeadersRecord, ProducerRecord, Record, expand)
 
 _crc_value = google_crc32c.value
@@ -252,6 +252,8 @@ def _check_batch(frame: bytes, ts: int, expect_seq: int, gap: bool = False):
         return f"sequence {seq} where {expect_seq} was expected"
     if count > (length - DELIVER_HEAD_SIZE) // MIN_ENTRY:
         return f"batch count {count} does not fit its {length} bytes"
+    if seq + count - 1 > MAX_SEQ:
+        return f"batch sequences {seq}..{seq + count - 1} pass 2^64-1"
     try:
         return seq, count, walk(frame, DELIVER_HEAD_SIZE, length, count)
     except BadEntries as e:

@@ -17,6 +17,7 @@ import zmq
 
 from zeps.broker.security import load_public, new_keys
 from zeps.clients import Client, CurveKeys, HandshakeFailed, list_streams
+from zeps.clients.transport import OneRequest, send_within
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 
@@ -126,6 +127,39 @@ def test_sdk_raises_handshake_failed_and_the_right_keys_still_work(curve_broker)
     with Client(b.endpoint, "orders", timeout=10, curve=good) as ok:   # the broker serves on
         assert ok.publish("k", b"v") is not None
     assert "orders" in list_streams(b.endpoint, timeout=10, curve=good)
+
+
+@pytest.mark.timeout(120)
+def test_a_request_whose_connection_was_dropped_for_a_failed_handshake_does_not_block(
+        curve_broker):
+    """A plaintext client at a CurveZMQ broker: after the handshake fails, ZeroMQ drops the
+    connection's pipe, and a DEALER without a pipe blocks a plain send for ever. A request that
+    sends only then (its thread was slow to get there: this hung `make test` in CI) is told the
+    mistake, as one that sent first is."""
+    b = curve_broker
+    with OneRequest(b.endpoint) as r:
+        events = wait_for(lambda: r.sock.getsockopt(zmq.EVENTS), lambda e: not e & zmq.POLLOUT,
+                          60.0)
+        assert not events & zmq.POLLOUT, "the socket still takes frames after 60 s"
+        with pytest.raises(HandshakeFailed, match="requires CurveZMQ"):
+            r.ask(c.ListStreamsPage(""), c.ListStreamsPageOk, timeout=60)
+
+
+def test_a_send_waits_no_longer_than_its_timeout_on_a_socket_that_takes_nothing():
+    ctx = zmq.Context.instance()
+    nowhere = ctx.socket(zmq.DEALER)         # never connected: no pipe, as after the drop
+    peer, server = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+    for s in (nowhere, peer, server):
+        s.linger = 0
+    try:
+        assert not send_within(nowhere, b"x", 0.05)
+        port = server.bind_to_random_port("tcp://127.0.0.1")
+        peer.connect(f"tcp://127.0.0.1:{port}")
+        assert send_within(peer, b"y", 10.0)
+        assert server.poll(10_000) and server.recv_multipart()[1:] == [b"y"]
+    finally:
+        for s in (nowhere, peer, server):
+            s.close()
 
 
 def test_curve_client_at_a_plaintext_broker_is_told_so(broker, tmp_path):

@@ -407,8 +407,12 @@ async def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.
             sock.connect(endpoint)
         except zmq.ZMQError as e:
             raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
-        await sock.send(encode(c.ListStreams()))
         deadline = _monotonic() + timeout
+        try:            # a socket whose handshake failed for good never takes it
+            await asyncio.wait_for(sock.send(encode(c.ListStreams())), timeout)
+        except asyncio.TimeoutError:
+            raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
+                              f"{timeout:g}s (is it running?)") from None
         while True:
             left = deadline - _monotonic()
             if left <= 0:

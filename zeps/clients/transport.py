@@ -457,6 +457,23 @@ class Connection:
         return self.poller
 
 
+def send_within(sock, frame, timeout: float) -> bool:
+    """Send ``frame`` on ``sock``, waiting up to ``timeout`` seconds for the socket to take it;
+    False if it did not. (A DEALER whose connection failed its handshake for good has no pipe,
+    and a plain send on it never returns: see :class:`OneRequest`.)"""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            sock.send(frame, zmq.NOBLOCK)
+            return True
+        except zmq.Again:
+            pass
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        sock.poll(int(left * 1000) + 1, zmq.POLLOUT)
+
+
 def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, curve=None):
     """Send one command that needs no ATTACH on a socket of its own and return the broker's
     answer of type ``answer``: LIST-STREAMS, LIMITS and the stream administration commands.
@@ -467,33 +484,67 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
     :class:`InvalidError` when it refuses, :class:`ZepsError` for an answer that does not decode.
     ``REASONS-SELECT`` goes first: a refusal comes as ERROR (code and fields) from a broker that
     offers it, else as INVALID."""
-    from zeps.protocol import ProtocolError, decode, encode
-    from zeps.protocol import commands as c
-    from zeps.protocol.reasons import Reason
+    with OneRequest(endpoint, context=context, curve=curve) as r:
+        return r.ask(cmd, answer, timeout=timeout)
 
-    from .errors import ZepsError, ZepsTimeout, invalid_error
 
-    check_endpoint(endpoint)
-    z, ctx = zmq_for(context)
-    sock = ctx.socket(zmq.DEALER)
-    sock.setsockopt(zmq.LINGER, 0)
-    if curve is not None:
-        curve.apply(sock)
-    mon = sock.get_monitor_socket(_HANDSHAKE_FAILED)
-    watch = HandshakeWatch(endpoint, curve)
-    poller = z.Poller()
-    poller.register(sock, zmq.POLLIN)
-    poller.register(mon, zmq.POLLIN)
-    try:
+class OneRequest:
+    """The DEALER socket (and its monitor) of :func:`request_once`, connected to ``endpoint``.
+
+    Nothing is sent blocking: once a handshake has failed for good (a plaintext client at a
+    CurveZMQ broker, say), ZeroMQ drops the connection's pipe, and a DEALER without a pipe
+    blocks a send for ever; :meth:`ask` sends only what the socket takes, and its wait (for
+    the socket to take the rest, for an answer, for the monitor's word) ends at its deadline."""
+
+    def __init__(self, endpoint: str, *, context=None, curve=None):
+        check_endpoint(endpoint)
+        z, ctx = zmq_for(context)
+        self.endpoint = endpoint
+        self.sock = sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        if curve is not None:
+            curve.apply(sock)
+        self.mon = sock.get_monitor_socket(_HANDSHAKE_FAILED)
+        self.watch = HandshakeWatch(endpoint, curve)
+        self.poller = z.Poller()
+        self.poller.register(self.mon, zmq.POLLIN)
         try:
             sock.connect(endpoint)
         except zmq.ZMQError as e:
+            self.close()
             raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
-        sock.send(encode(c.ReasonsSelect()))
-        sock.send(encode(cmd))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def close(self) -> None:
+        self.sock.disable_monitor()
+        self.mon.close(0)
+        self.sock.close(0)
+
+    def ask(self, cmd, answer, *, timeout: float):
+        """``cmd``'s answer of type ``answer`` (see :func:`request_once`)."""
+        from zeps.protocol import ProtocolError, decode, encode
+        from zeps.protocol import commands as c
+        from zeps.protocol.reasons import Reason
+
+        from .errors import ZepsError, ZepsTimeout, invalid_error
+
+        sock, mon, poller, endpoint = self.sock, self.mon, self.poller, self.endpoint
+        pending = [encode(c.ReasonsSelect()), encode(cmd)]
         selected = False                  # the first answer is REASONS-SELECT's (OK or INVALID)
         deadline = time.monotonic() + timeout
         while True:
+            while pending:
+                try:
+                    sock.send(pending[0], zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                del pending[0]
+            poller.register(sock, zmq.POLLIN | (zmq.POLLOUT if pending else 0))
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
@@ -502,10 +553,10 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
             if mon in ready:
                 parts = mon.recv_multipart()
                 if len(parts[0]) >= 6:
-                    error = watch.event(*_MON_EVENT.unpack_from(parts[0], 0))
+                    error = self.watch.event(*_MON_EVENT.unpack_from(parts[0], 0))
                     if error is not None:
                         raise error
-            if sock not in ready:
+            if not ready.get(sock, 0) & zmq.POLLIN:
                 continue
             try:
                 reply = decode(sock.recv(zmq.NOBLOCK))
@@ -520,7 +571,3 @@ def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, cu
                 raise invalid_error(Reason.received(reply), cmd.NAME)
             if isinstance(reply, answer):
                 return reply
-    finally:
-        sock.disable_monitor()
-        mon.close(0)
-        sock.close(0)

@@ -12,6 +12,7 @@ import zmq
 
 from zeps.broker.acl import AclError, parse_acl
 from zeps.broker.security import load_public, load_secret
+from zeps.clients.transport import send_within
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 from zeps.protocol.reasons import NOT_ALLOWED, PUBLISH_REJECTED
@@ -65,8 +66,12 @@ class Peer:
         self.sock.connect(endpoint)
 
     def ask(self, *cmds, timeout=5.0):
+        """The first answer to ``cmds``, or None within ``timeout`` seconds. A connection whose
+        handshake failed for good has no pipe: the socket takes nothing (a plain send would
+        block for ever), which is no answer too."""
         for cmd in cmds:
-            self.sock.send(encode(cmd))
+            if not send_within(self.sock, encode(cmd), timeout):
+                return None
         if not self.sock.poll(int(timeout * 1000)):
             return None
         return decode(self.sock.recv())

@@ -17,7 +17,7 @@ import zmq
 
 from zeps.broker.security import load_public, new_keys
 from zeps.clients import Client, CurveKeys, HandshakeFailed, list_streams
-from zeps.clients.transport import OneRequest, send_within
+from zeps.clients.transport import OneRequest, asend_within, send_within
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 
@@ -160,6 +160,30 @@ def test_a_send_waits_no_longer_than_its_timeout_on_a_socket_that_takes_nothing(
     finally:
         for s in (nowhere, peer, server):
             s.close()
+
+
+def test_an_asyncio_send_waits_no_longer_than_its_timeout_and_leaves_nothing_queued():
+    import asyncio
+
+    import zmq.asyncio
+
+    async def run():
+        ctx = zmq.asyncio.Context()
+        s, server = ctx.socket(zmq.DEALER), ctx.socket(zmq.ROUTER)
+        for sock in (s, server):
+            sock.linger = 0
+        try:
+            assert not await asend_within(s, b"x", 0.05)       # no pipe yet: cancelled
+            port = server.bind_to_random_port("tcp://127.0.0.1")
+            s.connect(f"tcp://127.0.0.1:{port}")
+            assert await asend_within(s, b"y", 10.0)
+            first = await asyncio.wait_for(server.recv_multipart(), 10)
+            assert first[1:] == [b"y"]                          # not the cancelled x
+        finally:
+            s.close()
+            server.close()
+            ctx.term()
+    asyncio.run(run())
 
 
 def test_curve_client_at_a_plaintext_broker_is_told_so(broker, tmp_path):

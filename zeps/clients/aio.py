@@ -40,7 +40,7 @@ from .peering import CLOSED, ConnectionEvent
 from .receipt import AsyncReceipt, done_receipt
 from .requests import list_streams_answer
 from .subscription import AsyncSubscription, Subscribing, subscribe_args
-from .transport import Connection, check_endpoint, zmq_for
+from .transport import Connection, asend_within, check_endpoint, zmq_for
 
 __all__ = ["AsyncClient", "list_streams"]
 
@@ -408,11 +408,9 @@ async def list_streams(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.
         except zmq.ZMQError as e:
             raise ValueError(f"bad endpoint {endpoint!r}: {e}") from None
         deadline = _monotonic() + timeout
-        try:            # a socket whose handshake failed for good never takes it
-            await asyncio.wait_for(sock.send(encode(c.ListStreams())), timeout)
-        except asyncio.TimeoutError:
+        if not await asend_within(sock, encode(c.ListStreams()), timeout):
             raise ZepsTimeout(f"no answer from a ZEPS broker at {endpoint} within "
-                              f"{timeout:g}s (is it running?)") from None
+                              f"{timeout:g}s (is it running?)")
         while True:
             left = deadline - _monotonic()
             if left <= 0:

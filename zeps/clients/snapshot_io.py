@@ -12,7 +12,7 @@ import zmq
 
 from .errors import ZepsTimeout
 from .snapshot import SNAPSHOT_WINDOW, Snapshot, SnapshotReader
-from .transport import check_endpoint, send_within, zmq_for
+from .transport import asend_within, check_endpoint, send_within, zmq_for
 
 __all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]
 
@@ -89,10 +89,8 @@ class AsyncSnapshotIterator(_Base):
         try:
             while True:
                 for frame in r.outgoing:
-                    try:        # a socket whose handshake failed for good never takes it
-                        await asyncio.wait_for(sock.send(frame), self.timeout)
-                    except asyncio.TimeoutError:
-                        raise self._timed_out() from None
+                    if not await asend_within(sock, frame, self.timeout):
+                        raise self._timed_out()
                 r.outgoing.clear()
                 if r.buffered:
                     for m in r.take():

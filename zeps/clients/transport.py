@@ -474,6 +474,17 @@ def send_within(sock, frame, timeout: float) -> bool:
         sock.poll(int(left * 1000) + 1, zmq.POLLOUT)
 
 
+async def asend_within(sock, frame, timeout: float) -> bool:
+    """:func:`send_within` for a ``zmq.asyncio`` socket: False if it did not take ``frame``
+    within ``timeout`` seconds (the send is cancelled, and nothing of it is left queued)."""
+    import asyncio
+    try:
+        await asyncio.wait_for(sock.send(frame), timeout)
+        return True
+    except asyncio.TimeoutError:
+        return False
+
+
 def request_once(endpoint: str, cmd, answer, *, timeout: float, context=None, curve=None):
     """Send one command that needs no ATTACH on a socket of its own and return the broker's
     answer of type ``answer``: LIST-STREAMS, LIMITS and the stream administration commands.

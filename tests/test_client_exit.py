@@ -1,0 +1,149 @@
+"""A program that ends, or drops a client, without ``close()``: what happens to its publishes.
+
+``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
+issue 20), so a loop of publishes ends with some of them still in the client. At interpreter
+exit every client left open is closed as ``close()`` does (``zeps.clients.client``: they are
+sent and processed, within the client's timeout); a client garbage-collected while the program
+runs drops what it held, and says how many.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from zeps.clients import Client, ZepsTimeout
+
+REPO = Path(__file__).resolve().parent.parent
+FAST = dict(timeout=5.0, heartbeat=1.0)
+
+# Publishes N numbered messages in a tight loop and ends without close().
+PUBLISH_AND_EXIT = """
+import sys
+from zeps.clients import Client
+cl = Client(sys.argv[1], sys.argv[2], create=True)
+for i in range(int(sys.argv[3])):
+    cl.publish("k", b"%08d" % i)
+"""
+
+# Attaches, says so, waits for a line on stdin, publishes, ends without close().
+ATTACH_WAIT_PUBLISH = """
+import sys
+from zeps.clients import Client
+cl = Client(sys.argv[1], "held", timeout=1.0, create=True)
+print("attached", flush=True)
+sys.stdin.readline()
+for i in range(50):
+    cl.publish("k", b"x" * 100)
+print("published", flush=True)
+"""
+
+
+# Publishes, forks a child that ends at once (its interpreter exits normally), then goes on.
+FORK_THEN_PUBLISH = """
+import os, sys
+from zeps.clients import Client
+cl = Client(sys.argv[1], "forked", create=True, timeout=3.0)
+cl.publish("k", b"before")
+pid = os.fork()
+if pid == 0:
+    sys.exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+cl.publish("k", b"after")
+cl.close()
+print("ok")
+"""
+
+
+def run_script(script, *args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def read_all(endpoint, stream, n):
+    with Client(endpoint, stream, **FAST) as cl:
+        sub = cl.subscribe("")
+        return [sub.next(timeout=10) for _ in range(n)]
+
+
+def test_a_program_that_ends_without_close_has_every_publish_stored(broker):
+    n = 20_000
+    r = run_script(PUBLISH_AND_EXIT, broker.endpoint, "exit", str(n))
+    assert r.returncode == 0, r.stderr
+    msgs = read_all(broker.endpoint, "exit", n)
+    assert [m.body for m in msgs] == [b"%08d" % i for i in range(n)]
+    assert [m.sequence for m in msgs] == list(range(1, n + 1))
+    with Client(broker.endpoint, "exit", **FAST) as cl:
+        assert cl.info().last == n            # none twice, none more
+
+
+def test_a_program_whose_broker_never_answers_still_exits_and_says_so(broker):
+    """The broker is stopped (SIGSTOP: connected, never answering) when the program ends: the
+    close at exit waits the client's timeout for DETACH-OK, warns, and the program exits."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-c", ATTACH_WAIT_PUBLISH, broker.endpoint],
+                            env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "attached"
+        os.kill(broker.proc.pid, signal.SIGSTOP)
+        out, err = proc.communicate("go\n", timeout=120)
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, err
+    assert out.strip() == "published"
+    assert "no DETACH-OK" in err, err
+
+
+def test_a_client_collected_without_close_logs_the_publishes_it_drops(broker, caplog):
+    """While the broker is stopped its connection fills, then the client's queue, until a
+    publish times out (nothing moves any more); the client is then dropped: the warning gives
+    how many publishes it held."""
+    cl = Client(broker.endpoint, "dropped", create=True, timeout=1.0, heartbeat=60.0)
+    os.kill(broker.proc.pid, signal.SIGSTOP)
+    try:
+        body = b"x" * 4096
+        with pytest.raises(ZepsTimeout):
+            for _ in range(1_000_000):
+                cl.publish("k", body)
+        held = cl._p.unfinished_publishes()
+        assert held > 0
+        with caplog.at_level(logging.WARNING, logger="zeps.client"):
+            del cl
+            gc.collect()
+        assert f"without close(): {held} publish(es) it still held were dropped" in caplog.text
+    finally:
+        os.kill(broker.proc.pid, signal.SIGCONT)
+
+
+def test_a_closed_client_says_nothing_when_collected(broker, caplog):
+    cl = Client(broker.endpoint, "closed", create=True, **FAST)
+    for i in range(1000):
+        cl.publish("k", b"%d" % i)
+    cl.close()
+    with caplog.at_level(logging.WARNING, logger="zeps.client"):
+        del cl
+        gc.collect()
+    assert "garbage-collected" not in caplog.text
+
+
+def test_a_forked_child_leaves_its_parents_clients_alone_at_exit(broker):
+    """The child's copy of the parent's client shares the parent's socket and ZeroMQ context:
+    the child's exit must not close it (it would wait for a DETACH-OK that cannot come)."""
+    r = run_script(FORK_THEN_PUBLISH, broker.endpoint)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "ok"
+    assert "DETACH-OK" not in r.stderr and "zeps:" not in r.stderr, r.stderr
+    msgs = read_all(broker.endpoint, "forked", 2)
+    assert [m.body for m in msgs] == [b"before", b"after"]

@@ -39,6 +39,7 @@ BENCHMARKS = {
     "bench_redis_py": ("bench_redis_py", [], ["--seconds", "0.1", "--runs", "1"]),
     "bench_latency": ("bench_latency", [], ["--rate", "1000", "--seconds", "0.5"]),
     "bench_wakeup": ("bench_wakeup", [], ["--n", "200", "--rounds", "1"]),
+    "bench_roll": ("bench_roll", [], ["--seconds", "0.3", "--segment-kib", "64"]),
     "bench_stages": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3"],
                      ["--rate", "1000", "--seconds", "0.3"]),
     # the same with the spinning pacer of earlier runs (bench.systems.PACER), for comparison

@@ -62,10 +62,25 @@ print("ok")
 """
 
 
-def run_script(script, *args, **kw):
+def run_script(script, *args, timeout=120):
+    """Run ``script`` in a session of its own; on timeout the whole session is killed (a child
+    it forked too), and the test fails."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-c", script, *args], env=env, capture_output=True,
-                          text=True, timeout=120, **kw)
+    proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        pytest.fail(f"the script did not end within {timeout}s:\n{err[-3000:]}")
+    finally:
+        try:                                  # whatever it forked and left behind
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
 def read_all(endpoint, stream, n):
@@ -141,7 +156,7 @@ def test_a_closed_client_says_nothing_when_collected(broker, caplog):
 def test_a_forked_child_leaves_its_parents_clients_alone_at_exit(broker):
     """The child's copy of the parent's client shares the parent's socket and ZeroMQ context:
     the child's exit must not close it (it would wait for a DETACH-OK that cannot come)."""
-    r = run_script(FORK_THEN_PUBLISH, broker.endpoint)
+    r = run_script(FORK_THEN_PUBLISH, broker.endpoint, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok"
     assert "DETACH-OK" not in r.stderr and "zeps:" not in r.stderr, r.stderr

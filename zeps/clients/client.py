@@ -66,18 +66,22 @@ _open_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
 @atexit.register
 def _close_open_clients() -> None:
     """At interpreter exit, close every client the program left open, as :meth:`Client.close`
-    does: what it queued is sent and the broker has processed it (DETACH-OK), each within the
-    client's ``timeout``. Without this a script that ends after a loop of publishes loses those
-    still queued in the client or in ZeroMQ's socket (which closes with linger 0): most of
-    them (tests/test_client_exit.py). A close that cannot finish (no broker, a thread still
-    inside a call) logs a warning, and the exit goes on. A forked child leaves its parent's
-    clients alone (their sockets belong to the parent's ZeroMQ context)."""
+    does: what it queued is sent and the broker has processed it (DETACH-OK), all within the
+    longest of their ``timeout``. Without this a script that ends after a loop of publishes
+    loses those still queued in the client or in ZeroMQ's socket (which closes with linger 0):
+    most of them (tests/test_client_exit.py). A close that cannot finish (no broker, a thread
+    still inside a call) logs a warning, and the exit goes on. A forked child leaves its
+    parent's clients alone (their sockets belong to the parent's ZeroMQ context)."""
     pid = os.getpid()
-    for client in list(_open_clients):
-        if client._pid != pid:
-            continue
+    clients = [c for c in list(_open_clients) if c._pid == pid]
+    if not clients:
+        return
+    # one deadline for all: a program with many clients and a broker that never answers
+    # waits the longest of their timeouts, not their sum
+    deadline = _monotonic() + max(c.timeout for c in clients)
+    for client in clients:
         try:
-            client.close()
+            client.close(timeout=max(0.0, deadline - _monotonic()))
         except Exception as e:        # a thread inside a call on it, an INVALID, ...
             log.warning("zeps: closing the client of stream %r at exit: %s", client.stream, e)
 

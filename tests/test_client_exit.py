@@ -2,7 +2,7 @@
 
 ``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
 issue 20), so a loop of publishes ends with some of them still in the client. At interpreter
-exit every client left open is closed as ``close()`` does (``zeps.clients.client``: they are
+exit every client left open is closed as ``close()`` does (``zeps.clients.exiting``: they are
 sent and processed, within the longest timeout of those clients); a client garbage-collected
 while the program runs drops what it held, and says how many.
 """

@@ -57,9 +57,10 @@ How it works (what you can rely on, with either client)
   A program that ends without ``close()`` loses nothing either: at interpreter exit every
   :class:`Client` still open is closed as ``close()`` does (what it queued is sent and the
   broker has processed it, all within the longest ``timeout`` of those clients; if that cannot
-  finish, a warning says so and the exit goes on). A client garbage-collected without ``close()`` while the
-  program runs drops the publishes it still held, and logs how many. An :class:`AsyncClient`
-  needs its event loop to send: close it (``async with``) before the loop ends.
+  finish, a warning says so and the exit goes on). A client garbage-collected without
+  ``close()`` while the program runs drops the publishes it still held, and logs how many
+  (:mod:`zeps.clients.exiting`). An :class:`AsyncClient` needs its event loop to send: close it
+  (``async with``) before the loop ends.
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
   socket is busy (4 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than that

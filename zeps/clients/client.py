@@ -23,19 +23,17 @@ their waits as :mod:`zeps.clients.waiting` says.
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import logging
-import os
 import threading
 import time
-import weakref
 from typing import Callable, Iterable, Optional, Tuple, Union
 
 import zmq
 
 from ..protocol import commands as c
 from ..units import DEFAULT_ENDPOINT, TimeLike, to_timestamp_ns
+from . import exiting
 from . import operations as ops
 from .errors import ConcurrentUseError
 from .message import StreamInfo
@@ -58,32 +56,6 @@ log = logging.getLogger("zeps.client")
 _monotonic = time.monotonic
 _get_ident = threading.get_ident
 _DONE = done_receipt(Receipt)
-
-#: The clients not closed yet (weakly: a client collected without close() leaves by itself).
-_open_clients: "weakref.WeakSet[Client]" = weakref.WeakSet()
-
-
-@atexit.register
-def _close_open_clients() -> None:
-    """At interpreter exit, close every client the program left open, as :meth:`Client.close`
-    does: what it queued is sent and the broker has processed it (DETACH-OK), all within the
-    longest of their ``timeout``. Without this a script that ends after a loop of publishes
-    loses those still queued in the client or in ZeroMQ's socket (which closes with linger 0):
-    most of them (tests/test_client_exit.py). A close that cannot finish (no broker, a thread
-    still inside a call) logs a warning, and the exit goes on. A forked child leaves its
-    parent's clients alone (their sockets belong to the parent's ZeroMQ context)."""
-    pid = os.getpid()
-    clients = [c for c in list(_open_clients) if c._pid == pid]
-    if not clients:
-        return
-    # one deadline for all: a program with many clients and a broker that never answers
-    # waits the longest of their timeouts, not their sum
-    deadline = _monotonic() + max(c.timeout for c in clients)
-    for client in clients:
-        try:
-            client.close(timeout=max(0.0, deadline - _monotonic()))
-        except Exception as e:        # a thread inside a call on it, an INVALID, ...
-            log.warning("zeps: closing the client of stream %r at exit: %s", client.stream, e)
 
 
 def _guarded(method):
@@ -168,9 +140,8 @@ class Client(ops.FrontEnd, Driver):
     refuses the stream (not for a stream that does not exist: see ``create``) and
     :class:`ZepsTimeout` if no broker answers within ``timeout``. Use it as a context
     manager, or call :meth:`close`. A client still open when the interpreter exits is closed
-    then, as :meth:`close` does (what it queued is sent, within ``timeout``); one
-    garbage-collected without :meth:`close` drops the publishes it still held, and logs how
-    many.
+    then, as :meth:`close` does; one garbage-collected without :meth:`close` drops the
+    publishes it still held, and logs how many (:mod:`zeps.clients.exiting`).
     """
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
@@ -201,8 +172,7 @@ class Client(ops.FrontEnd, Driver):
             conn.close()
             p.close()
             raise
-        self._pid = os.getpid()
-        _open_clients.add(self)
+        exiting.opened(self)
 
     # ------------------------------------------------------------------ publishing
 
@@ -516,7 +486,7 @@ class Client(ops.FrontEnd, Driver):
         try:
             self._run(ops.detach(self, timeout, log))
         finally:
-            _open_clients.discard(self)
+            exiting.closed(self)
             self._flusher.stop()
             self._conn.close()
             p.close()
@@ -539,7 +509,7 @@ class Client(ops.FrontEnd, Driver):
                 pass
 
     def __del__(self):
-        self._warn_dropped()
+        exiting.warn_dropped(self)
         getattr(self, "_flusher", NO_FLUSHER).stop()
         conn = getattr(self, "_conn", None)
         if conn is not None and conn.sock is not None:
@@ -547,21 +517,6 @@ class Client(ops.FrontEnd, Driver):
                 conn.close()
             except Exception:
                 pass
-
-    def _warn_dropped(self) -> None:
-        """From ``__del__``: log the publishes a client collected without :meth:`close`
-        drops, if it still held any (its socket, closed with linger 0, may hold a few more)."""
-        try:
-            p = self._p
-            if p.state is CLOSED or self._pid != os.getpid():   # a forked child's copy
-                return
-            n = p.unfinished_publishes()
-            if n:
-                log.warning("zeps: a client of stream %r was garbage-collected without "
-                            "close(): %d publish(es) it still held were dropped; call close() "
-                            "(or use it as a context manager) to send them", self.stream, n)
-        except Exception:              # half-built, or the interpreter is shutting down
-            pass
 
     def _concurrent(self, call: str):
         """The guard is taken: wait for the client's sender to let go, else raise the error."""

@@ -1,0 +1,77 @@
+"""What becomes of a :class:`~zeps.clients.Client` the program does not close.
+
+``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
+issue 20), so a loop of publishes ends with some of them still in the client, and its socket
+closes with linger 0. Without this module a script that ended after such a loop lost most of
+them, silently (tests/test_client_exit.py).
+
+* **At interpreter exit** every client still open is closed as ``Client.close()`` does: what it
+  queued is sent and the broker has processed it (DETACH-OK). All of them share one deadline,
+  the longest of their ``timeout``: a program with many clients and a broker that never
+  answers waits that long, not the sum. A close that cannot finish (no broker, a thread still
+  inside a call) logs a warning, and the exit goes on. As kafka-python's producer closes itself
+  at exit.
+* **Collected without close()** while the program runs, a client drops what it still held and
+  logs how many (its ``__del__``; it does not send: ``__del__`` may run in the client's own
+  sender thread, :mod:`zeps.clients.flusher`, which a close would wait for).
+* **A forked child** leaves its parent's clients alone: their sockets belong to the parent's
+  ZeroMQ context (closing them from the child's exit hung the child).
+"""
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import time
+import weakref
+
+from .peering import CLOSED
+
+__all__ = ["opened", "closed", "warn_dropped"]
+
+log = logging.getLogger("zeps.client")
+
+#: The clients not closed yet (weakly: a client collected without close() leaves by itself).
+_open = weakref.WeakSet()
+
+
+def opened(client) -> None:
+    """``client`` is connected: close it at exit unless it is closed first."""
+    client._pid = os.getpid()
+    _open.add(client)
+
+
+def closed(client) -> None:
+    """``client`` was closed."""
+    _open.discard(client)
+
+
+@atexit.register
+def close_open_clients() -> None:
+    """Close the clients of this process still open (see the module's documentation)."""
+    pid = os.getpid()
+    clients = [c for c in list(_open) if c._pid == pid]
+    if not clients:
+        return
+    deadline = time.monotonic() + max(c.timeout for c in clients)
+    for client in clients:
+        try:
+            client.close(timeout=max(0.0, deadline - time.monotonic()))
+        except Exception as e:        # a thread inside a call on it, an INVALID, ...
+            log.warning("zeps: closing the client of stream %r at exit: %s", client.stream, e)
+
+
+def warn_dropped(client) -> None:
+    """From ``client.__del__``: log the publishes it drops, if it still held any (its socket,
+    closed with linger 0, may hold a few more)."""
+    try:
+        p = client._p
+        if p.state is CLOSED or client._pid != os.getpid():   # a forked child's copy
+            return
+        n = p.unfinished_publishes()
+        if n:
+            log.warning("zeps: a client of stream %r was garbage-collected without close(): "
+                        "%d publish(es) it still held were dropped; call close() (or use it "
+                        "as a context manager) to send them", client.stream, n)
+    except Exception:                  # half-built, or the interpreter is shutting down
+        pass

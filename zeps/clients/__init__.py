@@ -59,8 +59,11 @@ How it works (what you can rely on, with either client)
   broker has processed it, all within the longest ``timeout`` of those clients; if that cannot
   finish, a warning says so and the exit goes on). A client garbage-collected without
   ``close()`` while the program runs drops the publishes it still held, and logs how many
-  (:mod:`zeps.clients.exiting`). An :class:`AsyncClient` needs its event loop to send: close it
-  (``async with``) before the loop ends.
+  (:mod:`zeps.clients.lifetime`). An :class:`AsyncClient` needs its event loop to send: close it
+  (``async with``) before the loop ends. A :class:`Client` made before ``os.fork()``
+  (``multiprocessing``'s default start method on Linux) is closed in the child, whose copy of
+  its socket is the parent's: a call on it there raises :class:`ClientForked` (make a new client
+  in the child); the parent's goes on.
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
   socket is busy (4 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than that
@@ -164,14 +167,15 @@ Exports: :class:`Client`, :class:`AsyncClient`, :class:`Subscription`,
 :class:`InvalidError`, :class:`NoStream`, :class:`PatternRemoved`, :class:`ZepsTimeout`,
 :class:`ConnectionLost`,
 :class:`HandshakeFailed`, :class:`StreamGone`, :class:`StreamDeleted`, :class:`StreamRecreated`,
-:class:`ClientClosed`,
+:class:`ClientClosed`, :class:`ClientForked`,
 :class:`ConcurrentUseError`, :class:`ProducerFenced`, :class:`ProducerStateLost` (also as the
 module ``zeps.clients.errors``).
 """
 from ..units import check_endpoint, to_timestamp_ns
 from . import errors
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
-from .errors import (ClientClosed, ConcurrentUseError, ConnectionLost, HandshakeFailed,
+from .errors import (ClientClosed, ClientForked, ConcurrentUseError, ConnectionLost,
+                     HandshakeFailed,
                      InvalidError, NoStream, PatternRemoved, ProducerFenced, ProducerStateLost,
                      StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
 from .message import Headers, Message, MessageBatch, StreamInfo
@@ -185,7 +189,7 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
-           "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed",
+           "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed", "ClientForked",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 

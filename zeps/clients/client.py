@@ -33,7 +33,7 @@ import zmq
 
 from ..protocol import commands as c
 from ..units import DEFAULT_ENDPOINT, TimeLike, to_timestamp_ns
-from . import exiting
+from . import lifetime
 from . import operations as ops
 from .errors import ConcurrentUseError
 from .message import StreamInfo
@@ -141,7 +141,7 @@ class Client(ops.FrontEnd, Driver):
     :class:`ZepsTimeout` if no broker answers within ``timeout``. Use it as a context
     manager, or call :meth:`close`. A client still open when the interpreter exits is closed
     then, as :meth:`close` does; one garbage-collected without :meth:`close` drops the
-    publishes it still held, and logs how many (:mod:`zeps.clients.exiting`).
+    publishes it still held, and logs how many (:mod:`zeps.clients.lifetime`).
     """
 
     def __init__(self, endpoint: str, stream: str, *, credit_window: int = DEFAULT_CREDIT_WINDOW,
@@ -172,7 +172,7 @@ class Client(ops.FrontEnd, Driver):
             conn.close()
             p.close()
             raise
-        exiting.opened(self)
+        lifetime.opened(self)
 
     # ------------------------------------------------------------------ publishing
 
@@ -486,7 +486,7 @@ class Client(ops.FrontEnd, Driver):
         try:
             self._run(ops.detach(self, timeout, log))
         finally:
-            exiting.closed(self)
+            lifetime.closed(self)
             self._flusher.stop()
             self._conn.close()
             p.close()
@@ -509,7 +509,7 @@ class Client(ops.FrontEnd, Driver):
                 pass
 
     def __del__(self):
-        exiting.warn_dropped(self)
+        lifetime.warn_dropped(self)
         getattr(self, "_flusher", NO_FLUSHER).stop()
         conn = getattr(self, "_conn", None)
         if conn is not None and conn.sock is not None:
@@ -517,6 +517,15 @@ class Client(ops.FrontEnd, Driver):
                 conn.close()
             except Exception:
                 pass
+
+    def _forked(self) -> None:
+        """In a child of ``os.fork()``: this copy's socket, guard and sender thread are the
+        parent's (:mod:`zeps.clients.lifetime`); closed for good without touching the socket,
+        every call raises :class:`~zeps.clients.errors.ClientForked`."""
+        self._conn.abandon()
+        self._p.forked(self._pid)
+        self._guard = threading.Lock()        # a parent's thread may have held it at the fork
+        self._flusher = NO_FLUSHER            # the parent's sender thread is not in the child
 
     def _concurrent(self, call: str):
         """The guard is taken: wait for the client's sender to let go, else raise the error."""

@@ -182,6 +182,14 @@ class ClientClosed(ZepsError):
     """The client was used after :meth:`Client.close`."""
 
 
+class ClientForked(ClientClosed):
+    """A :class:`~zeps.clients.Client` made before ``os.fork()`` was used in the child: its
+    ZeroMQ socket belongs to the parent's process (ZeroMQ does not survive a fork; a call on it
+    in the child hung), so the child's copy is closed. Make a new client in the child, or start
+    children with ``multiprocessing``'s ``spawn`` method. Unlike a plain :class:`ClientClosed`,
+    it is raised by ``for msg in subscription`` too, which it does not end silently."""
+
+
 class ConcurrentUseError(ZepsError):
     """A blocking :class:`~zeps.clients.Client` was called while another thread (or greenlet)
     was inside a call on it. A client must be used by one thread at a time: give each thread

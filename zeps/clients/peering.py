@@ -58,7 +58,7 @@ from ..protocol.reasons import Code, Reason
 from .batching import DELIVER_BATCH_HEAD, MAX_BATCH_BYTES, PublishQueue
 from .confirms import ConfirmTracker
 from .delivery import Delivery
-from .errors import ClientClosed, InvalidError, NoStream
+from .errors import ClientClosed, ClientForked, InvalidError, NoStream
 from .message import Message, MessageBatch
 from .producer import ExactlyOnce, check_producer_id, new_producer_id
 from .publishing import Publishing
@@ -163,6 +163,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.pubs_since_request = 0
         self.error: Optional[Exception] = None        # one-shot: raised by the next call
         self.fatal: Optional[Exception] = None        # permanent
+        self.forked_from: Optional[int] = None         # a forked child's copy: the parent's pid
         self.attach_error: Optional[InvalidError] = None
         self.probe: Optional[Request] = None
         self.last_send = now
@@ -229,7 +230,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         """Raise what the application must hear before its next operation: :class:`ClientClosed`,
         the permanent error, or (once) the error of an earlier asynchronous operation."""
         if self.state is CLOSED:
-            raise ClientClosed("the client is closed")
+            raise self.closed_as()
         if self.fatal is not None:
             raise self.fatal
         if self.error is not None:
@@ -389,6 +390,20 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         ``error``."""
         self.state = FAILED
         self._fail(error)
+
+    def closed_as(self) -> ClientClosed:
+        """What a call on the closed client raises."""
+        if self.forked_from is not None:
+            return ClientForked(f"this client was made in process {self.forked_from} and cannot "
+                                f"be used in a child forked from it (its ZeroMQ socket is the "
+                                f"parent's): make a new client in the child")
+        return ClientClosed("the client is closed")
+
+    def forked(self, parent: int) -> None:
+        """This is the copy a forked child has of process ``parent``'s peering, whose socket
+        is the parent's: closed for good, calls raise :class:`ClientForked`."""
+        self.close()
+        self.forked_from = parent
 
     def close(self) -> None:
         """The shell closed its socket: final. Unconfirmed publishes fail with ClientClosed."""

@@ -12,7 +12,7 @@ from operator import length_hint as _length_hint
 from typing import AsyncIterator, Iterator, List, Optional, Tuple
 
 from . import operations as ops
-from .errors import ClientClosed, ZepsTimeout
+from .errors import ClientClosed, ClientForked, ZepsTimeout
 from .message import Message, MessageBatch
 
 __all__ = ["Subscription", "AsyncSubscription", "Subscribing", "subscribe_args"]
@@ -89,7 +89,7 @@ class _Feed:
     steps through in C, message by message), filling them from the client first when they
     are all handed. The errors of filling are given as an iterator raising them (the chain
     goes on after one, as the subscription did); ``ClientClosed`` ends a ``for`` loop's chain
-    (``ends``) and is raised by ``next()``'s."""
+    (``ends``) and is raised by ``next()``'s (``ClientForked`` is raised by both)."""
 
     __slots__ = ("_sub", "_ends")
 
@@ -105,7 +105,7 @@ class _Feed:
         try:
             return sub._refill(sub.timeout if self._ends else sub._wait)
         except ClientClosed as e:
-            if self._ends:
+            if self._ends and not isinstance(e, ClientForked):
                 raise StopIteration from None
             return _raising(e)
         except BaseException as e:          # ZepsTimeout, the client's errors, Ctrl-C
@@ -257,6 +257,8 @@ class Subscription(_Messages):
         while True:
             try:
                 yield self.next_batch(t)
+            except ClientForked:
+                raise
             except ClientClosed:
                 return
 
@@ -269,6 +271,8 @@ class Subscription(_Messages):
             return msg
         try:
             return self.next(self.timeout)
+        except ClientForked:
+            raise
         except ClientClosed:
             raise StopIteration from None
 

@@ -267,11 +267,7 @@ class Connection:
         self.service_due = 0.0
 
     def close(self) -> None:
-        raw, raw_mon = self._owned or (None, None)
-        self._owned = ()
-        self.service_due = 0.0
-        self.sock = self.mon = self.poller = None
-        self.send = self.recv = self.get = self.mon_get = None
+        raw, raw_mon = self.abandon()
         if raw is not None:
             try:
                 raw.disable_monitor()
@@ -279,6 +275,16 @@ class Connection:
                 pass
             raw_mon.close(0)
             raw.close(0)
+
+    def abandon(self):
+        """Forget the socket and its monitor without a call on them, and return them (a forked
+        child's copy of the connection: they are the parent's)."""
+        owned = self._owned or (None, None)
+        self._owned = ()
+        self.service_due = 0.0
+        self.sock = self.mon = self.poller = None
+        self.send = self.recv = self.get = self.mon_get = None
+        return owned
 
     # ------------------------------------------------------------------ non-blocking work
 

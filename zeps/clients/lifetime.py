@@ -1,9 +1,10 @@
-"""What becomes of a :class:`~zeps.clients.Client` the program does not close.
+"""A :class:`~zeps.clients.Client`'s life outside the program's calls: what becomes of one the
+program does not close, and of its copy in a forked child.
 
 ``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
 issue 20), so a loop of publishes ends with some of them still in the client, and its socket
 closes with linger 0. Without this module a script that ended after such a loop lost most of
-them, silently (tests/test_client_exit.py).
+them, silently (tests/test_client_lifetime.py).
 
 * **At interpreter exit** every client still open is closed as ``Client.close()`` does: what it
   queued is sent and the broker has processed it (DETACH-OK). All of them share one deadline,
@@ -14,8 +15,12 @@ them, silently (tests/test_client_exit.py).
 * **Collected without close()** while the program runs, a client drops what it still held and
   logs how many (its ``__del__``; it does not send: ``__del__`` may run in the client's own
   sender thread, :mod:`zeps.clients.flusher`, which a close would wait for).
-* **A forked child** leaves its parent's clients alone: their sockets belong to the parent's
-  ZeroMQ context (closing them from the child's exit hung the child).
+* **In a child of os.fork()** (``multiprocessing``'s default start method on Linux) the
+  parent's clients are copies whose ZeroMQ sockets belong to the parent's context: a call on
+  one in the child spun for ever inside ZeroMQ, and closing them at the child's exit did too.
+  Right after the fork (``os.register_at_fork``) each copy is closed without a call on its
+  socket, and a call on it raises :class:`~zeps.clients.errors.ClientForked`, which says to
+  make a new client in the child. The parent's clients go on unaffected.
 """
 from __future__ import annotations
 
@@ -49,7 +54,7 @@ def closed(client) -> None:
 @atexit.register
 def close_open_clients() -> None:
     """Close the clients of this process still open (see the module's documentation)."""
-    pid = os.getpid()
+    pid = os.getpid()      # a child forked by C code, without Python's fork hooks, has copies
     clients = [c for c in list(_open) if c._pid == pid]
     if not clients:
         return
@@ -75,3 +80,14 @@ def warn_dropped(client) -> None:
                         "as a context manager) to send them", client.stream, n)
     except Exception:                  # half-built, or the interpreter is shutting down
         pass
+
+
+def _forked_child() -> None:
+    """Right after ``os.fork()``, in the child: the parent's clients are unusable copies."""
+    clients = list(_open)
+    _open.clear()
+    for client in clients:
+        client._forked()
+
+
+os.register_at_fork(after_in_child=_forked_child)

@@ -1,4 +1,5 @@
-"""A program that ends, or drops a client, without ``close()``: what happens to its publishes.
+"""A program that ends, or drops a client, without ``close()``: what happens to its publishes;
+and the copy of a client a forked child has (``zeps.clients.lifetime``).
 
 ``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
 issue 20), so a loop of publishes ends with some of them still in the client. At interpreter
@@ -62,6 +63,48 @@ assert os.waitstatus_to_exitcode(status) == 0, status
 cl.publish("k", b"after")
 cl.close()
 print("ok")
+"""
+
+
+# A client subscribed and publishing; a forked child tries every kind of call on its copy, then
+# a fork-started multiprocessing pool's worker publishes; the parent goes on.
+FORK_THEN_CALL = """
+import multiprocessing, os, sys
+from zeps.clients import Client, ClientForked
+cl = Client(sys.argv[1], "forked2", create=True, timeout=3.0)
+sub = cl.subscribe("", live=True)
+cl.publish("k", b"before")
+cl.flush()
+
+def attempt(name, call):
+    try:
+        call()
+        return name + ": returned"
+    except ClientForked:
+        return name + ": ClientForked"
+    except Exception as e:
+        return name + ": " + type(e).__name__
+
+def work(_):
+    return attempt("pool publish", lambda: cl.publish("k", b"worker"))
+
+pid = os.fork()
+if pid == 0:
+    got = [attempt("publish", lambda: cl.publish("k", b"child")),
+           attempt("flush", cl.flush),
+           attempt("info", cl.info),
+           attempt("next", lambda: sub.next(timeout=1)),
+           attempt("for", lambda: [m for m in sub]),
+           attempt("close", cl.close)]
+    print("\\n".join(got), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+with multiprocessing.get_context("fork").Pool(1) as pool:
+    print(pool.map(work, [0])[0], flush=True)
+cl.publish("k", b"after")
+print("parent:", [sub.next(timeout=10).body.decode() for _ in range(2)], flush=True)
+cl.close()
 """
 
 
@@ -170,4 +213,16 @@ def test_a_forked_child_leaves_its_parents_clients_alone_at_exit(broker):
     assert r.stdout.strip() == "ok"
     assert "DETACH-OK" not in r.stderr and "zeps:" not in r.stderr, r.stderr
     msgs = read_all(broker.endpoint, "forked", 2)
+    assert [m.body for m in msgs] == [b"before", b"after"]
+
+
+def test_a_forked_childs_copy_raises_client_forked_and_the_parent_goes_on(broker):
+    """Before, any call on the copy in the child spun for ever inside ZeroMQ."""
+    r = run_script(FORK_THEN_CALL, broker.endpoint, timeout=60)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.strip().splitlines()
+    assert lines == ["publish: ClientForked", "flush: ClientForked", "info: ClientForked",
+                     "next: ClientForked", "for: ClientForked", "close: returned",
+                     "pool publish: ClientForked", "parent: ['before', 'after']"], r.stdout
+    msgs = read_all(broker.endpoint, "forked2", 2)
     assert [m.body for m in msgs] == [b"before", b"after"]

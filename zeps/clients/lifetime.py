@@ -3,8 +3,8 @@ program does not close, and of its copy in a forked child.
 
 ``publish()`` returns once ZeroMQ or the client's queue has the message (natural batching,
 issue 20), so a loop of publishes ends with some of them still in the client, and its socket
-closes with linger 0. Without this module a script that ended after such a loop lost most of
-them, silently (tests/test_client_lifetime.py).
+closes with linger 0. Without this module a script that ended after such a loop lost what was
+still queued, silently (tests/test_client_lifetime.py).
 
 * **At interpreter exit** every client still open is closed as ``Client.close()`` does: what it
   queued is sent and the broker has processed it (DETACH-OK). All of them share one deadline,

@@ -175,9 +175,9 @@ from ..units import check_endpoint, to_timestamp_ns
 from . import errors
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
 from .errors import (ClientClosed, ClientForked, ConcurrentUseError, ConnectionLost,
-                     HandshakeFailed,
-                     InvalidError, NoStream, PatternRemoved, ProducerFenced, ProducerStateLost,
-                     StreamDeleted, StreamGone, StreamRecreated, ZepsError, ZepsTimeout)
+                     HandshakeFailed, InvalidError, NoStream, PatternRemoved, ProducerFenced,
+                     ProducerStateLost, StreamDeleted, StreamGone, StreamRecreated, ZepsError,
+                     ZepsTimeout)
 from .message import Headers, Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription

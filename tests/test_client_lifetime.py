@@ -108,6 +108,123 @@ cl.close()
 """
 
 
+# A durable consumer's member that took one message; a forked child tries its copy (and acks the
+# message the parent took); then the parent reads on.
+FORK_CONSUMER = """
+import os, sys
+from zeps.clients import Client, ClientForked
+cl = Client(sys.argv[1], "forked3", create=True, timeout=3.0)
+cl.add_consumer("work")
+for i in range(4):
+    cl.publish("k", b"m%d" % i)
+cl.flush()
+con = cl.consume("work", timeout=3.0)
+first = con.next()
+first.ack()
+
+def attempt(name, call):
+    try:
+        call()
+        return name + ": returned"
+    except ClientForked:
+        return name + ": ClientForked"
+    except Exception as e:
+        return name + ": " + type(e).__name__
+
+pid = os.fork()
+if pid == 0:
+    got = [attempt("next", lambda: con.next(timeout=1)),
+           attempt("ack", first.ack),
+           attempt("for", lambda: [m for m in con]),
+           attempt("batches", lambda: list(con.batches())),
+           attempt("close", con.close)]
+    print("\\n".join(got), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+rest = []
+for _ in range(3):
+    m = con.next(timeout=10)
+    m.ack()
+    rest.append(m.body.decode())
+print("parent:", [first.body.decode()] + rest, flush=True)
+con.close()
+cl.close()
+"""
+
+
+# An AsyncClient connected on a loop of the parent; a forked child calls its copy on a loop of
+# its own; the parent goes on.
+FORK_ASYNC = """
+import asyncio, os, sys
+from zeps.clients import AsyncClient, ClientForked
+loop = asyncio.new_event_loop()
+ac = AsyncClient(sys.argv[1], "forked4", create=True, timeout=3.0)
+loop.run_until_complete(ac.connect())
+loop.run_until_complete(ac.publish("k", b"before"))
+loop.run_until_complete(ac.flush())
+
+async def attempt(name, call):
+    try:
+        await asyncio.wait_for(call(), 10)
+        return name + ": returned"
+    except ClientForked:
+        return name + ": ClientForked"
+    except Exception as e:
+        return name + ": " + type(e).__name__
+
+async def child():
+    sub = None
+    async def subscribe():
+        async for m in ac.subscribe(""):
+            pass
+    return [await attempt("publish", lambda: ac.publish("k", b"child")),
+            await attempt("flush", ac.flush),
+            await attempt("info", ac.info),
+            await attempt("async for", subscribe),
+            await attempt("close", ac.close)]
+
+pid = os.fork()
+if pid == 0:
+    print("\\n".join(asyncio.run(child())), flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+loop.run_until_complete(ac.publish("k", b"after"))
+loop.run_until_complete(ac.close())
+print("parent: ok", flush=True)
+"""
+
+
+# A snapshot iterated in part (a small window: the rest is still at the broker); a forked child
+# goes on iterating its copy; then the parent does.
+FORK_SNAPSHOT = """
+import os, sys
+from zeps.clients import Client, ClientForked
+from zeps.clients.snapshot_io import SnapshotIterator
+with Client(sys.argv[1], "forked5", create=True, confirms=True) as cl:
+    for i in range(300):
+        cl.publish("k.%03d" % i, b"v" * 100)
+    cl.wait_for_confirms(10)
+it = iter(SnapshotIterator(sys.argv[1], "forked5", window=2048, timeout=5.0))
+first = next(it)
+pid = os.fork()
+if pid == 0:
+    try:
+        n = sum(1 for _ in it)
+        print("child: ended after", n, flush=True)
+    except ClientForked:
+        print("child: ClientForked", flush=True)
+    except Exception as e:
+        print("child:", type(e).__name__, e, flush=True)
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+keys = [first.key] + [m.key for m in it]
+print("parent:", len(keys), keys == ["k.%03d" % i for i in range(300)], flush=True)
+"""
+
+
 def run_script(script, *args, timeout=120):
     """Run ``script`` in a session of its own; on timeout the whole session is killed (a child
     it forked too), and the test fails."""
@@ -226,3 +343,36 @@ def test_a_forked_childs_copy_raises_client_forked_and_the_parent_goes_on(broker
                      "pool publish: ClientForked", "parent: ['before', 'after']"], r.stdout
     msgs = read_all(broker.endpoint, "forked2", 2)
     assert [m.body for m in msgs] == [b"before", b"after"]
+
+
+def test_a_forked_childs_consumer_raises_client_forked_and_hands_nothing_twice(broker):
+    """Before, the child's copy handed out the parent's prefetched message (``next`` returned
+    m1, which the parent handed out too) and then spun for ever in ``close``."""
+    r = run_script(FORK_CONSUMER, broker.endpoint, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == [
+        "next: ClientForked", "ack: ClientForked", "for: ClientForked", "batches: ClientForked",
+        "close: returned", "parent: ['m0', 'm1', 'm2', 'm3']"], r.stdout
+
+
+def test_a_forked_childs_async_client_raises_client_forked(broker):
+    """Before, the copy's ``publish`` returned and its message went nowhere (and ``flush``
+    waited out its timeout)."""
+    r = run_script(FORK_ASYNC, broker.endpoint, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == [
+        "publish: ClientForked", "flush: ClientForked", "info: ClientForked",
+        "async for: ClientForked", "close: returned", "parent: ok"], r.stdout
+    msgs = read_all(broker.endpoint, "forked4", 2)
+    assert [m.body for m in msgs] == [b"before", b"after"]
+    with Client(broker.endpoint, "forked4", **FAST) as cl:
+        assert cl.info().last == 2                    # nothing from the child
+
+
+def test_a_snapshot_resumed_in_a_forked_child_raises_client_forked(start_broker):
+    """The child may hand out what its copy had already received, then raises; the parent's
+    iteration goes on to the end."""
+    b = start_broker(None, "--key-index")
+    r = run_script(FORK_SNAPSHOT, b.endpoint, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == ["child: ClientForked", "parent: 300 True"], r.stdout

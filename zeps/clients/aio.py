@@ -31,6 +31,7 @@ import zmq
 from ..protocol import commands as c
 from ..protocol.codec import ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike
+from . import lifetime
 from . import operations as ops
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT, LOOK_INTERVAL, WRITABLE_BATCH
 from .errors import ClientClosed, ConnectionLost, ZepsError, ZepsTimeout
@@ -85,11 +86,12 @@ class AsyncClient(ops.FrontEnd):
         """Connect and ATTACH (once; later calls wait for the same). Returns the client.
         The call that started connecting, cancelled or failed, leaves the client closed."""
         if self._p.state is CLOSED:
-            raise ClientClosed("the client is closed")
+            raise self._p.closed_as()
         started = self._task is None
         if started:
             self._loop = asyncio.get_running_loop()
             self._conn.open()
+            lifetime.watch_fork(self)
             self._conn.send_queued()
             self._task = self._loop.create_task(self._io(), name=f"zeps I/O {self.stream!r}")
         try:
@@ -134,6 +136,14 @@ class AsyncClient(ops.FrontEnd):
                 conn.close()
             except Exception:
                 pass
+
+    def _forked(self) -> None:
+        """In a child of ``os.fork()``: the socket and the I/O task are the parent's
+        (:mod:`zeps.clients.lifetime`); forgotten without a call on them, and every call raises
+        :class:`~zeps.clients.errors.ClientForked`."""
+        self._conn.abandon()
+        self._p.forked(self._pid)
+        self._task = self._loop = self._changed = self._wake = None
 
     def _shutdown(self) -> None:
         task, self._task = self._task, None
@@ -305,7 +315,7 @@ class AsyncClient(ops.FrontEnd):
             return True
         if self._task is None:
             if self._p.state is CLOSED:
-                raise ClientClosed("the client is closed")
+                raise self._p.closed_as()
             raise ZepsError("the AsyncClient is not connected: use `async with AsyncClient(...)` "
                             "or `await client.connect()` first")
         while True:
@@ -321,6 +331,8 @@ class AsyncClient(ops.FrontEnd):
             if cond():
                 return True
             if self._p.state is CLOSED:
+                if self._p.forked_from is not None:
+                    raise self._p.closed_as()
                 raise ClientClosed("the client was closed")
 
     def _send_queued(self) -> None:

@@ -50,7 +50,7 @@ from zeps.units import to_timestamp_ns
 
 from .batching import DELIVER_BATCH_HEAD, ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
-from .errors import ZepsError, ZepsTimeout, invalid_error
+from .errors import ClientForked, ZepsError, ZepsTimeout, forked, invalid_error
 from .message import Message
 from .window import largest_cost, topup_for, window_for
 
@@ -431,6 +431,8 @@ class ConsumerPeering:
                now: Optional[float] = None) -> None:
         """``m.ack()`` / ``m.nak(delay)`` / ``m.in_progress()``."""
         if self.state is CLOSED or self.state is CLOSING:
+            if isinstance(self.error, ClientForked):
+                raise self.error
             raise ZepsError(f"consumer {self.name!r} is closed: message {m.sequence} can no "
                             f"longer be acknowledged (the broker gives it to a member again)")
         if m.settled or m._generation != self.generation:
@@ -490,6 +492,18 @@ class ConsumerPeering:
     @property
     def closed(self) -> bool:
         return self.state is CLOSED
+
+    def forked(self, parent: int) -> None:
+        """This is the copy a forked child has of process ``parent``'s member, whose socket is
+        the parent's: closed for good, without a frame. Every call raises
+        :class:`~zeps.clients.errors.ClientForked`, ``ack()`` on a message it handed out in the
+        parent too; what it had buffered is dropped (the parent hands it out)."""
+        self.error = forked("consumer", parent)
+        self.state = CLOSED
+        self.buffered.clear()
+        self.outgoing.clear()
+        self._acks = []
+        self._naks = []
 
     def finish(self) -> None:
         """The driver closed its socket: final."""

@@ -20,7 +20,9 @@ times as it takes, like a client's reconnects): the broker gives every message n
 acknowledged again, to this member or another (at-least-once); the messages received before and
 not acknowledged are never acknowledged by this member (their ``ack()`` does nothing).
 ``close()`` (or leaving the ``with``) sends the acknowledgements queued and leaves the consumer
-(DETACH): what it held unacknowledged goes to the other members at once.
+(DETACH): what it held unacknowledged goes to the other members at once. A member made before
+``os.fork()`` cannot be used in the child (:class:`~zeps.clients.errors.ClientForked`: make a
+new one there; :mod:`zeps.clients.lifetime`).
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from typing import List, Optional
 
 import zmq
 
+from . import lifetime
 from .consumer import JOINED, ConsumerMessage, ConsumerPeering
 from .delivery import TAKE_LIMIT
 from .errors import ZepsTimeout
@@ -94,6 +97,7 @@ class _Base:
             raw.close(0)
             raise ValueError(f"bad endpoint {self.endpoint!r}: {e}") from None
         self._raw = (raw, mon)
+        lifetime.watch_fork(self)
         self._poller = module.Poller()
         self._poller.register(raw, zmq.POLLIN)
         self._poller.register(mon, zmq.POLLIN)
@@ -114,6 +118,14 @@ class _Base:
                 pass
             mon.close(0)
             raw.close(linger)
+
+    def _forked(self) -> None:
+        """In a child of ``os.fork()``: the socket is the parent's (:mod:`zeps.clients.lifetime`);
+        forgotten without a call on it, and every call raises
+        :class:`~zeps.clients.errors.ClientForked`."""
+        self._raw = None
+        self._sock = self._mon = self._poller = None
+        self.member.forked(self._pid)
 
     def _send_now(self) -> None:
         """Send what the member queued, as far as the socket takes it without waiting."""

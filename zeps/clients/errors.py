@@ -42,8 +42,8 @@ from ..protocol.reasons import Code, Reason
 
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
            "ConnectionLost", "HandshakeFailed", "StreamGone", "StreamDeleted", "StreamRecreated",
-           "ClientClosed",
-           "ConcurrentUseError", "ProducerFenced", "ProducerStateLost"]
+           "ClientClosed", "ClientForked", "ConcurrentUseError", "ProducerFenced",
+           "ProducerStateLost"]
 
 
 class ZepsError(Exception):
@@ -183,11 +183,20 @@ class ClientClosed(ZepsError):
 
 
 class ClientForked(ClientClosed):
-    """A :class:`~zeps.clients.Client` made before ``os.fork()`` was used in the child: its
+    """A :class:`~zeps.clients.Client` (or an :class:`~zeps.clients.AsyncClient`, a consumer's
+    member, a snapshot being iterated) made before ``os.fork()`` was used in the child: its
     ZeroMQ socket belongs to the parent's process (ZeroMQ does not survive a fork; a call on it
-    in the child hung), so the child's copy is closed. Make a new client in the child, or start
+    in the child hung), so the child's copy is closed. Make a new one in the child, or start
     children with ``multiprocessing``'s ``spawn`` method. Unlike a plain :class:`ClientClosed`,
-    it is raised by ``for msg in subscription`` too, which it does not end silently."""
+    it is raised by ``for msg in subscription`` (or consumer) too, which it does not end
+    silently."""
+
+
+def forked(what: str, parent: int) -> ClientForked:
+    """The error of a call in a forked child on its copy of ``what`` made in ``parent``."""
+    return ClientForked(f"this {what} was made in process {parent} and cannot be used in a "
+                        f"child forked from it (its ZeroMQ socket is the parent's): make a new "
+                        f"{what} in the child")
 
 
 class ConcurrentUseError(ZepsError):

@@ -20,7 +20,10 @@ still queued, silently (tests/test_client_lifetime.py).
   one in the child spun for ever inside ZeroMQ, and closing them at the child's exit did too.
   Right after the fork (``os.register_at_fork``) each copy is closed without a call on its
   socket, and a call on it raises :class:`~zeps.clients.errors.ClientForked`, which says to
-  make a new client in the child. The parent's clients go on unaffected.
+  make a new client in the child. The parent's clients go on unaffected. The same holds for
+  the other objects that own a socket across calls (:func:`watch_fork`): a durable consumer's
+  member (whose copy also held the parent's prefetched messages, which the child would have
+  handed out a second time) and an :class:`~zeps.clients.AsyncClient`.
 """
 from __future__ import annotations
 
@@ -32,18 +35,29 @@ import weakref
 
 from .peering import CLOSED
 
-__all__ = ["opened", "closed", "warn_dropped"]
+__all__ = ["opened", "closed", "warn_dropped", "watch_fork"]
 
 log = logging.getLogger("zeps.client")
 
 #: The clients not closed yet (weakly: a client collected without close() leaves by itself).
 _open = weakref.WeakSet()
+#: The other owners of sockets made in this process (consumers, asyncio clients), weakly.
+_fork_watched = weakref.WeakSet()
 
 
 def opened(client) -> None:
     """``client`` is connected: close it at exit unless it is closed first."""
     client._pid = os.getpid()
     _open.add(client)
+
+
+def watch_fork(owner) -> None:
+    """``owner`` holds a ZeroMQ socket made in this process across calls: in a forked child,
+    its ``_forked()`` is called at once (it forgets the socket without a call on it, and
+    every call on it raises :class:`~zeps.clients.errors.ClientForked`). ``owner._pid`` is
+    this process's id."""
+    owner._pid = os.getpid()
+    _fork_watched.add(owner)
 
 
 def closed(client) -> None:
@@ -83,11 +97,16 @@ def warn_dropped(client) -> None:
 
 
 def _forked_child() -> None:
-    """Right after ``os.fork()``, in the child: the parent's clients are unusable copies."""
-    clients = list(_open)
+    """Right after ``os.fork()``, in the child: the parent's clients (and consumers, ...) are
+    unusable copies."""
+    owners = list(_open) + list(_fork_watched)
     _open.clear()
-    for client in clients:
-        client._forked()
+    _fork_watched.clear()
+    for owner in owners:
+        try:
+            owner._forked()
+        except Exception as e:         # one copy's failure must not leave the others usable
+            log.warning("zeps: disabling a forked copy of %r: %s", owner, e)
 
 
 os.register_at_fork(after_in_child=_forked_child)

@@ -58,7 +58,7 @@ from ..protocol.reasons import Code, Reason
 from .batching import DELIVER_BATCH_HEAD, MAX_BATCH_BYTES, PublishQueue
 from .confirms import ConfirmTracker
 from .delivery import Delivery
-from .errors import ClientClosed, ClientForked, InvalidError, NoStream
+from .errors import ClientClosed, InvalidError, NoStream, forked
 from .message import Message, MessageBatch
 from .producer import ExactlyOnce, check_producer_id, new_producer_id
 from .publishing import Publishing
@@ -394,14 +394,13 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
     def closed_as(self) -> ClientClosed:
         """What a call on the closed client raises."""
         if self.forked_from is not None:
-            return ClientForked(f"this client was made in process {self.forked_from} and cannot "
-                                f"be used in a child forked from it (its ZeroMQ socket is the "
-                                f"parent's): make a new client in the child")
+            return forked("client", self.forked_from)
         return ClientClosed("the client is closed")
 
     def forked(self, parent: int) -> None:
         """This is the copy a forked child has of process ``parent``'s peering, whose socket
-        is the parent's: closed for good, calls raise :class:`ClientForked`."""
+        is the parent's: closed for good, calls raise
+        :class:`~zeps.clients.errors.ClientForked`."""
         self.close()
         self.forked_from = parent
 

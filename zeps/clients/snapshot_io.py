@@ -2,15 +2,19 @@
 (:class:`SnapshotIterator`) or asyncio (:class:`AsyncSnapshotIterator`). Both hand out entries
 as they arrive and grant credit back only for those handed out, so iterating slowly (or
 stopping) holds the broker back instead of filling memory; ``seq`` is set once the iteration
-ends. ``timeout``: the most seconds without a frame from the broker (:class:`ZepsTimeout`)."""
+ends. ``timeout``: the most seconds without a frame from the broker (:class:`ZepsTimeout`).
+An iteration resumed in a child of ``os.fork()`` raises
+:class:`~zeps.clients.errors.ClientForked` (its socket is the parent's; the child leaves it
+alone)."""
 from __future__ import annotations
 
+import os
 
 from typing import Sequence
 
 import zmq
 
-from .errors import ZepsTimeout
+from .errors import ZepsTimeout, forked
 from .snapshot import SNAPSHOT_WINDOW, Snapshot, SnapshotReader
 from .transport import asend_within, check_endpoint, send_within, zmq_for
 
@@ -55,8 +59,11 @@ class SnapshotIterator(_Base):
     def __iter__(self):
         r = self.reader
         sock = self._socket(False)
+        pid = os.getpid()
         try:
             while True:
+                if os.getpid() != pid:
+                    raise forked("snapshot", pid)
                 for frame in r.outgoing:
                     if not send_within(sock, frame, self.timeout):
                         raise self._timed_out()
@@ -76,7 +83,8 @@ class SnapshotIterator(_Base):
                     except zmq.Again:
                         break
         finally:
-            sock.close()
+            if os.getpid() == pid:
+                sock.close()
 
 
 class AsyncSnapshotIterator(_Base):
@@ -86,8 +94,11 @@ class AsyncSnapshotIterator(_Base):
         import asyncio
         r = self.reader
         sock = self._socket(True)
+        pid = os.getpid()
         try:
             while True:
+                if os.getpid() != pid:
+                    raise forked("snapshot", pid)
                 for frame in r.outgoing:
                     if not await asend_within(sock, frame, self.timeout):
                         raise self._timed_out()
@@ -106,7 +117,8 @@ class AsyncSnapshotIterator(_Base):
                     raise self._timed_out() from None
                 r.receive(frame)
         finally:
-            sock.close()
+            if os.getpid() == pid:
+                sock.close()
 
 
 def read_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",), **kw) -> Snapshot:

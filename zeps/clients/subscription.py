@@ -398,6 +398,8 @@ class AsyncSubscription(_Messages):
         while True:
             try:
                 yield await self.next_batch(t)
+            except ClientForked:
+                raise
             except ClientClosed:
                 return
 
@@ -411,6 +413,8 @@ class AsyncSubscription(_Messages):
             return msg
         try:
             return await self.next(self.timeout)
+        except ClientForked:
+            raise
         except ClientClosed:
             raise StopAsyncIteration from None
 

@@ -66,15 +66,9 @@ print("ok")
 """
 
 
-# A client subscribed and publishing; a forked child tries every kind of call on its copy, then
-# a fork-started multiprocessing pool's worker publishes; the parent goes on.
-FORK_THEN_CALL = """
-import multiprocessing, os, sys
-from zeps.clients import Client, ClientForked
-cl = Client(sys.argv[1], "forked2", create=True, timeout=3.0)
-sub = cl.subscribe("", live=True)
-cl.publish("k", b"before")
-cl.flush()
+# What a script's call did: "name: returned", "name: ClientForked" or the error's type.
+ATTEMPT = """
+from zeps.clients import ClientForked
 
 def attempt(name, call):
     try:
@@ -84,6 +78,18 @@ def attempt(name, call):
         return name + ": ClientForked"
     except Exception as e:
         return name + ": " + type(e).__name__
+"""
+
+
+# A client subscribed and publishing; a forked child tries every kind of call on its copy, then
+# a fork-started multiprocessing pool's worker publishes; the parent goes on.
+FORK_THEN_CALL = ATTEMPT + """
+import multiprocessing, os, sys
+from zeps.clients import Client
+cl = Client(sys.argv[1], "forked2", create=True, timeout=3.0)
+sub = cl.subscribe("", live=True)
+cl.publish("k", b"before")
+cl.flush()
 
 def work(_):
     return attempt("pool publish", lambda: cl.publish("k", b"worker"))
@@ -110,9 +116,9 @@ cl.close()
 
 # A durable consumer's member that took one message; a forked child tries its copy (and acks the
 # message the parent took); then the parent reads on.
-FORK_CONSUMER = """
+FORK_CONSUMER = ATTEMPT + """
 import os, sys
-from zeps.clients import Client, ClientForked
+from zeps.clients import Client
 cl = Client(sys.argv[1], "forked3", create=True, timeout=3.0)
 cl.add_consumer("work")
 for i in range(4):
@@ -121,15 +127,6 @@ cl.flush()
 con = cl.consume("work", timeout=3.0)
 first = con.next()
 first.ack()
-
-def attempt(name, call):
-    try:
-        call()
-        return name + ": returned"
-    except ClientForked:
-        return name + ": ClientForked"
-    except Exception as e:
-        return name + ": " + type(e).__name__
 
 pid = os.fork()
 if pid == 0:

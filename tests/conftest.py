@@ -11,8 +11,17 @@ from pathlib import Path
 from typing import List, Optional
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 REPO = Path(__file__).resolve().parent.parent
+
+# No test depends on the clock: Hypothesis's two wall-clock limits are off for every property
+# test. Its deadline (200 ms an example by default, outside CI) failed a codec test whose
+# example the machine had stalled for 300 ms ("Unreliable test timings", FlakyFailure: the
+# test, not the code), and its too_slow health check is the same limit on drawing data.
+settings.register_profile("zeps", deadline=None,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("zeps")
 
 
 class BrokerProcess:

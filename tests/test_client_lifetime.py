@@ -81,18 +81,29 @@ def attempt(name, call):
 """
 
 
-# A client subscribed and publishing; a forked child tries every kind of call on its copy, then
-# a fork-started multiprocessing pool's worker publishes; the parent goes on.
+# A client subscribed and publishing, holding a message received and not handed out yet; a forked
+# child tries every kind of call on its copy, then makes a client of its own; a fork-started
+# multiprocessing pool's worker publishes; the parent goes on.
 FORK_THEN_CALL = ATTEMPT + """
-import multiprocessing, os, sys
+import multiprocessing, os, sys, time
 from zeps.clients import Client
 cl = Client(sys.argv[1], "forked2", create=True, timeout=3.0)
 sub = cl.subscribe("", live=True)
 cl.publish("k", b"before")
+cl.publish("k", b"held")
 cl.flush()
+first = sub.next(timeout=10)
+deadline = time.monotonic() + 10
+while sub.buffered < 1 and time.monotonic() < deadline:
+    cl.info()                          # a request: the client reads what came meanwhile
+assert sub.buffered == 1, sub.buffered
 
 def work(_):
     return attempt("pool publish", lambda: cl.publish("k", b"worker"))
+
+def new_client():
+    with Client(sys.argv[1], "forked2", timeout=3.0) as own:
+        own.publish("k", b"child-new")
 
 pid = os.fork()
 if pid == 0:
@@ -101,7 +112,10 @@ if pid == 0:
            attempt("info", cl.info),
            attempt("next", lambda: sub.next(timeout=1)),
            attempt("for", lambda: [m for m in sub]),
-           attempt("close", cl.close)]
+           attempt("consume", lambda: cl.consume("nobody")),
+           attempt("snapshot", cl.snapshot),
+           attempt("close", cl.close),
+           attempt("new client", new_client)]
     print("\\n".join(got), flush=True)
     os._exit(0)
 _, status = os.waitpid(pid, 0)
@@ -109,7 +123,8 @@ assert os.waitstatus_to_exitcode(status) == 0, status
 with multiprocessing.get_context("fork").Pool(1) as pool:
     print(pool.map(work, [0])[0], flush=True)
 cl.publish("k", b"after")
-print("parent:", [sub.next(timeout=10).body.decode() for _ in range(2)], flush=True)
+got = [first] + [sub.next(timeout=10) for _ in range(3)]
+print("parent:", [m.body.decode() for m in got], flush=True)
 cl.close()
 """
 
@@ -150,16 +165,29 @@ cl.close()
 """
 
 
-# An AsyncClient connected on a loop of the parent; a forked child calls its copy on a loop of
-# its own; the parent goes on.
+# An AsyncClient connected on a loop of the parent, holding a message received and not handed
+# out yet; a forked child calls its copy on a loop of its own, then makes a client of its own;
+# the parent goes on.
 FORK_ASYNC = """
-import asyncio, os, sys
+import asyncio, os, sys, time
 from zeps.clients import AsyncClient, ClientForked
 loop = asyncio.new_event_loop()
 ac = AsyncClient(sys.argv[1], "forked4", create=True, timeout=3.0)
-loop.run_until_complete(ac.connect())
-loop.run_until_complete(ac.publish("k", b"before"))
-loop.run_until_complete(ac.flush())
+
+async def setup():
+    await ac.connect()
+    sub = await ac.subscribe("", live=True)
+    await ac.publish("k", b"before")
+    await ac.publish("k", b"held")
+    await ac.flush()
+    first = await sub.next(timeout=10)
+    deadline = time.monotonic() + 10
+    while sub.buffered < 1 and time.monotonic() < deadline:
+        await ac.info()
+    assert sub.buffered == 1, sub.buffered
+    return sub, first
+
+sub, first = loop.run_until_complete(setup())
 
 async def attempt(name, call):
     try:
@@ -171,15 +199,24 @@ async def attempt(name, call):
         return name + ": " + type(e).__name__
 
 async def child():
-    sub = None
     async def subscribe():
         async for m in ac.subscribe(""):
             pass
+    async def consume():
+        ac.consume("nobody")
+    async def new_client():
+        async with AsyncClient(sys.argv[1], "forked4", timeout=3.0) as own:
+            await own.publish("k", b"child-new")
+            await own.flush()
     return [await attempt("publish", lambda: ac.publish("k", b"child")),
             await attempt("flush", ac.flush),
             await attempt("info", ac.info),
+            await attempt("next", lambda: sub.next(timeout=1)),
             await attempt("async for", subscribe),
-            await attempt("close", ac.close)]
+            await attempt("consume", consume),
+            await attempt("snapshot", ac.snapshot),
+            await attempt("close", ac.close),
+            await attempt("new client", new_client)]
 
 pid = os.fork()
 if pid == 0:
@@ -187,9 +224,14 @@ if pid == 0:
     os._exit(0)
 _, status = os.waitpid(pid, 0)
 assert os.waitstatus_to_exitcode(status) == 0, status
-loop.run_until_complete(ac.publish("k", b"after"))
-loop.run_until_complete(ac.close())
-print("parent: ok", flush=True)
+
+async def rest():
+    await ac.publish("k", b"after")
+    got = [first] + [await sub.next(timeout=10) for _ in range(3)]
+    print("parent:", [m.body.decode() for m in got], flush=True)
+    await ac.close()
+
+loop.run_until_complete(rest())
 """
 
 
@@ -336,10 +378,12 @@ def test_a_forked_childs_copy_raises_client_forked_and_the_parent_goes_on(broker
     assert r.returncode == 0, r.stderr
     lines = r.stdout.strip().splitlines()
     assert lines == ["publish: ClientForked", "flush: ClientForked", "info: ClientForked",
-                     "next: ClientForked", "for: ClientForked", "close: returned",
-                     "pool publish: ClientForked", "parent: ['before', 'after']"], r.stdout
-    msgs = read_all(broker.endpoint, "forked2", 2)
-    assert [m.body for m in msgs] == [b"before", b"after"]
+                     "next: ClientForked", "for: ClientForked", "consume: ClientForked",
+                     "snapshot: ClientForked", "close: returned", "new client: returned",
+                     "pool publish: ClientForked",
+                     "parent: ['before', 'held', 'child-new', 'after']"], r.stdout
+    msgs = read_all(broker.endpoint, "forked2", 4)
+    assert [m.body for m in msgs] == [b"before", b"held", b"child-new", b"after"]
 
 
 def test_a_forked_childs_consumer_raises_client_forked_and_hands_nothing_twice(broker):
@@ -353,17 +397,20 @@ def test_a_forked_childs_consumer_raises_client_forked_and_hands_nothing_twice(b
 
 
 def test_a_forked_childs_async_client_raises_client_forked(broker):
-    """Before, the copy's ``publish`` returned and its message went nowhere (and ``flush``
-    waited out its timeout)."""
+    """Before, the copy's ``publish`` returned and its message went nowhere (``flush`` waited
+    out its timeout), its subscription handed out the parent's held message again, and an
+    AsyncClient made in the child never connected (the parent's context)."""
     r = run_script(FORK_ASYNC, broker.endpoint, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == [
         "publish: ClientForked", "flush: ClientForked", "info: ClientForked",
-        "async for: ClientForked", "close: returned", "parent: ok"], r.stdout
-    msgs = read_all(broker.endpoint, "forked4", 2)
-    assert [m.body for m in msgs] == [b"before", b"after"]
+        "next: ClientForked", "async for: ClientForked", "consume: ClientForked",
+        "snapshot: ClientForked", "close: returned", "new client: returned",
+        "parent: ['before', 'held', 'child-new', 'after']"], r.stdout
+    msgs = read_all(broker.endpoint, "forked4", 4)
+    assert [m.body for m in msgs] == [b"before", b"held", b"child-new", b"after"]
     with Client(broker.endpoint, "forked4", **FAST) as cl:
-        assert cl.info().last == 2                    # nothing from the child
+        assert cl.info().last == 4                    # nothing else from the child
 
 
 def test_a_snapshot_resumed_in_a_forked_child_raises_client_forked(start_broker):

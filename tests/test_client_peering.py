@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from zeps.clients import ClientClosed, ConnectionLost, InvalidError, Message, Receipt
+from zeps.clients import (ClientClosed, ClientForked, ConnectionLost, InvalidError, Message,
+                          Receipt)
 from zeps.clients.peering import CONNECTING, FAILED, RECONNECT_SPACING, Peering
 from zeps.clients.requests import RequestKind
 from zeps.protocol import commands as c
@@ -316,6 +317,15 @@ def test_close_fails_unconfirmed_receipts():
     r = publish(p)
     p.close()
     assert isinstance(r.exception(), ClientClosed)
+    assert not isinstance(r.exception(), ClientForked)
+
+
+def test_a_forked_copy_fails_unconfirmed_receipts_with_client_forked():
+    p = attached(confirms=True)
+    r = publish(p)
+    p.forked(4242)
+    assert isinstance(r.exception(), ClientForked) and "process 4242" in str(r.exception())
+    assert isinstance(p.closed_as(), ClientForked)
 
 
 # ------------------------------------------------------------------ heartbeats and timers

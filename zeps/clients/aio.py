@@ -140,12 +140,18 @@ class AsyncClient(ops.FrontEnd):
     def _forked(self) -> None:
         """In a child of ``os.fork()``: the socket and the I/O task are the parent's
         (:mod:`zeps.clients.lifetime`); forgotten without a call on them, and every call raises
-        :class:`~zeps.clients.errors.ClientForked`."""
-        self._conn.abandon()
+        :class:`~zeps.clients.errors.ClientForked`. What its subscription had received and not
+        handed out is dropped (the parent hands it out). The parent's sockets, I/O task and
+        loop stay referenced: finalized in the child, they would unregister the sockets from
+        the epoll the child shares with the parent (a parent's delivery then waited 1 s)."""
+        self._abandoned = (self._conn.abandon(), self._task, self._loop)
         self._p.forked(self._pid)
-        self._task = self._loop = self._changed = self._wake = None
+        self._task = self._changed = self._wake = None
+        if self._subscription is not None:
+            self._subscription._drop()
 
     def _shutdown(self) -> None:
+        lifetime.unwatch(self)
         task, self._task = self._task, None
         if task is not None and task is not asyncio.current_task():
             task.cancel()
@@ -256,7 +262,7 @@ class AsyncClient(ops.FrontEnd):
     async def snapshot(self, prefix="", timeout: Optional[float] = None):
         """As :meth:`Client.snapshot` (a :class:`~zeps.clients.snapshot.Snapshot`)."""
         from .snapshot_io import aread_snapshot
-        conn = self._conn
+        conn = self._own_connection()
         return await aread_snapshot(self.endpoint, self.stream, prefix,
                                     timeout=self.timeout if timeout is None else timeout,
                                     context=conn.context, curve=conn.curve)
@@ -264,7 +270,7 @@ class AsyncClient(ops.FrontEnd):
     def iter_snapshot(self, prefix="", timeout: Optional[float] = None):
         """As :meth:`Client.iter_snapshot`, for ``async for``."""
         from .snapshot_io import AsyncSnapshotIterator
-        conn = self._conn
+        conn = self._own_connection()
         return AsyncSnapshotIterator(self.endpoint, self.stream, prefix,
                                      timeout=self.timeout if timeout is None else timeout,
                                      context=conn.context, curve=conn.curve)

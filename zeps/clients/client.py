@@ -420,7 +420,7 @@ class Client(ops.FrontEnd, Driver):
                                 **self._snapshot_options(timeout))
 
     def _snapshot_options(self, timeout):
-        conn = self._conn
+        conn = self._own_connection()
         return {"timeout": self.timeout if timeout is None else timeout,
                 "context": conn.context, "curve": conn.curve}
 
@@ -521,9 +521,13 @@ class Client(ops.FrontEnd, Driver):
     def _forked(self) -> None:
         """In a child of ``os.fork()``: this copy's socket, guard and sender thread are the
         parent's (:mod:`zeps.clients.lifetime`); closed for good without touching the socket,
-        every call raises :class:`~zeps.clients.errors.ClientForked`."""
-        self._conn.abandon()
+        every call raises :class:`~zeps.clients.errors.ClientForked`. What its subscription had
+        received and not handed out is dropped (the parent hands it out); the sockets stay
+        referenced, so that nothing in the child finalizes them."""
+        self._abandoned = self._conn.abandon()
         self._p.forked(self._pid)
+        if self._subscription is not None:
+            self._subscription._drop()
         self._guard = threading.Lock()        # a parent's thread may have held it at the fork
         self._flusher = NO_FLUSHER            # the parent's sender thread is not in the child
 

@@ -75,7 +75,7 @@ def delete(front, name: str, timeout: Optional[float]):
 def member_options(front, timeout: Optional[float]) -> dict:
     """What a consumer's own connection takes from its client: the endpoint, the stream, the
     security keys, the ZeroMQ context, the window and the options of the session."""
-    conn = front._conn
+    conn = front._own_connection()
     p = front._p
     return {"endpoint": front.endpoint, "stream": front.stream, "context": conn.context,
             "curve": conn.curve, "timeout": front.timeout if timeout is None else timeout,

@@ -122,7 +122,9 @@ class _Base:
     def _forked(self) -> None:
         """In a child of ``os.fork()``: the socket is the parent's (:mod:`zeps.clients.lifetime`);
         forgotten without a call on it, and every call raises
-        :class:`~zeps.clients.errors.ClientForked`."""
+        :class:`~zeps.clients.errors.ClientForked`. The sockets stay referenced, so that nothing
+        in the child finalizes them."""
+        self._abandoned = (self._raw, self._sock, self._mon, self._poller)
         self._raw = None
         self._sock = self._mon = self._poller = None
         self.member.forked(self._pid)
@@ -297,6 +299,7 @@ class Consumer(_Base):
             linger = 0 if m.closed else CLOSE_LINGER
             m.finish()
             self._close_socket(linger)
+            lifetime.unwatch(self)
 
     def __enter__(self) -> "Consumer":
         return self.join()
@@ -403,6 +406,7 @@ class AsyncConsumer(_Base):
             linger = 0 if m.closed else CLOSE_LINGER
             m.finish()
             self._close_socket(linger)
+            lifetime.unwatch(self)
 
     async def __aenter__(self) -> "AsyncConsumer":
         return await self.join()

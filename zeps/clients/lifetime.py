@@ -35,7 +35,7 @@ import weakref
 
 from .peering import CLOSED
 
-__all__ = ["opened", "closed", "warn_dropped", "watch_fork"]
+__all__ = ["opened", "closed", "warn_dropped", "watch_fork", "unwatch"]
 
 log = logging.getLogger("zeps.client")
 
@@ -58,6 +58,11 @@ def watch_fork(owner) -> None:
     this process's id."""
     owner._pid = os.getpid()
     _fork_watched.add(owner)
+
+
+def unwatch(owner) -> None:
+    """``owner`` was closed: its copy in a forked child stays as it is (closed)."""
+    _fork_watched.discard(owner)
 
 
 def closed(client) -> None:

@@ -47,6 +47,16 @@ class FrontEnd:
         self.heartbeat = p.heartbeat
         self._subscription = None
 
+    def _own_connection(self):
+        """The client's connection, whose context and keys a connection of its own (a
+        consumer's member, a snapshot) is made with: :class:`~zeps.clients.ClientForked` on a
+        forked child's copy, whose context is the parent's (a socket made on it in the child
+        never connects)."""
+        p = self._p
+        if p.forked_from is not None:
+            raise p.closed_as()
+        return self._conn
+
     @property
     def attached(self) -> bool:
         """True while the peering is attached (False while reconnecting, after close, and while

@@ -400,16 +400,17 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
     def forked(self, parent: int) -> None:
         """This is the copy a forked child has of process ``parent``'s peering, whose socket
         is the parent's: closed for good, calls raise
-        :class:`~zeps.clients.errors.ClientForked`."""
-        self.close()
+        :class:`~zeps.clients.errors.ClientForked` (a receipt still pending too)."""
         self.forked_from = parent
+        self.close()
 
     def close(self) -> None:
         """The shell closed its socket: final. Unconfirmed publishes fail with ClientClosed."""
         self.state = CLOSED
         self.buffer.clear()
         self.buffered = self.buffered_messages = 0
-        self.tracker.fail_all(ClientClosed("the client was closed before the broker "
+        self.tracker.fail_all(self.closed_as() if self.forked_from is not None else
+                              ClientClosed("the client was closed before the broker "
                                            "confirmed this message"))
 
     # ------------------------------------------------------------------ input

@@ -20,6 +20,9 @@ from .transport import asend_within, check_endpoint, send_within, zmq_for
 
 __all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]
 
+#: In a forked child: the parent's sockets of the iterations resumed there.
+_PARENTS_SOCKETS: list = []
+
 
 class _Base:
     def __init__(self, endpoint: str, stream: str, prefixes: Sequence[str] = ("",), *,
@@ -85,6 +88,8 @@ class SnapshotIterator(_Base):
         finally:
             if os.getpid() == pid:
                 sock.close()
+            else:                   # the parent's: kept, never finalized in the child
+                _PARENTS_SOCKETS.append(sock)
 
 
 class AsyncSnapshotIterator(_Base):
@@ -119,6 +124,8 @@ class AsyncSnapshotIterator(_Base):
         finally:
             if os.getpid() == pid:
                 sock.close()
+            else:                   # the parent's: kept, never finalized in the child
+                _PARENTS_SOCKETS.append(sock)
 
 
 def read_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",), **kw) -> Snapshot:

@@ -176,6 +176,8 @@ class Subscription(_Messages):
     def _drop(self) -> None:
         """The client is closed: what was not handed is not (a ``for`` loop stepping the
         ready messages stops with them)."""
+        if self._client._p.forked_from is not None:
+            self._batches.clear()           # the parent hands them out
         position = self.position
         self._msgs.clear()                  # stops every iterator over it
         self._ready([], position)
@@ -339,6 +341,8 @@ class AsyncSubscription(_Messages):
 
     def _drop(self) -> None:
         self._ready.clear()
+        if self._client._p.forked_from is not None:
+            self._batches.clear()           # the parent hands them out
 
     def _unbatch(self) -> bool:
         """Move the batches taken for ``next_batch`` to the message queue (``next`` reads on

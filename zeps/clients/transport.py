@@ -11,6 +11,7 @@ the asyncio client awaits the poller (``zmq.asyncio``).
 from __future__ import annotations
 
 import logging
+import os
 import struct
 import sys
 import time
@@ -73,15 +74,20 @@ ASYNC_BATCH_SNDHWM = 64
 PLAIN_SNDHWM = 1000
 
 
-_own_contexts: dict = {}
+_own_contexts: dict = {}          # flavour -> (context, the process that made it)
+_parents_contexts: list = []      # in a forked child: the parent's, kept (never touched)
 
 
 def _own_context(module):
-    """A private context of a flavour (``Context.instance()`` may hand back another flavour's
-    singleton if that one exists)."""
-    ctx = _own_contexts.get(module.__name__)
-    if ctx is None or ctx.closed:
-        ctx = _own_contexts[module.__name__] = module.Context()
+    """A private context of a flavour, this process's (``Context.instance()`` may hand back
+    another flavour's singleton if that one exists; a forked child's copy of its parent's has
+    no I/O thread: a socket made on it never connects)."""
+    ctx, pid = _own_contexts.get(module.__name__, (None, None))
+    if ctx is None or ctx.closed or pid != os.getpid():
+        if ctx is not None and pid != os.getpid():
+            _parents_contexts.append(ctx)
+        ctx = module.Context()
+        _own_contexts[module.__name__] = (ctx, os.getpid())
     return ctx
 
 

@@ -1,4 +1,5 @@
 """Matching: prefix trie semantics, regex syntax and timeout, and that routing does not scan."""
+import sys
 import time
 
 import pytest
@@ -51,17 +52,31 @@ def test_index_combines_prefix_and_regex_once_per_subscriber():
 
 
 def test_routing_cost_does_not_grow_with_prefix_subscriptions():
-    def cost(n):
+    """The work of a match, counted as the function calls it makes (Python's and C's, by a
+    profile hook), not timed: a timed version of this test failed when the machine stalled
+    during its 10 ms of matching."""
+    def calls_per_match(n):
         ix = SubscriptionIndex()
         for i in range(n):
             ix.add(i, compile_pattern(f"sensor.{i:06d}."))
-        keys = [f"sensor.{i:06d}.temp.{j}" for i in range(0, n, max(1, n // 200)) for j in range(5)]
-        t0 = time.perf_counter()
-        for k in keys:                                         # distinct keys: no cache hits
-            assert len(ix.match(k)) == 1
-        return (time.perf_counter() - t0) / len(keys)
-    small, large = cost(100), cost(50_000)
-    assert large < small * 5, (small, large)                  # a scan would be ~500x
+        keys = [f"sensor.{i:06d}.temp.{j}" for i in range(0, n, max(1, n // 10)) for j in range(5)]
+        calls = 0
+
+        def count(frame, event, arg):
+            nonlocal calls
+            if event in ("call", "c_call"):
+                calls += 1
+        found = []
+        sys.setprofile(count)
+        try:
+            for k in keys:                                     # distinct keys: no cache hits
+                found.append(ix.match(k))
+        finally:
+            sys.setprofile(None)
+        assert all(len(f) == 1 for f in found)
+        return calls / len(keys)
+    small, large = calls_per_match(100), calls_per_match(50_000)
+    assert large <= small * 1.1, (small, large)               # a scan would be ~500x
 
 
 @given(st.lists(st.text(alphabet="ab.", max_size=4), max_size=8), st.text(alphabet="ab.", max_size=6))

@@ -235,6 +235,45 @@ loop.run_until_complete(rest())
 """
 
 
+# An AsyncClient connected and subscribed on a loop of the parent; a forked child drops the loop
+# (and the subscription) and collects them; the parent asks the kernel what its loop's epoll
+# watches, before and after.
+FORK_DROP_LOOP = """
+import asyncio, gc, os, sys
+from zeps.clients import AsyncClient
+loop = asyncio.new_event_loop()
+ac = AsyncClient(sys.argv[1], "forked6", create=True, timeout=3.0)
+
+async def setup():
+    await ac.connect()
+    return await ac.subscribe("", live=True)
+
+sub = loop.run_until_complete(setup())
+
+def watched():
+    with open("/proc/self/fdinfo/%d" % loop._selector.fileno()) as f:
+        return {int(line.split()[1]) for line in f if line.startswith("tfd:")}
+
+zmq_fds = {s.FD for s in ac._conn._owned}
+assert zmq_fds and zmq_fds <= watched(), (zmq_fds, watched())
+pid = os.fork()
+if pid == 0:
+    sub = loop = None
+    gc.collect()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+assert os.waitstatus_to_exitcode(status) == 0, status
+print("still watched:", sorted(zmq_fds & watched()) == sorted(zmq_fds), flush=True)
+
+async def rest():
+    await ac.publish("k", b"after")
+    print("parent:", (await sub.next(timeout=10)).body.decode(), flush=True)
+    await ac.close()
+
+loop.run_until_complete(rest())
+"""
+
+
 # A snapshot iterated in part (a small window: the rest is still at the broker); a forked child
 # goes on iterating its copy; then the parent does.
 FORK_SNAPSHOT = """
@@ -411,6 +450,16 @@ def test_a_forked_childs_async_client_raises_client_forked(broker):
     assert [m.body for m in msgs] == [b"before", b"held", b"child-new", b"after"]
     with Client(broker.endpoint, "forked4", **FAST) as cl:
         assert cl.info().last == 4                    # nothing else from the child
+
+
+def test_a_forked_child_that_drops_its_loop_leaves_the_parents_sockets_watched(broker):
+    """Finalized in the child, the parent's asyncio sockets unregistered themselves from the
+    epoll the child shares with the parent: the parent's loop no longer watched them (its next
+    delivery came when a timer happened to look, 1 s later). The child's copy of the client
+    keeps them, and they forget their loop (``lifetime.disown``)."""
+    r = run_script(FORK_DROP_LOOP, broker.endpoint, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines() == ["still watched: True", "parent: after"], r.stdout
 
 
 def test_a_snapshot_resumed_in_a_forked_child_raises_client_forked(start_broker):

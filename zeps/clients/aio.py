@@ -145,6 +145,7 @@ class AsyncClient(ops.FrontEnd):
         loop stay referenced: finalized in the child, they would unregister the sockets from
         the epoll the child shares with the parent (a parent's delivery then waited 1 s)."""
         self._abandoned = (self._conn.abandon(), self._task, self._loop)
+        lifetime.disown(*self._abandoned[0])
         self._p.forked(self._pid)
         self._task = self._changed = self._wake = None
         if self._subscription is not None:
@@ -408,6 +409,8 @@ class AsyncClient(ops.FrontEnd):
         except asyncio.CancelledError:
             raise
         except Exception as e:     # a bug or a broken context: say so to every waiter
+            if p.forked_from is not None:      # the parent's task, finalized in a forked child
+                return
             log.exception("zeps: the I/O task of %s (stream %r) failed", self.endpoint, self.stream)
             p.abort(ConnectionLost(f"the client's I/O failed: {e!r}"))
             self._notify()

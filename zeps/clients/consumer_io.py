@@ -125,6 +125,7 @@ class _Base:
         :class:`~zeps.clients.errors.ClientForked`. The sockets stay referenced, so that nothing
         in the child finalizes them."""
         self._abandoned = (self._raw, self._sock, self._mon, self._poller)
+        lifetime.disown(*(self._raw or ()))
         self._raw = None
         self._sock = self._mon = self._poller = None
         self.member.forked(self._pid)

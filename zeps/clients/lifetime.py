@@ -35,7 +35,7 @@ import weakref
 
 from .peering import CLOSED
 
-__all__ = ["opened", "closed", "warn_dropped", "watch_fork", "unwatch"]
+__all__ = ["opened", "closed", "warn_dropped", "watch_fork", "unwatch", "disown"]
 
 log = logging.getLogger("zeps.client")
 
@@ -63,6 +63,17 @@ def watch_fork(owner) -> None:
 def unwatch(owner) -> None:
     """``owner`` was closed: its copy in a forked child stays as it is (closed)."""
     _fork_watched.discard(owner)
+
+
+def disown(*socks) -> None:
+    """In a forked child, the parent's asyncio sockets (``zmq.asyncio``): closed or finalized
+    there, such a socket unregisters its descriptor from its event loop's epoll, which the child
+    shares with the parent (the parent's socket then went unwatched: a delivery waited 1 s).
+    Without their loop they leave it alone (pyzmq itself closes no socket of another process).
+    The owners keep them referenced too (``_abandoned``)."""
+    for sock in socks:
+        if getattr(sock, "_current_loop", None) is not None:
+            sock._current_loop = None
 
 
 def closed(client) -> None:

@@ -16,6 +16,7 @@ import zmq
 
 from .errors import ZepsTimeout, forked
 from .snapshot import SNAPSHOT_WINDOW, Snapshot, SnapshotReader
+from . import lifetime
 from .transport import asend_within, check_endpoint, send_within, zmq_for
 
 __all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]
@@ -125,6 +126,7 @@ class AsyncSnapshotIterator(_Base):
             if os.getpid() == pid:
                 sock.close()
             else:                   # the parent's: kept, never finalized in the child
+                lifetime.disown(sock)
                 _PARENTS_SOCKETS.append(sock)
 
 

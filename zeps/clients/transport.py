@@ -284,7 +284,8 @@ class Connection:
 
     def abandon(self):
         """Forget the socket and its monitor without a call on them, and return them (a forked
-        child's copy of the connection: they are the parent's)."""
+        child's copy of the connection: they are the parent's; see
+        :func:`zeps.clients.lifetime.disown`)."""
         owned = self._owned or (None, None)
         self._owned = ()
         self.service_due = 0.0

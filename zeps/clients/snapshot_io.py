@@ -9,14 +9,13 @@ alone)."""
 from __future__ import annotations
 
 import os
-
 from typing import Sequence
 
 import zmq
 
+from . import lifetime
 from .errors import ZepsTimeout, forked
 from .snapshot import SNAPSHOT_WINDOW, Snapshot, SnapshotReader
-from . import lifetime
 from .transport import asend_within, check_endpoint, send_within, zmq_for
 
 __all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]

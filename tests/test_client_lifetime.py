@@ -136,6 +136,8 @@ import os, sys
 from zeps.clients import Client
 cl = Client(sys.argv[1], "forked3", create=True, timeout=3.0)
 cl.add_consumer("work")
+spare = cl.consume("work", timeout=3.0)       # a member closed before the fork
+spare.close()
 for i in range(4):
     cl.publish("k", b"m%d" % i)
 cl.flush()
@@ -149,7 +151,8 @@ if pid == 0:
            attempt("ack", first.ack),
            attempt("for", lambda: [m for m in con]),
            attempt("batches", lambda: list(con.batches())),
-           attempt("close", con.close)]
+           attempt("close", con.close),
+           attempt("closed member's next", lambda: spare.next(timeout=1))]
     print("\\n".join(got), flush=True)
     os._exit(0)
 _, status = os.waitpid(pid, 0)
@@ -432,7 +435,8 @@ def test_a_forked_childs_consumer_raises_client_forked_and_hands_nothing_twice(b
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == [
         "next: ClientForked", "ack: ClientForked", "for: ClientForked", "batches: ClientForked",
-        "close: returned", "parent: ['m0', 'm1', 'm2', 'm3']"], r.stdout
+        "close: returned", "closed member's next: ZepsError",    # closed, as in the parent
+        "parent: ['m0', 'm1', 'm2', 'm3']"], r.stdout
 
 
 def test_a_forked_childs_async_client_raises_client_forked(broker):

@@ -170,8 +170,8 @@ def test_sdk_reader_of_a_missing_stream_gets_no_stream_and_creates_nothing(broke
         assert not client.attached
         t = time.monotonic()
         with pytest.raises(NoStream) as info:
-            client.subscribe("", from_seq=1).next(timeout=2)
-        assert time.monotonic() - t < 2.0                     # at once, not after the timeout
+            client.subscribe("", from_seq=1).next(timeout=30)
+        assert time.monotonic() - t < 10                      # at once, not after the timeout
         assert "typo2" in str(info.value) and "publish" in str(info.value)
         assert info.value.fields == ("typo2",)
         with pytest.raises(NoStream):
@@ -233,8 +233,8 @@ def test_async_reader_and_publisher_behave_the_same(broker):
             t = time.monotonic()
             with pytest.raises(NoStream):
                 sub = await client.subscribe("", from_seq=1)
-                await sub.next(timeout=2)
-            assert time.monotonic() - t < 2.0
+                await sub.next(timeout=30)
+            assert time.monotonic() - t < 10                  # at once, not after the timeout
             with pytest.raises(NoStream):
                 await client.info()
             await client.flush()

@@ -352,7 +352,7 @@ def test_unreachable_broker_times_out():
     t = time.monotonic()
     with pytest.raises(ZepsTimeout, match="no answer"):
         Client(f"tcp://127.0.0.1:{port}", "s", timeout=0.3)
-    assert time.monotonic() - t < 2
+    assert time.monotonic() - t < 10                 # its timeout, not a hang
     with pytest.raises(ZepsTimeout):
         list_streams(f"tcp://127.0.0.1:{port}", timeout=0.3)
 
@@ -504,7 +504,7 @@ def test_publish_blocks_then_times_out_while_broker_down(broker):
         with pytest.raises(ZepsTimeout):
             for _ in range(100):          # the disconnect may be noticed at the first or next call
                 c.publish("k", b"during")
-        assert time.monotonic() - t < 3
+        assert time.monotonic() - t < 10             # one timeout (0.5 s), not 100 of them
         accepted = c.unconfirmed
         broker.restart()
         c.publish("k", b"after")

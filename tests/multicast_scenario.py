@@ -99,9 +99,12 @@ class AsyncReader:
         self.stats = self.mode = None
         self._started = threading.Event()
 
+        self.sub = None
+
         async def run():
             try:
                 async with AsyncMulticastSubscriber(*args, **kwargs) as sub:
+                    self.sub = sub
                     self._started.set()
                     while not self._stop:
                         m = await sub.poll(0.05)
@@ -554,9 +557,71 @@ def oversize(work):
     return out
 
 
+def in_child(calls):
+    """Fork; the child makes each ``(name, call)`` and says how it went ("name: returned",
+    "name: ClientForked" or the error's type), through a pipe; the list, once it has ended."""
+    import asyncio
+
+    from zeps.clients import ClientForked
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        lines = []
+        for name, call in calls:
+            try:
+                out = call()
+                if asyncio.iscoroutine(out):
+                    asyncio.run(out)
+                lines.append(f"{name}: returned")
+            except ClientForked:
+                lines.append(f"{name}: ClientForked")
+            except BaseException as e:  # noqa: BLE001  (what it raised is the result)
+                lines.append(f"{name}: {type(e).__name__}")
+        os.write(w, json.dumps(lines).encode())
+        os._exit(0)
+    os.close(w)
+    data = b""
+    while chunk := os.read(r, 65536):
+        data += chunk
+    os.close(r)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise ScenarioError(f"the child exited with {status}")
+    return json.loads(data)
+
+
+def fork_child(work):
+    """Receivers made before os.fork(), blocking and asyncio, each holding messages not handed
+    yet: the child's copies raise ClientForked (a read there would take the parent's datagrams
+    from the socket they share, and hand what the parent held ready); the parents read on."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    sub = MulticastSubscriber(GROUP, b.endpoint, STREAM, live=True)
+    ar = AsyncReader(GROUP, b.endpoint, STREAM, live=True)
+    publish(b.endpoint, numbered(0, 100))
+    got = [sub.next(timeout=DEADLINE) for _ in range(50)]
+    wait_until(lambda: sub._core.ready, "messages ready and not handed")
+    ar.wait(50)
+    asub = ar.sub
+    child = in_child([("next", lambda: sub.next(timeout=1)), ("for", lambda: next(iter(sub))),
+                      ("close", sub.close), ("async next", lambda: asub.next(timeout=1)),
+                      ("async for", lambda: asub.__anext__()), ("async close", asub.close)])
+    publish(b.endpoint, numbered(100, 100))
+    got += [sub.next(timeout=DEADLINE) for _ in range(150)]
+    ar.wait(200)
+    out = {"child": child, "ar": ar.result(), "journal": journal(b),
+           "r": {"messages": [[m.sequence, m.key, m.body.decode(), m.timestamp] for m in got],
+                 "error": None}}
+    sub.close()
+    bridge.stop()
+    b.stop()
+    return out
+
+
 SCENARIOS = {f.__name__: f for f in (ordered, pattern_mismatch, loss, asyncio_loss, reorder_dup,
                                      late_join, bridge_restart, broker_restart, hostile, forged,
-                                     fallback, oversize)}
+                                     fallback, oversize, fork_child)}
 
 if __name__ == "__main__":
     name, work = sys.argv[1], Path(sys.argv[2])

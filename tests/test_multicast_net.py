@@ -11,6 +11,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -45,12 +46,26 @@ def netns():
 
 
 def scenario(name, tmp_path, timeout=240):
+    """Run scenario ``name`` in a namespace and a session of its own; on timeout the whole
+    session (its broker, bridges, children) is killed, and the test fails."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     cmd = f"{NETNS} && exec {sys.executable} tests/multicast_scenario.py {name} {tmp_path}"
-    p = subprocess.run(["unshare", "-n", "sh", "-c", cmd], capture_output=True, text=True,
-                       env=env, cwd=str(REPO), timeout=timeout, check=False)
-    assert p.returncode == 0, f"scenario {name} failed:\n{p.stderr[-4000:]}"
-    return json.loads(p.stdout.strip().splitlines()[-1])
+    p = subprocess.Popen(["unshare", "-n", "sh", "-c", cmd], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
+                         start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(p.pid, signal.SIGKILL)
+        out, err = p.communicate()
+        pytest.fail(f"scenario {name} did not end within {timeout}s:\n{err[-4000:]}")
+    finally:
+        try:                                  # whatever it started and left behind
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    assert p.returncode == 0, f"scenario {name} failed:\n{err[-4000:]}"
+    return json.loads(out.strip().splitlines()[-1])
 
 
 def check_whole(receiver, journal):
@@ -199,3 +214,15 @@ def test_messages_too_large_for_a_datagram_come_from_the_broker(tmp_path):
     check_whole(r["r"], r["journal"])
     assert r["r"]["stats"]["refs"] == r["big"] == 15
     assert f"{r['big']} by reference (0 with headers, the rest too large)" in r["bridge_stderr"]
+
+
+def test_a_receiver_made_before_a_fork_raises_client_forked_in_the_child(tmp_path):
+    """Before, the child's copy handed out what the parent held ready, then read datagrams
+    from the socket it shares with the parent."""
+    r = scenario("fork_child", tmp_path)
+    assert r["child"] == ["next: ClientForked", "for: ClientForked", "close: returned",
+                          "async next: ClientForked", "async for: ClientForked",
+                          "async close: returned"]
+    assert len(r["journal"]) == 200
+    check_whole(r["r"], r["journal"])
+    check_whole(r["ar"], r["journal"])

@@ -24,7 +24,8 @@ from typing import Optional
 
 from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
-from zeps.clients.errors import ClientClosed
+from zeps.clients import lifetime
+from zeps.clients.errors import ClientClosed, forked
 from zeps.clients.message import Message
 from zeps.units import TimeLike
 
@@ -73,6 +74,7 @@ class AsyncMulticastSubscriber:
         self._fallbacks = FallbackLog()
         self._handed = 0
         self._closed = False
+        self._forked_error: Optional[ClientClosed] = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> "AsyncMulticastSubscriber":
@@ -91,13 +93,25 @@ class AsyncMulticastSubscriber:
                               now=time.monotonic(), config=self._config)
         self._handed = start_after
         asyncio.get_running_loop().add_reader(self._sock.fileno(), self._readable.set)
+        lifetime.watch_fork(self)
         return self
+
+    def _forked(self) -> None:
+        """In a child of ``os.fork()``: as :meth:`MulticastSubscriber._forked
+        <zeps.multicast.subscriber.MulticastSubscriber._forked>`; the group's socket also stays
+        registered with the parent's loop (the epoll the child shares: no ``remove_reader``)."""
+        self._forked_error = forked("multicast subscriber", self._pid)
+        self._abandoned = (self._sock, self._feed, self._checker)
+        self._feed = self._feed_sub = self._checker = None
+        self._closed = True
+        self._core.ready.clear()
 
     async def close(self) -> None:
         """Leave the group and close the feed. Idempotent."""
         if self._closed:
             return
         self._closed = True
+        lifetime.unwatch(self)
         if self._sock is not None:
             asyncio.get_running_loop().remove_reader(self._sock.fileno())
             self._sock.close()
@@ -139,7 +153,8 @@ class AsyncMulticastSubscriber:
     async def poll(self, timeout: Optional[float] = 0.0) -> Optional[Message]:
         """The next message, or ``None`` if none comes within ``timeout`` seconds."""
         if self._closed or self._core is None:
-            raise ClientClosed("the multicast subscriber is closed (or not started)")
+            raise self._forked_error or ClientClosed("the multicast subscriber is closed (or "
+                                                     "not started)")
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -163,6 +178,8 @@ class AsyncMulticastSubscriber:
 
     async def __anext__(self) -> Message:
         if self._closed:
+            if self._forked_error is not None:
+                raise self._forked_error
             raise StopAsyncIteration
         return await self.next(None)
 

@@ -20,7 +20,8 @@ from collections.abc import Iterator
 
 from zeps.clients import Client, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
-from zeps.clients.errors import ClientClosed
+from zeps.clients import lifetime
+from zeps.clients.errors import ClientClosed, forked
 from zeps.clients.message import Message
 from zeps.matching import PatternError, compile_pattern
 from zeps.units import TimeLike
@@ -122,6 +123,19 @@ class MulticastSubscriber:
         self._deceived = 0
         self._fallbacks = FallbackLog()
         self._closed = False
+        self._forked_error: ClientClosed | None = None
+        lifetime.watch_fork(self)
+
+    def _forked(self) -> None:
+        """In a child of ``os.fork()``: the group's socket is the parent's too (a read here
+        takes the parent's datagrams) and so are the feed's; forgotten (kept referenced, never
+        closed here), what was ready is dropped (the parent hands it out), and every call
+        raises :class:`~zeps.clients.ClientForked` (:mod:`zeps.clients.lifetime`)."""
+        self._forked_error = forked("multicast subscriber", self._pid)
+        self._abandoned = (self._sock, self._feed, self._checker)
+        self._feed = self._feed_sub = self._checker = None
+        self._closed = True
+        self._core.ready.clear()
 
     # ------------------------------------------------------------------ public API
 
@@ -168,6 +182,8 @@ class MulticastSubscriber:
 
     def __next__(self) -> Message:
         if self._closed:
+            if self._forked_error is not None:
+                raise self._forked_error
             raise StopIteration
         return self._next(None)
 
@@ -176,6 +192,7 @@ class MulticastSubscriber:
         if self._closed:
             return
         self._closed = True
+        lifetime.unwatch(self)
         self._close_feed()
         self._close_checker()
         self._sock.close()
@@ -194,7 +211,7 @@ class MulticastSubscriber:
 
     def _next(self, timeout: float | None) -> Message | None:
         if self._closed:
-            raise ClientClosed("the multicast subscriber is closed")
+            raise self._forked_error or ClientClosed("the multicast subscriber is closed")
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:

@@ -64,8 +64,8 @@ How it works (what you can rely on, with either client)
   (``multiprocessing``'s default start method on Linux) is closed in the child, whose copy of
   its socket is the parent's: a call on it there raises :class:`ClientForked` (make a new client
   in the child); the parent's goes on. So are an :class:`AsyncClient`, a consumer's member
-  (``consume()``: its copy also held the parent's prefetched messages) and a snapshot being
-  iterated.
+  (``consume()``: its copy also held the parent's prefetched messages), a snapshot being
+  iterated and a multicast subscriber.
 * **Batches** (``batching=True``, the default; :mod:`zeps.clients.batching`). ``Client``: a
   publish made while nothing waits for the socket leaves at once; publishes made while the
   socket is busy (4 frames wait for ZeroMQ's I/O thread: a loop of publishes faster than that

@@ -184,12 +184,12 @@ class ClientClosed(ZepsError):
 
 class ClientForked(ClientClosed):
     """A :class:`~zeps.clients.Client` (or an :class:`~zeps.clients.AsyncClient`, a consumer's
-    member, a snapshot being iterated) made before ``os.fork()`` was used in the child: its
-    ZeroMQ socket belongs to the parent's process (ZeroMQ does not survive a fork; a call on it
-    in the child hung), so the child's copy is closed. Make a new one in the child, or start
-    children with ``multiprocessing``'s ``spawn`` method. Unlike a plain :class:`ClientClosed`,
-    it is raised by ``for msg in subscription`` (or consumer) too, which it does not end
-    silently."""
+    member, a snapshot being iterated, a multicast subscriber) made before ``os.fork()`` was
+    used in the child: its ZeroMQ socket belongs to the parent's process (ZeroMQ does not
+    survive a fork; a call on it in the child hung), so the child's copy is closed. Make a new
+    one in the child, or start children with ``multiprocessing``'s ``spawn`` method. Unlike a
+    plain :class:`ClientClosed`, it is raised by ``for msg in subscription`` (or consumer) too,
+    which it does not end silently."""
 
 
 def forked(what: str, parent: int) -> ClientForked:

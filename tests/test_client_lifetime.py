@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.measure import wait_for
+from tests.sessions import run_in_session
 from zeps.clients import Client, ZepsTimeout
 
 REPO = Path(__file__).resolve().parent.parent
@@ -307,24 +308,9 @@ print("parent:", len(keys), keys == ["k.%03d" % i for i in range(300)], flush=Tr
 
 
 def run_script(script, *args, timeout=120):
-    """Run ``script`` in a session of its own; on timeout the whole session is killed (a child
-    it forked too), and the test fails."""
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    proc = subprocess.Popen([sys.executable, "-c", script, *args], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        out, err = proc.communicate()
-        pytest.fail(f"the script did not end within {timeout}s:\n{err[-3000:]}")
-    finally:
-        try:                                  # whatever it forked and left behind
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    """Run ``script`` in a session of its own (a child it forked is killed with it)."""
+    return run_in_session([sys.executable, "-c", script, *args], timeout=timeout,
+                          what="the script", env=dict(os.environ, PYTHONPATH=str(REPO)))
 
 
 def read_all(endpoint, stream, n):

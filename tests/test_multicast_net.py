@@ -11,12 +11,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from tests.sessions import run_in_session
 
 REPO = Path(__file__).resolve().parent.parent
 NETNS = "ip link set lo up && ip route add 224.0.0.0/4 dev lo"
@@ -50,22 +51,10 @@ def scenario(name, tmp_path, timeout=240):
     session (its broker, bridges, children) is killed, and the test fails."""
     env = dict(os.environ, PYTHONPATH=str(REPO))
     cmd = f"{NETNS} && exec {sys.executable} tests/multicast_scenario.py {name} {tmp_path}"
-    p = subprocess.Popen(["unshare", "-n", "sh", "-c", cmd], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO),
-                         start_new_session=True)
-    try:
-        out, err = p.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, signal.SIGKILL)
-        out, err = p.communicate()
-        pytest.fail(f"scenario {name} did not end within {timeout}s:\n{err[-4000:]}")
-    finally:
-        try:                                  # whatever it started and left behind
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    assert p.returncode == 0, f"scenario {name} failed:\n{err[-4000:]}"
-    return json.loads(out.strip().splitlines()[-1])
+    p = run_in_session(["unshare", "-n", "sh", "-c", cmd], timeout=timeout,
+                       what=f"scenario {name}", env=env, cwd=str(REPO))
+    assert p.returncode == 0, f"scenario {name} failed:\n{p.stderr[-4000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1])
 
 
 def check_whole(receiver, journal):

@@ -138,18 +138,13 @@ class AsyncClient(ops.FrontEnd):
                 pass
 
     def _forked(self) -> None:
-        """In a child of ``os.fork()``: the socket and the I/O task are the parent's
-        (:mod:`zeps.clients.lifetime`); forgotten without a call on them, and every call raises
-        :class:`~zeps.clients.errors.ClientForked`. What its subscription had received and not
-        handed out is dropped (the parent hands it out). The parent's sockets, I/O task and
-        loop stay referenced: finalized in the child, they would unregister the sockets from
+        """In a child of ``os.fork()``: as :meth:`FrontEnd._forked
+        <zeps.clients.operations.FrontEnd._forked>`; the I/O task and the loop are the parent's
+        too, and stay referenced: finalized in the child, they would unregister the sockets from
         the epoll the child shares with the parent (a parent's delivery then waited 1 s)."""
-        self._abandoned = (self._conn.abandon(), self._task, self._loop)
-        lifetime.disown(*self._abandoned[0])
-        self._p.forked(self._pid)
+        self._parents_io = (self._task, self._loop)
+        super()._forked()
         self._task = self._changed = self._wake = None
-        if self._subscription is not None:
-            self._subscription._drop()
 
     def _shutdown(self) -> None:
         lifetime.unwatch(self)

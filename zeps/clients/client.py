@@ -519,15 +519,10 @@ class Client(ops.FrontEnd, Driver):
                 pass
 
     def _forked(self) -> None:
-        """In a child of ``os.fork()``: this copy's socket, guard and sender thread are the
-        parent's (:mod:`zeps.clients.lifetime`); closed for good without touching the socket,
-        every call raises :class:`~zeps.clients.errors.ClientForked`. What its subscription had
-        received and not handed out is dropped (the parent hands it out); the sockets stay
-        referenced, so that nothing in the child finalizes them."""
-        self._abandoned = self._conn.abandon()
-        self._p.forked(self._pid)
-        if self._subscription is not None:
-            self._subscription._drop()
+        """In a child of ``os.fork()``: as :meth:`FrontEnd._forked
+        <zeps.clients.operations.FrontEnd._forked>`; the guard and the sender thread are the
+        parent's too."""
+        super()._forked()
         self._guard = threading.Lock()        # a parent's thread may have held it at the fork
         self._flusher = NO_FLUSHER            # the parent's sender thread is not in the child
 

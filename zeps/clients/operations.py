@@ -47,6 +47,17 @@ class FrontEnd:
         self.heartbeat = p.heartbeat
         self._subscription = None
 
+    def _forked(self) -> None:
+        """In a child of ``os.fork()`` (:mod:`zeps.clients.lifetime`): the connection's sockets
+        are the parent's, forgotten without a call on them and kept referenced (nothing in the
+        child finalizes them); every call raises :class:`~zeps.clients.ClientForked`, a receipt
+        still pending too; what the subscription had received and not handed out is dropped
+        (the parent hands it out). Each client adds what else of its own is the parent's."""
+        self._abandoned = self._conn.abandon()
+        self._p.forked(self._pid)
+        if self._subscription is not None:
+            self._subscription._drop()
+
     def _own_connection(self):
         """The client's connection, whose context and keys a connection of its own (a
         consumer's member, a snapshot) is made with: :class:`~zeps.clients.ClientForked` on a

@@ -19,6 +19,7 @@ import time
 import zmq
 
 from ..units import check_endpoint
+from . import lifetime
 from .peering import Peering
 
 __all__ = ["Connection", "check_endpoint", "zmq_for"]
@@ -284,9 +285,10 @@ class Connection:
 
     def abandon(self):
         """Forget the socket and its monitor without a call on them, and return them (a forked
-        child's copy of the connection: they are the parent's; see
+        child's copy of the connection: they are the parent's, and forget their event loop,
         :func:`zeps.clients.lifetime.disown`)."""
         owned = self._owned or (None, None)
+        lifetime.disown(*owned)
         self._owned = ()
         self.service_due = 0.0
         self.sock = self.mon = self.poller = None

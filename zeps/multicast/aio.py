@@ -25,12 +25,12 @@ from typing import Optional
 from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients import lifetime
-from zeps.clients.errors import ClientClosed, forked
+from zeps.clients.errors import ClientClosed
 from zeps.clients.message import Message
 from zeps.units import TimeLike
 
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
-from .subscriber import CHECKER_IDLE, FallbackLog, check_start, note_deceived
+from .subscriber import CHECKER_IDLE, FallbackLog, check_start, disable_forked, note_deceived
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
@@ -97,14 +97,7 @@ class AsyncMulticastSubscriber:
         return self
 
     def _forked(self) -> None:
-        """In a child of ``os.fork()``: as :meth:`MulticastSubscriber._forked
-        <zeps.multicast.subscriber.MulticastSubscriber._forked>`; the group's socket also stays
-        registered with the parent's loop (the epoll the child shares: no ``remove_reader``)."""
-        self._forked_error = forked("multicast subscriber", self._pid)
-        self._abandoned = (self._sock, self._feed, self._checker)
-        self._feed = self._feed_sub = self._checker = None
-        self._closed = True
-        self._core.ready.clear()
+        disable_forked(self)
 
     async def close(self) -> None:
         """Leave the group and close the feed. Idempotent."""

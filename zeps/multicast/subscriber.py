@@ -127,15 +127,7 @@ class MulticastSubscriber:
         lifetime.watch_fork(self)
 
     def _forked(self) -> None:
-        """In a child of ``os.fork()``: the group's socket is the parent's too (a read here
-        takes the parent's datagrams) and so are the feed's; forgotten (kept referenced, never
-        closed here), what was ready is dropped (the parent hands it out), and every call
-        raises :class:`~zeps.clients.ClientForked` (:mod:`zeps.clients.lifetime`)."""
-        self._forked_error = forked("multicast subscriber", self._pid)
-        self._abandoned = (self._sock, self._feed, self._checker)
-        self._feed = self._feed_sub = self._checker = None
-        self._closed = True
-        self._core.ready.clear()
+        disable_forked(self)
 
     # ------------------------------------------------------------------ public API
 
@@ -331,6 +323,20 @@ class MulticastSubscriber:
     def _close_checker(self) -> None:
         checker, self._checker = self._checker, None
         _close(checker)
+
+
+def disable_forked(sub) -> None:
+    """A receiver's copy in a child of ``os.fork()`` (its ``_forked``, blocking or asyncio): the
+    group's socket is the parent's too (a read here takes the parent's datagrams) and so are
+    the feed's; forgotten (kept referenced, never closed here: the asyncio one's stays
+    registered with the parent's loop, whose epoll the child shares), what was ready is dropped
+    (the parent hands it out), and every call raises :class:`~zeps.clients.ClientForked`
+    (:mod:`zeps.clients.lifetime`)."""
+    sub._forked_error = forked("multicast subscriber", sub._pid)
+    sub._abandoned = (sub._sock, sub._feed, sub._checker)
+    sub._feed = sub._feed_sub = sub._checker = None
+    sub._closed = True
+    sub._core.ready.clear()
 
 
 def note_deceived(core: Receiver, seen: int) -> int:

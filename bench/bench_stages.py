@@ -1,8 +1,8 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy[,...]] [--fsync interval] [--runs 1]
-                                 [--summary] [--pacer sleep|spin]
+                                 [--client sdk|raw|proxy|pyproxy[,...]] [--fsync interval]
+                                 [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
 One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
 process of the machine shares, in the first 8 bytes of each body), one live subscriber process
@@ -29,7 +29,11 @@ stage's mean share and how many of them overlapped a collection or an fsync, eac
 per message, and any wait of the broker's loop that outlasted a message already sent to it.
 ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
 only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
-proxy's. ``--summary`` prints ``name=value`` figures (for ``python -m bench.ab``).
+proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
+broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
+of a broker written in it, journal and routing aside. ``--summary`` prints ``name=value``
+figures (for ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures
+and CPU per message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
 collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
@@ -352,6 +356,25 @@ def _proxy(out) -> None:
     zmq.proxy(xsub, xpub)
 
 
+def _pyproxy(out) -> None:
+    """The same XSUB/XPUB forwarder in the broker's stack (pyzmq under gevent, ``zmq.green``),
+    doing nothing but forward: the floor of any broker written in it."""
+    import gevent
+    import zmq.green as zmq
+    ctx = zmq.Context()
+    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
+    xsub.bind("tcp://127.0.0.1:*")
+    xpub.bind("tcp://127.0.0.1:*")
+    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+
+    def forward(a, b):
+        recv, send = a.recv, b.send
+        while True:
+            send(recv())
+
+    gevent.joinall([gevent.spawn(forward, xsub, xpub), gevent.spawn(forward, xpub, xsub)])
+
+
 def _proxy_publisher(front, rate, seconds, size, ready, go, out):
     import zmq
     pad = b"x" * max(0, size - STAMP_BYTES)
@@ -402,11 +425,12 @@ def _proxy_subscriber(back, ready, go, out):
     out.put(("sub", s2, cpu))
 
 
-def run_proxy(rate: float, seconds: float, size: int) -> dict:
-    """The same paced publisher through ZeroMQ's XSUB/XPUB proxy (no journal): end to end only."""
+def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy) -> dict:
+    """The same paced publisher through ZeroMQ's XSUB/XPUB proxy (no journal), or through
+    ``forwarder``: end to end only."""
     fork = multiprocessing.get_context("fork")
     q = fork.Queue()
-    proxy = fork.Process(target=_proxy, args=(q,), daemon=True)
+    proxy = fork.Process(target=forwarder, args=(q,), daemon=True)
     proxy.start()
     try:
         front, back = q.get(timeout=30)
@@ -604,23 +628,32 @@ def main(argv=None) -> int:
     ap.add_argument("--pacer", choices=("sleep", "spin"), default=bench.systems.PACER,
                     help="how the publisher waits for each message's due time "
                          "(bench.systems.PACER; default sleep)")
-    ap.add_argument("--summary", action="store_true",
-                    help="one line of name=value figures per run instead of the tables")
+    how = ap.add_mutually_exclusive_group()
+    how.add_argument("--summary", action="store_true",
+                     help="one line of name=value figures per run instead of the tables")
+    how.add_argument("--table", action="store_true",
+                     help="one table of every run's end-to-end figures and CPU per message "
+                          "instead of the stage tables")
     args = ap.parse_args(argv)
     bench.systems.PACER = args.pacer       # the forked publishers pace with it
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
-    if not clients or any(c not in ("sdk", "raw", "proxy") for c in clients):
-        ap.error("--client: sdk, raw or proxy, comma-separated")
+    if not clients or any(c not in ("sdk", "raw", "proxy", "pyproxy") for c in clients):
+        ap.error("--client: sdk, raw, proxy or pyproxy, comma-separated")
+    rows: List[tuple] = []                        # --table: (run, client, e2e, cpu, p99 ratio)
     for i in range(args.runs):
         p99 = {}
         for client in clients:
             head = f"{client}_" if len(clients) > 1 else ""
-            if client == "proxy":
-                res = run_proxy(args.rate, args.seconds, args.size)
+            if client in ("proxy", "pyproxy"):
+                res = run_proxy(args.rate, args.seconds, args.size,
+                                _proxy if client == "proxy" else _pyproxy)
                 e = res["e2e"]
                 p99[client] = e[99]
+                if args.table:
+                    rows.append([i + 1, client, e, res["cpu"], None])
+                    continue
                 if not args.summary:
                     print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, {args.pacer} pacer, "
                           f"run {i + 1}\n\n"
@@ -637,6 +670,9 @@ def main(argv=None) -> int:
                 continue
             res = run_once(client, args.rate, args.seconds, args.size, args.fsync)
             p99[client] = res["e2e"][99]
+            if args.table:
+                rows.append([i + 1, client, res["e2e"], res["cpu"], None])
+                continue
             if args.summary:
                 e, cpu = res["e2e"], res["cpu"]
                 figs = [f"e2e_p50_us={e[50] / 1e3:.0f}", f"e2e_p99_us={e[99] / 1e3:.0f}",
@@ -653,13 +689,52 @@ def main(argv=None) -> int:
                   flush=True)
         if "proxy" in p99 and p99["proxy"]:
             over = {c: p99[c] / p99["proxy"] for c in clients if c != "proxy"}
+            if args.table:
+                for row in rows:
+                    if row[0] == i + 1:
+                        row[4] = over.get(row[1], 1.0)
+                continue
             if args.summary:
                 print(" ".join(f"{c}_p99_over_proxy={r:.2f}" for c, r in over.items()),
                       flush=True)
             else:
                 print("* p99 over the proxy's in this run: " + ", ".join(
                     f"{c} {r:.2f}" for c, r in over.items()) + "\n", flush=True)
+    if args.table:
+        print(table(rows, f"{args.rate:,.0f} msg/s, {args.size} B, fsync={args.fsync} (sdk, "
+                          f"raw), {args.pacer} pacer"))
     return 0
+
+
+#: What each client's middle process is, in ``--table``.
+MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy", "pyproxy": "proxy"}
+CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
+                "pyproxy": "forwarder in pyzmq + gevent"}
+
+
+def table(rows: List[tuple], what: str) -> str:
+    """``--table``: a row per run and client, then each client's medians over the runs."""
+    us = lambda ns: f"{ns / 1e3:,.0f}"          # noqa: E731
+    cpu = lambda c, k: f"{c[k] * 1e6:.1f}" if k in c else "—"    # noqa: E731
+    out = [f"{what}; end to end in microseconds, CPU per message in microseconds; the middle "
+           "process is the broker, the proxy or the forwarder", "",
+           "| run | path | p50 | p99 | p99.9 | CPU: middle | CPU: subscriber | p99 ÷ proxy's |",
+           "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for run, client, e, c, over in rows:
+        out.append(f"| {run} | {CLIENT_NAMES[client]} | {us(e[50])} | {us(e[99])} | "
+                   f"{us(e[99.9])} | {cpu(c, MIDDLE[client])} | {cpu(c, 'subscriber')} | "
+                   + (f"{over:.2f}" if over is not None else "—") + " |")
+    med = statistics.median
+    for client in dict.fromkeys(r[1] for r in rows):
+        mine = [r for r in rows if r[1] == client]
+        overs = [r[4] for r in mine if r[4] is not None]
+        out.append(f"| median | {CLIENT_NAMES[client]} | "
+                   + " | ".join(us(med(r[2][p] for r in mine)) for p in (50, 99, 99.9)) + " | "
+                   + " | ".join(f"{med(r[3][k] for r in mine) * 1e6:.1f}"
+                                if all(k in r[3] for r in mine) else "—"
+                                for k in (MIDDLE[client], "subscriber")) + " | "
+                   + (f"{med(overs):.2f}" if overs else "—") + " |")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":

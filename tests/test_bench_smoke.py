@@ -71,6 +71,24 @@ def test_bench_sub_cost_gives_every_subscriber_its_figures():
         assert len(figures) == 5 and all(cell.fullmatch(v) for v in figures), (name, row)
 
 
+def test_bench_stages_floor_gives_each_path_its_row():
+    """The table of ``bench_stages --table``: a median row for the broker (SDK and raw clients),
+    the forwarder in the broker's stack and the proxy, each with figures, the proxy's p99 over
+    its own 1.00."""
+    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only",
+                           "bench_stages_floor"], cwd=str(REPO), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    medians = {row["path"]: row for t in tables(proc.stdout) for row in t
+               if row.get("run") == "median"}
+    assert set(medians) == {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
+                            "ZeroMQ XSUB/XPUB proxy"}, proc.stdout[-3000:]
+    for path, row in medians.items():
+        for column in ("p50", "p99", "p99.9", "CPU: middle", "CPU: subscriber"):
+            assert re.fullmatch(r"\d[\d,]*(\.\d)?", row[column]), (path, column, row)
+    assert medians["ZeroMQ XSUB/XPUB proxy"]["p99 ÷ proxy's"] == "1.00"
+
+
 def tables(report: str):
     """Every markdown table of a report as a list of {column: cell} rows."""
     out = []

@@ -1,7 +1,7 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy|pyproxy[,...]] [--fsync interval]
+                                 [--client sdk|raw|proxy|pyproxy[+N][,...]] [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
 One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
@@ -31,7 +31,9 @@ per message, and any wait of the broker's loop that outlasted a message already 
 only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
 proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
 broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
-of a broker written in it, journal and routing aside. ``--summary`` prints ``name=value``
+of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder burning
+N µs of CPU per message after each send (where a middle process's CPU per message puts the
+tail, on a given machine). ``--summary`` prints ``name=value``
 figures (for ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures
 and CPU per message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
@@ -45,6 +47,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import re
 import select
 import signal
 import statistics
@@ -356,9 +359,10 @@ def _proxy(out) -> None:
     zmq.proxy(xsub, xpub)
 
 
-def _pyproxy(out) -> None:
+def _pyproxy(out, burn_us: int = 0) -> None:
     """The same XSUB/XPUB forwarder in the broker's stack (pyzmq under gevent, ``zmq.green``),
-    doing nothing but forward: the floor of any broker written in it."""
+    doing nothing but forward: the floor of any broker written in it. ``burn_us``: CPU time to
+    burn after each message sent (``time.thread_time_ns``)."""
     import gevent
     import zmq.green as zmq
     ctx = zmq.Context()
@@ -367,10 +371,17 @@ def _pyproxy(out) -> None:
     xpub.bind("tcp://127.0.0.1:*")
     out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
 
+    burn = burn_us * 1000
+    cpu = time.thread_time_ns
+
     def forward(a, b):
         recv, send = a.recv, b.send
         while True:
             send(recv())
+            if burn:
+                until = cpu() + burn
+                while cpu() < until:
+                    pass
 
     gevent.joinall([gevent.spawn(forward, xsub, xpub), gevent.spawn(forward, xpub, xsub)])
 
@@ -425,12 +436,12 @@ def _proxy_subscriber(back, ready, go, out):
     out.put(("sub", s2, cpu))
 
 
-def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy) -> dict:
+def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -> dict:
     """The same paced publisher through ZeroMQ's XSUB/XPUB proxy (no journal), or through
-    ``forwarder``: end to end only."""
+    ``forwarder(queue, *args)``: end to end only."""
     fork = multiprocessing.get_context("fork")
     q = fork.Queue()
-    proxy = fork.Process(target=forwarder, args=(q,), daemon=True)
+    proxy = fork.Process(target=forwarder, args=(q, *args), daemon=True)
     proxy.start()
     try:
         front, back = q.get(timeout=30)
@@ -639,16 +650,19 @@ def main(argv=None) -> int:
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
-    if not clients or any(c not in ("sdk", "raw", "proxy", "pyproxy") for c in clients):
-        ap.error("--client: sdk, raw, proxy or pyproxy, comma-separated")
+    if not clients or any(c not in ("sdk", "raw", "proxy") and not PYPROXY.fullmatch(c)
+                          for c in clients):
+        ap.error("--client: sdk, raw, proxy, pyproxy or pyproxy+N (N µs), comma-separated")
     rows: List[tuple] = []                        # --table: (run, client, e2e, cpu, p99 ratio)
     for i in range(args.runs):
         p99 = {}
         for client in clients:
             head = f"{client}_" if len(clients) > 1 else ""
-            if client in ("proxy", "pyproxy"):
-                res = run_proxy(args.rate, args.seconds, args.size,
-                                _proxy if client == "proxy" else _pyproxy)
+            if client == "proxy" or PYPROXY.fullmatch(client):
+                burn = PYPROXY.fullmatch(client)
+                res = (run_proxy(args.rate, args.seconds, args.size) if client == "proxy" else
+                       run_proxy(args.rate, args.seconds, args.size, _pyproxy,
+                                 int(burn[1] or 0)))
                 e = res["e2e"]
                 p99[client] = e[99]
                 if args.table:
@@ -707,9 +721,18 @@ def main(argv=None) -> int:
 
 
 #: What each client's middle process is, in ``--table``.
-MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy", "pyproxy": "proxy"}
+MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy"}
 CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
                 "pyproxy": "forwarder in pyzmq + gevent"}
+#: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
+PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
+
+
+def client_name(client: str) -> str:
+    burn = PYPROXY.fullmatch(client)
+    if burn and burn[1]:
+        return f"{CLIENT_NAMES['pyproxy']}, +{burn[1]} µs CPU per message"
+    return CLIENT_NAMES[client]
 
 
 def table(rows: List[tuple], what: str) -> str:
@@ -721,18 +744,19 @@ def table(rows: List[tuple], what: str) -> str:
            "| run | path | p50 | p99 | p99.9 | CPU: middle | CPU: subscriber | p99 ÷ proxy's |",
            "|---|---|---:|---:|---:|---:|---:|---:|"]
     for run, client, e, c, over in rows:
-        out.append(f"| {run} | {CLIENT_NAMES[client]} | {us(e[50])} | {us(e[99])} | "
-                   f"{us(e[99.9])} | {cpu(c, MIDDLE[client])} | {cpu(c, 'subscriber')} | "
+        middle = MIDDLE.get(client, "proxy")
+        out.append(f"| {run} | {client_name(client)} | {us(e[50])} | {us(e[99])} | "
+                   f"{us(e[99.9])} | {cpu(c, middle)} | {cpu(c, 'subscriber')} | "
                    + (f"{over:.2f}" if over is not None else "—") + " |")
     med = statistics.median
     for client in dict.fromkeys(r[1] for r in rows):
         mine = [r for r in rows if r[1] == client]
         overs = [r[4] for r in mine if r[4] is not None]
-        out.append(f"| median | {CLIENT_NAMES[client]} | "
+        out.append(f"| median | {client_name(client)} | "
                    + " | ".join(us(med(r[2][p] for r in mine)) for p in (50, 99, 99.9)) + " | "
                    + " | ".join(f"{med(r[3][k] for r in mine) * 1e6:.1f}"
                                 if all(k in r[3] for r in mine) else "—"
-                                for k in (MIDDLE[client], "subscriber")) + " | "
+                                for k in (MIDDLE.get(client, "proxy"), "subscriber")) + " | "
                    + (f"{med(overs):.2f}" if overs else "—") + " |")
     return "\n".join(out)
 

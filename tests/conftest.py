@@ -1,4 +1,5 @@
-"""Shared fixtures: a real broker *process* on 127.0.0.1 with an ephemeral port and a temp data dir."""
+"""Shared fixtures: a real broker *process* on 127.0.0.1 with a free port (outside the ephemeral
+range: tests/ports.py) and a temp data dir."""
 from __future__ import annotations
 
 import os
@@ -12,6 +13,8 @@ from typing import List, Optional
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from .ports import fixed_ports
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -31,6 +34,9 @@ class BrokerProcess:
                  log_path: Optional[Path] = None, max_file_bytes: Optional[int] = None):
         self.data_dir = Path(data_dir)
         self.extra_args = list(extra_args)
+        #: No endpoint given: a port outside the ephemeral range (tests/ports.py), chosen at
+        #: the first start, so that no connection takes it while a restart has the broker down.
+        self._choose_port = endpoint is None
         self.endpoint = endpoint or "tcp://127.0.0.1:*"
         self.log_path = log_path or self.data_dir.parent / f"broker-{os.getpid()}-{id(self)}.log"
         self.proc: Optional[subprocess.Popen] = None
@@ -43,6 +49,20 @@ class BrokerProcess:
         resource.setrlimit(resource.RLIMIT_FSIZE, (self.max_file_bytes, self.max_file_bytes))
 
     def start(self, timeout: float = 20.0) -> "BrokerProcess":
+        if not self._choose_port:
+            return self._start(timeout)
+        for attempt in range(5):
+            self.endpoint = f"tcp://127.0.0.1:{fixed_ports()}"
+            try:
+                self._start(timeout)
+            except RuntimeError as exc:   # bound by another program since it was probed
+                if "Address already in use" not in str(exc) or attempt == 4:
+                    raise
+                continue
+            self._choose_port = False     # a restart keeps the port
+            return self
+
+    def _start(self, timeout: float) -> "BrokerProcess":
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(

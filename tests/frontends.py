@@ -1,10 +1,10 @@
 """Clients of the broker's CHP and Event BUS front ends for the process tests: raw ZeroMQ sockets
 speaking the specs (``shared/spec/chp-12.txt``, ``shared/spec/event-bus.txt``) as their clients
-do, three consecutive free ports, and the front ends' counters from ``/varz``."""
+do, three consecutive free ports (outside the ephemeral range: tests/ports.py), and the front
+ends' counters from ``/varz``."""
 from __future__ import annotations
 
 import json
-import socket
 import time
 import urllib.request
 from typing import Dict, List, Optional, Tuple
@@ -15,31 +15,9 @@ from zeps.frontends import bus_codec as bc
 from zeps.frontends import chp_codec as cc
 
 from .measure import wait_for
+from .ports import fixed_ports
 
 TIMEOUT = 10.0
-
-
-def free_ports(n: int = 3) -> int:
-    """A port ``P`` with ``P .. P+n-1`` free on 127.0.0.1 now (bind-probed)."""
-    for _ in range(500):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n - 1 > 65535:
-            continue
-        probes = []
-        try:
-            for p in range(base, base + n):
-                s = socket.socket()
-                probes.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in probes:
-                s.close()
-    raise RuntimeError("no three consecutive free ports")
 
 
 def start(start_broker, *args, data_dir=None):
@@ -53,11 +31,12 @@ def start(start_broker, *args, data_dir=None):
 
 def start_frontend(start_broker, flag: str, stream: str, *args, data_dir=None, tries: int = 5):
     """A broker serving front end ``flag`` (``--chp``/``--bus``) for ``stream`` on three free
-    consecutive ports (``b.port`` the first). The ports are free when probed, but another test
-    running alongside may bind one before the broker does: that start fails with "Address
-    already in use", and is tried again on other ports."""
+    consecutive ports (``b.port`` the first), outside the ephemeral range, so that no other
+    connection takes them while :func:`restart` has the broker down. The ports are free when
+    probed, but another program may bind one before the broker does: that start fails with
+    "Address already in use", and is tried again on other ports."""
     for attempt in range(tries):
-        port = free_ports()
+        port = fixed_ports(3)
         try:
             b = start(start_broker, flag, f"{port}:{stream}", *args, data_dir=data_dir)
         except RuntimeError as exc:

@@ -20,6 +20,7 @@ pytest.importorskip("pyspark")
 from zeps.journal import DataDir, JournalConfig, stream_dir_name  # noqa: E402
 
 from .conftest import BrokerProcess  # noqa: E402
+from .ports import fixed_ports  # noqa: E402
 
 pytestmark = pytest.mark.spark
 
@@ -394,10 +395,8 @@ def test_bad_input_messages(spark, journal_dir, mbroker, tmp_path):
     assert "streams there: orders" in msg
     msg = _error(lambda: _read(spark, endpoint=mbroker.endpoint, stream="nope"))
     assert f"zeps: option 'stream': the broker at {mbroker.endpoint} has no stream 'nope'" in msg
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        dead = f"tcp://127.0.0.1:{s.getsockname()[1]}"
+    # nothing listens there, and outside the ephemeral range the client cannot connect to itself
+    dead = f"tcp://127.0.0.1:{fixed_ports()}"
     msg = _error(lambda: _read(spark, endpoint=dead, stream="x", timeout="1"))
     assert f"zeps: option 'endpoint': no ZEPS broker answered at {dead} within 1s" in msg
     msg = _error(lambda: _read(spark, path=path, stream="orders", startingOfset="1"))

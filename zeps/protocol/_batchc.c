@@ -172,15 +172,15 @@ batchc_build_rows(PyObject *self, PyObject *args)
                           &ts, &stream, &headers))
         return NULL;
     /* u64 (the wire's): sequences in C up to 2**64 - 1; else (negative, past u64) only
-     * Python arithmetic, limit 0 */
+     * Python arithmetic */
     unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);
-    unsigned long long limit = ULLONG_MAX;
+    int first_in_u64 = 1;
     if (first == (unsigned long long)-1 && PyErr_Occurred()) {
         if (!PyErr_ExceptionMatches(PyExc_OverflowError))
             return NULL;
         PyErr_Clear();
         first = 0;
-        limit = 0;
+        first_in_u64 = 0;
     }
     if (!PyType_Check(cls) || !PyType_IsSubtype((PyTypeObject *)cls, &PyTuple_Type)
             || ((PyTypeObject *)cls)->tp_basicsize != PyTuple_Type.tp_basicsize) {
@@ -211,7 +211,7 @@ batchc_build_rows(PyObject *self, PyObject *args)
             goto fail;
         PyList_SET_ITEM(out, i, row);
         PyObject *seq;
-        if (limit != 0 && first <= limit - (unsigned long long)i) {
+        if (first_in_u64 && first <= ULLONG_MAX - (unsigned long long)i) {
             seq = PyLong_FromUnsignedLongLong(first + (unsigned long long)i);
         } else {
             PyObject *di = PyLong_FromSsize_t(i);

@@ -86,6 +86,8 @@ class Core:
     def collect(self) -> None:
         """Send the outbox as ``Broker._send`` does, through the modelled pipes."""
         out = self.core.take_outbox()
+        if not out:                  # as the shell: nothing taken, nothing reported
+            return
         blocked: set[bytes] = set()
         for ident, frame in out:
             room = self.pipe.get(ident)

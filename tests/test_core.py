@@ -356,3 +356,22 @@ def test_a_message_larger_than_the_whole_credit_waits_for_enough_credit(core):
     core.send(SUB, c.Credit(1))
     core.drain()
     assert core.delivered(SUB) == [(1, "k")]
+
+
+def test_a_round_calls_the_shells_send_only_for_something_to_send(core):
+    """At a low rate each round routes one message: the shell's send is called once for it,
+    and not at all by a round with nothing to send."""
+    core.send(b"P", c.Attach("s"))
+    core.send(b"S", c.Attach("s"), c.Subscribe("", LATEST_LIVE), c.Credit(1 << 20))
+    core.round()
+    calls = []
+
+    def send():
+        calls.append(len(core.core.outbox))
+        core.collect()
+    core.core.round(core.now, send, False)
+    assert calls == []
+    core.core.receive(b"P", [encode(c.Publish("k", b"v"))], core.now)
+    core.core.round(core.now, send, False)
+    assert calls == [1]
+    assert [type(m) for m in core.box[b"S"]][-1] is c.Deliver

@@ -470,13 +470,17 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
            ``send()`` if they produced anything.
 
         ``send`` is the shell's: it takes :meth:`take_outbox`, reports what did not go out
-        (:meth:`unsent`, :meth:`gone`) and calls :meth:`sent`."""
+        (:meth:`unsent`, :meth:`gone`) and calls :meth:`sent`; it is called only when the
+        outbox holds something (at a low rate most rounds route one message and have one
+        send)."""
         self.append_queued()
-        send()
+        if self.outbox:
+            send()
         more = self.pump(now)
         if synced:
             self.confirm()
-        send()
+        if self.outbox:
+            send()
         to_sync = self.tick(now)
         if self.outbox:
             send()

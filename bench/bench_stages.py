@@ -1,7 +1,8 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy|pyproxy[+N][,...]] [--fsync interval]
+                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop[,...]]
+                                 [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
 One publisher process paced at ``--rate`` (its send time, ``time.monotonic_ns``, the clock every
@@ -33,7 +34,9 @@ proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder writt
 broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
 of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder burning
 N µs of CPU per message after each send (where a middle process's CPU per message puts the
-tail, on a given machine). ``--summary`` prints ``name=value``
+tail, on a given machine); ``pyloop`` the forwarder in the broker's own loop style (raw pyzmq
+without blocking, one wait on gevent's hub for both sockets): the floor of the broker's shell.
+``--summary`` prints ``name=value``
 figures (for ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures
 and CPU per message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
@@ -386,6 +389,41 @@ def _pyproxy(out, burn_us: int = 0) -> None:
     gevent.joinall([gevent.spawn(forward, xsub, xpub), gevent.spawn(forward, xpub, xsub)])
 
 
+def _pyloop(out) -> None:
+    """The same forwarder in the broker's own loop style (``zeps.broker.server``): raw pyzmq
+    reads and sends without blocking while ``ZMQ_EVENTS`` says a socket is readable, then one
+    wait on the hub for both sockets' descriptors (a ``Waiter``, the loop's watchers and a
+    timer), no greenlet per socket: the floor of the broker's shell, its core aside."""
+    import gevent
+    import zmq
+    from gevent.hub import Waiter
+    ctx = zmq.Context()
+    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
+    xsub.bind("tcp://127.0.0.1:*")
+    xpub.bind("tcp://127.0.0.1:*")
+    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+    hub = gevent.get_hub()
+    watchers = [hub.loop.io(s.getsockopt(zmq.FD), 1) for s in (xsub, xpub)]
+    nb, events, pollin = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+    while True:
+        for a, b in ((xsub, xpub), (xpub, xsub)):
+            while a.getsockopt(events) & pollin:
+                b.send(a.recv(nb, copy=False), nb, copy=False)
+        if xsub.getsockopt(events) & pollin or xpub.getsockopt(events) & pollin:
+            continue                  # ZMQ_FD is edge-triggered: wait only when both are empty
+        waiter = Waiter(hub)
+        timer = hub.loop.timer(0.5)
+        try:
+            for i, w in enumerate(watchers):
+                w.start(waiter.switch, i)
+            timer.start(waiter.switch, -1)
+            waiter.get()
+        finally:
+            for w in watchers:
+                w.stop()
+            timer.close()
+
+
 def _proxy_publisher(front, rate, seconds, size, ready, go, out):
     import zmq
     pad = b"x" * max(0, size - STAMP_BYTES)
@@ -650,17 +688,20 @@ def main(argv=None) -> int:
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
-    if not clients or any(c not in ("sdk", "raw", "proxy") and not PYPROXY.fullmatch(c)
-                          for c in clients):
-        ap.error("--client: sdk, raw, proxy, pyproxy or pyproxy+N (N µs), comma-separated")
+    if not clients or any(c not in ("sdk", "raw", "proxy", "pyloop")
+                          and not PYPROXY.fullmatch(c) for c in clients):
+        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs) or pyloop, "
+                 "comma-separated")
     rows: List[tuple] = []                        # --table: (run, client, e2e, cpu, p99 ratio)
     for i in range(args.runs):
         p99 = {}
         for client in clients:
             head = f"{client}_" if len(clients) > 1 else ""
-            if client == "proxy" or PYPROXY.fullmatch(client):
+            if client in ("proxy", "pyloop") or PYPROXY.fullmatch(client):
                 burn = PYPROXY.fullmatch(client)
                 res = (run_proxy(args.rate, args.seconds, args.size) if client == "proxy" else
+                       run_proxy(args.rate, args.seconds, args.size, _pyloop)
+                       if client == "pyloop" else
                        run_proxy(args.rate, args.seconds, args.size, _pyproxy,
                                  int(burn[1] or 0)))
                 e = res["e2e"]
@@ -723,7 +764,8 @@ def main(argv=None) -> int:
 #: What each client's middle process is, in ``--table``.
 MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy"}
 CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
-                "pyproxy": "forwarder in pyzmq + gevent"}
+                "pyproxy": "forwarder in pyzmq + gevent",
+                "pyloop": "forwarder in the broker's loop style"}
 #: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
 PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
 

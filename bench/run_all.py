@@ -28,6 +28,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+FLOOR_CLIENTS = "sdk,raw,pyloop,pyproxy,pyproxy+10,pyproxy+20,proxy"
 # name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
@@ -46,12 +47,12 @@ BENCHMARKS = {
     "bench_stages_spin": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3",
                                            "--pacer", "spin"],
                           ["--rate", "1000", "--seconds", "0.3", "--pacer", "spin"]),
-    # the broker beside the proxy and the same forwarder in the broker's stack (pyzmq, gevent),
-    # as it is and burning 10 and 20 µs of CPU more per message
-    "bench_stages_floor": ("bench_stages", ["--client", "sdk,raw,pyproxy,pyproxy+10,pyproxy+20,"
-                                            "proxy", "--seconds", "3", "--runs", "5", "--table"],
-                           ["--client", "sdk,raw,pyproxy,pyproxy+10,pyproxy+20,proxy", "--rate",
-                            "1000", "--seconds", "0.3", "--table"]),
+    # the broker beside the proxy and the same forwarder in the broker's stack (pyzmq, gevent):
+    # in the broker's loop style, with zmq.green, and that burning 10 and 20 µs more per message
+    "bench_stages_floor": ("bench_stages", ["--client", FLOOR_CLIENTS, "--seconds", "3",
+                                            "--runs", "5", "--table"],
+                           ["--client", FLOOR_CLIENTS, "--rate", "1000", "--seconds", "0.3",
+                            "--table"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
     "bench_sub_cost": ("bench_sub_cost", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "suite": ("suite", [], ["--quick"]),

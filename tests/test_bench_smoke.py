@@ -73,8 +73,8 @@ def test_bench_sub_cost_gives_every_subscriber_its_figures():
 
 def test_bench_stages_floor_gives_each_path_its_row():
     """The table of ``bench_stages --table``: a median row for the broker (SDK and raw clients),
-    the forwarder in the broker's stack (as it is and burning CPU) and the proxy, each with
-    figures, the proxy's p99 over its own 1.00."""
+    the forwarder in the broker's stack (in its loop style, with zmq.green, and burning CPU)
+    and the proxy, each with figures, the proxy's p99 over its own 1.00."""
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only",
                            "bench_stages_floor"], cwd=str(REPO), capture_output=True, text=True,
                           timeout=600)
@@ -82,6 +82,7 @@ def test_bench_stages_floor_gives_each_path_its_row():
     medians = {row["path"]: row for t in tables(proc.stdout) for row in t
                if row.get("run") == "median"}
     assert set(medians) == {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
+                            "forwarder in the broker's loop style",
                             "forwarder in pyzmq + gevent, +10 µs CPU per message",
                             "forwarder in pyzmq + gevent, +20 µs CPU per message",
                             "ZeroMQ XSUB/XPUB proxy"}, proc.stdout[-3000:]

@@ -50,7 +50,7 @@ BENCHMARKS = {
     # the broker beside the proxy and the same forwarder in the broker's stack (pyzmq, gevent):
     # in the broker's loop style, with zmq.green, and that burning 10 and 20 µs more per message
     "bench_stages_floor": ("bench_stages", ["--client", FLOOR_CLIENTS, "--seconds", "3",
-                                            "--runs", "5", "--table"],
+                                            "--runs", "8", "--table"],
                            ["--client", FLOOR_CLIENTS, "--rate", "1000", "--seconds", "0.3",
                             "--table"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),

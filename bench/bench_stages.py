@@ -669,9 +669,12 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--size", type=int, default=100)
     ap.add_argument("--client", default="sdk",
-                    help="sdk (the ZEPS SDK), raw (bare pyzmq DEALERs) or proxy (ZeroMQ's "
-                         "XSUB/XPUB proxy, end to end only); several, comma-separated, run in "
-                         "turn within each run, their figures prefixed with their names")
+                    help="sdk (the ZEPS SDK), raw (bare pyzmq DEALERs), proxy (ZeroMQ's "
+                         "XSUB/XPUB proxy, end to end only), pyproxy (the same forwarder with "
+                         "zmq.green), pyproxy+N (that one burning N µs of CPU per message) or "
+                         "pyloop (the forwarder in the broker's loop style); several, "
+                         "comma-separated, run in turn within each run, their figures prefixed "
+                         "with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
     ap.add_argument("--runs", type=int, default=1)
     ap.add_argument("--pacer", choices=("sleep", "spin"), default=bench.systems.PACER,

@@ -56,7 +56,8 @@ class BrokerProcess:
             try:
                 self._start(timeout)
             except RuntimeError as exc:   # bound by another program since it was probed
-                if "Address already in use" not in str(exc) or attempt == 4:
+                if f"cannot bind {self.endpoint}: Address already in use" not in str(exc) \
+                        or attempt == 4:
                     raise
                 continue
             self._choose_port = False     # a restart keeps the port
@@ -65,6 +66,7 @@ class BrokerProcess:
     def _start(self, timeout: float) -> "BrokerProcess":
         env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
         self._log = open(self.log_path, "ab")
+        since = self._log.tell()                  # this start's part of the log begins here
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "zeps.broker", "--endpoint", self.endpoint,
              "--data-dir", str(self.data_dir), *self.extra_args],
@@ -82,13 +84,16 @@ class BrokerProcess:
         text = line.decode().strip()
         if "listening on " not in text:
             self.kill()
-            raise RuntimeError(f"broker did not start: {text!r}\n{self.log()}")
+            raise RuntimeError(f"broker did not start: {text!r}\n{self.log(since)}")
         self.endpoint = text.split("listening on ", 1)[1].split()[0]
         return self
 
-    def log(self) -> str:
+    def log(self, since: int = 0) -> str:
+        """The end of the broker's log (of what it logged from byte ``since`` on)."""
         try:
-            return self.log_path.read_text(errors="replace")[-4000:]
+            with open(self.log_path, "rb") as f:
+                f.seek(since)
+                return f.read().decode(errors="replace")[-4000:]
         except OSError:
             return ""
 

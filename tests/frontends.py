@@ -33,14 +33,15 @@ def start_frontend(start_broker, flag: str, stream: str, *args, data_dir=None, t
     """A broker serving front end ``flag`` (``--chp``/``--bus``) for ``stream`` on three free
     consecutive ports (``b.port`` the first), outside the ephemeral range, so that no other
     connection takes them while :func:`restart` has the broker down. The ports are free when
-    probed, but another program may bind one before the broker does: that start fails with
-    "Address already in use", and is tried again on other ports."""
+    probed, but another program may bind one before the broker does: that start fails (the
+    front end cannot be opened: "Address already in use"), and is tried again on other ports."""
     for attempt in range(tries):
         port = fixed_ports(3)
         try:
             b = start(start_broker, flag, f"{port}:{stream}", *args, data_dir=data_dir)
         except RuntimeError as exc:
-            if "Address already in use" not in str(exc) or attempt == tries - 1:
+            if "cannot open a front end: Address already in use" not in str(exc) \
+                    or attempt == tries - 1:
                 raise
             continue
         b.port = port

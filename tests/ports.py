@@ -30,16 +30,22 @@ def ephemeral_range() -> Tuple[int, int]:
 
 def fixed_ports(n: int = 1) -> int:
     """A port ``P`` with ``P .. P+n-1`` outside the ephemeral range and free on 127.0.0.1 now
-    (bind-probed): what a test may bind, free and bind again."""
+    (bind-probed): what a test may bind, free and bind again. Where the ephemeral range leaves
+    no room (e.g. ``1024 65535``), ports from it, free now, as ``bind(0)`` gives them."""
     low, high = ephemeral_range()
     spans = [(LOWEST, low - n)] if low - n >= LOWEST else []
     if high + 1 <= 65536 - n:
         spans.append((high + 1, 65536 - n))
-    if not spans:
-        raise RuntimeError(f"no ports outside the ephemeral range {low}-{high}")
     for _ in range(500):
-        first, last = random.choice(spans)
-        base = random.randint(first, last)
+        if spans:
+            first, last = random.choice(spans)
+            base = random.randint(first, last)
+        else:                 # the ephemeral range is (nearly) all ports: take what bind(0) gives
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                base = s.getsockname()[1]
+            if base + n - 1 > 65535:
+                continue
         probes = []
         try:
             for port in range(base, base + n):
@@ -52,4 +58,4 @@ def fixed_ports(n: int = 1) -> int:
         finally:
             for s in probes:
                 s.close()
-    raise RuntimeError(f"no {n} consecutive free ports outside the ephemeral range")
+    raise RuntimeError(f"no {n} consecutive free ports")

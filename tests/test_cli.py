@@ -11,8 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-import zmq
 
+from tests.ports import fixed_ports
 from zeps.cli import parse_time
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,9 +37,8 @@ def json_lines(text):
 
 
 def free_endpoint():
-    with zmq.Context.instance().socket(zmq.ROUTER) as s:
-        port = s.bind_to_random_port("tcp://127.0.0.1")
-    return f"tcp://127.0.0.1:{port}"
+    """Where nothing listens, outside the ephemeral range (the client cannot connect to itself)."""
+    return f"tcp://127.0.0.1:{fixed_ports()}"
 
 
 # ------------------------------------------------------------------ publish / subscribe

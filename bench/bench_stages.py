@@ -352,13 +352,20 @@ def _subscriber(kind, endpoint, stream, ready, go, out):
     out.put(("sub", s1, s2, gcs, cpu))
 
 
-def _proxy(out) -> None:
-    import zmq
+def _forwarder_sockets(zmq, out):
+    """A forwarder's XSUB (publishers' side) and XPUB (subscribers' side) sockets, bound on
+    127.0.0.1 with ``zmq`` (pyzmq or ``zmq.green``); their endpoints are put on ``out``."""
     ctx = zmq.Context()
     xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
     xsub.bind("tcp://127.0.0.1:*")
     xpub.bind("tcp://127.0.0.1:*")
     out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+    return xsub, xpub
+
+
+def _proxy(out) -> None:
+    import zmq
+    xsub, xpub = _forwarder_sockets(zmq, out)
     zmq.proxy(xsub, xpub)
 
 
@@ -368,11 +375,7 @@ def _pyproxy(out, burn_us: int = 0) -> None:
     burn after each message sent (``time.thread_time_ns``)."""
     import gevent
     import zmq.green as zmq
-    ctx = zmq.Context()
-    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
-    xsub.bind("tcp://127.0.0.1:*")
-    xpub.bind("tcp://127.0.0.1:*")
-    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+    xsub, xpub = _forwarder_sockets(zmq, out)
 
     burn = burn_us * 1000
     cpu = time.thread_time_ns
@@ -397,11 +400,7 @@ def _pyloop(out) -> None:
     import gevent
     import zmq
     from gevent.hub import Waiter
-    ctx = zmq.Context()
-    xsub, xpub = ctx.socket(zmq.XSUB), ctx.socket(zmq.XPUB)
-    xsub.bind("tcp://127.0.0.1:*")
-    xpub.bind("tcp://127.0.0.1:*")
-    out.put((xsub.getsockopt_string(zmq.LAST_ENDPOINT), xpub.getsockopt_string(zmq.LAST_ENDPOINT)))
+    xsub, xpub = _forwarder_sockets(zmq, out)
     hub = gevent.get_hub()
     watchers = [hub.loop.io(s.getsockopt(zmq.FD), 1) for s in (xsub, xpub)]
     nb, events, pollin = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
@@ -691,8 +690,7 @@ def main(argv=None) -> int:
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
-    if not clients or any(c not in ("sdk", "raw", "proxy", "pyloop")
-                          and not PYPROXY.fullmatch(c) for c in clients):
+    if not clients or any(c not in ("sdk", "raw") and not _forwarder(c) for c in clients):
         ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs) or pyloop, "
                  "comma-separated")
     rows: List[tuple] = []                        # --table: (run, client, e2e, cpu, p99 ratio)
@@ -700,13 +698,9 @@ def main(argv=None) -> int:
         p99 = {}
         for client in clients:
             head = f"{client}_" if len(clients) > 1 else ""
-            if client in ("proxy", "pyloop") or PYPROXY.fullmatch(client):
-                burn = PYPROXY.fullmatch(client)
-                res = (run_proxy(args.rate, args.seconds, args.size) if client == "proxy" else
-                       run_proxy(args.rate, args.seconds, args.size, _pyloop)
-                       if client == "pyloop" else
-                       run_proxy(args.rate, args.seconds, args.size, _pyproxy,
-                                 int(burn[1] or 0)))
+            forwarder = _forwarder(client)
+            if forwarder:
+                res = run_proxy(args.rate, args.seconds, args.size, *forwarder)
                 e = res["e2e"]
                 p99[client] = e[99]
                 if args.table:
@@ -771,6 +765,18 @@ CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XS
                 "pyloop": "forwarder in the broker's loop style"}
 #: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
 PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
+
+
+def _forwarder(client: str):
+    """The middle process of a client that runs through a forwarder instead of the broker, as
+    ``(function, its arguments after the queue)``; None for the broker's clients and unknown
+    names."""
+    if client == "proxy":
+        return (_proxy,)
+    if client == "pyloop":
+        return (_pyloop,)
+    burn = PYPROXY.fullmatch(client)
+    return (_pyproxy, int(burn[1] or 0)) if burn else None
 
 
 def client_name(client: str) -> str:

@@ -46,16 +46,22 @@ def fixed_ports(n: int = 1) -> int:
                 base = s.getsockname()[1]
             if base + n - 1 > 65535:
                 continue
-        probes = []
         try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                probes.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
+            bind_all(base, n)
         except OSError:
             continue
-        finally:
-            for s in probes:
-                s.close()
+        return base
     raise RuntimeError(f"no {n} consecutive free ports")
+
+
+def bind_all(base: int, n: int) -> None:
+    """Bind ``base .. base+n-1`` on 127.0.0.1 at once, then free them; OSError if one is taken."""
+    held = []
+    try:
+        for port in range(base, base + n):
+            s = socket.socket()
+            held.append(s)
+            s.bind(("127.0.0.1", port))
+    finally:
+        for s in held:
+            s.close()

@@ -6,19 +6,7 @@ import socket
 import pytest
 
 from . import ports
-from .ports import ephemeral_range, fixed_ports
-
-
-def _bindable(base: int, n: int) -> None:
-    held = []
-    try:
-        for port in range(base, base + n):
-            s = socket.socket()
-            held.append(s)
-            s.bind(("127.0.0.1", port))
-    finally:
-        for s in held:
-            s.close()
+from .ports import bind_all, ephemeral_range, fixed_ports
 
 
 def test_fixed_ports_are_free_and_outside_the_ephemeral_range(monkeypatch):
@@ -28,7 +16,7 @@ def test_fixed_ports_are_free_and_outside_the_ephemeral_range(monkeypatch):
     for _ in range(20):
         base = fixed_ports(3)
         assert all(not 32768 <= p <= 60999 for p in range(base, base + 3))
-        _bindable(base, 3)
+        bind_all(base, 3)
 
 
 def test_where_the_ephemeral_range_is_every_port_fixed_ports_are_still_free(monkeypatch):
@@ -37,7 +25,7 @@ def test_where_the_ephemeral_range_is_every_port_fixed_ports_are_still_free(monk
     for _ in range(20):
         base = fixed_ports(3)
         assert 1024 <= base <= 65533
-        _bindable(base, 3)
+        bind_all(base, 3)
 
 
 def test_a_connection_is_never_given_a_fixed_port():

@@ -35,7 +35,7 @@ import weakref
 
 from .peering import CLOSED
 
-__all__ = ["opened", "closed", "warn_dropped", "watch_fork", "unwatch", "disown"]
+__all__ = ["opened", "closed", "warn_dropped", "watch_fork", "unwatch", "disown", "keep"]
 
 log = logging.getLogger("zeps.client")
 
@@ -74,6 +74,16 @@ def disown(*socks) -> None:
     for sock in socks:
         if getattr(sock, "_current_loop", None) is not None:
             sock._current_loop = None
+
+
+#: In a forked child: the parent's ZeroMQ objects that no owner holds any more (:func:`keep`).
+_parents: list = []
+
+
+def keep(*objs) -> None:
+    """In a forked child: hold the parent's ZeroMQ objects (sockets, contexts) for the life of
+    the process, so that nothing in the child finalizes them."""
+    _parents.extend(objs)
 
 
 def closed(client) -> None:

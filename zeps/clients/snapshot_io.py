@@ -20,9 +20,6 @@ from .transport import asend_within, check_endpoint, send_within, zmq_for
 
 __all__ = ["SnapshotIterator", "AsyncSnapshotIterator", "read_snapshot", "aread_snapshot"]
 
-#: In a forked child: the parent's sockets of the iterations resumed there.
-_PARENTS_SOCKETS: list = []
-
 
 class _Base:
     def __init__(self, endpoint: str, stream: str, prefixes: Sequence[str] = ("",), *,
@@ -89,7 +86,7 @@ class SnapshotIterator(_Base):
             if os.getpid() == pid:
                 sock.close()
             else:                   # the parent's: kept, never finalized in the child
-                _PARENTS_SOCKETS.append(sock)
+                lifetime.keep(sock)
 
 
 class AsyncSnapshotIterator(_Base):
@@ -126,7 +123,7 @@ class AsyncSnapshotIterator(_Base):
                 sock.close()
             else:                   # the parent's: kept, never finalized in the child
                 lifetime.disown(sock)
-                _PARENTS_SOCKETS.append(sock)
+                lifetime.keep(sock)
 
 
 def read_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",), **kw) -> Snapshot:

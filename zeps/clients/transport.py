@@ -76,7 +76,6 @@ PLAIN_SNDHWM = 1000
 
 
 _own_contexts: dict = {}          # flavour -> (context, the process that made it)
-_parents_contexts: list = []      # in a forked child: the parent's, kept (never touched)
 
 
 def _own_context(module):
@@ -86,7 +85,7 @@ def _own_context(module):
     ctx, pid = _own_contexts.get(module.__name__, (None, None))
     if ctx is None or ctx.closed or pid != os.getpid():
         if ctx is not None and pid != os.getpid():
-            _parents_contexts.append(ctx)
+            lifetime.keep(ctx)           # the parent's: never touched in the child
         ctx = module.Context()
         _own_contexts[module.__name__] = (ctx, os.getpid())
     return ctx

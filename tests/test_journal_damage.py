@@ -26,8 +26,8 @@ import google_crc32c
 import pytest
 
 from zeps.journal import BatchRecord, CorruptionError, Journal, JournalConfig, JournalReader
-from zeps.journal.record import (CRC_OFFSET, HEADER_SIZE, PID_LEN_OFFSET, PRODUCER_FLAG,
-                                 TS_OFFSET, encode_batch)
+from zeps.journal.record import (CRC_OFFSET, HEADER_SIZE, LENGTH_MASK, PID_LEN_OFFSET,
+                                 PRODUCER_FLAG, TS_OFFSET, encode_batch)
 from zeps.protocol.batch import DELIVER_HEAD_SIZE, encode_entries
 from zeps.protocol.commands import PublishBatch
 
@@ -294,6 +294,33 @@ def test_valid_crc_with_a_wrong_sequence_or_timestamp_is_corruption(base, tmp_pa
         f.seek(pos)
         f.write(forged)
     check(d, base.rows(seq - 1), (moved(base, d, log), pos), f"{lie} lie")
+
+
+def test_a_record_too_long_before_a_known_bad_one_is_corruption_not_a_hang(base, tmp_path):
+    """An older segment whose last record is damaged (opening finds it: scanned from the last
+    index entry, it caps what may be read there) and an earlier record, before that entry,
+    whose length field claims more bytes than are left: reading from the start stops at that
+    record with corruption. Before, the readers saw an incomplete record, asked whether the
+    segment had grown since (its file size, past the cap) and read it again, for ever."""
+    k = 1
+    log = base.logs[k]
+    with open(log[:-4] + ".index", "rb") as f:
+        data = f.read()
+    last_entry = max(int.from_bytes(data[i + 8:i + 16], "big") for i in range(0, len(data), 16))
+    in_seg = base.segment_records(k)
+    seq = in_seg[1]
+    _, pos = base.where[seq]
+    _, last_pos = base.where[in_seg[-1]]
+    assert pos < last_entry <= last_pos      # opening scans from the entry, not the record
+    d = copy(base, tmp_path, "long")
+    path = moved(base, d, log)
+    flip(path, last_pos + HEADER_SIZE)
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        flags = int.from_bytes(f.read(4), "big") & ~LENGTH_MASK
+        f.seek(pos)
+        f.write((flags | (LENGTH_MASK - 15)).to_bytes(4, "big"))
+    check(d, base.rows(seq - 1), (path, pos), "a length past the end, then a bad record")
 
 
 def test_truncated_older_segment_is_corruption(base, tmp_path):

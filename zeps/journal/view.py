@@ -370,15 +370,16 @@ class StreamView:
                 if self._refresh():
                     continue        # a reader found new segments: re-check this one's end
                 if res.status == SHORT and not self._soft_bad(seg, pos):
-                    if seg.limit() > limit:
+                    if self._limit(seg) > limit:
                         continue    # the read raced the writer: the record is whole now
                     if sink.count:
                         return Cursor(seg, pos, s, ts, max(seq, sink.after()))
                     raise self._corrupt(seg, pos, res.describe())
                 return Cursor(seg, pos, s, ts, max(seq, sink.after()))
             if res.status == SHORT:
-                # re-check: a reader may have seen the segment before it was finished
-                if seg.limit() > limit:
+                # re-check: a reader may have seen the segment before it was finished (the
+                # limit read as it was: a known bad record's position caps it for good)
+                if self._limit(seg) > limit:
                     continue
                 if sink.count:
                     return Cursor(seg, pos, s, ts, max(seq, sink.after()))

@@ -56,7 +56,7 @@ from zmq.utils.monitor import recv_monitor_message
 
 from zeps.journal import consumers
 
-from . import compactor
+from . import compactor, scheduling
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
 from .stream import Stream
@@ -119,7 +119,8 @@ def _timed(fn: Callable[[], object]) -> float:
 class Broker:
     def __init__(self, endpoint: str, datadir, core_config: CoreConfig, *, log=None,
                  context: Optional[zmq.Context] = None, sndhwm: int = SNDHWM,
-                 clock: Callable[[], float] = time.monotonic, curve=None):
+                 clock: Callable[[], float] = time.monotonic, curve=None,
+                 io_scheduling: str = "batch"):
         self.log = log or structlog.get_logger("zeps.broker")
         self.datadir = datadir
         self.core = BrokerCore(datadir, core_config, log=self._core_log)
@@ -128,6 +129,9 @@ class Broker:
         self.core.consumer_store = self._consumer_saver
         self.clock = clock
         self.ctx = context or zmq.Context.instance()
+        # "batch": ZeroMQ's I/O thread does not preempt the loop (zeps.broker.scheduling), if
+        # the context has not started it yet; io_batch says whether it was asked.
+        self.io_batch = io_scheduling == "batch" and scheduling.yield_io_threads(self.ctx)
         self.sock = self.ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 1000)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)

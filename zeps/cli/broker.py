@@ -17,6 +17,7 @@ import zmq
 from zeps import units
 from zeps.broker.acl import AclError, load_acl
 from zeps.broker.core import CoreConfig
+from zeps.broker.scheduling import POLICIES
 from zeps.broker.security import CurveServer, SecurityError
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
@@ -133,6 +134,10 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                           "may connect")
     sec.add_argument("--acl", metavar="FILE",
                      help="per-stream rights (TOML); reloaded on SIGHUP")
+    parser.add_argument("--io-scheduling", choices=POLICIES, default="batch",
+                        help="batch (default): ZeroMQ's I/O thread runs under Linux's "
+                             "SCHED_BATCH and does not preempt the broker's loop mid-message "
+                             "(its latency tail); normal: the system's default policy")
     parser.add_argument("--monitor", metavar="HOST:PORT", nargs="?", const=DEFAULT_MONITOR,
                         type=_arg(monitor_address), default=None,
                         help="serve the dashboard, /varz /connz /streamz (JSON) and /metrics "
@@ -300,7 +305,7 @@ def run_from_args(args: argparse.Namespace) -> int:
         return 2
     try:
         broker = Broker(args.endpoint, datadir, core_config, log=log, sndhwm=args.client_queue,
-                        curve=curve)
+                        curve=curve, io_scheduling=args.io_scheduling)
     except zmq.ZMQError as exc:
         datadir.close()
         print(f"zeps: error: cannot bind {args.endpoint}: {exc}", file=sys.stderr)

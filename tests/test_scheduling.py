@@ -1,0 +1,53 @@
+"""ZeroMQ's I/O thread of the broker runs under SCHED_BATCH so that it does not preempt the
+loop (zeps.broker.scheduling, issue 20); the loop itself keeps the normal policy. What a user
+checks: each thread's policy, as the system reports it (the latency it buys is a benchmark,
+docs/benchmarks.md)."""
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from zeps.broker import scheduling
+
+from .rawclient import RawClient
+
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                reason="SCHED_BATCH and /proc/<pid>/task are Linux's")
+
+
+def _policies(pid: int) -> dict:
+    """Each thread's name (several may share one) -> the set of their policies."""
+    out: dict = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        name = Path(f"/proc/{pid}/task/{tid}/comm").read_text().strip()
+        policy = os.sched_getscheduler(int(tid))
+        out.setdefault("loop" if int(tid) == pid else name, set()).add(policy)
+    return out
+
+
+def test_the_probe_leaves_the_calling_thread_as_it_was():
+    before = (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority)
+    assert scheduling.batch_allowed() is True        # a Linux machine without a sandbox rule
+    assert (os.sched_getscheduler(0), os.sched_getparam(0).sched_priority) == before
+
+
+def _io_threads(policies: dict) -> set:
+    io = [p for name, p in policies.items() if name.startswith("ZMQbg/IO")]
+    assert io, f"no ZeroMQ I/O thread among {sorted(policies)}"
+    return set().union(*io)
+
+
+def test_the_brokers_io_thread_yields_and_its_loop_does_not(broker):
+    RawClient(broker.endpoint).attach("sched").close()    # the broker serves
+    policies = _policies(broker.proc.pid)
+    assert _io_threads(policies) == {os.SCHED_BATCH}
+    assert policies["loop"] == {os.SCHED_OTHER}
+
+
+def test_io_scheduling_normal_keeps_the_systems_policy(start_broker, tmp_path):
+    b = start_broker(tmp_path / "data", "--io-scheduling", "normal")
+    RawClient(b.endpoint).attach("sched").close()
+    policies = _policies(b.proc.pid)
+    assert _io_threads(policies) == {os.SCHED_OTHER}
+    assert policies["loop"] == {os.SCHED_OTHER}

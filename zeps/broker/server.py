@@ -38,6 +38,8 @@ fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from 
 that never touches the socket (a send from another greenlet can consume the edge-triggered
 ZMQ_FD signal and leave the loop asleep); it wakes the loop through a pipe, and the loop sends the
 CONFIRMs; with ``on_fsync`` set (the metrics' fsync histogram) each sync is timed in its thread.
+ZeroMQ's I/O thread runs under ``SCHED_BATCH`` on Linux (:mod:`zeps.broker.scheduling`): it
+does not preempt the loop mid-round when a send wakes it.
 Back-pressure on publishers comes from ZeroMQ: the broker reads only as fast as it journals, the
 ROUTER's receive high-water mark fills, and the publishers' DEALER sockets block.
 """

@@ -43,6 +43,7 @@ def test_the_brokers_io_thread_yields_and_its_loop_does_not(broker):
     policies = _policies(broker.proc.pid)
     assert _io_threads(policies) == {os.SCHED_BATCH}
     assert policies["loop"] == {os.SCHED_OTHER}
+    assert "io_scheduling=batch" in broker.log()          # what the operator reads
 
 
 def test_io_scheduling_normal_keeps_the_systems_policy(start_broker, tmp_path):
@@ -51,3 +52,4 @@ def test_io_scheduling_normal_keeps_the_systems_policy(start_broker, tmp_path):
     policies = _policies(b.proc.pid)
     assert _io_threads(policies) == {os.SCHED_OTHER}
     assert policies["loop"] == {os.SCHED_OTHER}
+    assert "io_scheduling=normal" in b.log()

@@ -350,7 +350,8 @@ def run_from_args(args: argparse.Namespace) -> int:
     if monitor is not None:
         print(f"monitoring on {monitor.url}", flush=True)
     log.info("broker_started", endpoint=broker.endpoint, data_dir=os.path.abspath(args.data_dir),
-             fsync=args.fsync, pid=os.getpid(), monitor=monitor.url if monitor else None)
+             fsync=args.fsync, pid=os.getpid(), monitor=monitor.url if monitor else None,
+             io_scheduling="batch" if broker.io_batch else "normal")
     try:
         broker.serve_forever()
     finally:

@@ -27,7 +27,9 @@ Each process also records its garbage collections (``gc.callbacks``), the broker
 (``Journal.sync``, in gevent's thread pool). The report gives each stage's p50 / p99 / p99.9,
 then, for the messages whose end-to-end delay is at or above the p99 (and the p99.9), each
 stage's mean share and how many of them overlapped a collection or an fsync, each process's CPU
-per message, and any wait of the broker's loop that outlasted a message already sent to it.
+per message, how often the broker's loop lost the CPU to another thread (its thread's
+involuntary context switches per message), and any wait of the broker's loop that outlasted a
+message already sent to it.
 ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
 only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
 proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
@@ -50,6 +52,7 @@ import gc
 import multiprocessing
 import os
 import pickle
+import queue
 import re
 import select
 import signal
@@ -586,27 +589,35 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
     fork = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="zeps-stages-") as tmp:
         proc, endpoint, stamps = start_broker(tmp, fsync)
+        clients = []
         try:
             q = fork.Queue()
             rp, rs, go = fork.Event(), fork.Event(), fork.Event()
             sub = fork.Process(target=_subscriber, args=(kind, endpoint, "stages", rs, go, q))
             sub.start()
-            rs.wait(60)
+            clients.append(sub)
+            _ready(rs, proc, 60)
             pub = fork.Process(target=_publisher,
                                args=(kind, endpoint, "stages", rate, seconds, size, rp, go, q))
             pub.start()
-            rp.wait(60)
+            clients.append(pub)
+            _ready(rp, proc, 60)
             time.sleep(0.2)
             cpu = _cpu_seconds(proc.pid)
+            preempted = _preemptions(proc.pid)
             go.set()
             got = {}
             for _ in range(2):
-                item = q.get(timeout=seconds + 120)
+                item = _result(q, proc, seconds + 120)
                 got[item[0]] = item
             cpu = _cpu_seconds(proc.pid) - cpu
+            preempted = _preemptions(proc.pid) - preempted
             pub.join()
             sub.join()
         finally:
+            for p in clients:                     # a failed run's clients wait for nothing
+                if p.is_alive():
+                    p.terminate()
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
         with open(stamps, "rb") as f:
@@ -616,7 +627,45 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
     res = analyse({"p1": p1, "gc": pgc}, {"s1": s1, "s2": s2, "gc": sgc}, broker)
     n = len(p1) // 2
     res["cpu"] = {"publisher": pcpu / n, "broker": cpu / n, "subscriber": scpu / n}
+    res["preempted"] = preempted / n
     return res
+
+
+def _broker_alive(broker: subprocess.Popen) -> None:
+    if broker.poll() is not None:
+        raise SystemExit(f"the broker exited (status {broker.returncode}) during the run")
+
+
+def _ready(event, broker: subprocess.Popen, timeout: float) -> None:
+    """Wait for a client's ``event`` while the broker runs (SystemExit if it exits)."""
+    deadline = time.monotonic() + timeout
+    while not event.wait(1.0):
+        _broker_alive(broker)
+        if time.monotonic() > deadline:
+            return                       # as before: the run goes on, its result says
+
+
+def _result(q, broker: subprocess.Popen, timeout: float):
+    """The next client's result from ``q``; SystemExit if the broker exits meanwhile (its
+    clients would wait for it until ``timeout``) or nothing comes within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return q.get(timeout=1.0)
+        except queue.Empty:
+            _broker_alive(broker)
+            if time.monotonic() > deadline:
+                raise SystemExit(f"no result from the clients within {timeout:.0f} s") from None
+
+
+def _preemptions(pid: int) -> int:
+    """How many times the broker's loop (its process's main thread, where the loop's greenlet
+    runs) lost the CPU while it could have run on (involuntary context switches, /proc)."""
+    with open(f"/proc/{pid}/task/{pid}/status") as f:
+        for line in f:
+            if line.startswith("nonvoluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    return 0
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -656,6 +705,8 @@ def report(res: dict, title: str) -> str:
         f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
         + (" (the publisher's includes its pacing, which spins between messages)"
            if bench.systems.PACER == "spin" else ""))
+    lines.append(f"* the broker's loop lost the CPU to another thread (involuntary context "
+                 f"switches of its thread): {res['preempted']:.2f} per message")
     return "\n".join(lines)
 
 
@@ -730,6 +781,7 @@ def main(argv=None) -> int:
                 figs = [f"e2e_p50_us={e[50] / 1e3:.0f}", f"e2e_p99_us={e[99] / 1e3:.0f}",
                         f"e2e_p99.9_us={e[99.9] / 1e3:.0f}"]
                 figs += [f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()]
+                figs.append(f"loop_preempted_per_msg={res['preempted']:.3f}")
                 figs += [f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
                          for name, a, b in STAGES for p in (50, 99)]
                 figs += [f"{a}{b}_slowest1%_us={res['tail'][99][name] / 1e3:.0f}"

@@ -53,3 +53,10 @@ def test_io_scheduling_normal_keeps_the_systems_policy(start_broker, tmp_path):
     assert _io_threads(policies) == {os.SCHED_OTHER}
     assert policies["loop"] == {os.SCHED_OTHER}
     assert "io_scheduling=normal" in b.log()
+
+
+def test_an_unknown_io_scheduling_is_refused_before_anything_starts():
+    from zeps.broker.core import CoreConfig
+    from zeps.broker.server import Broker
+    with pytest.raises(ValueError, match="io_scheduling must be one of"):
+        Broker("tcp://127.0.0.1:*", None, CoreConfig(), io_scheduling="fast")

@@ -123,6 +123,9 @@ class Broker:
                  context: Optional[zmq.Context] = None, sndhwm: int = SNDHWM,
                  clock: Callable[[], float] = time.monotonic, curve=None,
                  io_scheduling: str = "batch"):
+        if io_scheduling not in scheduling.POLICIES:
+            raise ValueError(f"io_scheduling must be one of {scheduling.POLICIES}, not "
+                             f"{io_scheduling!r}")
         self.log = log or structlog.get_logger("zeps.broker")
         self.datadir = datadir
         self.core = BrokerCore(datadir, core_config, log=self._core_log)

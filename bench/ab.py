@@ -68,10 +68,16 @@ def revert(tree: Path, commits) -> None:
 
 
 def run(tree: Path, args) -> dict:
+    """One run's figures; a run that printed none gets ``{"error": its last line of
+    stderr}`` (a tree whose broker does not start, say), which :func:`main` reports."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tree), str(REPO))))
-    out = subprocess.run([sys.executable] + args, cwd=tempfile.gettempdir(), env=env,
-                         capture_output=True, text=True).stdout
-    return {k: float(v) for k, v in FIGURE.findall(out)}
+    done = subprocess.run([sys.executable] + args, cwd=tempfile.gettempdir(), env=env,
+                          capture_output=True, text=True)
+    figures = {k: float(v) for k, v in FIGURE.findall(done.stdout)}
+    if not figures:
+        lines = done.stderr.strip().splitlines() or [f"status {done.returncode}, no output"]
+        return {"error": lines[-1]}
+    return figures
 
 
 def main(argv=None) -> int:
@@ -117,6 +123,14 @@ def main(argv=None) -> int:
             sides = (("before", before), ("after", after))
             for side, tree in sides if i % 2 == 0 else sides[::-1]:
                 got[side].append(run(tree, args))
+    failed = {side: [r["error"] for r in runs if "error" in r] for side, runs in got.items()}
+    for side, errors in failed.items():
+        if errors:
+            print(f"{side}: {len(errors)} of {opts.runs} runs gave no figures; the last one "
+                  f"said: {errors[-1]}", file=sys.stderr)
+        got[side] = [{} if "error" in r else r for r in got[side]]   # pairs keep their places
+    if not any(got["before"]) or not any(got["after"]):
+        return 1
     lines = [f"{opts.runs} runs of each side, alternating; before = {opts.before}, after = "
              f"{opts.after or 'the working tree'}; each run: `python {' '.join(args)}`", "",
              "| figure | before | after | after ÷ before | pair by pair |",

@@ -170,3 +170,17 @@ def test_a_peer_that_is_not_installed_is_reported_not_left_blank(tmp_path, tmp_p
             ("Redis, redis-py", "JetStream, nats-py")]
     assert len(rows) == 2 and all(r["p50"].startswith("not installed here") for r in rows), rows
     assert figures_of(report, "ZEPS SDK"), report
+
+
+def test_ab_says_which_side_gave_no_figures_and_fails():
+    """``bench.ab`` with a benchmark that fails on one tree (as an A/B whose 'before' tree
+    cannot start the broker): the failing side is named with what its run said, and the
+    command fails instead of printing a table without that side's figures."""
+    fails_before = ("import os, sys; sys.exit('no broker here') if 'zeps-ab-' in "
+                    "os.environ['PYTHONPATH'] else print('x=1')")
+    done = subprocess.run([sys.executable, "-m", "bench.ab", "--before", "HEAD", "--runs", "1",
+                           "--", "-c", fails_before], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 1, done.stderr
+    assert "before: 1 of 1 runs gave no figures; the last one said: no broker here" in done.stderr
+    assert "after:" not in done.stderr

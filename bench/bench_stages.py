@@ -483,6 +483,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
     q = fork.Queue()
     proxy = fork.Process(target=forwarder, args=(q, *args), daemon=True)
     proxy.start()
+    clients = []
     try:
         front, back = q.get(timeout=30)
         rp, rs, go = fork.Event(), fork.Event(), fork.Event()
@@ -490,14 +491,15 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
         sub = fork.Process(target=_proxy_subscriber, args=(back, rs, go, q))
         pub.start()
         sub.start()
-        rp.wait(60)
-        rs.wait(60)
+        clients += [pub, sub]
+        _ready(rp, proxy, 60)
+        _ready(rs, proxy, 60)
         time.sleep(0.2)
         cpu = _cpu_seconds(proxy.pid)
         go.set()
         got = {}
         for _ in range(2):
-            item = q.get(timeout=seconds + 120)
+            item = _result(q, proxy, seconds + 120)
             got[item[0]] = item[1]
             if item[0] == "sub":
                 got["sub-cpu"] = item[2]
@@ -505,6 +507,9 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
         pub.join()
         sub.join()
     finally:
+        for p in clients:                         # a failed run's clients wait for nothing
+            if p.is_alive():
+                p.terminate()
         proxy.kill()
         proxy.join()
     p1 = dict(zip(got["pub"][::2], got["pub"][1::2]))
@@ -631,29 +636,32 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
     return res
 
 
-def _broker_alive(broker: subprocess.Popen) -> None:
-    if broker.poll() is not None:
-        raise SystemExit(f"the broker exited (status {broker.returncode}) during the run")
+def _alive(middle) -> None:
+    """SystemExit if the middle process (the broker, a ``subprocess.Popen``; or a forwarder, a
+    ``multiprocessing.Process``) has exited: its clients would wait for it until they time out."""
+    code = middle.poll() if isinstance(middle, subprocess.Popen) else middle.exitcode
+    if code is not None:
+        raise SystemExit(f"the middle process exited (status {code}) during the run")
 
 
-def _ready(event, broker: subprocess.Popen, timeout: float) -> None:
-    """Wait for a client's ``event`` while the broker runs (SystemExit if it exits)."""
+def _ready(event, middle, timeout: float) -> None:
+    """Wait for a client's ``event`` while the middle process runs (SystemExit if it exits)."""
     deadline = time.monotonic() + timeout
     while not event.wait(1.0):
-        _broker_alive(broker)
+        _alive(middle)
         if time.monotonic() > deadline:
             return                       # as before: the run goes on, its result says
 
 
-def _result(q, broker: subprocess.Popen, timeout: float):
-    """The next client's result from ``q``; SystemExit if the broker exits meanwhile (its
-    clients would wait for it until ``timeout``) or nothing comes within ``timeout``."""
+def _result(q, middle, timeout: float):
+    """The next client's result from ``q``; SystemExit if the middle process exits meanwhile
+    or nothing comes within ``timeout``."""
     deadline = time.monotonic() + timeout
     while True:
         try:
             return q.get(timeout=1.0)
         except queue.Empty:
-            _broker_alive(broker)
+            _alive(middle)
             if time.monotonic() > deadline:
                 raise SystemExit(f"no result from the clients within {timeout:.0f} s") from None
 

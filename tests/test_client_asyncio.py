@@ -205,6 +205,26 @@ def test_argument_errors_timeouts_and_close(broker):
     run(main())
 
 
+def test_a_closed_client_leaves_no_descriptor_watched_by_the_loop(broker):
+    """Closed, a client unregisters its socket and its monitor from the event loop. Left
+    registered, a closed descriptor stays in the loop's selector, and the next socket given its
+    number (the next client's, in the same loop) is never watched: that client saw its frames
+    only on its I/O task's 1 s timer and waited out close()'s DETACH-OK (the multicast receiver,
+    which opens and closes clients in one loop, fell behind)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        for _ in range(2):                   # the second client may reuse the first's numbers
+            c = AsyncClient(broker.endpoint, "s", create=True, **FAST)
+            await c.connect()
+            sub = await c.subscribe()
+            assert await sub.poll(0.05) is None          # the I/O task waited on the sockets
+            fds = [s.getsockopt(zmq.FD) for s in c._conn._owned]
+            await c.close()
+            assert [loop.remove_reader(fd) for fd in fds] == [False, False]
+
+    run(main())
+
+
 def test_unreachable_broker_times_out():
     port = fixed_ports()    # free, and outside the ephemeral range: the client cannot connect to itself
 

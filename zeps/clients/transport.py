@@ -273,7 +273,8 @@ class Connection:
         self.service_due = 0.0
 
     def close(self) -> None:
-        raw, raw_mon = self.abandon()
+        """Close the socket and its monitor (pyzmq unregisters them from an asyncio loop)."""
+        raw, raw_mon = self.abandon(forked=False)
         if raw is not None:
             try:
                 raw.disable_monitor()
@@ -282,12 +283,13 @@ class Connection:
             raw_mon.close(0)
             raw.close(0)
 
-    def abandon(self):
+    def abandon(self, forked: bool = True):
         """Forget the socket and its monitor without a call on them, and return them (a forked
         child's copy of the connection: they are the parent's, and forget their event loop,
         :func:`zeps.clients.lifetime.disown`)."""
         owned = self._owned or (None, None)
-        lifetime.disown(*owned)
+        if forked:
+            lifetime.disown(*owned)
         self._owned = ()
         self.service_due = 0.0
         self.sock = self.mon = self.poller = None

@@ -284,9 +284,9 @@ class Connection:
             raw.close(0)
 
     def abandon(self, forked: bool = True):
-        """Forget the socket and its monitor without a call on them, and return them (a forked
-        child's copy of the connection: they are the parent's, and forget their event loop,
-        :func:`zeps.clients.lifetime.disown`)."""
+        """Forget the socket and its monitor without a call on them, and return them. Forked (a
+        child's copy of the connection), they are the parent's and forget their event loop too
+        (:func:`zeps.clients.lifetime.disown`); :meth:`close` keeps the loop, to unregister."""
         owned = self._owned or (None, None)
         if forked:
             lifetime.disown(*owned)

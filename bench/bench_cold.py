@@ -1,0 +1,141 @@
+"""The broker core's work for one PUBLISH with warm and with cold CPU caches, beside a compiled
+step measured the same two ways (issue 20).
+
+    python -m bench.bench_cold [--n 5000] [--rounds 3] [--evict-mib 8]
+
+Why each message's way through the broker (the stage table of ``bench_stages``: W→B4, about
+100 µs at p50) takes several times the core's CPU time for it when measured back to back. In
+one process, no sockets: a :class:`~zeps.broker.core.BrokerCore` over a real journal (fsync
+``interval``, the latency scenario's) with one publisher and one live subscriber; a step is one
+PUBLISH of 100 bytes received, journalled (its ``write`` included), routed, and its DELIVER
+taken from the outbox, as the broker's shell does for a round of one message. Each step is
+timed alone:
+
+* **warm**: steps back to back, as a busy broker runs them;
+* **cold**: after writing ``--evict-mib`` MiB (one byte per 64-byte line) between two steps, as
+  the other processes and ZeroMQ's threads do on the broker's core between two messages at
+  10k msg/s on a machine of two cores; the write is not timed.
+
+The baseline is compiled code of a small working set, measured the same two ways: the journal's
+CRC-32C (``google_crc32c``, C) of a 16 KiB buffer, a step of about the same warm time. The
+kinds alternate in ``--rounds`` rounds; percentiles of all steps of a kind, in microseconds.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import time
+
+import google_crc32c
+
+from bench.measure import percentile
+from zeps.broker.core import BrokerCore, CoreConfig
+from zeps.journal import DataDir, JournalConfig
+from zeps.protocol import commands as c
+from zeps.protocol import encode, encode_publish
+
+STREAM = "cold"
+PUB, SUB = b"publisher", b"subscriber"
+
+
+class _Core:
+    """A core with a publisher and a live subscriber; :meth:`step` is one PUBLISH's round."""
+
+    def __init__(self, path: str):
+        self.datadir = DataDir(path, JournalConfig(fsync="interval"))
+        self.core = BrokerCore(self.datadir, CoreConfig(fsync="interval"),
+                               log=lambda event, **kw: None)
+        self.now = 1000.0
+        self.delivered = 0
+        self.frame = encode_publish("bench.key", b"x" * 100)
+        for ident, cmd in ((PUB, c.Attach(STREAM)), (SUB, c.Attach(STREAM)),
+                           (SUB, c.Subscribe("", c.LATEST_LIVE)), (SUB, c.Credit(1 << 40))):
+            self.core.receive(ident, [encode(cmd)], self.now)
+            self._round()
+        self.delivered = 0                         # the DELIVERs of the steps, from here on
+
+    def _send(self) -> None:
+        for ident, _frame in self.core.take_outbox():
+            self.delivered += ident == SUB
+        self.core.sent()
+
+    def _round(self) -> None:
+        done = self.core.round(self.now, self._send, False)
+        for name in done.to_open:                  # the shell opens journals in its pool
+            self.datadir.journal(name)
+            self.core.opened(name, None, self.now)
+            self.core.round(self.now, self._send, False)
+
+    def step(self) -> None:
+        self.now += 0.0001
+        core = self.core
+        core.receive(PUB, [self.frame], self.now)
+        core.round(self.now, self._send, False)
+        core.next_deadline()
+
+
+def _times(n: int, once, evict) -> list:
+    out = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        if evict is not None:
+            evict()
+        t = clock()
+        once()
+        out.append((clock() - t) / 1000)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=5000, help="steps of each kind per round")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--evict-mib", type=int, default=8,
+                    help="MiB written between two cold steps (default 8)")
+    args = ap.parse_args(argv)
+    if args.n < 1 or args.rounds < 1 or args.evict_mib < 1:
+        ap.error("--n, --rounds and --evict-mib must be at least 1")
+    tmp = tempfile.mkdtemp(prefix="zeps-bench-cold-")
+    core = None
+    try:
+        core = _Core(tmp)
+        buf = bytes(16 << 10)
+        crc = google_crc32c.value
+        lines = bytearray(args.evict_mib << 20)
+        zeros = bytes(len(lines) // 64)
+
+        def evict():
+            lines[::64] = zeros
+
+        kinds = {"broker core: one PUBLISH received, journalled, routed (Python)": core.step,
+                 "baseline: CRC-32C of 16 KiB (C)": lambda: crc(buf)}
+        for once in kinds.values():                   # warm up
+            _times(500, once, None)
+        got = {(k, cold): [] for k in kinds for cold in (False, True)}
+        for _ in range(args.rounds):
+            for k, once in kinds.items():
+                for cold in (False, True):
+                    got[(k, cold)] += _times(args.n, once, evict if cold else None)
+        expected = 500 + 2 * args.n * args.rounds
+        if core.delivered != expected:
+            raise SystemExit(f"the subscriber got {core.delivered} DELIVERs of {expected}")
+        print(f"{args.n} steps of each kind x {args.rounds} rounds; cold: {args.evict_mib} MiB "
+              f"written between two steps; microseconds per step\n")
+        print("| step | warm p50 | warm p99 | cold p50 | cold p99 | cold − warm (p50) | "
+              "cold ÷ warm (p50) |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        for k in kinds:
+            w, cd = sorted(got[(k, False)]), sorted(got[(k, True)])
+            w50, c50 = percentile(w, 50), percentile(cd, 50)
+            print(f"| {k} | {w50:.1f} | {percentile(w, 99):.1f} | {c50:.1f} | "
+                  f"{percentile(cd, 99):.1f} | {c50 - w50:.1f} | {c50 / w50:.2f} |")
+    finally:
+        if core is not None:
+            core.datadir.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

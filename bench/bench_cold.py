@@ -25,11 +25,10 @@ from __future__ import annotations
 import argparse
 import shutil
 import tempfile
-import time
 
 import google_crc32c
 
-from bench.measure import percentile
+from bench.measure import percentile, step_times
 from zeps.broker.core import BrokerCore, CoreConfig
 from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import commands as c
@@ -75,18 +74,6 @@ class _Core:
         core.next_deadline()
 
 
-def _times(n: int, once, evict) -> list:
-    out = []
-    clock = time.perf_counter_ns
-    for _ in range(n):
-        if evict is not None:
-            evict()
-        t = clock()
-        once()
-        out.append((clock() - t) / 1000)
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=5000, help="steps of each kind per round")
@@ -111,12 +98,12 @@ def main(argv=None) -> int:
         kinds = {"broker core: one PUBLISH received, journalled, routed (Python)": core.step,
                  "baseline: CRC-32C of 16 KiB (C)": lambda: crc(buf)}
         for once in kinds.values():                   # warm up
-            _times(500, once, None)
+            step_times(500, once)
         got = {(k, cold): [] for k in kinds for cold in (False, True)}
         for _ in range(args.rounds):
             for k, once in kinds.items():
                 for cold in (False, True):
-                    got[(k, cold)] += _times(args.n, once, evict if cold else None)
+                    got[(k, cold)] += step_times(args.n, once, evict if cold else None)
         expected = 500 + 2 * args.n * args.rounds
         if core.delivered != expected:
             raise SystemExit(f"the subscriber got {core.delivered} DELIVERs of {expected}")

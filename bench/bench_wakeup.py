@@ -20,12 +20,11 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 
 import zmq
 
 from bench.bench_broker import dealer, request, start_broker
-from bench.measure import percentile
+from bench.measure import percentile, step_times
 from zeps.protocol import commands as c
 from zeps.protocol import encode, encode_publish
 
@@ -51,15 +50,6 @@ def _echo(kind: str):
         proc.wait()
         raise SystemExit(f"the {kind} echo server did not start: {line!r}")
     return proc, f"tcp://127.0.0.1:{int(line)}"
-
-
-def _trips(n: int, once) -> list:
-    out = []
-    for _ in range(n):
-        t = time.perf_counter_ns()
-        once()
-        out.append((time.perf_counter_ns() - t) / 1000)
-    return out
 
 
 def main(argv=None) -> int:
@@ -102,11 +92,11 @@ def main(argv=None) -> int:
                  "ZEPS broker: PING -> PING-OK": broker_ping,
                  "ZEPS broker: PUBLISH -> DELIVER": publish_deliver}
         for once in kinds.values():                   # warm up
-            _trips(200, once)
+            step_times(200, once)
         got = {k: [] for k in kinds}
         for _ in range(args.rounds):
             for k, once in kinds.items():
-                got[k] += _trips(args.n, once)
+                got[k] += step_times(args.n, once)
         print(f"{args.n} round trips x {args.rounds} rounds, one at a time (the server idle "
               "when each arrives); microseconds\n")
         print("| to | p50 | p90 | p99 |")

@@ -68,6 +68,21 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
     return sorted_values[min(len(sorted_values) - 1, int(p / 100 * len(sorted_values)))]
 
 
+def step_times(n: int, once: Callable[[], object],
+               before: Optional[Callable[[], object]] = None) -> List[float]:
+    """Call ``once()`` ``n`` times and return how long each call took, in microseconds;
+    ``before()``, if given, runs ahead of each call, untimed."""
+    out = []
+    clock = time.perf_counter_ns
+    for _ in range(n):
+        if before is not None:
+            before()
+        t = clock()
+        once()
+        out.append((clock() - t) / 1000)
+    return out
+
+
 def _worker(fn, args, ready, go, out, index) -> None:
     try:
         prepared = fn(*args, ready=ready, go=go)

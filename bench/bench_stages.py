@@ -496,6 +496,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
         _ready(rs, proxy, 60)
         time.sleep(0.2)
         cpu = _cpu_seconds(proxy.pid)
+        threads = _thread_cpu(proxy.pid)
         go.set()
         got = {}
         for _ in range(2):
@@ -504,6 +505,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
             if item[0] == "sub":
                 got["sub-cpu"] = item[2]
         cpu = _cpu_seconds(proxy.pid) - cpu
+        threads = _per_message(threads, _thread_cpu(proxy.pid), len(got["pub"]) // 2)
         pub.join()
         sub.join()
     finally:
@@ -516,7 +518,8 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
     s2 = dict(zip(got["sub"][::2], got["sub"][1::2]))
     e2e = sorted(s2[k] - k for k in p1 if k in s2)
     return {"n": len(e2e), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)},
-            "cpu": {"proxy": cpu / len(p1), "subscriber": got["sub-cpu"] / len(p1)}}
+            "cpu": {"proxy": cpu / len(p1), "subscriber": got["sub-cpu"] / len(p1)},
+            "threads": threads}
 
 
 # ---------------------------------------------------------------------------------- analysis
@@ -609,6 +612,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
             _ready(rp, proc, 60)
             time.sleep(0.2)
             cpu = _cpu_seconds(proc.pid)
+            threads_before = _thread_cpu(proc.pid)
             preempted = _preemptions(proc.pid)
             go.set()
             got = {}
@@ -616,6 +620,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
                 item = _result(q, proc, seconds + 120)
                 got[item[0]] = item
             cpu = _cpu_seconds(proc.pid) - cpu
+            threads = _thread_cpu(proc.pid)
             preempted = _preemptions(proc.pid) - preempted
             pub.join()
             sub.join()
@@ -632,6 +637,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
     res = analyse({"p1": p1, "gc": pgc}, {"s1": s1, "s2": s2, "gc": sgc}, broker)
     n = len(p1) // 2
     res["cpu"] = {"publisher": pcpu / n, "broker": cpu / n, "subscriber": scpu / n}
+    res["threads"] = _per_message(threads_before, threads, n)
     res["preempted"] = preempted / n
     return res
 
@@ -676,6 +682,30 @@ def _preemptions(pid: int) -> int:
     return 0
 
 
+def _thread_cpu(pid: int) -> Dict[str, float]:
+    """User + system CPU seconds of a process's threads, in three groups (/proc): ``loop`` its
+    main thread (the broker's loop, the proxy's, the forwarder's), ``zmq`` ZeroMQ's background
+    threads (``ZMQbg/...``: the I/O thread, the reaper) and ``other`` the rest (the broker's
+    sync and pool threads). A thread that ended between two readings is not counted."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out = {"loop": 0.0, "zmq": 0.0, "other": 0.0}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+        except OSError:                      # ended meanwhile
+            continue
+        name, rest = stat.split("(", 1)[1].rsplit(")", 1)
+        fields = rest.split()
+        group = "loop" if tid == str(pid) else "zmq" if name.startswith("ZMQbg/") else "other"
+        out[group] += (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def _per_message(before: Dict[str, float], after: Dict[str, float], n: int) -> Dict[str, float]:
+    return {k: max(0.0, after[k] - before[k]) / max(n, 1) for k in before}
+
+
 def _cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads), from /proc."""
     with open(f"/proc/{pid}/stat") as f:
@@ -713,9 +743,15 @@ def report(res: dict, title: str) -> str:
         f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
         + (" (the publisher's includes its pacing, which spins between messages)"
            if bench.systems.PACER == "spin" else ""))
+    lines.append("* the broker's CPU per message by thread (us): " + _threads_text(res["threads"]))
     lines.append(f"* the broker's loop lost the CPU to another thread (involuntary context "
                  f"switches of its thread): {res['preempted']:.2f} per message")
     return "\n".join(lines)
+
+
+def _threads_text(threads: Dict[str, float]) -> str:
+    return (f"main thread (the loop) {threads['loop'] * 1e6:.1f}, ZeroMQ's threads "
+            f"{threads['zmq'] * 1e6:.1f}, others {threads['other'] * 1e6:.1f}")
 
 
 def main(argv=None) -> int:
@@ -752,7 +788,7 @@ def main(argv=None) -> int:
     if not clients or any(c not in ("sdk", "raw") and not _forwarder(c) for c in clients):
         ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs) or pyloop, "
                  "comma-separated")
-    rows: List[tuple] = []                        # --table: (run, client, e2e, cpu, p99 ratio)
+    rows: List[tuple] = []          # --table: (run, client, e2e, cpu, p99 ratio, middle's threads)
     for i in range(args.runs):
         p99 = {}
         for client in clients:
@@ -763,7 +799,7 @@ def main(argv=None) -> int:
                 e = res["e2e"]
                 p99[client] = e[99]
                 if args.table:
-                    rows.append([i + 1, client, e, res["cpu"], None])
+                    rows.append([i + 1, client, e, res["cpu"], None, res["threads"]])
                     continue
                 if not args.summary:
                     print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, {args.pacer} pacer, "
@@ -771,24 +807,27 @@ def main(argv=None) -> int:
                           f"The same paced publisher through ZeroMQ's XSUB/XPUB proxy: end to "
                           f"end p50 {e[50] / 1e3:,.0f} us, p99 {e[99] / 1e3:,.0f} us, p99.9 "
                           f"{e[99.9] / 1e3:,.0f} us; CPU per message (us): " + ", ".join(
-                              f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items()) + "\n",
+                              f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
+                          + "; the proxy's by thread: " + _threads_text(res["threads"]) + "\n",
                           flush=True)
                     continue
                 print(f"{head}e2e_p50_us={e[50] / 1e3:.0f} {head}e2e_p99_us={e[99] / 1e3:.0f} "
                       f"{head}e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
-                          f"{head}cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items()),
-                      flush=True)
+                          f"{head}cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items())
+                      + " " + " ".join(f"{head}cpu_middle_{k}_us={v * 1e6:.1f}"
+                                       for k, v in res["threads"].items()), flush=True)
                 continue
             res = run_once(client, args.rate, args.seconds, args.size, args.fsync)
             p99[client] = res["e2e"][99]
             if args.table:
-                rows.append([i + 1, client, res["e2e"], res["cpu"], None])
+                rows.append([i + 1, client, res["e2e"], res["cpu"], None, res["threads"]])
                 continue
             if args.summary:
                 e, cpu = res["e2e"], res["cpu"]
                 figs = [f"e2e_p50_us={e[50] / 1e3:.0f}", f"e2e_p99_us={e[99] / 1e3:.0f}",
                         f"e2e_p99.9_us={e[99.9] / 1e3:.0f}"]
                 figs += [f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()]
+                figs += [f"cpu_middle_{k}_us={v * 1e6:.1f}" for k, v in res["threads"].items()]
                 figs.append(f"loop_preempted_per_msg={res['preempted']:.3f}")
                 figs += [f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
                          for name, a, b in STAGES for p in (50, 99)]
@@ -852,22 +891,25 @@ def table(rows: List[tuple], what: str) -> str:
     cpu = lambda c, k: f"{c[k] * 1e6:.1f}" if k in c else "—"    # noqa: E731
     out = [f"{what}; end to end in microseconds, CPU per message in microseconds; the middle "
            "process is the broker, the proxy or the forwarder", "",
-           "| run | path | p50 | p99 | p99.9 | CPU: middle | CPU: subscriber | p99 ÷ proxy's |",
-           "|---|---|---:|---:|---:|---:|---:|---:|"]
-    for run, client, e, c, over in rows:
+           "| run | path | p50 | p99 | p99.9 | CPU: middle | its main thread | its ZeroMQ "
+           "threads | CPU: subscriber | p99 ÷ proxy's |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for run, client, e, c, over, t in rows:
         middle = MIDDLE.get(client, "proxy")
         out.append(f"| {run} | {client_name(client)} | {us(e[50])} | {us(e[99])} | "
-                   f"{us(e[99.9])} | {cpu(c, middle)} | {cpu(c, 'subscriber')} | "
-                   + (f"{over:.2f}" if over is not None else "—") + " |")
+                   f"{us(e[99.9])} | {cpu(c, middle)} | {cpu(t, 'loop')} | {cpu(t, 'zmq')} | "
+                   f"{cpu(c, 'subscriber')} | " + (f"{over:.2f}" if over is not None else "—")
+                   + " |")
     med = statistics.median
     for client in dict.fromkeys(r[1] for r in rows):
         mine = [r for r in rows if r[1] == client]
         overs = [r[4] for r in mine if r[4] is not None]
         out.append(f"| median | {client_name(client)} | "
                    + " | ".join(us(med(r[2][p] for r in mine)) for p in (50, 99, 99.9)) + " | "
-                   + " | ".join(f"{med(r[3][k] for r in mine) * 1e6:.1f}"
-                                if all(k in r[3] for r in mine) else "—"
-                                for k in (MIDDLE.get(client, "proxy"), "subscriber")) + " | "
+                   + " | ".join(f"{med(r[i][k] for r in mine) * 1e6:.1f}"
+                                if all(k in r[i] for r in mine) else "—"
+                                for i, k in ((3, MIDDLE.get(client, "proxy")), (5, "loop"),
+                                             (5, "zmq"), (3, "subscriber"))) + " | "
                    + (f"{med(overs):.2f}" if overs else "—") + " |")
     return "\n".join(out)
 

@@ -197,3 +197,45 @@ def test_the_pacer_yields_every_message_on_its_schedule_either_way():
     with pytest.raises(ValueError, match="no pacer"):
         next(pace(1000, 1, "nap"))
     assert len(list(due_times(1000, 0.5))) == 500
+
+
+def test_the_stage_runs_split_a_process_cpu_by_thread():
+    """``bench_stages`` gives the middle process's CPU per message by thread: its main thread
+    (the broker's loop), ZeroMQ's threads (``ZMQbg/...``) and the others. CPU burnt by a
+    thread of another name counts as ``other``, not as the loop's; one burnt by the main
+    thread counts as the loop's."""
+    import os
+    import threading
+    import time
+
+    from bench.bench_stages import _per_message, _thread_cpu
+
+    def burn(seconds: float) -> None:
+        until = time.thread_time() + seconds
+        while time.thread_time() < until:
+            pass
+
+    burnt, done = threading.Event(), threading.Event()
+
+    def other() -> None:              # burns, then stays alive until read (an ended thread
+        burn(0.2)                     # is no longer in /proc)
+        burnt.set()
+        done.wait(60)
+
+    before = _thread_cpu(os.getpid())
+    t = threading.Thread(target=other, name="not-the-loop")
+    t.start()
+    try:
+        assert burnt.wait(60)
+        middle = _thread_cpu(os.getpid())
+    finally:
+        done.set()
+        t.join()
+    burn(0.2)
+    after = _thread_cpu(os.getpid())
+    assert set(before) == {"loop", "zmq", "other"}
+    assert middle["other"] - before["other"] >= 0.1          # clock ticks: 10 ms at most
+    assert middle["loop"] - before["loop"] < 0.1
+    assert after["loop"] - middle["loop"] >= 0.1
+    per = _per_message(before, middle, 100)
+    assert per["other"] >= 0.001 and per["loop"] < 0.001 and per["zmq"] >= 0

@@ -87,7 +87,8 @@ def test_bench_stages_floor_gives_each_path_its_row():
                             "forwarder in pyzmq + gevent, +20 µs CPU per message",
                             "ZeroMQ XSUB/XPUB proxy"}, proc.stdout[-3000:]
     for path, row in medians.items():
-        for column in ("p50", "p99", "p99.9", "CPU: middle", "CPU: subscriber"):
+        for column in ("p50", "p99", "p99.9", "CPU: middle", "its main thread",
+                       "its ZeroMQ threads", "CPU: subscriber"):
             assert re.fullmatch(r"\d[\d,]*(\.\d)?", row[column]), (path, column, row)
     assert medians["ZeroMQ XSUB/XPUB proxy"]["p99 ÷ proxy's"] == "1.00"
 

@@ -60,7 +60,7 @@ from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
 from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
 from .kv import KEY_CHECKPOINT_MIN, KeyValues
-from .record import Record, encode_batch
+from .record import Record, encode_batch, encode_plain
 from .recovery import load_sealed, recover
 from .retention import segments_to_delete
 from .segment import Segment, fsync_dir, list_segment_seqs
@@ -269,8 +269,13 @@ class Journal(StreamView, KeyValues):
     # ------------------------------------------------------------------ appending
 
     def append(self, key: str, body: bytes) -> Record:
-        """Append one record (a batch of one)."""
-        return self.append_batch(((key, body),))[0]
+        """``append_batch(((key, body),))[0]``, in fewer steps (:func:`~zeps.journal.record.
+        encode_plain`: the broker's round of one PUBLISH, issue 20)."""
+        if self._closed or self._pending_truncate is not None:
+            return self.append_batch(((key, body),))[0]
+        ts = max(self._clock(), self._last_ts)
+        buf, rec = encode_plain(key, body, self._next_seq, ts, self.config.max_record_bytes)
+        return self._commit(buf, [rec], ts, None)[0]
 
     def append_batch(self, items: Sequence,
                      producers: Optional[Sequence[Optional[Tuple[str, int]]]] = None
@@ -297,12 +302,13 @@ class Journal(StreamView, KeyValues):
             return []
         if self._pending_truncate is not None:
             self._retry_truncate()
-        ts = self._clock()
-        if ts < self._last_ts:
-            ts = self._last_ts
+        ts = max(self._clock(), self._last_ts)
         parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes,
                                       producers)
-        buf = b"".join(parts)
+        return self._commit(b"".join(parts), records, ts, producers)
+
+    def _commit(self, buf: bytes, records: List, ts: int, producers) -> List:
+        """Write encoded ``records`` (``buf``: their bytes), index and account for them."""
         seg = self._active
         if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
             self._roll()
@@ -363,12 +369,10 @@ class Journal(StreamView, KeyValues):
         return True
 
     def _write_all(self, seg: Segment, buf: bytes, pre: int, n: int) -> None:
-        view = memoryview(buf)
         off = 0
-        total = len(buf)
         try:
-            while off < total:
-                written = os.write(seg.fd, view[off:])
+            while off < len(buf):            # one write, and the rest of a short one
+                written = os.write(seg.fd, buf[off:] if off else buf)
                 if written <= 0:
                     raise OSError(_errno.EIO, "write returned 0")
                 off += written
@@ -376,11 +380,9 @@ class Journal(StreamView, KeyValues):
             self._undo(seg, pre)
             name = _errno.errorcode.get(e.errno, str(e.errno))
             raise JournalFullError(
-                f"append of {n} records ({total} bytes) to {seg.log_path} failed after "
+                f"append of {n} records ({len(buf)} bytes) to {seg.log_path} failed after "
                 f"{off} bytes: {e.strerror} ({name}); the batch was rolled back, nothing of it "
                 f"is in the journal", e) from None
-        finally:
-            view.release()
 
     def _undo(self, seg: Segment, pre: int) -> None:
         self._batch_read = None

@@ -113,7 +113,7 @@ class Core:
         for st in self.to_sync:
             st.journal.sync()
         done = self.core.round(self.now, self.collect, synced)
-        self.to_sync = done.to_sync
+        self.to_sync = list(done.to_sync)
         if done.to_open:
             self.open_streams(done.to_open)
             self.collect()

@@ -138,7 +138,8 @@ class Attachment:
                         replay_batch_records=self.config.replay_batch_records,
                         replay_batch_bytes=self.config.replay_batch_bytes,
                         regex_strikes=self.config.regex_strikes, log=self.log,
-                        invalids=self.invalids, settings=self.datadir.settings(name))
+                        invalids=self.invalids, settings=self.datadir.settings(name),
+                        with_publishes=self.with_publishes, with_replays=self.with_replays)
             self.streams[name] = st
             self.catalogue.add(name)
             if len(self.streams) > self.config.max_open_streams:

@@ -14,24 +14,23 @@ commands' directory work run on the loop. Opening a journal (a new stream's dire
 fsyncs, or a closed one's recovery) does not: the shell does it in its thread pool
 (``attaching.py``), and so does the group fsync (``Round.to_sync``).
 
-Here: input and dispatch, publishing, subscribing, the per-peering options, the round. The
-other handlers live beside it as mixins, each in the file named after its concept: joining and
-leaving streams and the open streams (``attaching.py``), keys and the ACL (``access.py``),
-listing and stream administration (``admin.py``), congestion — frames the shell could not send
-(``congestion.py``) — the timers (``timers.py``) and message headers (``headers.py``).
+Here: input and dispatch, subscribing, the per-peering options, the round. The other handlers
+live beside it as mixins, each in the file named after its concept: joining and leaving streams
+and the open streams (``attaching.py``), keys and the ACL (``access.py``), publishing and
+idempotent producers (``publishing.py``), listing and stream administration (``admin.py``),
+congestion — frames the shell could not send (``congestion.py``) — the timers (``timers.py``)
+and message headers (``headers.py``).
 """
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
-from zeps.journal.record import MAX_PSEQ
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode
-from zeps.protocol.batch import (MAX_BATCH_ENTRIES, MIN_ENTRY, PUBLISH_BATCH_ID, PUBLISH_HEAD,
-                                 PUBLISH_HEAD_SIZE, entry_body)
+from zeps.protocol.batch import PUBLISH_BATCH_ID
 from zeps.protocol.deliver import SIGNATURE
 
 from zeps.protocol.reasons import Reason
@@ -43,6 +42,7 @@ from .catalogue import StreamCatalogue
 from .congestion import Congestion
 from .consuming import Consuming, SyncStore
 from .headers import HeadersHandling
+from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
 from .timers import Timers
@@ -55,23 +55,19 @@ Outbox = List[Tuple[bytes, bytes]]
 class Round:
     """What a round leaves the shell to do."""
     more: bool                  # replay work remains: run the next round without waiting
-    to_sync: List[Stream]       # journals to fsync (off the loop), then ``round(synced=True)``
-    to_open: List[str]          # streams to open (off the loop), then :meth:`BrokerCore.opened`
+    to_sync: Sequence[Stream]   # journals to fsync (off the loop), then ``round(synced=True)``
+    to_open: Sequence[str]      # streams to open (off the loop), then :meth:`BrokerCore.opened`
     #: compactions to run (off the loop, one at a time), then :meth:`BrokerCore.compacted`
     to_compact: Tuple = ()
 
+
+#: The round that leaves the shell nothing to do (shared: a Round is immutable).
+IDLE_ROUND = Round(False, (), (), ())
 
 _PING_OK = encode(c.PingOk())
 _DELIVER_TIMESTAMPS_OK = encode(c.DeliverTimestampsOk())
 _REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
 _PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
-
-
-def _pseq_exhausted(pseq: int) -> str:
-    """Why a PUBLISH of an idempotent producer is refused when its producer sequence ``pseq``
-    is past what a journal record can hold (a PRODUCER ``next`` near 2^64-1)."""
-    return (f"producer sequence {pseq} is over 2^64-1 (PRODUCER with a lower next, or a new "
-            f"producer id)")
 
 
 #: What a client frame may exceed the limits by and still be read (and refused with a reason).
@@ -131,8 +127,8 @@ class CoreConfig:
         return max(8, min(10_000, self.max_unread // self.max_frame()))
 
 
-class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, HeadersHandling,
-                 Snapshots, Consuming):
+class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestion, Timers,
+                 HeadersHandling, Snapshots, Consuming):
     def __init__(self, datadir, config: Optional[CoreConfig] = None,
                  log: Optional[Callable[..., None]] = None):
         self.datadir = datadir
@@ -141,6 +137,10 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         self.sessions: Dict[bytes, Session] = {}
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
+        # The streams with publishes queued, and with subscribers to replay to (their
+        # registries, :class:`Stream`): a round visits those, not every open stream.
+        self.with_publishes: Dict[str, Stream] = {}
+        self.with_replays: Dict[str, Stream] = {}
         self.congested: Dict[bytes, Session] = {}
         self._to_free: List[Session] = []                 # detached: freed by sent()
         self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
@@ -237,34 +237,6 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
                          error=f"{type(exc).__name__}: {exc}")
                 self._invalid(identity, Reason.failed(f"{cmd.NAME} failed in the broker", exc))
 
-    def _batch_refused(self, identity: bytes, frame: bytes) -> bool:
-        """A PUBLISH-BATCH is judged by its head before one entry is walked: its size against
-        ``max_batch``, its count against :data:`MAX_BATCH_ENTRIES` and what the entries' bytes
-        can hold, and the sender's state (attached) — each refused with *one* INVALID, whatever
-        the count claims. So parsing costs at most one ``max_batch`` frame of at most
-        ``MAX_BATCH_ENTRIES`` entries, and only for an attached client."""
-        size = len(frame) - PUBLISH_HEAD_SIZE
-        if size + PUBLISH_HEAD_SIZE > self.config.max_batch:
-            why = (f"PUBLISH-BATCH of {len(frame)} bytes is over the broker's limit of "
-                   f"{self.config.max_batch} (BATCH-SELECT-OK)")
-        elif size < 0:
-            return False                                  # the codec says why
-        else:
-            count = PUBLISH_HEAD.unpack_from(frame)[2]
-            s = self.sessions.get(identity)
-            if s is None or s.state is not ATTACHED:
-                self._invalid(identity, Reason.not_attached("PUBLISH-BATCH"))
-                return True
-            if count > MAX_BATCH_ENTRIES:
-                why = f"PUBLISH-BATCH of {count} entries is over the limit of {MAX_BATCH_ENTRIES}"
-            elif count * MIN_ENTRY > size:
-                why = f"PUBLISH-BATCH: {count} entries cannot fit in {size} bytes"
-            else:
-                return False
-        self._invalid(identity, Reason.publish_rejected(why))
-        self._note_bad_frame(identity, why)
-        return True
-
     def _invalid(self, identity: bytes, reason: Reason | str) -> None:
         """Refuse: INVALID with the reason's text, or to a client that sent REASONS-SELECT, ERROR
         with its code and fields (a text is coded by its prefix: ``Reason.of``)."""
@@ -336,58 +308,6 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         elif s.consumer is not None:
             s.consumer.asleep = False
 
-    def _on_publish(self, s: Session, cmd: c.Publish) -> None:
-        if not s.may_publish:
-            self._reject(s, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
-            return
-        limit, whose = self._body_limit(self.streams[s.stream])
-        if len(cmd.body) > limit:
-            self._reject(s, f"body of {len(cmd.body)} bytes is over the {whose}'s limit of {limit}")
-            return
-        if s.producer is not None:
-            why = self._producer_refusal(s, 1)
-            if why is not None:
-                self._reject(s, why)
-                return
-        self.queued += 1
-        self.streams[s.stream].publish(s, cmd.key, cmd.body)
-
-    def _on_publish_batch(self, s: Session, cmd: c.PublishBatch) -> None:
-        """Each entry counts as one PUBLISH (its size and count were checked before it was
-        parsed: :meth:`_batch_refused`): a refused batch gets one INVALID per entry, and a
-        PRODUCER peering's entries take one producer sequence each. An accepted batch is queued
-        whole (journalled as one batch record, with its first producer sequence if any)."""
-        stream = self.streams[s.stream]
-        n = cmd.count
-        why = None
-        if not s.may_publish:
-            why = Reason.not_allowed(self.acl.who(s.user), "publish", s.stream)
-        elif s.producer is not None and (refused := self._producer_refusal(s, n)) is not None:
-            why = refused
-        else:
-            limit, whose = self._body_limit(stream)
-            # No body can be longer than the entries less the 5 fixed bytes of each entry.
-            if len(cmd.entries) - 5 * n > limit:
-                for i in range(n):
-                    size = len(entry_body(cmd.entries, cmd.offsets[i]))
-                    if size > limit:
-                        why = (f"entry {i} of the batch: body of {size} bytes is over the "
-                               f"{whose}'s limit of {limit}")
-                        break
-        if why is not None:
-            for _ in range(n):
-                self._reject(s, why)
-            return
-        self.queued += n
-        stream.publish_batch(s, cmd)
-
-    def _body_limit(self, stream: Stream):
-        """The largest body ``stream`` takes and whose limit it is: the stream's own
-        ``max_message`` where it is set and lower than the broker's ``--max-message``, else the
-        broker's (a stream never takes more than the broker reads)."""
-        own, broker = stream.max_message, self.config.max_message
-        return (own, "stream") if 0 < own < broker else (broker, "broker")
-
     def _on_reasons_select(self, s: Session, cmd) -> None:
         s.reasons = True                 # _invalid sends it ERROR from now on
         self.outbox.append((s.identity, _REASONS_SELECT_OK))
@@ -395,13 +315,6 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
     def _on_batch_select(self, s: Session, cmd) -> None:
         s.batches = True
         self.outbox.append((s.identity, encode(c.BatchSelectOk(self.config.max_batch))))
-
-    def _reject(self, s: Session, why: Reason | str) -> None:
-        """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
-        PUBLISH after PRODUCER does (the client numbers them all)."""
-        if s.producer is not None:
-            s.pseq_next += 1
-        self._invalid(s.identity, Reason.publish_rejected(why))
 
     def _on_seq_at_time(self, s: Session, cmd: c.SeqAtTime) -> None:
         seq = self.streams[s.stream].seq_at(cmd.timestamp)
@@ -419,38 +332,6 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
     def _on_limits(self, s: Session, cmd) -> None:
         self.outbox.append((s.identity, encode(c.LimitsOk(self.config.max_message,
                                                           self.config.max_credit))))
-
-    def _on_producer(self, s: Session, cmd: c.Producer) -> None:
-        """Rights first (a client that may not publish has no use for a producer id), then the
-        connection's limit of distinct ids (one client cannot fill the stream's producer table
-        or evict others' state), then the stream's O(1) registration: binding, fencing, the
-        out-of-order check (``Stream.register_producer``)."""
-        if not s.may_publish:
-            self._invalid(s.identity, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
-            return
-        if not cmd.producer or cmd.next < 1:
-            self._invalid(s.identity, "PRODUCER needs a producer id and a sequence from 1")
-            return
-        ids = s.producer_ids
-        if cmd.producer not in ids and len(ids) >= self.config.max_producer_ids:
-            self._invalid(s.identity, Reason.limit("max_producer_ids", self.config.max_producer_ids))
-            return
-        why, last = self.streams[s.stream].register_producer(s, cmd.producer, cmd.next)
-        if why is not None:
-            self._invalid(s.identity, why)
-            return
-        ids.add(cmd.producer)
-        self.outbox.append((s.identity, encode(c.ProducerOk(last))))
-
-    @staticmethod
-    def _producer_refusal(s: Session, n: int):
-        """Why the next ``n`` publishes of a PRODUCER peering are refused (fenced, out of
-        order, or producer sequences past 2^64-1), or None."""
-        if s.producer_refusal is not None:
-            return s.producer_refusal
-        if s.pseq_next + n - 1 > MAX_PSEQ:
-            return _pseq_exhausted(s.pseq_next + n - 1)
-        return None
 
     def _on_deliver_timestamps(self, s: Session, cmd) -> None:
         s.timestamps = True
@@ -484,14 +365,21 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         to_sync = self.tick(now)
         if self.outbox:
             send()
-        return Round(more, to_sync, self.take_opens(), self.take_compactions())
+        opens = self.take_opens() if self._to_open else ()
+        jobs = self.take_compactions()
+        if not (more or to_sync or opens or jobs):
+            return IDLE_ROUND          # most rounds at a low rate: nothing for the shell
+        return Round(more, to_sync, opens, jobs)
 
     def append_queued(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
         self.queued = 0
-        for st in self.streams.values():
-            if st.queued_publishes:
-                st.append_queued()
+        if self.with_publishes:
+            todo = list(self.with_publishes.values())
+            self.with_publishes.clear()
+            for st in todo:
+                if st.queued_publishes:
+                    st.append_queued()
 
     def pump(self, now: float) -> bool:
         """End congestion whose time is up, then one replay batch per catching-up subscriber.
@@ -499,9 +387,13 @@ class BrokerCore(Attachment, Access, StreamAdministration, Congestion, Timers, H
         if self.congested:
             self._uncongest(now)
         more = False
-        for st in self.streams.values():
-            if st.catching_up and st.pump():
-                more = True
+        if self.with_replays:
+            replays = self.with_replays
+            for name, st in list(replays.items()):
+                if st.catching_up and st.pump():
+                    more = True
+                if not st.catching_up and replays.get(name) is st:
+                    del replays[name]
         if self.snapshotting and self.pump_snapshots():
             more = True
         if self.consumers and self.pump_consumers(now):

@@ -76,7 +76,9 @@ class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
                  regex_strikes: int = 3, log: Optional[Callable[..., None]] = None,
-                 invalids: Optional[Counter] = None, settings=None):
+                 invalids: Optional[Counter] = None, settings=None,
+                 with_publishes: Optional[Dict[str, "Stream"]] = None,
+                 with_replays: Optional[Dict[str, "Stream"]] = None):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -95,6 +97,13 @@ class Stream:
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
+        # The core's registries (shared by its streams, as the outbox is): the streams a round
+        # must append for and those it must replay for, so that a round's work does not grow
+        # with the number of open streams (issue 20). A stream enters when its first publish
+        # is queued (:meth:`publish`) or its first subscriber is queued for replay
+        # (:meth:`resume`); the core takes it out.
+        self.with_publishes: Dict[str, Stream] = {} if with_publishes is None else with_publishes
+        self.with_replays: Dict[str, Stream] = {} if with_replays is None else with_replays
         self.dedup = ProducerDedup(journal)                    # idempotent producers
         self.published_total = 0
         self.delivered_total = 0
@@ -219,6 +228,8 @@ class Stream:
         """Queue a historical client for replay if it can take a message and is not congested."""
         if (session.subscribed and not session.live and session.credit >= MIN_COST
                 and not session.congested_until):
+            if not self.catching_up:
+                self.with_replays[self.name] = self
             self.catching_up[session.identity] = session
 
     def pause(self, session: Session) -> None:
@@ -248,6 +259,8 @@ class Stream:
         """Queue a publish; :meth:`append_queued` appends the queued batch with one journal write.
         A PUBLISH of an idempotent producer (PRODUCER) takes the peering's next producer
         sequence."""
+        if not self.queued_publishes:
+            self.with_publishes[self.name] = self
         if session.producer is not None:
             self.dedup.queue(session, len(self.queued_publishes), 1)
         self.queued_publishes.append((session, key, body))
@@ -259,6 +272,8 @@ class Stream:
         up to ``max_batch`` bytes from any client). The entries of an idempotent producer's
         batch take the peering's next ``count`` producer sequences (each record carries its
         first)."""
+        if not self.queued_publishes:
+            self.with_publishes[self.name] = self
         for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
             if session.producer is not None:
                 self.dedup.queue(session, len(self.queued_publishes), part.count)
@@ -353,8 +368,12 @@ class Stream:
             self.confirm()
             return
         try:
-            records = self.journal.append_batch(
-                [journal_item(key, body) for _s, key, body in pending], producers=producers)
+            if len(pending) == 1 and producers is None and pending[0][1] is not None and type(
+                    pending[0][2]) is bytes:              # one plain PUBLISH: issue 20
+                records = [self.journal.append(pending[0][1], pending[0][2])]
+            else:
+                records = self.journal.append_batch(
+                    [journal_item(key, body) for _s, key, body in pending], producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             self._refuse(pending, dups, exc)
             return

@@ -10,6 +10,7 @@ more than ``max_held`` is forgotten. The backoff doubles up to its maximum.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F401 (fixtures)
 from zeps.protocol import LATEST_LIVE, encode
@@ -232,3 +233,57 @@ def test_an_unsent_deliver_of_an_ended_peering_gives_nothing_to_the_next(make):
     h.drain()
     assert h.kinds(X) == [c.DetachOk, c.AttachOk, c.SubscribeOk, c.Deliver], \
         "the new peering granted credit for one message"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.lists(st.one_of(
+    st.tuples(st.just("publish"), st.integers(1, 3)),
+    st.tuples(st.just("block"), st.integers(0, 5), st.integers(0, 2)),
+    st.tuples(st.just("read"), st.integers(0, 5)),
+    st.tuples(st.just("wait"), st.sampled_from([0.0, 0.004, 0.01, 0.03, 0.1]))),
+    max_size=40))
+def test_many_clients_congest_and_recover_each_at_its_deadline(make, steps):
+    """Clients that stop reading at any time, with any room left, and read again later: after
+    every round no congestion that is due is left, the core's next deadline is the soonest end
+    of a congestion, and once everyone reads, every client has every message once, in order
+    (the congestions end from a heap of deadlines, not a scan of every client)."""
+    h = make(congestion_backoff=0.01, congestion_backoff_max=0.05, expiry_check=1e9,
+             retention_check=1e9, fsync="never")
+    clients = [b"c%d" % i for i in range(6)]
+    for ident in clients:
+        h.subscriber(ident)
+    got = {ident: [] for ident in clients}
+    published = 0
+
+    def check() -> None:
+        core = h.core
+        for ident in clients:
+            got[ident] += h.delivered(ident)
+        ends = [s.congested_until for s in core.congested.values()]
+        assert all(until > h.now for until in ends), "a due congestion was not ended"
+        assert all(s.congested_until == 0 for i, s in core.sessions.items()
+                   if i not in core.congested)
+        if ends:
+            assert core.next_deadline() <= min(ends)
+            assert core.congestion_deadline() == min(ends)
+
+    for step in steps:
+        if step[0] == "publish":
+            h.publish(*(f"k{published + i + 1}" for i in range(step[1])))
+            published += step[1]
+        elif step[0] == "block":
+            h.pipe[clients[step[1]]] = step[2]
+        elif step[0] == "read":
+            h.pipe.pop(clients[step[1]], None)
+        else:
+            h.now += step[1]
+        h.round()
+        check()
+    h.pipe.clear()
+    for _ in range(20):                      # everyone reads: past every backoff, then drain
+        h.now += 0.06
+        h.drain()
+        check()
+    want = [(i, f"k{i}") for i in range(1, published + 1)]
+    assert all(got[ident] == want for ident in clients), got
+    assert not h.core.congested

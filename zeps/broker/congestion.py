@@ -8,7 +8,8 @@ nothing and is forgotten. DELIVERs of a peering that ended while they waited are
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Optional
 
 from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
@@ -56,6 +57,8 @@ class Congestion:
                             s.backoff * 2 if s.backoff else self.config.congestion_backoff)
             s.congested_until = now + s.backoff
             self.congested[identity] = s
+            heappush(self.congestion_ends, (s.congested_until, next(self._congestion_order),
+                                            identity))
             if st is not None:
                 st.pause(s)
         cid = frame[2]
@@ -99,8 +102,29 @@ class Congestion:
             if who == ident and frame[2] in _DELIVERS:
                 out[i] = (who, _Stale(frame))
 
+    def congestion_deadline(self) -> Optional[float]:
+        """When the next congestion ends (monotonic seconds), or None: the head of
+        :attr:`congestion_ends` once the entries of clients no longer congested until then
+        (forgotten, or congested again since) are dropped from it."""
+        ends, congested = self.congestion_ends, self.congested
+        while ends:
+            until, _, ident = ends[0]
+            s = congested.get(ident)
+            if s is not None and s.congested_until == until:
+                return until
+            heappop(ends)
+        return None
+
     def _uncongest(self, now: float) -> None:
-        for ident in [i for i, s in self.congested.items() if s.congested_until <= now]:
+        """End the congestions due at ``now``, in the order of their deadlines: a heap, so that
+        a round's work does not grow with the clients that never read (issue 20: with 1,000 of
+        them congested, a round of one PUBLISH cost 75 µs against 10 with none)."""
+        ends = self.congestion_ends
+        while True:
+            until = self.congestion_deadline()
+            if until is None or until > now:
+                return
+            ident = heappop(ends)[2]
             s = self.congested.pop(ident)
             s.congested_until = 0.0
             self._recovering[ident] = s

@@ -23,6 +23,7 @@ and message headers (``headers.py``).
 """
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
@@ -142,6 +143,10 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.with_publishes: Dict[str, Stream] = {}
         self.with_replays: Dict[str, Stream] = {}
         self.congested: Dict[bytes, Session] = {}
+        # (congested_until, order, identity) of each congestion, ended in that order: a heap
+        # (congestion.py); an entry whose client is no longer congested until then is dropped
+        self.congestion_ends: List[Tuple[float, int, bytes]] = []
+        self._congestion_order = itertools.count()
         self._to_free: List[Session] = []                 # detached: freed by sent()
         self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
         self.acl = None                                    # zeps.broker.acl.Acl; None = open

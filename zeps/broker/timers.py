@@ -24,8 +24,9 @@ class Timers:
         nxt = min(self._next_expiry, self._next_retention, self._next_compaction)
         if self.config.fsync == "interval":
             nxt = min(nxt, self._next_sync)
-        if self.congested:
-            nxt = min(nxt, min(s.congested_until for s in self.congested.values()))
+        ends = self.congestion_deadline() if self.congested else None
+        if ends is not None:
+            nxt = min(nxt, ends)
         if self.consumers:
             nxt = min(nxt, self._next_consumer_tick)
         return nxt

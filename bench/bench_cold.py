@@ -2,6 +2,7 @@
 step measured the same two ways (issue 20).
 
     python -m bench.bench_cold [--n 5000] [--rounds 3] [--evict-mib 8] [--idle-streams 1000]
+                               [--never-reading 1000]
 
 Why each message's way through the broker (the stage table of ``bench_stages``: W→B4, about
 100 µs at p50) takes several times the core's CPU time for it when measured back to back. In
@@ -25,7 +26,9 @@ percentiles of all steps of a kind, in microseconds.
 The third kind is the same step on a core with ``--idle-streams`` other streams open, each with
 a live subscriber: a round's work must not grow with the streams a broker holds (it did, until a
 round visited every open stream's queue and replay list: 11.0 µs with one stream, 52.7 with
-1,000, warm).
+1,000, warm). The fourth is the same step beside ``--never-reading`` subscribers (each on a stream
+of its own) whose pipes are full: congested clients, which must not cost the others a round's
+scan of them each (75 µs, until their congestions ended from a heap of deadlines).
 """
 from __future__ import annotations
 
@@ -49,13 +52,14 @@ PUB, SUB = b"publisher", b"subscriber"
 class _Core:
     """A core with a publisher and a live subscriber; :meth:`step` is one PUBLISH's round."""
 
-    def __init__(self, path: str, idle_streams: int = 0):
+    def __init__(self, path: str, idle_streams: int = 0, never_read: bool = False):
         self.datadir = DataDir(path, JournalConfig(fsync="interval"))
         self.core = BrokerCore(self.datadir, CoreConfig(fsync="interval"),
                                log=lambda event, **kw: None)
         self.now = 1000.0
         self.delivered = 0
         self.frame = encode_publish("bench.key", b"x" * 100)
+        self.full = set()                          # subscribers whose pipe is full: unsent
         for ident, cmd in ((PUB, c.Attach(STREAM)), (SUB, c.Attach(STREAM)),
                            (SUB, c.Subscribe("", c.LATEST_LIVE)), (SUB, c.Credit(1 << 40))):
             self.core.receive(ident, [encode(cmd)], self.now)
@@ -65,12 +69,20 @@ class _Core:
             for cmd in (c.Attach(f"idle{i}"), c.Subscribe("", c.LATEST_LIVE), c.Credit(1 << 40)):
                 self.core.receive(ident, [encode(cmd)], self.now)
                 self._round()
+            if never_read:                         # one message it does not take: congested
+                self.full.add(ident)
+                for cmd in (c.Attach(f"idle{i}"), c.Publish("k", b"x")):
+                    self.core.receive(b"p" + ident, [encode(cmd)], self.now)
+                    self._round()
         self.delivered = 0                         # the DELIVERs of the steps, from here on
 
     def _send(self) -> None:
-        for ident, _frame in self.core.take_outbox():
+        core = self.core
+        for ident, frame in core.take_outbox():
+            if ident in self.full:
+                core.unsent(ident, frame, self.now)
             self.delivered += ident == SUB
-        self.core.sent()
+        core.sent()
 
     def _round(self) -> None:
         done = self.core.round(self.now, self._send, False)
@@ -96,17 +108,24 @@ def main(argv=None) -> int:
     ap.add_argument("--idle-streams", type=int, default=1000,
                     help="the same step on a core with this many other streams open, each with "
                          "a live subscriber (0: not measured; default 1000)")
+    ap.add_argument("--never-reading", type=int, default=1000,
+                    help="the same step on a core with this many subscribers (each on a stream "
+                         "of its own) that never read (0: not measured; default 1000)")
     ap.add_argument("--summary", action="store_true",
                     help="one line of name=value figures (p50s; for bench.ab) instead of the table")
     args = ap.parse_args(argv)
-    if args.n < 1 or args.rounds < 1 or args.evict_mib < 1 or args.idle_streams < 0:
-        ap.error("--n, --rounds and --evict-mib must be at least 1, --idle-streams at least 0")
+    if args.n < 1 or args.rounds < 1 or args.evict_mib < 1 or min(args.idle_streams,
+                                                                    args.never_reading) < 0:
+        ap.error("--n, --rounds and --evict-mib must be at least 1, --idle-streams and "
+                 "--never-reading at least 0")
     tmp = tempfile.mkdtemp(prefix="zeps-bench-cold-")
-    core = crowded = None
+    core = crowded = congested = None
     try:
         core = _Core(os.path.join(tmp, "one"))
         if args.idle_streams:
             crowded = _Core(os.path.join(tmp, "crowded"), args.idle_streams)
+        if args.never_reading:
+            congested = _Core(os.path.join(tmp, "congested"), args.never_reading, True)
         buf = bytes(16 << 10)
         crc = google_crc32c.value
         lines = bytearray(args.evict_mib << 20)
@@ -117,8 +136,14 @@ def main(argv=None) -> int:
 
         kinds = {"broker core: one PUBLISH received, journalled, routed (Python)": core.step,
                  "baseline: CRC-32C of 16 KiB (C)": lambda: crc(buf)}
+        names = ["core", "crc"]
         if crowded is not None:
             kinds[f"the same, {args.idle_streams:,} other streams open (Python)"] = crowded.step
+            names.append("crowded")
+        if congested is not None:
+            kinds[f"the same, {args.never_reading:,} subscribers of other streams that never "
+                  f"read (Python)"] = congested.step
+            names.append("congested")
         for once in kinds.values():                   # warm up
             step_times(500, once)
         got = {(k, cold): [] for k in kinds for cold in (False, True)}
@@ -127,11 +152,10 @@ def main(argv=None) -> int:
                 for cold in (False, True):
                     got[(k, cold)] += step_times(args.n, once, evict if cold else None)
         expected = 500 + 2 * args.n * args.rounds
-        for c_ in (core, crowded):
+        for c_ in (core, crowded, congested):
             if c_ is not None and c_.delivered != expected:
                 raise SystemExit(f"the subscriber got {c_.delivered} DELIVERs of {expected}")
         if args.summary:
-            names = ("core", "crc", "crowded")
             print(" ".join(f"{name}_{'cold' if cold else 'warm'}_p50_us="
                            f"{percentile(sorted(got[(k, cold)]), 50):.2f}"
                            for name, k in zip(names, kinds) for cold in (False, True)))
@@ -147,7 +171,7 @@ def main(argv=None) -> int:
             print(f"| {k} | {w50:.1f} | {percentile(w, 99):.1f} | {c50:.1f} | "
                   f"{percentile(cd, 99):.1f} | {c50 - w50:.1f} | {c50 / w50:.2f} |")
     finally:
-        for c_ in (core, crowded):
+        for c_ in (core, crowded, congested):
             if c_ is not None:
                 c_.datadir.close()
         shutil.rmtree(tmp, ignore_errors=True)

@@ -22,7 +22,7 @@ bodies = st.binary(max_size=700)                                             # a
 
 
 @given(key=keys | st.none(), body=bodies | st.builds(bytearray, bodies),
-       seq=st.integers(1, 1 << 64), ts=st.integers(0, (1 << 64) - 1))
+       seq=st.integers(1, (1 << 64) - 1), ts=st.integers(0, (1 << 64) - 1))
 def test_encode_plain_gives_what_encode_batch_gives_even_its_errors(key, body, seq, ts):
     try:
         parts, records = encode_batch(((key, body),), seq, ts, MAX_RECORD)

@@ -199,6 +199,7 @@ class StreamAdministration(Compacting):
                 st.detach(other)
                 self._end_peering(other)
                 self.outbox.append((other.identity, DETACH_FRAME))
+            self.work.drop(cmd.stream, st)
         try:
             self.datadir.delete(cmd.stream)
         except Exception as exc:

@@ -139,7 +139,7 @@ class Attachment:
                         replay_batch_bytes=self.config.replay_batch_bytes,
                         regex_strikes=self.config.regex_strikes, log=self.log,
                         invalids=self.invalids, settings=self.datadir.settings(name),
-                        with_publishes=self.with_publishes, with_replays=self.with_replays)
+                        work=self.work)
             self.streams[name] = st
             self.catalogue.add(name)
             if len(self.streams) > self.config.max_open_streams:
@@ -158,6 +158,7 @@ class Attachment:
             if name == spare or st.sessions or st.queued_publishes or st.confirming or st.catching_up:
                 continue
             del self.streams[name]
+            self.work.drop(name, st)
             excess -= 1
             for counter in COUNTERS:
                 self.released_counts[counter] += getattr(st, counter)

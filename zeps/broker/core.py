@@ -47,6 +47,7 @@ from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
 from .timers import Timers
+from .worklists import Worklists
 from .stream import COUNTERS, Stream
 
 Outbox = List[Tuple[bytes, bytes]]
@@ -138,10 +139,7 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.sessions: Dict[bytes, Session] = {}
         self.streams: Dict[str, Stream] = {}
         self.outbox: Outbox = []
-        # The streams with publishes queued, and with subscribers to replay to (their
-        # registries, :class:`Stream`): a round visits those, not every open stream.
-        self.with_publishes: Dict[str, Stream] = {}
-        self.with_replays: Dict[str, Stream] = {}
+        self.work = Worklists()          # the streams with work: a round visits those only
         self.congested: Dict[bytes, Session] = {}
         # (congested_until, order, identity) of each congestion, ended in that order: a heap
         # (congestion.py); an entry whose client is no longer congested until then is dropped
@@ -379,9 +377,9 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
     def append_queued(self) -> None:
         """Journal every stream's queued publishes, then route them live."""
         self.queued = 0
-        if self.with_publishes:
-            todo = list(self.with_publishes.values())
-            self.with_publishes.clear()
+        if self.work.publishes:
+            todo = list(self.work.publishes.values())
+            self.work.publishes.clear()
             for st in todo:
                 if st.queued_publishes:
                     st.append_queued()
@@ -392,8 +390,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         if self.congested:
             self._uncongest(now)
         more = False
-        if self.with_replays:
-            replays = self.with_replays
+        if self.work.replays:
+            replays = self.work.replays
             for name, st in list(replays.items()):
                 if st.catching_up and st.pump():
                     more = True
@@ -407,9 +405,12 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
 
     def confirm(self) -> None:
         """CONFIRM what became durable (the shell calls it after a group fsync)."""
-        for st in self.streams.values():
+        confirms = self.work.confirms
+        for name, st in list(confirms.items()):
             if st.confirming:
                 st.confirm()
+            if not st.confirming and confirms.get(name) is st:
+                del confirms[name]
 
     def take_outbox(self) -> Outbox:
         """The frames to send, in order; the outbox is emptied (streams share the same list).

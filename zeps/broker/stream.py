@@ -50,6 +50,7 @@ from .batching import BatchView, Runs, replay_chunks, route_batch, split_batch
 from .dedup import ProducerDedup
 from .headers import journal_item, replay_frame, route_headers
 from .session import Session
+from .worklists import Worklists
 
 Outbox = List[Tuple[bytes, bytes]]
 
@@ -77,8 +78,7 @@ class Stream:
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
                  regex_strikes: int = 3, log: Optional[Callable[..., None]] = None,
                  invalids: Optional[Counter] = None, settings=None,
-                 with_publishes: Optional[Dict[str, "Stream"]] = None,
-                 with_replays: Optional[Dict[str, "Stream"]] = None):
+                 work: Optional[Worklists] = None):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -97,13 +97,8 @@ class Stream:
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
-        # The core's registries (shared by its streams, as the outbox is): the streams a round
-        # must append for and those it must replay for, so that a round's work does not grow
-        # with the number of open streams (issue 20). A stream enters when its first publish
-        # is queued (:meth:`publish`) or its first subscriber is queued for replay
-        # (:meth:`resume`); the core takes it out.
-        self.with_publishes: Dict[str, Stream] = {} if with_publishes is None else with_publishes
-        self.with_replays: Dict[str, Stream] = {} if with_replays is None else with_replays
+        # the core's lists of streams with work (worklists.py), shared by its streams
+        self.work = Worklists() if work is None else work
         self.dedup = ProducerDedup(journal)                    # idempotent producers
         self.published_total = 0
         self.delivered_total = 0
@@ -229,7 +224,7 @@ class Stream:
         if (session.subscribed and not session.live and session.credit >= MIN_COST
                 and not session.congested_until):
             if not self.catching_up:
-                self.with_replays[self.name] = self
+                self.work.replays[self.name] = self
             self.catching_up[session.identity] = session
 
     def pause(self, session: Session) -> None:
@@ -260,7 +255,7 @@ class Stream:
         A PUBLISH of an idempotent producer (PRODUCER) takes the peering's next producer
         sequence."""
         if not self.queued_publishes:
-            self.with_publishes[self.name] = self
+            self.work.publishes[self.name] = self
         if session.producer is not None:
             self.dedup.queue(session, len(self.queued_publishes), 1)
         self.queued_publishes.append((session, key, body))
@@ -273,7 +268,7 @@ class Stream:
         batch take the peering's next ``count`` producer sequences (each record carries its
         first)."""
         if not self.queued_publishes:
-            self.with_publishes[self.name] = self
+            self.work.publishes[self.name] = self
         for part in split_batch(batch, self.journal.config.max_record_bytes - DELIVER_HEAD_SIZE):
             if session.producer is not None:
                 self.dedup.queue(session, len(self.queued_publishes), part.count)
@@ -335,7 +330,7 @@ class Stream:
             pub.published += n
             if pub.confirms:
                 pub.unconfirmed.append((pub.published, dup.sequence(last_seqs)))
-                self.confirming[pub.identity] = pub
+                self.awaits_confirm(pub)
         return done
 
     def _refuse(self, pending, dups, exc: Exception) -> None:
@@ -377,6 +372,8 @@ class Stream:
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             self._refuse(pending, dups, exc)
             return
+        if self.journal.config.fsync == "interval":
+            self.work.unsynced[self.name] = self           # the sync timer names it
         if producers is not None:
             self._bind_producers(pending, producers)
         if dups:
@@ -394,7 +391,7 @@ class Stream:
                 pub.published += n
                 if pub.confirms:
                     pub.unconfirmed.append((pub.published, view.sequence + n - 1))
-                    self.confirming[pub.identity] = pub
+                    self.awaits_confirm(pub)
                 route_batch(self, view, runs)
             else:
                 self.published_total += 1
@@ -402,7 +399,7 @@ class Stream:
                 pub.published += 1
                 if pub.confirms:
                     pub.unconfirmed.append((pub.published, rec.sequence))
-                    self.confirming[pub.identity] = pub
+                    self.awaits_confirm(pub)
                 self._route(rec, runs)
         if dups:
             self._count_duplicates(dups, len(pending), last_seqs)
@@ -541,6 +538,12 @@ class Stream:
         return ok
 
     # ------------------------------------------------------------------ confirms
+    def awaits_confirm(self, pub: Session) -> None:
+        """``pub`` waits for a CONFIRM from this stream (its newest in ``pub.unconfirmed``)."""
+        if not self.confirming:
+            self.work.confirms[self.name] = self
+        self.confirming[pub.identity] = pub
+
     def confirm(self) -> None:
         """Send CONFIRM to publishers whose messages became durable."""
         if not self.confirming:

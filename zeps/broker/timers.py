@@ -52,7 +52,14 @@ class Timers:
         if self.config.fsync != "interval" or now < self._next_sync:
             return []
         self._next_sync = now + self.config.fsync_interval
-        return [st for st in self.streams.values() if st.journal.durable_seq < st.journal.last_seq]
+        due = []                        # the streams appended to since they were last durable
+        unsynced, streams = self.work.unsynced, self.streams
+        for name, st in list(unsynced.items()):
+            if streams.get(name) is st and st.journal.durable_seq < st.journal.last_seq:
+                due.append(st)
+            else:
+                del unsynced[name]
+        return due
 
     def _log_bad_frames(self) -> None:
         for ident, n in self.bad_frames.items():

@@ -71,13 +71,7 @@ class HeadersHandling:
             self._reject(s, f"body of {len(cmd.body)} bytes and headers of {len(block)} bytes "
                             f"({size}) are over the {whose}'s limit of {limit}")
             return
-        if s.producer is not None:
-            why = self._producer_refusal(s, 1)
-            if why is not None:
-                self._reject(s, why)
-                return
-        self.queued += 1
-        stream.publish(s, cmd.key, Headed(cmd.body, block))
+        self._queue_publish(s, stream, cmd.key, Headed(cmd.body, block))
 
 
 def route_headers(stream, rec, runs) -> None:

@@ -64,17 +64,24 @@ class Publishing:
         if not s.may_publish:
             self._reject(s, Reason.not_allowed(self.acl.who(s.user), "publish", s.stream))
             return
-        limit, whose = self._body_limit(self.streams[s.stream])
+        stream = self.streams[s.stream]
+        limit, whose = self._body_limit(stream)
         if len(cmd.body) > limit:
             self._reject(s, f"body of {len(cmd.body)} bytes is over the {whose}'s limit of {limit}")
             return
+        self._queue_publish(s, stream, cmd.key, cmd.body)
+
+    def _queue_publish(self, s: Session, stream: Stream, key: str, body) -> None:
+        """The end of a PUBLISH or PUBLISH-H whose rights and size were checked: an idempotent
+        producer's refusal (fenced, out of order, sequences exhausted), else queued on
+        ``stream`` (``body``: bytes, or the PUBLISH-H's ``Headed``)."""
         if s.producer is not None:
             why = self._producer_refusal(s, 1)
             if why is not None:
                 self._reject(s, why)
                 return
         self.queued += 1
-        self.streams[s.stream].publish(s, cmd.key, cmd.body)
+        stream.publish(s, key, body)
 
     def _on_publish_batch(self, s: Session, cmd: c.PublishBatch) -> None:
         """Each entry counts as one PUBLISH (its size and count were checked before it was

@@ -151,18 +151,15 @@ def _broker_child(argv: List[str]) -> int:
         return receive(self, identity, frames, now)
     core.BrokerCore.receive = receive_stamped
 
-    # B2: where every append ends, one record (Journal.append) or a batch (append_batch):
-    # Journal._commit, or append_batch in a tree without it (bench.ab's "before" trees)
-    commits = "_commit" if hasattr(Journal, "_commit") else "append_batch"
-    commit = getattr(Journal, commits)
+    append_batch = Journal.append_batch
 
-    def append_stamped(self, *a, **kw):
-        out = commit(self, *a, **kw)
+    def append_stamped(self, items, *a, **kw):
+        out = append_batch(self, items, *a, **kw)
         t = mono()
         for s in in_round:
             b2.setdefault(s, t)
         return out
-    setattr(Journal, commits, append_stamped)
+    Journal.append_batch = append_stamped
 
     append_queued = stream.Stream.append_queued
 

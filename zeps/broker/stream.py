@@ -363,12 +363,8 @@ class Stream:
             self.confirm()
             return
         try:
-            if len(pending) == 1 and producers is None and pending[0][1] is not None and type(
-                    pending[0][2]) is bytes:              # one plain PUBLISH: issue 20
-                records = [self.journal.append(pending[0][1], pending[0][2])]
-            else:
-                records = self.journal.append_batch(
-                    [journal_item(key, body) for _s, key, body in pending], producers=producers)
+            records = self.journal.append_batch(
+                [journal_item(key, body) for _s, key, body in pending], producers=producers)
         except Exception as exc:  # JournalFullError, OSError...: nothing was appended
             self._refuse(pending, dups, exc)
             return

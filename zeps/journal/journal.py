@@ -60,7 +60,7 @@ from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
 from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
 from .kv import KEY_CHECKPOINT_MIN, KeyValues
-from .record import Record, encode_batch, encode_plain
+from .record import Record, encode_batch
 from .recovery import load_sealed, recover
 from .retention import segments_to_delete
 from .segment import Segment, fsync_dir, list_segment_seqs
@@ -269,13 +269,8 @@ class Journal(StreamView, KeyValues):
     # ------------------------------------------------------------------ appending
 
     def append(self, key: str, body: bytes) -> Record:
-        """``append_batch(((key, body),))[0]``, in fewer steps (:func:`~zeps.journal.record.
-        encode_plain`: the broker's round of one PUBLISH, issue 20)."""
-        if self._closed or self._pending_truncate is not None:
-            return self.append_batch(((key, body),))[0]
-        ts = max(self._clock(), self._last_ts)
-        buf, rec = encode_plain(key, body, self._next_seq, ts, self.config.max_record_bytes)
-        return self._commit(buf, [rec], ts, None)[0]
+        """Append one record (a batch of one)."""
+        return self.append_batch(((key, body),))[0]
 
     def append_batch(self, items: Sequence,
                      producers: Optional[Sequence[Optional[Tuple[str, int]]]] = None
@@ -305,10 +300,7 @@ class Journal(StreamView, KeyValues):
         ts = max(self._clock(), self._last_ts)
         parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes,
                                       producers)
-        return self._commit(b"".join(parts), records, ts, producers)
-
-    def _commit(self, buf: bytes, records: List, ts: int, producers) -> List:
-        """Write encoded ``records`` (``buf``: their bytes), index and account for them."""
+        buf = b"".join(parts)
         seg = self._active
         if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
             self._roll()

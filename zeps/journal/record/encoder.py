@@ -69,7 +69,14 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     message, and ``pseq + count - 1`` must not pass 2^64-1); a record with one gets the
     producer extension (header, extension, frame). Raises before anything is written if any
     item is invalid (all or nothing). Frames are built by
-    :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`."""
+    :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`.
+
+    One plain ``(key, body)`` without a producer, the broker's round of one PUBLISH, is encoded
+    straight (:func:`_one_plain`: the same bytes and record; issue 20), else by the loop."""
+    if producers is None and len(items) == 1:
+        one = _one_plain(items[0], first_seq, timestamp, max_record_bytes)
+        if one is not None:
+            return one
     ts_bytes = U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
@@ -164,23 +171,22 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     return parts, records
 
 
-def encode_plain(key: str, body: bytes, seq: int, timestamp: int,
-                 max_record_bytes: int) -> Tuple[bytes, Record]:
-    """``encode_batch(((key, body),), seq, timestamp, max_record_bytes)`` for one plain record
-    (the broker's round of one PUBLISH, issue 20: the generic loop's checks and lists cost more
-    than the record's bytes): ``(its bytes, its Record)``, the same bytes, record and errors.
-    What the short way does not cover (a key or body of another type, a key or frame over its
-    limit, a sequence past 2^64-1) goes through :func:`encode_batch`."""
-    if type(key) is str and type(body) is bytes and seq < 1 << 64:
-        kb = key.encode("utf-8")
-        flen = MIN_FRAME + len(kb) + len(body)
-        if len(kb) <= MAX_KEY and flen <= max_record_bytes:
-            frame = encode_deliver(seq, kb, body)
-            crc = _crc_extend(_crc_value(U64.pack(timestamp)), frame)
-            return (HEADER.pack(flen, crc, timestamp) + frame,
-                    Record(seq, timestamp, frame, key, body))
-    parts, records = encode_batch(((key, body),), seq, timestamp, max_record_bytes)
-    return b"".join(parts), records[0]
+def _one_plain(item, seq: int, timestamp: int, max_record_bytes: int):
+    """``([header, frame], [Record])`` of one valid plain ``(key, body)`` item, as the loop of
+    :func:`encode_batch` makes them; None for anything else (another kind of item or type, a key
+    or frame over its limit, a sequence past 2^64-1), which the loop encodes or refuses."""
+    if type(item) is not tuple or len(item) != 2 or seq >= 1 << 64:
+        return None
+    key, body = item
+    if type(key) is not str or type(body) is not bytes:
+        return None
+    kb = key.encode("utf-8")
+    flen = MIN_FRAME + len(kb) + len(body)
+    if len(kb) > MAX_KEY or flen > max_record_bytes:
+        return None
+    frame = encode_deliver(seq, kb, body)
+    head = HEADER.pack(flen, _crc_extend(_crc_value(U64.pack(timestamp)), frame), timestamp)
+    return [head, frame], [Record(seq, timestamp, frame, key, body)]
 
 
 def _check_block(block, i: int) -> None:

@@ -1,7 +1,8 @@
 """The journal encoder's one-record shortcut (``encode_batch`` of one plain ``(key, body)``
 without a producer; issue 20) against its definition, the encoder's loop (the same item with
 ``producers=[None]``, which the shortcut leaves to the loop): the same bytes, the same record,
-the same errors, for any key and body. Pure: no files."""
+the same errors, for any key and body, with the C loop ``plain_record`` and with its Python
+definition (``plain_record_py``); and the two against each other. Pure: no files."""
 from __future__ import annotations
 
 import pytest
@@ -9,6 +10,9 @@ from hypothesis import given, strategies as st
 
 from zeps.journal.errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
 from zeps.journal.record import encode_batch
+from zeps.journal.record import encoder
+
+from . import compiled
 
 MAX_RECORD = 600
 
@@ -18,8 +22,18 @@ items = st.tuples(keys | st.none(), bodies | st.builds(bytearray, bodies)) | st.
     keys, bodies, st.none()) | st.lists(keys, min_size=2, max_size=2)
 
 
+@pytest.fixture(scope="module", params=["in use", "python"])
+def plain_record(request):
+    """The shortcut's record builder: the one zeps uses (C where built), then the Python one."""
+    used = encoder._plain_record
+    if request.param == "python":
+        encoder._plain_record = encoder.plain_record_py
+    yield encoder._plain_record
+    encoder._plain_record = used
+
+
 @given(item=items, seq=st.integers(1, (1 << 64) - 1), ts=st.integers(0, (1 << 64) - 1))
-def test_one_plain_record_is_encoded_as_the_loop_encodes_it(item, seq, ts):
+def test_one_plain_record_is_encoded_as_the_loop_encodes_it(plain_record, item, seq, ts):
     try:
         parts, records = encode_batch((item,), seq, ts, MAX_RECORD, producers=[None])
     except (KeyTooLongError, RecordTooLargeError, InvalidRecordError) as exc:
@@ -31,3 +45,22 @@ def test_one_plain_record_is_encoded_as_the_loop_encodes_it(item, seq, ts):
     assert b"".join(got_parts) == b"".join(parts)
     assert got_records == records
     assert (got_records[0].key, got_records[0].body) == (records[0].key, records[0].body)
+
+
+@given(key=st.binary(max_size=255), body=st.binary(max_size=2000),
+       seq=st.integers(0, (1 << 64) - 1), ts=st.integers(0, (1 << 64) - 1))
+def test_plain_record_in_c_is_its_python_definition(key, body, seq, ts):
+    journalc = compiled.c_module("zeps.journal._journalc", "Python record encoder")
+    assert journalc.plain_record(seq, ts, key, body) == encoder.plain_record_py(seq, ts, key, body)
+
+
+def test_plain_record_in_c_refuses_what_it_cannot_encode():
+    journalc = compiled.c_module("zeps.journal._journalc", "Python record encoder")
+    with pytest.raises(ValueError):
+        journalc.plain_record(1, 1, b"k" * 256, b"")
+    with pytest.raises(TypeError):
+        journalc.plain_record(1, 1, "k", b"")
+    with pytest.raises(OverflowError):
+        journalc.plain_record(1 << 64, 1, b"k", b"")
+    with pytest.raises(OverflowError):
+        journalc.plain_record(1, -1, b"k", b"")

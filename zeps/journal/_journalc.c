@@ -9,6 +9,7 @@
  *   check_plain   <- zeps.journal.columnar._Block's checks and fields
  *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
  *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
+ *   plain_record  <- zeps.journal.record.encoder._one_plain (one plain record of an append)
  *   fused_columns <- walk, kinds, check_plain, BatchRun (zeps.journal.batchcols) and compact
  *                    of a block's leading run of unflagged plain and batch records, fused
  *                    into one pass
@@ -844,7 +845,85 @@ jc_valid_utf8(PyObject *self, PyObject *args)
     return on_buffer(args, utf8_of);
 }
 
+/* ------------------------------------------------------------------------------ append */
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
+}
+
+/* plain_record(seq, timestamp, key, body) -> (record, frame): one plain record (its 16-byte
+ * header, then its DELIVER frame) and that DELIVER frame, as
+ * zeps.journal.record.encoder._one_plain builds them in Python (the definition; the journal's
+ * append of one plain PUBLISH per round, issue 20). key and body are bytes; seq and timestamp
+ * fit in 64 bits; the key is at most 255 bytes. The caller checks the record's size. */
+static PyObject *
+jc_plain_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "plain_record(seq, timestamp, key, body)");
+        return NULL;
+    }
+    if (!PyBytes_CheckExact(args[2]) || !PyBytes_CheckExact(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "plain_record: key and body must be bytes");
+        return NULL;
+    }
+    unsigned long long seq = PyLong_AsUnsignedLongLong(args[0]);
+    if (seq == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    unsigned long long ts = PyLong_AsUnsignedLongLong(args[1]);
+    if (ts == (unsigned long long)-1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t klen = PyBytes_GET_SIZE(args[2]), blen = PyBytes_GET_SIZE(args[3]);
+    if (klen > 255 || blen > (Py_ssize_t)LENGTH_MASK - MIN_FRAME - klen) {
+        PyErr_SetString(PyExc_ValueError, "plain_record: key over 255 bytes or record too large");
+        return NULL;
+    }
+    Py_ssize_t flen = MIN_FRAME + klen + blen;
+    char *out;
+    PyObject *rec = new_bytes(HEADER_SIZE + flen, &out);
+    if (rec == NULL)
+        return NULL;
+    unsigned char *r = (unsigned char *)out, *f = r + HEADER_SIZE;
+    f[0] = 0xAA;
+    f[1] = 0xA5;
+    f[2] = (unsigned char)(DELIVER_HEAD & 0xFF);
+    put_be64(f + SEQ_OFFSET, seq);
+    f[KEYLEN_OFFSET] = (unsigned char)klen;
+    memcpy(f + KEY_OFFSET, PyBytes_AS_STRING(args[2]), klen);
+    put_be32(f + KEY_OFFSET + klen, (uint32_t)blen);
+    memcpy(f + KEY_OFFSET + klen + 4, PyBytes_AS_STRING(args[3]), blen);
+    put_be32(r, (uint32_t)flen);
+    put_be64(r + TS_OFFSET, ts);
+    put_be32(r + CRC_OFFSET, crc32c(r + TS_OFFSET, HEADER_SIZE - TS_OFFSET + flen));
+    PyObject *frame = PyBytes_FromStringAndSize((const char *)f, flen);
+    if (frame == NULL) {
+        Py_DECREF(rec);
+        return NULL;
+    }
+    PyObject *pair = PyTuple_New(2);
+    if (pair == NULL) {
+        Py_DECREF(rec);
+        Py_DECREF(frame);
+        return NULL;
+    }
+    PyTuple_SET_ITEM(pair, 0, rec);
+    PyTuple_SET_ITEM(pair, 1, frame);
+    return pair;
+}
+
 static PyMethodDef jc_methods[] = {
+    {"plain_record", (PyCFunction)(void (*)(void))jc_plain_record, METH_FASTCALL,
+     "plain_record(seq, timestamp, key, body) -> (record, frame)"},
     {"walk", jc_walk, METH_VARARGS, "walk(buf, limit) -> (positions int64 bytes, after)"},
     {"kinds", jc_kinds, METH_VARARGS, "kinds(buf, positions) -> int8 bytes"},
     {"check_plain", jc_check_plain, METH_VARARGS,

@@ -12,6 +12,7 @@ from ...protocol.commands import PublishBatch
 from ...protocol.deliver import MIN_FRAME, encode_deliver
 from ...protocol.headers import BadHeaders, block_end
 from ..errors import InvalidRecordError, KeyTooLongError, RecordTooLargeError
+from ..speedups import journalc
 from .format import (HEADER, HEADERS_FLAG, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PRODUCER_FLAG, U64,
                      BatchRecord, HeadersRecord, ProducerRecord, Record)
 
@@ -172,7 +173,7 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
 
 
 def _one_plain(item, seq: int, timestamp: int, max_record_bytes: int):
-    """``([header, frame], [Record])`` of one valid plain ``(key, body)`` item, as the loop of
+    """``([record], [Record])`` of one valid plain ``(key, body)`` item, as the loop of
     :func:`encode_batch` makes them; None for anything else (another kind of item or type, a key
     or frame over its limit, a sequence past 2^64-1), which the loop encodes or refuses."""
     if type(item) is not tuple or len(item) != 2 or seq >= 1 << 64:
@@ -181,12 +182,23 @@ def _one_plain(item, seq: int, timestamp: int, max_record_bytes: int):
     if type(key) is not str or type(body) is not bytes:
         return None
     kb = key.encode("utf-8")
-    flen = MIN_FRAME + len(kb) + len(body)
-    if len(kb) > MAX_KEY or flen > max_record_bytes:
+    if len(kb) > MAX_KEY or MIN_FRAME + len(kb) + len(body) > max_record_bytes:
         return None
+    record, frame = _plain_record(seq, timestamp, kb, body)
+    return [record], [Record(seq, timestamp, frame, key, body)]
+
+
+def plain_record_py(seq: int, timestamp: int, kb: bytes, body: bytes) -> Tuple[bytes, bytes]:
+    """``(record, frame)``: the bytes of one plain record (header, then its DELIVER frame) and
+    its DELIVER frame, from a sequence, a timestamp, a UTF-8 key of at most 255 bytes and a
+    body. The definition of the C loop ``plain_record`` (:mod:`zeps.journal.speedups`), and what
+    runs without it; ``tests/test_journal_plain.py`` checks the two against each other."""
     frame = encode_deliver(seq, kb, body)
-    head = HEADER.pack(flen, _crc_extend(_crc_value(U64.pack(timestamp)), frame), timestamp)
-    return [head, frame], [Record(seq, timestamp, frame, key, body)]
+    return HEADER.pack(len(frame), _crc_extend(_crc_value(U64.pack(timestamp)), frame),
+                       timestamp) + frame, frame
+
+
+_plain_record = plain_record_py if journalc is None else journalc.plain_record
 
 
 def _check_block(block, i: int) -> None:

@@ -84,9 +84,6 @@ _SRCFD = zmq.SRCFD
 #: What woke a wait (the index of its watcher in ``Broker._watchers``, or its timer).
 _SOCKET, _MONITOR, _WAKE, _TIMED_OUT = 0, 1, 2, -1
 _ASK_FIRST = 8            # reads of a round that ask ZMQ_EVENTS before reading (_round)
-#: How the socket was last seen readable (``Broker._readable``): not since its last read, by a
-#: wake-up of the wait, or by the wait's ZMQ_EVENTS question.
-_UNKNOWN, _WOKE, _ASKED = 0, 1, 2
 
 
 def _libc_malloc_trim():
@@ -173,7 +170,7 @@ class Broker:
         self._watchers = [self._hub.loop.io(fd, 1) for fd in (self.fd, self._monitor_fd,
                                                               self._wake_r)]
         self._monitor_check = True       # ask the monitor at the next drained round
-        self._readable = _UNKNOWN        # how the socket was seen readable since its last read
+        self._readable = False           # the socket said it is readable since its last read
 
     def _core_log(self, event: str, **kw) -> None:
         self.log.warning(event, **kw)
@@ -213,18 +210,10 @@ class Broker:
         ident_fd = self._ident_fd
         n = size = 0
         drained = False
-        # How the socket was last seen readable: _WOKE (its descriptor woke the wait: at a low
-        # rate one message came), _ASKED (the wait's question said so: messages are waiting),
-        # or not at all. Either way the first read does not ask again (issue 20).
-        known, self._readable = self._readable, _UNKNOWN
-        # After the one message of a wake-up, the round goes on without asking whether another
-        # came: the wait asks that anyway, before it sleeps, and a second question per message
-        # cost as much as a read (issue 20). Not while a closed connection waits for the socket
-        # to be drained, or the monitor for a question: a drained round answers those.
-        one = known == _WOKE and not (self._dead or self._closed_fds or self._monitor_check)
+        # The socket said it is readable just now (its descriptor woke the wait, or the wait's
+        # own question said so): the first read does not ask again (issue 20).
+        known, self._readable = self._readable, False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
-            if n == 1 and one:
-                break
             # The first few reads of a round ask ZMQ_EVENTS first: at a low rate a round is one
             # message, and the read that finds nothing raised zmq.Again, which cost more than
             # the question (issue 20); a busy round reads on and meets one Again at its end.
@@ -237,18 +226,16 @@ class Broker:
             except zmq.Again:
                 drained = True
                 break
-            # The frames are read as zmq.Frame (copy=False): its ``more`` says whether another
-            # frame follows, where asking the socket for ZMQ_RCVMORE cost more than the two
-            # reads (pyzmq looks the option up in an enum on every call; issue 20).
-            part = _recv_raw(sock, _NB, False)
-            if ident not in ident_fd:                  # first message of this id: its connection
-                self._learn(ident, part.get(_SRCFD))
+            if ident in ident_fd:                      # a ROUTER message is delivered whole
+                frames = [_recv_raw(sock, _NB)]
+            else:                                      # first message of this id: its connection
+                first = _recv_raw(sock, _NB, False)
+                self._learn(ident, first.get(_SRCFD))
                 if self.curve is not None:
-                    core.identify(ident, part.get("User-Id"))
-            frames = [part.bytes]
-            while part.more:                           # a ROUTER message is delivered whole
-                part = _recv_raw(sock, _NB, False)
-                frames.append(part.bytes)
+                    core.identify(ident, first.get("User-Id"))
+                frames = [first.bytes]
+            while _getsockopt(sock, _RCVMORE):
+                frames.append(_recv_raw(sock, _NB))
             size += len(frames[0])
             receive(ident, frames, now)
             n += 1
@@ -270,14 +257,14 @@ class Broker:
         # A round that emptied the socket is followed by the wait, not by another round that
         # would find nothing (at a low rate, one message per round: that round cost as much
         # as the message's own; issue 20).
-        return (n > 0 and not drained and not one) or done.more or bool(self._opened)
+        return (n > 0 and not drained) or done.more or bool(self._opened)
 
     def _wait(self, timeout: float) -> None:
         # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
         # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
         if _getsockopt(self.sock, _EVENTS) & _POLLIN:
             self._monitor_check = True     # not watched: ask it when the socket is drained
-            self._readable = _ASKED
+            self._readable = True
             gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
             return
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
@@ -304,7 +291,7 @@ class Broker:
         # readable; the loop's watchers are level-triggered, so a descriptor ready together
         # with the socket's fires at the next wait.
         if fired == _SOCKET:
-            self._readable = _WOKE
+            self._readable = True
         else:
             self._monitor_check = True
         if fired == _WAKE:

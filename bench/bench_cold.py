@@ -28,7 +28,10 @@ a live subscriber: a round's work must not grow with the streams a broker holds 
 round visited every open stream's queue and replay list: 11.0 µs with one stream, 52.7 with
 1,000, warm). The fourth is the same step beside ``--never-reading`` subscribers (each on a stream
 of its own) whose pipes are full: congested clients, which must not cost the others a round's
-scan of them each (75 µs, until their congestions ended from a heap of deadlines).
+scan of them each (75 µs, until their congestions ended from a heap of deadlines). The fifth is
+the same step with ``--historical`` more subscribers of every key of the step's own stream that
+never give credit: historical subscribers, which routing must not visit (each cost every
+PUBLISH about 70 ns, until routing matched an index of the live subscribers alone).
 """
 from __future__ import annotations
 
@@ -52,7 +55,8 @@ PUB, SUB = b"publisher", b"subscriber"
 class _Core:
     """A core with a publisher and a live subscriber; :meth:`step` is one PUBLISH's round."""
 
-    def __init__(self, path: str, idle_streams: int = 0, never_read: bool = False):
+    def __init__(self, path: str, idle_streams: int = 0, never_read: bool = False,
+                 historical: int = 0):
         self.datadir = DataDir(path, JournalConfig(fsync="interval"))
         self.core = BrokerCore(self.datadir, CoreConfig(fsync="interval"),
                                log=lambda event, **kw: None)
@@ -74,6 +78,10 @@ class _Core:
                 for cmd in (c.Attach(f"idle{i}"), c.Publish("k", b"x")):
                     self.core.receive(b"p" + ident, [encode(cmd)], self.now)
                     self._round()
+        for i in range(historical):                # no credit: historical from the next PUBLISH
+            for cmd in (c.Attach(STREAM), c.Subscribe("", c.LATEST_LIVE)):
+                self.core.receive(b"hist%d" % i, [encode(cmd)], self.now)
+                self._round()
         self.delivered = 0                         # the DELIVERs of the steps, from here on
 
     def _send(self) -> None:
@@ -111,21 +119,26 @@ def main(argv=None) -> int:
     ap.add_argument("--never-reading", type=int, default=1000,
                     help="the same step on a core with this many subscribers (each on a stream "
                          "of its own) that never read (0: not measured; default 1000)")
+    ap.add_argument("--historical", type=int, default=1000,
+                    help="the same step with this many subscribers of every key of the same "
+                         "stream that never give credit (0: not measured; default 1000)")
     ap.add_argument("--summary", action="store_true",
                     help="one line of name=value figures (p50s; for bench.ab) instead of the table")
     args = ap.parse_args(argv)
-    if args.n < 1 or args.rounds < 1 or args.evict_mib < 1 or min(args.idle_streams,
-                                                                    args.never_reading) < 0:
-        ap.error("--n, --rounds and --evict-mib must be at least 1, --idle-streams and "
-                 "--never-reading at least 0")
+    if args.n < 1 or args.rounds < 1 or args.evict_mib < 1 or min(
+            args.idle_streams, args.never_reading, args.historical) < 0:
+        ap.error("--n, --rounds and --evict-mib must be at least 1, --idle-streams, "
+                 "--never-reading and --historical at least 0")
     tmp = tempfile.mkdtemp(prefix="zeps-bench-cold-")
-    core = crowded = congested = None
+    core = crowded = congested = behind = None
     try:
         core = _Core(os.path.join(tmp, "one"))
         if args.idle_streams:
             crowded = _Core(os.path.join(tmp, "crowded"), args.idle_streams)
         if args.never_reading:
             congested = _Core(os.path.join(tmp, "congested"), args.never_reading, True)
+        if args.historical:
+            behind = _Core(os.path.join(tmp, "historical"), historical=args.historical)
         buf = bytes(16 << 10)
         crc = google_crc32c.value
         lines = bytearray(args.evict_mib << 20)
@@ -144,6 +157,10 @@ def main(argv=None) -> int:
             kinds[f"the same, {args.never_reading:,} subscribers of other streams that never "
                   f"read (Python)"] = congested.step
             names.append("congested")
+        if behind is not None:
+            kinds[f"the same, {args.historical:,} subscribers of the stream that give no "
+                  f"credit (Python)"] = behind.step
+            names.append("historical")
         for once in kinds.values():                   # warm up
             step_times(500, once)
         got = {(k, cold): [] for k in kinds for cold in (False, True)}
@@ -152,7 +169,7 @@ def main(argv=None) -> int:
                 for cold in (False, True):
                     got[(k, cold)] += step_times(args.n, once, evict if cold else None)
         expected = 500 + 2 * args.n * args.rounds
-        for c_ in (core, crowded, congested):
+        for c_ in (core, crowded, congested, behind):
             if c_ is not None and c_.delivered != expected:
                 raise SystemExit(f"the subscriber got {c_.delivered} DELIVERs of {expected}")
         if args.summary:
@@ -171,7 +188,7 @@ def main(argv=None) -> int:
             print(f"| {k} | {w50:.1f} | {percentile(w, 99):.1f} | {c50:.1f} | "
                   f"{percentile(cd, 99):.1f} | {c50 - w50:.1f} | {c50 / w50:.2f} |")
     finally:
-        for c_ in (core, crowded, congested):
+        for c_ in (core, crowded, congested, behind):
             if c_ is not None:
                 c_.datadir.close()
         shutil.rmtree(tmp, ignore_errors=True)

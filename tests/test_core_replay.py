@@ -86,3 +86,28 @@ def test_a_corrupt_record_stops_that_replay_with_invalid_and_serves_the_rest(mak
     h.subscriber(b"late", latest=25)
     h.drain()
     assert [s for s, _k in h.delivered(b"late")] == [26, 27, 28, 29, 30], "others are served"
+
+
+def test_routing_matches_only_live_subscribers_and_one_back_from_history_is_served_again(core):
+    """A subscriber out of credit leaves the index routing matches (a thousand that never give
+    credit must not cost every PUBLISH a visit each, issue 20); its CREDIT brings it back through
+    replay, then live, with no gap and no duplicate. The harness's leftovers check the two
+    indexes against the sessions after every step of the property tests."""
+    h = core
+    h.subscriber(SUB, credit=cost("k1"))
+    for i in range(50):                              # never give credit
+        h.send(b"idle%d" % i, c.Attach("s"), c.Subscribe("", c.LATEST_LIVE))
+        h.take(b"idle%d" % i)
+    st = h.core.streams["s"]
+    assert len(st.live_index) == 51
+    h.publish("k1", "k2", "k3")
+    assert h.delivered(SUB) == [(1, "k1")]
+    assert len(st.live_index) == 0                   # all out of credit: historical
+    assert not any(h.take(b"idle%d" % i) for i in range(50))
+    h.send(SUB, c.Credit(cost("k2") * 10))
+    h.drain()
+    assert h.delivered(SUB) == [(2, "k2"), (3, "k3")]
+    assert set(st.live_index.everyone()) == {SUB}    # caught up: live again, alone
+    h.publish("k4")
+    assert h.delivered(SUB) == [(4, "k4")]
+    assert [x for x in h.leftovers(SUB) if "index" in x] == []

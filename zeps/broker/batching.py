@@ -214,7 +214,7 @@ def take(view: BatchView, s, i: int, credit: int):
 def route_batch(stream, view: BatchView, runs: Runs) -> None:
     """Route a batch record just appended to the live subscribers (see the module docstring);
     one without the credit for a message it wants drops to historical there, as for a DELIVER."""
-    index = stream.index
+    index = stream.live_index
     if index.selective():
         match = index.match
         ids = set()
@@ -239,7 +239,7 @@ def route_batch(stream, view: BatchView, runs: Runs) -> None:
         if stop is None:
             s.next_seq = base + n
         else:
-            s.live = False              # drop to historical: remember only the position
+            stream.go_historical(s)     # drop to historical: remember only the position
             s.next_seq = base + stop
             runs.close(ident)
             stream.window_advice(s, base + stop, view.entry_cost(stop))

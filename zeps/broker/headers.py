@@ -78,7 +78,7 @@ def route_headers(stream, rec, runs) -> None:
     """Route one record with headers just appended to the live subscribers that want it:
     DELIVER-H to those that sent HEADERS-SELECT, the stored DELIVER frame (or what they chose
     instead) to the others. A subscriber without the credit drops to historical, as ever."""
-    ids = stream.index.match(rec.key)
+    ids = stream.live_index.match(rec.key)
     if not ids:
         return
     seq = rec.sequence
@@ -97,7 +97,7 @@ def route_headers(stream, rec, runs) -> None:
             continue
         cost = plain_cost + len(block) if s.headers else plain_cost
         if s.credit < cost:
-            s.live = False               # drop to historical: remember only the position
+            stream.go_historical(s)      # drop to historical: remember only the position
             s.next_seq = seq
             runs.close(ident)
             stream.window_advice(s, seq, cost)

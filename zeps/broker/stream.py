@@ -94,6 +94,9 @@ class Stream:
         self.bad_regexes: List[str] = []            # struck out: removed after the current step
         self.sessions: Dict[bytes, Session] = {}
         self.index = SubscriptionIndex()
+        # The live subscribers' patterns, which routing matches (go_live/go_historical): a
+        # historical one (out of credit, congested, never reading) costs a PUBLISH nothing.
+        self.live_index = SubscriptionIndex()
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
@@ -119,6 +122,7 @@ class Stream:
         ident = session.identity
         if self.queued_publishes:
             self.append_queued()
+        self.go_historical(session)
         for pattern, _start in session.subscriptions:
             self.index.remove(ident, pattern)
         self.sessions.pop(ident, None)
@@ -133,12 +137,12 @@ class Stream:
 
     def unsubscribe_all(self, session: Session) -> None:
         """Remove every pattern of a client (it stays attached, with its position)."""
+        self.go_historical(session)
         for pattern, _start in session.subscriptions:
             self.index.remove(session.identity, pattern)
         session.subscriptions = []
         session.future_start = 0
         session.next_seq = 0
-        session.live = False
         self.catching_up.pop(session.identity, None)
 
     # ------------------------------------------------------------------ subscribe / credit
@@ -179,12 +183,14 @@ class Stream:
         first = not session.subscribed
         session.add_subscription(pattern, start)
         self.index.add(session.identity, pattern)
+        if session.live:
+            self.live_index.add(session.identity, pattern)
         self.outbox.append((session.identity, encode(c.SubscribeOk())))
         if first:
             if start >= self.journal.next_seq and not session.congested_until:
-                session.live = True
+                self.go_live(session)
             else:
-                session.live = False
+                self.go_historical(session)
                 self.resume(session)
 
     def credit(self, session: Session, amount: int) -> None:
@@ -214,6 +220,8 @@ class Stream:
                 for p, _start in s.subscriptions:
                     if p.text == text:
                         self.index.remove(s.identity, p)
+                        if s.live:
+                            self.live_index.remove(s.identity, p)
                         s.remove_pattern(text)
                         self.outbox.append((s.identity, reason.frame(s.reasons)))
                         self.invalids[kind] += 1
@@ -227,11 +235,24 @@ class Stream:
                 self.work.replays[self.name] = self
             self.catching_up[session.identity] = session
 
+    def go_live(self, s: Session) -> None:
+        """``s`` is live from here on: its patterns enter the index routing matches."""
+        if not s.live:
+            s.live = True
+            for pattern, _start in s.subscriptions:
+                self.live_index.add(s.identity, pattern)
+
+    def go_historical(self, s: Session) -> None:
+        """``s`` is no longer live (it keeps its position): routing no longer visits it."""
+        if s.live:
+            s.live = False
+            for pattern, _start in s.subscriptions:
+                self.live_index.remove(s.identity, pattern)
+
     def pause(self, session: Session) -> None:
         """The client is congested: produce no DELIVER for it (its position stays) until the
         core ends the congestion and calls :meth:`resume`."""
-        if session.live:
-            session.live = False
+        self.go_historical(session)
         self.catching_up.pop(session.identity, None)
 
     def unsent(self, session: Session, frame: bytes) -> None:
@@ -246,7 +267,7 @@ class Stream:
         session.credit += cost
         if session.live or seq < session.next_seq:
             session.next_seq = seq
-        session.live = False
+        self.go_historical(session)
         self.catching_up.pop(session.identity, None)
 
     # ------------------------------------------------------------------ publish and live routing
@@ -408,7 +429,7 @@ class Stream:
         """Route one plain record just appended to the live subscribers that want it."""
         if rec.header_block is not None:
             return route_headers(self, rec, runs)
-        ids = self.index.match(rec.key)
+        ids = self.live_index.match(rec.key)
         if not ids:
             return
         seq = rec.sequence
@@ -439,7 +460,7 @@ class Stream:
                 delivered += 1
                 delivered_bytes += cost
             else:
-                s.live = False          # drop to historical: remember only the position
+                self.go_historical(s)   # drop to historical: remember only the position
                 s.next_seq = seq
                 runs.close(ident)
                 self.window_advice(s, seq, cost)
@@ -500,7 +521,7 @@ class Stream:
                 del self.catching_up[s.identity]
                 return
         if s.next_seq >= j.next_seq:                  # at the head: back to live, same step
-            s.live = True
+            self.go_live(s)
             del self.catching_up[s.identity]
 
     def _replay_records(self, s: Session, records) -> bool:

@@ -225,10 +225,9 @@ class Core:
             subscribed = sum(len(other.subscriptions) for other in st.sessions.values())
             if len(st.index) != subscribed:          # a pattern of a session that left
                 found.append(f"{name}.index has {len(st.index)} entries for {subscribed} patterns")
-            live = sum(len(o.subscriptions) for o in st.sessions.values() if o.live)
-            if len(st.live_index) != live:           # routing would miss or visit someone
-                found.append(f"{name}.live_index has {len(st.live_index)} entries for {live} "
-                             f"patterns of live subscribers")
+            live = {i for i, o in st.sessions.items() if o.live}
+            if st.live_ids != live:                  # routing would miss or visit someone
+                found.append(f"{name}.live_ids {sorted(st.live_ids)} for the live {sorted(live)}")
         return found
 
     def close(self) -> None:

@@ -214,14 +214,15 @@ def take(view: BatchView, s, i: int, credit: int):
 def route_batch(stream, view: BatchView, runs: Runs) -> None:
     """Route a batch record just appended to the live subscribers (see the module docstring);
     one without the credit for a message it wants drops to historical there, as for a DELIVER."""
-    index = stream.live_index
+    index = stream.index
     if index.selective():
         match = index.match
         ids = set()
         for k in range(view.count):
             ids |= match(view.key(k))
+        ids &= stream.live_ids                       # the live ones alone (a copy: they change)
     else:
-        ids = index.everyone()
+        ids = index.everyone() & stream.live_ids
     base, n = view.sequence, view.count
     sessions, outbox = stream.sessions, stream.outbox
     delivered = delivered_bytes = 0

@@ -34,7 +34,7 @@ loop) costs one small read per grant, not a 1,000-record batch.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Set, Tuple
 
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode
@@ -94,9 +94,9 @@ class Stream:
         self.bad_regexes: List[str] = []            # struck out: removed after the current step
         self.sessions: Dict[bytes, Session] = {}
         self.index = SubscriptionIndex()
-        # The live subscribers' patterns, which routing matches (go_live/go_historical): a
-        # historical one (out of credit, congested, never reading) costs a PUBLISH nothing.
-        self.live_index = SubscriptionIndex()
+        # The live subscribers (go_live/go_historical): routing visits those of a key's matches
+        # alone; a historical one (out of credit, congested, never reading) costs it nothing.
+        self.live_ids: Set[bytes] = set()
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
@@ -183,8 +183,6 @@ class Stream:
         first = not session.subscribed
         session.add_subscription(pattern, start)
         self.index.add(session.identity, pattern)
-        if session.live:
-            self.live_index.add(session.identity, pattern)
         self.outbox.append((session.identity, encode(c.SubscribeOk())))
         if first:
             if start >= self.journal.next_seq and not session.congested_until:
@@ -220,8 +218,6 @@ class Stream:
                 for p, _start in s.subscriptions:
                     if p.text == text:
                         self.index.remove(s.identity, p)
-                        if s.live:
-                            self.live_index.remove(s.identity, p)
                         s.remove_pattern(text)
                         self.outbox.append((s.identity, reason.frame(s.reasons)))
                         self.invalids[kind] += 1
@@ -236,18 +232,14 @@ class Stream:
             self.catching_up[session.identity] = session
 
     def go_live(self, s: Session) -> None:
-        """``s`` is live from here on: its patterns enter the index routing matches."""
-        if not s.live:
-            s.live = True
-            for pattern, _start in s.subscriptions:
-                self.live_index.add(s.identity, pattern)
+        """``s`` is live from here on: routing visits it (O(1), whatever its patterns)."""
+        s.live = True
+        self.live_ids.add(s.identity)
 
     def go_historical(self, s: Session) -> None:
         """``s`` is no longer live (it keeps its position): routing no longer visits it."""
-        if s.live:
-            s.live = False
-            for pattern, _start in s.subscriptions:
-                self.live_index.remove(s.identity, pattern)
+        s.live = False
+        self.live_ids.discard(s.identity)
 
     def pause(self, session: Session) -> None:
         """The client is congested: produce no DELIVER for it (its position stays) until the
@@ -429,7 +421,9 @@ class Stream:
         """Route one plain record just appended to the live subscribers that want it."""
         if rec.header_block is not None:
             return route_headers(self, rec, runs)
-        ids = self.live_index.match(rec.key)
+        ids = self.index.match(rec.key)
+        if len(ids) > 1:
+            ids = ids & self.live_ids                    # C: the smaller set's length
         if not ids:
             return
         seq = rec.sequence

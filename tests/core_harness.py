@@ -226,8 +226,9 @@ class Core:
             if len(st.index) != subscribed:          # a pattern of a session that left
                 found.append(f"{name}.index has {len(st.index)} entries for {subscribed} patterns")
             live = {i for i, o in st.sessions.items() if o.live}
-            if st.live_ids != live:                  # routing would miss or visit someone
-                found.append(f"{name}.live_ids {sorted(st.live_ids)} for the live {sorted(live)}")
+            if st.live_set.ids != live:              # routing would miss or visit someone
+                found.append(f"{name}.live_set {sorted(st.live_set.ids)} for the live "
+                             f"{sorted(live)}")
         return found
 
     def close(self) -> None:

@@ -99,15 +99,15 @@ def test_routing_matches_only_live_subscribers_and_one_back_from_history_is_serv
         h.send(b"idle%d" % i, c.Attach("s"), c.Subscribe("", c.LATEST_LIVE))
         h.take(b"idle%d" % i)
     st = h.core.streams["s"]
-    assert len(st.live_ids) == 51
+    assert len(st.live_set.ids) == 51
     h.publish("k1", "k2", "k3")
     assert h.delivered(SUB) == [(1, "k1")]
-    assert st.live_ids == set()                      # all out of credit: historical
+    assert st.live_set.ids == set()                      # all out of credit: historical
     assert not any(h.take(b"idle%d" % i) for i in range(50))
     h.send(SUB, c.Credit(cost("k2") * 10))
     h.drain()
     assert h.delivered(SUB) == [(2, "k2"), (3, "k3")]
-    assert st.live_ids == {SUB}                      # caught up: live again, alone
+    assert st.live_set.ids == {SUB}                      # caught up: live again, alone
     h.publish("k4")
     assert h.delivered(SUB) == [(4, "k4")]
     assert [x for x in h.leftovers(SUB) if "index" in x] == []
@@ -142,3 +142,22 @@ def test_a_subscriber_going_live_and_back_costs_no_index_work_whatever_its_patte
         got += h.delivered(SUB)
     assert got == [(i, f"m{i}") for i in range(1, 21)]
     assert calls == []
+
+
+def test_the_live_set_is_compacted_as_it_empties():
+    """An intersection walks the smaller set's table, which a set keeps as it empties: a live
+    set that held many ids and holds few is copied compact, and holds the same ids."""
+    from zeps.broker.liveset import LiveSet
+    live = LiveSet()
+    ids = [b"c%d" % i for i in range(1000)]
+    for i in ids:
+        live.add(i)
+    first = live.ids
+    for i in ids[1:]:
+        live.discard(i)
+    assert live.ids == {b"c0"}
+    assert live.ids is not first                     # copied on the way down
+    assert live._peak < 1000
+    for i in ids[:10]:
+        live.add(i)
+    assert live.ids == set(ids[:10])

@@ -220,9 +220,9 @@ def route_batch(stream, view: BatchView, runs: Runs) -> None:
         ids = set()
         for k in range(view.count):
             ids |= match(view.key(k))
-        ids &= stream.live_ids                       # the live ones alone (a copy: they change)
+        ids &= stream.live_set.ids                   # the live ones alone (a copy: they change)
     else:
-        ids = index.everyone() & stream.live_ids
+        ids = index.everyone() & stream.live_set.ids
     base, n = view.sequence, view.count
     sessions, outbox = stream.sessions, stream.outbox
     delivered = delivered_bytes = 0

@@ -78,7 +78,7 @@ def route_headers(stream, rec, runs) -> None:
     """Route one record with headers just appended to the live subscribers that want it:
     DELIVER-H to those that sent HEADERS-SELECT, the stored DELIVER frame (or what they chose
     instead) to the others. A subscriber without the credit drops to historical, as ever."""
-    ids = stream.index.match(rec.key) & stream.live_ids
+    ids = stream.index.match(rec.key) & stream.live_set.ids
     if not ids:
         return
     seq = rec.sequence

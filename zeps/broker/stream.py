@@ -34,7 +34,7 @@ loop) costs one small read per grant, not a 1,000-record batch.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Callable, Dict, List, Optional, Set, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 from zeps.protocol import commands as c
 from zeps.protocol import deliver_ts_from_deliver, encode
@@ -49,6 +49,7 @@ from zeps.journal.settings import StreamSettings
 from .batching import BatchView, Runs, replay_chunks, route_batch, split_batch
 from .dedup import ProducerDedup
 from .headers import journal_item, replay_frame, route_headers
+from .liveset import LiveSet
 from .session import Session
 from .worklists import Worklists
 
@@ -94,9 +95,7 @@ class Stream:
         self.bad_regexes: List[str] = []            # struck out: removed after the current step
         self.sessions: Dict[bytes, Session] = {}
         self.index = SubscriptionIndex()
-        # The live subscribers (go_live/go_historical): routing visits those of a key's matches
-        # alone; a historical one (out of credit, congested, never reading) costs it nothing.
-        self.live_ids: Set[bytes] = set()
+        self.live_set = LiveSet()       # routing visits a key's matches that are live (liveset.py)
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
@@ -234,12 +233,12 @@ class Stream:
     def go_live(self, s: Session) -> None:
         """``s`` is live from here on: routing visits it (O(1), whatever its patterns)."""
         s.live = True
-        self.live_ids.add(s.identity)
+        self.live_set.add(s.identity)
 
     def go_historical(self, s: Session) -> None:
         """``s`` is no longer live (it keeps its position): routing no longer visits it."""
         s.live = False
-        self.live_ids.discard(s.identity)
+        self.live_set.discard(s.identity)
 
     def pause(self, session: Session) -> None:
         """The client is congested: produce no DELIVER for it (its position stays) until the
@@ -423,7 +422,7 @@ class Stream:
             return route_headers(self, rec, runs)
         ids = self.index.match(rec.key)
         if len(ids) > 1:
-            ids = ids & self.live_ids                    # C: the smaller set's length
+            ids = ids & self.live_set.ids                # C: over the smaller set
         if not ids:
             return
         seq = rec.sequence

@@ -220,7 +220,7 @@ def route_batch(stream, view: BatchView, runs: Runs) -> None:
         ids = set()
         for k in range(view.count):
             ids |= match(view.key(k))
-        ids &= stream.live_set.ids                   # the live ones alone (a copy: they change)
+        ids &= stream.live_set.ids       # the live ones, in a set of its own: routing changes it
     else:
         ids = index.everyone() & stream.live_set.ids
     base, n = view.sequence, view.count

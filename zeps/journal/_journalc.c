@@ -9,7 +9,8 @@
  *   check_plain   <- zeps.journal.columnar._Block's checks and fields
  *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
  *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
- *   plain_record  <- zeps.journal.record.encoder._one_plain (one plain record of an append)
+ *   plain_record  <- zeps.journal.record.encoder.plain_record_py (one plain record of an
+ *                    append: encoder._one_plain's bytes)
  *   fused_columns <- walk, kinds, check_plain, BatchRun (zeps.journal.batchcols) and compact
  *                    of a block's leading run of unflagged plain and batch records, fused
  *                    into one pass
@@ -58,6 +59,20 @@ static inline uint32_t be32(const unsigned char *p)
 static inline uint64_t be64(const unsigned char *p)
 {
     return ((uint64_t)be32(p) << 32) | be32(p + 4);
+}
+
+static inline void put_be32(unsigned char *p, uint32_t v)
+{
+    p[0] = (unsigned char)(v >> 24);
+    p[1] = (unsigned char)(v >> 16);
+    p[2] = (unsigned char)(v >> 8);
+    p[3] = (unsigned char)v;
+}
+
+static inline void put_be64(unsigned char *p, uint64_t v)
+{
+    put_be32(p, (uint32_t)(v >> 32));
+    put_be32(p + 4, (uint32_t)v);
 }
 
 /* ------------------------------------------------------------------------------ CRC-32C */
@@ -847,24 +862,10 @@ jc_valid_utf8(PyObject *self, PyObject *args)
 
 /* ------------------------------------------------------------------------------ append */
 
-static inline void put_be32(unsigned char *p, uint32_t v)
-{
-    p[0] = (unsigned char)(v >> 24);
-    p[1] = (unsigned char)(v >> 16);
-    p[2] = (unsigned char)(v >> 8);
-    p[3] = (unsigned char)v;
-}
-
-static inline void put_be64(unsigned char *p, uint64_t v)
-{
-    put_be32(p, (uint32_t)(v >> 32));
-    put_be32(p + 4, (uint32_t)v);
-}
-
 /* plain_record(seq, timestamp, key, body) -> (record, frame): one plain record (its 16-byte
  * header, then its DELIVER frame) and that DELIVER frame, as
- * zeps.journal.record.encoder._one_plain builds them in Python (the definition; the journal's
- * append of one plain PUBLISH per round, issue 20). key and body are bytes; seq and timestamp
+ * zeps.journal.record.encoder.plain_record_py builds them in Python (the definition; the
+ * journal's append of one plain PUBLISH per round, encoder._one_plain, issue 20). key and body are bytes; seq and timestamp
  * fit in 64 bits; the key is at most 255 bytes. The caller checks the record's size. */
 static PyObject *
 jc_plain_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)

@@ -1,7 +1,7 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop[,...]]
+                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop|pypoll[,...]]
                                  [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
@@ -37,10 +37,11 @@ broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forwa
 of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder burning
 N µs of CPU per message after each send (where a middle process's CPU per message puts the
 tail, on a given machine); ``pyloop`` the forwarder in the broker's own loop style (raw pyzmq
-without blocking, one wait on gevent's hub for both sockets): the floor of the broker's shell.
-``--summary`` prints ``name=value``
-figures (for ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures
-and CPU per message, a row per client, instead of the stage tables.
+without blocking, one wait on gevent's hub for both sockets): the floor of the broker's shell;
+``pypoll`` the same loop waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the
+shell would save without gevent). ``--summary`` prints ``name=value`` figures (for
+``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures and CPU per
+message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
 collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
@@ -426,6 +427,23 @@ def _pyloop(out) -> None:
             timer.close()
 
 
+def _pypoll(out) -> None:
+    """:func:`_pyloop` waiting in ZeroMQ's own poll instead of gevent's hub (``zmq.Poller``:
+    one ``zmq_poll`` of both sockets, the GIL released; no Waiter, watchers, timer or greenlet
+    switch): what the broker's shell would save without gevent, its other greenlets aside."""
+    import zmq
+    xsub, xpub = _forwarder_sockets(zmq, out)
+    poller = zmq.Poller()
+    poller.register(xsub, zmq.POLLIN)
+    poller.register(xpub, zmq.POLLIN)
+    nb, events, pollin = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+    while True:
+        for a, b in ((xsub, xpub), (xpub, xsub)):
+            while a.getsockopt(events) & pollin:
+                b.send(a.recv(nb, copy=False), nb, copy=False)
+        poller.poll(500)
+
+
 def _proxy_publisher(front, rate, seconds, size, ready, go, out):
     import zmq
     pad = b"x" * max(0, size - STAMP_BYTES)
@@ -769,7 +787,8 @@ def main(argv=None) -> int:
                     help="sdk (the ZEPS SDK), raw (bare pyzmq DEALERs), proxy (ZeroMQ's "
                          "XSUB/XPUB proxy, end to end only), pyproxy (the same forwarder with "
                          "zmq.green), pyproxy+N (that one burning N µs of CPU per message) or "
-                         "pyloop (the forwarder in the broker's loop style); several, "
+                         "pyloop (the forwarder in the broker's loop style), pypoll (that "
+                         "loop waiting in zmq_poll); several, "
                          "comma-separated, run in turn within each run, their figures prefixed "
                          "with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
@@ -789,7 +808,7 @@ def main(argv=None) -> int:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
     if not clients or any(c not in ("sdk", "raw") and not _forwarder(c) for c in clients):
-        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs) or pyloop, "
+        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs), pyloop or pypoll, "
                  "comma-separated")
     rows: List[tuple] = []          # --table: (run, client, e2e, cpu, p99 ratio, middle's threads)
     for i in range(args.runs):
@@ -865,7 +884,8 @@ def main(argv=None) -> int:
 MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy"}
 CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
                 "pyproxy": "forwarder in pyzmq + gevent",
-                "pyloop": "forwarder in the broker's loop style"}
+                "pyloop": "forwarder in the broker's loop style",
+                "pypoll": "forwarder waiting in zmq_poll"}
 #: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
 PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
 
@@ -878,6 +898,8 @@ def _forwarder(client: str):
         return (_proxy,)
     if client == "pyloop":
         return (_pyloop,)
+    if client == "pypoll":
+        return (_pypoll,)
     burn = PYPROXY.fullmatch(client)
     return (_pyproxy, int(burn[1] or 0)) if burn else None
 

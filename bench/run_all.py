@@ -29,6 +29,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 
 FLOOR_CLIENTS = "sdk,raw,pyloop,pyproxy,pyproxy+10,pyproxy+20,proxy"
+POLL_CLIENTS = "sdk,pyloop,pypoll,proxy"
 # name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
@@ -53,6 +54,11 @@ BENCHMARKS = {
                                             "--runs", "8", "--table"],
                            ["--client", FLOOR_CLIENTS, "--rate", "1000", "--seconds", "0.3",
                             "--table"]),
+    # the forwarder in the broker's loop style waiting on gevent's hub, and in zmq_poll
+    "bench_stages_poll": ("bench_stages", ["--client", POLL_CLIENTS, "--seconds", "3",
+                                           "--runs", "8", "--table"],
+                          ["--client", POLL_CLIENTS, "--rate", "1000", "--seconds", "0.3",
+                           "--table"]),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),

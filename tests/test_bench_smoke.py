@@ -71,21 +71,27 @@ def test_bench_sub_cost_gives_every_subscriber_its_figures():
         assert len(figures) == 5 and all(cell.fullmatch(v) for v in figures), (name, row)
 
 
-def test_bench_stages_floor_gives_each_path_its_row():
-    """The table of ``bench_stages --table``: a median row for the broker (SDK and raw clients),
-    the forwarder in the broker's stack (in its loop style, with zmq.green, and burning CPU)
-    and the proxy, each with figures, the proxy's p99 over its own 1.00."""
-    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only",
-                           "bench_stages_floor"], cwd=str(REPO), capture_output=True, text=True,
-                          timeout=600)
+FLOOR_PATHS = {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
+               "forwarder in the broker's loop style",
+               "forwarder in pyzmq + gevent, +10 µs CPU per message",
+               "forwarder in pyzmq + gevent, +20 µs CPU per message", "ZeroMQ XSUB/XPUB proxy"}
+POLL_PATHS = {"ZEPS SDK", "forwarder in the broker's loop style",
+              "forwarder waiting in zmq_poll", "ZeroMQ XSUB/XPUB proxy"}
+
+
+@pytest.mark.parametrize("name, paths", [("bench_stages_floor", FLOOR_PATHS),
+                                         ("bench_stages_poll", POLL_PATHS)])
+def test_bench_stages_tables_give_each_path_its_row(name, paths):
+    """The tables of ``bench_stages --table``: a median row for each path it runs (the broker
+    with the SDK's and raw clients; the forwarder in the broker's stack: in its loop style,
+    waiting in zmq_poll, with zmq.green, and burning CPU; the proxy), each with figures, the
+    proxy's p99 over its own 1.00."""
+    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
+                          cwd=str(REPO), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     medians = {row["path"]: row for t in tables(proc.stdout) for row in t
                if row.get("run") == "median"}
-    assert set(medians) == {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
-                            "forwarder in the broker's loop style",
-                            "forwarder in pyzmq + gevent, +10 µs CPU per message",
-                            "forwarder in pyzmq + gevent, +20 µs CPU per message",
-                            "ZeroMQ XSUB/XPUB proxy"}, proc.stdout[-3000:]
+    assert set(medians) == paths, proc.stdout[-3000:]
     for path, row in medians.items():
         for column in ("p50", "p99", "p99.9", "CPU: middle", "its main thread",
                        "its ZeroMQ threads", "CPU: subscriber"):

@@ -61,6 +61,8 @@ BENCHMARKS = {
                            "--table"]),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
+    "bench_timers": ("bench_timers", [], ["--sessions", "300", "--streams", "30",
+                                          "--seconds", "12"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
     "bench_sub_cost": ("bench_sub_cost", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "suite": ("suite", [], ["--quick"]),

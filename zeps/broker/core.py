@@ -46,7 +46,8 @@ from .headers import HeadersHandling
 from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
-from .timers import Timers
+from .sweeps import Sweep
+from .timers import EXPIRY_SLICE, RETENTION_SLICE, Timers
 from .worklists import Worklists
 from .stream import COUNTERS, Stream
 
@@ -156,7 +157,11 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.bad_frames_total = 0                          # since start (stats)
         self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
         self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
-        self._next_expiry = self._next_retention = self._next_sync = float("-inf")
+        #: The timers' passes over the sessions (expiry) and the open streams (retention), in
+        #: slices of bounded size (zeps/broker/sweeps.py).
+        self._expiry_sweep: Sweep = Sweep(self.config.expiry_check, EXPIRY_SLICE)
+        self._retention_sweep: Sweep = Sweep(self.config.retention_check, RETENTION_SLICE)
+        self._next_sync = float("-inf")
         self._next_compaction = float("-inf")
         self.queued = 0                    # messages published since the last append_queued()
         self.now = float("-inf")           # the time of the message being handled

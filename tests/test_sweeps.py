@@ -12,7 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.core_harness import Core, make_fixture  # noqa: F401 (fixture)
 from zeps.broker.sweeps import Sweep
-from zeps.broker.timers import EXPIRY_SLICE, RETENTION_SLICE
+from zeps.broker.timers import COMPACTION_SLICE, EXPIRY_SLICE, RETENTION_SLICE
 from zeps.protocol import commands as c
 from zeps.protocol import encode
 
@@ -163,3 +163,49 @@ def test_retention_visits_a_slice_of_the_streams_per_round(make):
         assert len(visited) - mark <= RETENTION_SLICE
         h.now = h.core.next_deadline()
     assert sorted(name for name, _ in visited) == sorted(h.core.streams)
+
+
+def test_the_compaction_check_looks_at_a_slice_of_the_streams_per_round(make):
+    """Compacted streams, none with a new sealed segment: the check looks at no more than a
+    slice of them per round, and at each once a period."""
+    h = make(compaction_check=30.0, retention_check=1e9, expiry=1e9)
+    n = COMPACTION_SLICE * 2 + 5
+    for i in range(n):
+        h.send(b"c%d" % i, c.StreamCreateX(f"kv{i}", 0, 0, 0, 8192, c.FLAG_COMPACT, 60_000, 250),
+               c.Attach(f"kv{i}"))
+    assert len(h.core.streams) == n
+    looked = []
+    for name, stream in h.core.streams.items():
+        journal = stream.journal
+        real = journal.segment_seqs
+
+        def counted(name=name, real=real):
+            looked.append(name)
+            return real()
+        journal.segment_seqs = counted
+    h.now += 30.0                                     # a pass is due
+    start = h.now
+    while h.now < start + 30.0:
+        mark = len(looked)
+        h.tick()
+        assert len(looked) - mark <= COMPACTION_SLICE
+        h.now = h.core.next_deadline()
+    assert sorted(looked) == sorted(h.core.streams)
+
+
+def test_while_a_compaction_runs_the_check_still_moves_its_deadline(make):
+    """A job under way passes the check's slices over; its deadline moves on all the same (a
+    deadline left in the past would wake the shell's loop at once, over and over)."""
+    h = make(compaction_check=30.0, retention_check=1e9, expiry=1e9, segment_bytes=8192)
+    h.send(b"a", c.StreamCreateX("kv", 0, 0, 0, 8192, c.FLAG_COMPACT, 60_000, 250))
+    for i in range(400):                              # several sealed segments
+        h.publish(f"k{i % 10}", body=b"value %05d" % i, ident=b"pub", stream="kv")
+    h.now += 30.0
+    h.core.tick(h.now)                                # names the job; the shell runs it
+    assert h.core.compacting is not None
+    for _ in range(3):
+        deadline = h.core.next_deadline()
+        assert deadline > h.now
+        h.now = deadline
+        h.core.tick(h.now)
+    assert h.core.compacting is not None              # never handed back: still under way

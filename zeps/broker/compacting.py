@@ -2,7 +2,8 @@
 once a compaction is done. Pure, like the rest of the core: it compacts nothing itself.
 
 Every ``compaction_check`` seconds (:class:`~zeps.broker.timers.Timers`) the core looks at its
-open compacted streams, in turn, for one whose sealed segments changed since it last looked (a
+open compacted streams, in turn and a slice of the open streams a round
+(:mod:`zeps.broker.sweeps`), for one whose sealed segments changed since it last looked (a
 segment was sealed: new dirty bytes; nothing else can make the dirty ratio grow) and names it
 in the round's ``to_compact`` as a :class:`CompactionJob`, one at a time. The shell runs
 :func:`zeps.journal.compaction.run` over it off the loop (in a child process,
@@ -49,14 +50,19 @@ class Compacting:
             st = self.__dict__["_compaction"] = ({}, [])
         return st
 
-    def check_compaction(self) -> None:
-        """Name the next compacted stream whose sealed segments changed since it was last
-        looked at (the timer calls it; :meth:`take_compactions` hands the job to the shell)."""
+    def check_compaction(self, now: float) -> None:
+        """Name the next compacted stream of the slice due whose sealed segments changed since
+        it was last looked at (the timer calls it; :meth:`take_compactions` hands the job to the
+        shell). While a compaction runs, the slice is passed over: its streams wait for the
+        next pass, as they did for the next check."""
+        names = self._compaction_sweep.take(now, self.streams.keys)
         if self.compacting is not None:
             return
         looked, jobs = self._compaction_state()
-        for name, st in self.streams.items():
-            if not st.settings.compact or name in self.opening:
+        streams = self.streams
+        for name in names:
+            st = streams.get(name)
+            if st is None or not st.settings.compact or name in self.opening:
                 continue
             seqs = st.journal.segment_seqs()
             sealed = tuple(seqs[:-1])

@@ -47,7 +47,7 @@ from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
 from .sweeps import Sweep
-from .timers import EXPIRY_SLICE, RETENTION_SLICE, Timers
+from .timers import COMPACTION_SLICE, EXPIRY_SLICE, RETENTION_SLICE, Timers
 from .worklists import Worklists
 from .stream import COUNTERS, Stream
 
@@ -157,12 +157,12 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.bad_frames_total = 0                          # since start (stats)
         self.invalids: Counter = Counter()                 # INVALIDs sent, by reasons.label
         self.released_counts = dict.fromkeys(COUNTERS, 0)  # traffic of streams since closed
-        #: The timers' passes over the sessions (expiry) and the open streams (retention), in
-        #: slices of bounded size (zeps/broker/sweeps.py).
+        #: The timers' passes over the sessions (expiry) and the open streams (retention, the
+        #: compaction check), in slices of bounded size (zeps/broker/sweeps.py).
         self._expiry_sweep: Sweep = Sweep(self.config.expiry_check, EXPIRY_SLICE)
         self._retention_sweep: Sweep = Sweep(self.config.retention_check, RETENTION_SLICE)
+        self._compaction_sweep: Sweep = Sweep(self.config.compaction_check, COMPACTION_SLICE)
         self._next_sync = float("-inf")
-        self._next_compaction = float("-inf")
         self.queued = 0                    # messages published since the last append_queued()
         self.now = float("-inf")           # the time of the message being handled
         self.catalogue = StreamCatalogue(datadir.streams())   # every stored stream's name

@@ -2,9 +2,9 @@
 group-fsync schedule.
 
 A mixin of :class:`~zeps.broker.core.BrokerCore`. No clock of its own: the shell calls
-:meth:`Timers.tick` with the time and waits until :meth:`Timers.next_deadline`. Expiry and
-retention visit the sessions and the open streams in slices (:mod:`zeps.broker.sweeps`): a
-round's timer work does not grow with what the broker holds.
+:meth:`Timers.tick` with the time and waits until :meth:`Timers.next_deadline`. Expiry,
+retention and the compaction check visit the sessions and the open streams in slices
+(:mod:`zeps.broker.sweeps`): a round's timer work does not grow with what the broker holds.
 """
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ if TYPE_CHECKING:
 
 #: Sessions an expiry slice visits (a pass over 10,000 at once held the loop 0.55 ms).
 EXPIRY_SLICE = 1000
-#: Open streams a retention slice visits (each a look at its oldest segment's age and size).
-RETENTION_SLICE = 100
+#: Open streams a retention slice visits (each a look at its oldest segment's age and size),
+#: and a compaction check's (each a look at its settings, and its segments if compacted).
+RETENTION_SLICE = COMPACTION_SLICE = 100
 
 
 class Timers:
@@ -28,7 +29,7 @@ class Timers:
     def next_deadline(self) -> float:
         """When :meth:`tick` next has work (monotonic seconds)."""
         nxt = min(self._expiry_sweep.next_at, self._retention_sweep.next_at,
-                  self._next_compaction)
+                  self._compaction_sweep.next_at)
         if self.config.fsync == "interval":
             nxt = min(nxt, self._next_sync)
         ends = self.congestion_deadline() if self.congested else None
@@ -53,9 +54,8 @@ class Timers:
         if self.consumers and now >= self._next_consumer_tick:
             self._next_consumer_tick = now + SAVE_INTERVAL
             self.consumer_timers(now)
-        if now >= self._next_compaction:
-            self._next_compaction = now + self.config.compaction_check
-            self.check_compaction()
+        if now >= self._compaction_sweep.next_at:
+            self.check_compaction(now)
         if self.config.fsync != "interval" or now < self._next_sync:
             return []
         self._next_sync = now + self.config.fsync_interval

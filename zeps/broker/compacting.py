@@ -2,7 +2,7 @@
 once a compaction is done. Pure, like the rest of the core: it compacts nothing itself.
 
 Every ``compaction_check`` seconds (:class:`~zeps.broker.timers.Timers`) the core looks at its
-open compacted streams, in turn and a slice of the open streams a round
+open compacted streams in turn, a slice of the open streams per round
 (:mod:`zeps.broker.sweeps`), for one whose sealed segments changed since it last looked (a
 segment was sealed: new dirty bytes; nothing else can make the dirty ratio grow) and names it
 in the round's ``to_compact`` as a :class:`CompactionJob`, one at a time. The shell runs

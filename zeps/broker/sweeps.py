@@ -1,16 +1,16 @@
-"""Passes of the broker's timers over all it holds (its sessions for expiry, its streams for
-retention), spread over their period in slices of bounded size.
+"""Passes of the broker's timers over all it holds (the sessions for expiry, the open streams
+for retention and the compaction check), spread over their period in slices of bounded size.
 
-A pass over every session at once cost the loop 0.55 ms a second at 10,000 sessions, and one
-over every open stream's retention a few ms every ten seconds at 10,000 streams (issue 20): a
-stall every message routed meanwhile waits for. A :class:`Sweep` takes what to visit when its
+One round's timers used to visit every session, or every open stream, at once: a stall every
+message routed meanwhile waited for (issue 20; ``python -m bench.bench_timers``, in
+docs/benchmarks.md under "The timers' rounds"). A :class:`Sweep` takes what to visit when its
 pass starts and hands it out at most ``size`` at a time, its slices evenly spaced across the
 period, so that a round's timer work is bounded whatever the broker holds; with ``size`` or
 fewer items a pass is one slice, every ``period`` seconds, as a plain timer.
 
 Pure: the caller gives the time, and looks up each key it is handed (a session forgotten, a
 stream closed since the pass started is not there any more). A pass lists keys, not
-(key, value) pairs: a list of 10,000 pairs took longer to build than the pass itself took.
+(key, value) pairs: building a list of 10,000 pairs took longer than the pass's visits.
 """
 from __future__ import annotations
 

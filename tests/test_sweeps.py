@@ -89,18 +89,50 @@ def test_each_pass_hands_every_item_once_within_its_period(n, size, period):
 EXPIRY = 10.0
 
 
+def attach_clients(h: Core, n: int, stream=lambda i: "s") -> list:
+    """``n`` clients attached (to ``stream(i)``), their replies taken; their identities."""
+    idents = [b"c%d" % i for i in range(n)]
+    for i, ident in enumerate(idents):
+        h.core.receive(ident, [encode(c.Attach(stream(i)))], h.now)
+    h.open_streams()
+    h.collect()
+    for ident in idents:
+        h.take(ident)
+    return idents
+
+
+def count_calls(h: Core, method: str) -> list:
+    """Wrap ``method`` of every open stream's journal: the list it returns gets the stream's
+    name at each call (the real method still runs)."""
+    calls = []
+    for name, stream in h.core.streams.items():
+        real = getattr(stream.journal, method)
+
+        def counted(*args, name=name, real=real):
+            calls.append(name)
+            return real(*args)
+        setattr(stream.journal, method, counted)
+    return calls
+
+
+def assert_one_pass_in_slices(h: Core, calls: list, period: float, size: int) -> None:
+    """Tick at each deadline for ``period`` from now: no tick adds more than ``size`` to
+    ``calls`` (see :func:`count_calls`), and over the period each open stream is in it once."""
+    start = h.now
+    while h.now < start + period:
+        mark = len(calls)
+        h.tick()
+        assert len(calls) - mark <= size, f"one round looked at {len(calls) - mark} streams"
+        h.now = h.core.next_deadline()
+    assert sorted(calls) == sorted(h.core.streams)
+
+
 def test_expiry_visits_a_slice_of_the_sessions_per_round(make):
     """2.5 slices of silent clients: no round forgets more than a slice of them, and all are
     forgotten within the expiry and one check period."""
     h = make(expiry=EXPIRY, expiry_check=1.0, retention_check=1e9)
     n = EXPIRY_SLICE * 5 // 2
-    idents = [b"c%d" % i for i in range(n)]
-    for ident in idents:
-        h.core.receive(ident, [encode(c.Attach("s"))], h.now)
-    h.open_streams()
-    h.collect()
-    for ident in idents:
-        h.take(ident)
+    idents = attach_clients(h, n)
     start = h.now
     h.now = start + EXPIRY + 0.001                    # all silent past the expiry
     forgotten, ticks = 0, 0
@@ -119,14 +151,7 @@ def test_expiry_visits_a_slice_of_the_sessions_per_round(make):
 
 def test_a_session_gone_during_a_pass_is_not_told_twice(make):
     h = make(expiry=EXPIRY, expiry_check=1.0, retention_check=1e9)
-    n = EXPIRY_SLICE + 10
-    idents = [b"c%d" % i for i in range(n)]
-    for ident in idents:
-        h.core.receive(ident, [encode(c.Attach("s"))], h.now)
-    h.open_streams()
-    h.collect()
-    for ident in idents:
-        h.take(ident)
+    idents = attach_clients(h, EXPIRY_SLICE + 10)
     h.now += EXPIRY + 0.001
     h.tick()                                          # the first slice: a thousand forgotten
     rest = [i for i in idents if i in h.core.sessions]
@@ -142,27 +167,8 @@ def test_retention_visits_a_slice_of_the_streams_per_round(make):
     """Retention looks at no more than a slice of the open streams per round, and at each of
     them once a retention period."""
     h = make(retention_check=10.0, expiry=1e9)
-    n = RETENTION_SLICE * 2 + 5
-    for i in range(n):
-        h.core.receive(b"c%d" % i, [encode(c.Attach(f"s{i}"))], h.now)
-    h.open_streams()
-    h.collect()
-    visited = []
-    for name, stream in h.core.streams.items():
-        journal = stream.journal
-        real = journal.apply_retention
-
-        def counted(name=name, real=real):
-            visited.append((name, h.now))
-            return real()
-        journal.apply_retention = counted
-    start = h.now
-    while h.now < start + 10.0:
-        mark = len(visited)
-        h.tick()
-        assert len(visited) - mark <= RETENTION_SLICE
-        h.now = h.core.next_deadline()
-    assert sorted(name for name, _ in visited) == sorted(h.core.streams)
+    attach_clients(h, RETENTION_SLICE * 2 + 5, lambda i: f"s{i}")
+    assert_one_pass_in_slices(h, count_calls(h, "apply_retention"), 10.0, RETENTION_SLICE)
 
 
 def test_the_compaction_check_looks_at_a_slice_of_the_streams_per_round(make):
@@ -174,23 +180,9 @@ def test_the_compaction_check_looks_at_a_slice_of_the_streams_per_round(make):
         h.send(b"c%d" % i, c.StreamCreateX(f"kv{i}", 0, 0, 0, 8192, c.FLAG_COMPACT, 60_000, 250),
                c.Attach(f"kv{i}"))
     assert len(h.core.streams) == n
-    looked = []
-    for name, stream in h.core.streams.items():
-        journal = stream.journal
-        real = journal.segment_seqs
-
-        def counted(name=name, real=real):
-            looked.append(name)
-            return real()
-        journal.segment_seqs = counted
+    looked = count_calls(h, "segment_seqs")
     h.now += 30.0                                     # a pass is due
-    start = h.now
-    while h.now < start + 30.0:
-        mark = len(looked)
-        h.tick()
-        assert len(looked) - mark <= COMPACTION_SLICE
-        h.now = h.core.next_deadline()
-    assert sorted(looked) == sorted(h.core.streams)
+    assert_one_pass_in_slices(h, looked, 30.0, COMPACTION_SLICE)
 
 
 def test_while_a_compaction_runs_the_check_still_moves_its_deadline(make):

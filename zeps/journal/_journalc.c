@@ -865,8 +865,9 @@ jc_valid_utf8(PyObject *self, PyObject *args)
 /* plain_record(seq, timestamp, key, body) -> (record, frame): one plain record (its 16-byte
  * header, then its DELIVER frame) and that DELIVER frame, as
  * zeps.journal.record.encoder.plain_record_py builds them in Python (the definition; the
- * journal's append of one plain PUBLISH per round, encoder._one_plain, issue 20). key and body are bytes; seq and timestamp
- * fit in 64 bits; the key is at most 255 bytes. The caller checks the record's size. */
+ * journal's append of one plain PUBLISH per round, encoder._one_plain, issue 20). key and
+ * body are bytes; seq and timestamp fit in 64 bits; the key is at most 255 bytes. The caller
+ * checks the record's size. */
 static PyObject *
 jc_plain_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -895,9 +896,9 @@ jc_plain_record(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if (rec == NULL)
         return NULL;
     unsigned char *r = (unsigned char *)out, *f = r + HEADER_SIZE;
-    f[0] = 0xAA;
-    f[1] = 0xA5;
-    f[2] = (unsigned char)(DELIVER_HEAD & 0xFF);
+    f[0] = (unsigned char)(DELIVER_HEAD >> 16);        /* signature, then DELIVER's id */
+    f[1] = (unsigned char)(DELIVER_HEAD >> 8);
+    f[2] = (unsigned char)DELIVER_HEAD;
     put_be64(f + SEQ_OFFSET, seq);
     f[KEYLEN_OFFSET] = (unsigned char)klen;
     memcpy(f + KEY_OFFSET, PyBytes_AS_STRING(args[2]), klen);

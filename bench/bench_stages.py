@@ -1,7 +1,7 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop|pypoll[,...]]
+                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop|pycb|pypoll[,...]]
                                  [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
@@ -36,10 +36,12 @@ proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder writt
 broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
 of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder burning
 N µs of CPU per message after each send (where a middle process's CPU per message puts the
-tail, on a given machine); ``pyloop`` the forwarder in the broker's own loop style (raw pyzmq
-without blocking, one wait on gevent's hub for both sockets): the floor of the broker's shell;
-``pypoll`` the same loop waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the
-shell would save without gevent). ``--summary`` prints ``name=value`` figures (for
+tail, on a given machine); ``pyloop`` the forwarder in the broker's earlier loop style (raw pyzmq
+without blocking, one wait on gevent's hub for both sockets: a ``Waiter``, watchers started and a
+timer made per wait); ``pycb`` the same forwarder in the broker's loop style (run from the hub's
+callbacks of watchers started once, no wait set up per message): the floor of the broker's
+shell; ``pypoll`` the same loop waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what
+the shell would save without gevent). ``--summary`` prints ``name=value`` figures (for
 ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures and CPU per
 message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
@@ -397,10 +399,11 @@ def _pyproxy(out, burn_us: int = 0) -> None:
 
 
 def _pyloop(out) -> None:
-    """The same forwarder in the broker's own loop style (``zeps.broker.server``): raw pyzmq
-    reads and sends without blocking while ``ZMQ_EVENTS`` says a socket is readable, then one
-    wait on the hub for both sockets' descriptors (a ``Waiter``, the loop's watchers and a
-    timer), no greenlet per socket: the floor of the broker's shell, its core aside."""
+    """The same forwarder in the broker's earlier loop style (``zeps.broker.server`` until the
+    loop ran from the hub's callbacks, :func:`_pycb`): raw pyzmq reads and sends without
+    blocking while ``ZMQ_EVENTS`` says a socket is readable, then one wait on the hub for both
+    sockets' descriptors (a ``Waiter``, the watchers started and a timer made per wait), no
+    greenlet per socket."""
     import gevent
     import zmq
     from gevent.hub import Waiter
@@ -425,6 +428,34 @@ def _pyloop(out) -> None:
             for w in watchers:
                 w.stop()
             timer.close()
+
+
+def _pycb(out) -> None:
+    """:func:`_pyloop` run from the hub's own watcher callbacks, as the broker's loop is
+    (``zeps.broker.server``): the descriptors' watchers stay started, and a socket's callback
+    forwards in the hub's greenlet (no ``Waiter``, no timer, no watcher started or stopped, no
+    greenlet switch per wait), another callback queued while ``ZMQ_EVENTS`` says a socket
+    still has messages (ZMQ_FD is edge-triggered): the floor of the broker's shell, its core
+    aside."""
+    import gevent
+    import zmq
+    xsub, xpub = _forwarder_sockets(zmq, out)
+    hub = gevent.get_hub()
+    loop = hub.loop
+    nb, events, pollin = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+
+    def forward(_=None):
+        for a, b in ((xsub, xpub), (xpub, xsub)):
+            while a.getsockopt(events) & pollin:
+                b.send(a.recv(nb, copy=False), nb, copy=False)
+        if xsub.getsockopt(events) & pollin or xpub.getsockopt(events) & pollin:
+            loop.run_callback(forward)
+
+    watchers = [loop.io(s.getsockopt(zmq.FD), 1) for s in (xsub, xpub)]
+    for i, w in enumerate(watchers):
+        w.start(forward, i)
+    forward()
+    gevent.wait()
 
 
 def _pypoll(out) -> None:
@@ -808,7 +839,7 @@ def main(argv=None) -> int:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
     if not clients or any(c not in ("sdk", "raw") and not _forwarder(c) for c in clients):
-        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs), pyloop or pypoll, "
+        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs), pyloop, pypoll or pycb, "
                  "comma-separated")
     rows: List[tuple] = []          # --table: (run, client, e2e, cpu, p99 ratio, middle's threads)
     for i in range(args.runs):
@@ -884,8 +915,9 @@ def main(argv=None) -> int:
 MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy"}
 CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
                 "pyproxy": "forwarder in pyzmq + gevent",
-                "pyloop": "forwarder in the broker's loop style",
-                "pypoll": "forwarder waiting in zmq_poll"}
+                "pyloop": "forwarder waiting on the hub per message",
+                "pypoll": "forwarder waiting in zmq_poll",
+                "pycb": "forwarder in the broker's loop style (hub callbacks)"}
 #: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
 PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
 
@@ -900,6 +932,8 @@ def _forwarder(client: str):
         return (_pyloop,)
     if client == "pypoll":
         return (_pypoll,)
+    if client == "pycb":
+        return (_pycb,)
     burn = PYPROXY.fullmatch(client)
     return (_pyproxy, int(burn[1] or 0)) if burn else None
 

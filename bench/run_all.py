@@ -28,8 +28,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-FLOOR_CLIENTS = "sdk,raw,pyloop,pyproxy,pyproxy+10,pyproxy+20,proxy"
-POLL_CLIENTS = "sdk,pyloop,pypoll,proxy"
+FLOOR_CLIENTS = "sdk,raw,pycb,pyproxy,pyproxy+10,pyproxy+20,proxy"
+POLL_CLIENTS = "sdk,pyloop,pycb,pypoll,proxy"
 # name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
@@ -54,7 +54,8 @@ BENCHMARKS = {
                                             "--runs", "8", "--table"],
                            ["--client", FLOOR_CLIENTS, "--rate", "1000", "--seconds", "0.3",
                             "--table"]),
-    # the forwarder in the broker's loop style waiting on gevent's hub, and in zmq_poll
+    # the forwarder waiting on gevent's hub per message, run from its callbacks (the broker's
+    # loop style), and waiting in zmq_poll
     "bench_stages_poll": ("bench_stages", ["--client", POLL_CLIENTS, "--seconds", "3",
                                            "--runs", "8", "--table"],
                           ["--client", POLL_CLIENTS, "--rate", "1000", "--seconds", "0.3",

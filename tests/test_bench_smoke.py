@@ -73,10 +73,11 @@ def test_bench_sub_cost_gives_every_subscriber_its_figures():
 
 
 FLOOR_PATHS = {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
-               "forwarder in the broker's loop style",
+               "forwarder in the broker's loop style (hub callbacks)",
                "forwarder in pyzmq + gevent, +10 µs CPU per message",
                "forwarder in pyzmq + gevent, +20 µs CPU per message", "ZeroMQ XSUB/XPUB proxy"}
-POLL_PATHS = {"ZEPS SDK", "forwarder in the broker's loop style",
+POLL_PATHS = {"ZEPS SDK", "forwarder waiting on the hub per message",
+              "forwarder in the broker's loop style (hub callbacks)",
               "forwarder waiting in zmq_poll", "ZeroMQ XSUB/XPUB proxy"}
 
 
@@ -85,8 +86,8 @@ POLL_PATHS = {"ZEPS SDK", "forwarder in the broker's loop style",
 def test_bench_stages_tables_give_each_path_its_row(name, paths):
     """The tables of ``bench_stages --table``: a median row for each path it runs (the broker
     with the SDK's and raw clients; the forwarder in the broker's stack: in its loop style,
-    waiting in zmq_poll, with zmq.green, and burning CPU; the proxy), each with figures, the
-    proxy's p99 over its own 1.00."""
+    waiting on the hub per message, waiting in zmq_poll, with zmq.green, and burning CPU; the
+    proxy), each with figures, the proxy's p99 over its own 1.00."""
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
                           cwd=str(REPO), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

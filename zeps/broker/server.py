@@ -1,18 +1,22 @@
 """The broker's I/O shell: one ZeroMQ ROUTER socket driven by gevent around :class:`BrokerCore`.
 
-Thin on purpose: the shell moves bytes and time, the core decides. One greenlet owns the socket
-and runs the loop:
+Thin on purpose: the shell moves bytes and time, the core decides. The loop runs in gevent's
+hub, from its watchers' callbacks (no greenlet of its own, no wait to set up per message):
 
-1. wait until the socket is readable, a sync finished, or the core's next deadline
-   (:meth:`BrokerCore.next_deadline`) — whichever comes first;
-2. drain up to ``DRAIN_MAX`` messages with NOBLOCK into :meth:`BrokerCore.receive` (per-message
-   ``zmq.green`` calls are several times slower, and a batch of publishes costs one journal write),
-   and no more once they published ``DRAIN_PUBLISHED`` messages (a PUBLISH-BATCH counts its
-   entries) or came to ``DRAIN_BYTES``: the work and the memory of a round, and so the wait of
-   every other client, are bounded;
+1. the socket's, the monitor's and a wake-up pipe's descriptors are watched from start to stop,
+   and one timer is armed for the core's next deadline (:meth:`BrokerCore.next_deadline`);
+   whichever fires runs a turn;
+2. a turn drains up to ``DRAIN_MAX`` messages with NOBLOCK into :meth:`BrokerCore.receive`
+   (per-message ``zmq.green`` calls are several times slower, and a batch of publishes costs one
+   journal write), and no more once they published ``DRAIN_PUBLISHED`` messages (a
+   PUBLISH-BATCH counts its entries) or came to ``DRAIN_BYTES``: the work and the memory of a
+   turn, and so the wait of every other client, are bounded;
 3. :meth:`BrokerCore.round`: the core's steps in their one order (journal and route, replay,
    confirm, timers), calling back the shell's ``_send`` between them; it names the journals to
-   fsync.
+   fsync;
+4. more to do at once: the next turn is queued behind the hub's other callbacks (the sync
+   greenlet, signal handlers, the HTTP port get their turn between two); else the hub sleeps
+   until a descriptor or the timer fires.
 
 Sending: a frame that cannot go out because the client's pipe is full (``SNDHWM``) is handed
 back with :meth:`BrokerCore.unsent`, as is every later frame for that client in the batch; a
@@ -26,7 +30,7 @@ read once per id) and watches the socket's monitor for ``DISCONNECTED`` (which n
 descriptor); the sessions of a closed connection are forgotten (:meth:`BrokerCore.gone`) once the
 messages it sent before closing have been read, so an id claimed later meets a fresh, unattached
 session. The same monitor reports handshakes that fail (``HANDSHAKE_FAILED_*``: a plaintext client
-at a CurveZMQ broker, a wrong server key, a key the authenticator refused): the loop waits on it
+at a CurveZMQ broker, a wrong server key, a key the authenticator refused): the loop watches it
 too and logs them, rate-limited (:mod:`zeps.broker.handshakes`).
 
 Compaction of a compacted stream (:mod:`zeps.broker.compacting`) runs the same way: the round
@@ -34,8 +38,8 @@ names a job, a greenlet runs it in the thread pool (one at a time) - in a child 
 (:mod:`zeps.broker.compactor`: the rewrite's Python work would share the loop's GIL in a
 thread) - and the loop hands the result to :meth:`BrokerCore.compacted`.
 
-fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a second greenlet
-that never touches the socket (a send from another greenlet can consume the edge-triggered
+fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a greenlet that
+never touches the socket (a send from another greenlet can consume the edge-triggered
 ZMQ_FD signal and leave the loop asleep); it wakes the loop through a pipe, and the loop sends the
 CONFIRMs; with ``on_fsync`` set (the metrics' fsync histogram) each sync is timed in its thread.
 ZeroMQ's I/O thread runs under ``SCHED_BATCH`` on Linux (:mod:`zeps.broker.scheduling`): it
@@ -46,7 +50,9 @@ ROUTER's receive high-water mark fills, and the publishers' DEALER sockets block
 from __future__ import annotations
 
 import gc
+import math
 import os
+import sys
 import time
 from typing import Callable, Dict, List, Optional, Set, Tuple
 
@@ -66,7 +72,7 @@ from .stream import Stream
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
 DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches count each entry)
 DRAIN_BYTES = 4 << 20     # ... or once their first frames came to this many bytes
-IDLE_WAIT = 1.0           # longest wait when nothing is due (the core's deadlines come sooner)
+IDLE_WAIT = 1.0           # longest sleep when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 
 # The hot path calls pyzmq's Cython socket methods directly with plain int flags: the Python
@@ -81,7 +87,7 @@ _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _SRCFD = zmq.SRCFD
-#: What woke a wait (the index of its watcher in ``Broker._watchers``, or its timer).
+#: What fired (the index of its watcher in ``Broker._watchers``, or the timer).
 _SOCKET, _MONITOR, _WAKE, _TIMED_OUT = 0, 1, 2, -1
 _ASK_FIRST = 8            # reads of a round that ask ZMQ_EVENTS before reading (_round)
 
@@ -171,27 +177,114 @@ class Broker:
                                                               self._wake_r)]
         self._monitor_check = True       # ask the monitor at the next drained round
         self._readable = False           # the socket said it is readable since its last read
+        self._timer = None               # the hub's timer for the core's next deadline ...
+        self._timer_at = math.inf        # ... and when it fires (self.clock)
+        self._queued = False             # a turn is queued in the hub's callbacks
+        self._finished: Optional[Waiter] = None      # serve_forever waits on it while serving
 
     def _core_log(self, event: str, **kw) -> None:
         self.log.warning(event, **kw)
 
     # ------------------------------------------------------------------ main loop
     def serve_forever(self) -> None:
+        """Serve until :meth:`stop`, then close (a broker stopped before it started closes at
+        once). The turns run in the hub (see the module docstring); this greenlet waits for
+        the end, and an exception of a turn is raised here."""
         _freeze_heap()
+        hub = self._hub
         try:
-            while not self._stopping:
-                busy = self._round()
-                if not busy:
-                    self._trim_memory()
-                    self._wait(self.core.next_deadline() - self.clock())
-                else:
-                    gevent.sleep(0)      # let the sync greenlet and signal handlers in
+            if self._stopping:
+                return
+            self._finished = Waiter(hub)
+            for i, w in enumerate(self._watchers):
+                w.start(self._ready, i)
+            self._again()
+            self._finished.get()
         finally:
+            self._finished = None
+            for w in self._watchers:
+                w.stop()
+            if self._timer is not None:
+                self._timer.close()
+                self._timer = None
             self._shutdown()
 
     def stop(self) -> None:
         self._stopping = True
         os.write(self._wake_w, b"x")
+
+    def _ready(self, which: int) -> None:
+        """A descriptor's watcher or the timer fired (the hub calls it): what it says, then a
+        turn. The monitor is asked only when its descriptor fired, or when what fired did not
+        say (issue 20: two ZMQ_EVENTS questions, each a getpid and a poll in libzmq, on every
+        message at 10k/s). Only _round's question and _read_monitor call into the monitor, and
+        a yes is read until empty, so a new event always makes its descriptor readable; the
+        watchers are level-triggered, so a descriptor ready together with the socket's fires
+        in the same pass of the hub."""
+        if which == _SOCKET:
+            self._readable = True
+        else:
+            self._monitor_check = True
+            if which == _WAKE:
+                try:
+                    os.read(self._wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            elif which == _TIMED_OUT:
+                self._timer_at = math.inf
+        self._turn()
+
+    def _again(self) -> None:
+        """Queue a turn behind the hub's other callbacks (once)."""
+        if not self._queued:
+            self._queued = True
+            self._hub.loop.run_callback(self._queued_turn)
+
+    def _queued_turn(self) -> None:
+        self._queued = False
+        self._turn()
+
+    def _turn(self) -> None:
+        """One round, then the next one queued if there is more to do at once, else the timer
+        armed for the core's next deadline. In the hub: nothing here may block or switch, and
+        an exception ends :meth:`serve_forever` (raised there)."""
+        finished = self._finished
+        if finished is None:                 # stopping: serve_forever closes the broker
+            return
+        try:
+            if self._stopping:
+                self._finished = None
+                finished.switch(None)
+                return
+            if self._round():
+                self._again()
+                return
+            self._trim_memory()
+            self._idle(self.core.next_deadline() - self.clock())
+        except BaseException:
+            self._finished = None
+            finished.throw(*sys.exc_info())
+
+    def _idle(self, timeout: float) -> None:
+        """Nothing to do now: sleep until a descriptor fires or ``timeout`` seconds (at most
+        ``IDLE_WAIT``) have passed. ZMQ_FD is edge-triggered: sleep only once ZMQ_EVENTS says
+        nothing is readable (only the loop uses the socket, so no send elsewhere can consume
+        the edge unseen). The timer armed for an earlier time is kept (it fires early, and
+        that turn arms the next): at 10k messages/s the deadline rarely moves, and a timer
+        made per message cost more than the message's routing (issue 20)."""
+        if _getsockopt(self.sock, _EVENTS) & _POLLIN:
+            self._monitor_check = True     # not watched: ask it when the socket is drained
+            self._readable = True
+            self._again()      # more came meanwhile: the hub's other callbacks first
+            return
+        now = self.clock()
+        timeout = min(max(timeout, 0.0), IDLE_WAIT)
+        if now + timeout < self._timer_at:
+            if self._timer is not None:
+                self._timer.close()
+            self._timer = self._hub.loop.timer(timeout)
+            self._timer.start(self._ready, _TIMED_OUT)
+            self._timer_at = now + timeout
 
     def _round(self) -> bool:
         """Read what is there, journal and route it, replay a batch, send, run due timers.
@@ -210,8 +303,8 @@ class Broker:
         ident_fd = self._ident_fd
         n = size = 0
         drained = False
-        # The socket said it is readable just now (its descriptor woke the wait, or the wait's
-        # own question said so): the first read does not ask again (issue 20).
+        # The socket said it is readable just now (its descriptor fired, or the question before
+        # sleeping said so): the first read does not ask again (issue 20).
         known, self._readable = self._readable, False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
             # The first few reads of a round ask ZMQ_EVENTS first: at a low rate a round is one
@@ -254,51 +347,10 @@ class Broker:
             gevent.spawn(self._open, name)
         if done.to_compact:                           # the core names one at a time
             gevent.spawn(self._compact, done.to_compact)
-        # A round that emptied the socket is followed by the wait, not by another round that
+        # A round that emptied the socket is followed by sleep, not by another round that
         # would find nothing (at a low rate, one message per round: that round cost as much
         # as the message's own; issue 20).
         return (n > 0 and not drained) or done.more or bool(self._opened)
-
-    def _wait(self, timeout: float) -> None:
-        # ZMQ_FD is edge-triggered: only wait once ZMQ_EVENTS says nothing is readable. Only
-        # this greenlet uses the socket, so no send elsewhere can consume the edge unseen.
-        if _getsockopt(self.sock, _EVENTS) & _POLLIN:
-            self._monitor_check = True     # not watched: ask it when the socket is drained
-            self._readable = True
-            gevent.sleep(0)      # more came meanwhile: let the other greenlets in first
-            return
-        timeout = min(max(timeout, 0.0), IDLE_WAIT)
-        # The loop's own watchers on its three descriptors, started for the wait and stopped
-        # after it: at 10k messages/s the broker waits once per message, and gevent.select
-        # made and closed three watchers, a Timeout and an Event each time (issue 20).
-        hub = self._hub
-        waiter = Waiter(hub)
-        timer = hub.loop.timer(timeout)
-        watchers = self._watchers
-        try:
-            for i, w in enumerate(watchers):
-                w.start(waiter.switch, i)
-            timer.start(waiter.switch, _TIMED_OUT)
-            fired = waiter.get()
-        finally:
-            for w in watchers:
-                w.stop()
-            timer.close()
-        # The monitor is asked only when its descriptor was seen ready, or when this wait did
-        # not say (issue 20: two ZMQ_EVENTS questions, each a getpid and a poll in libzmq, on
-        # every message at 10k/s). Only _round's question and _read_monitor call into the
-        # monitor, and a yes is read until empty, so a new event always makes its descriptor
-        # readable; the loop's watchers are level-triggered, so a descriptor ready together
-        # with the socket's fires at the next wait.
-        if fired == _SOCKET:
-            self._readable = True
-        else:
-            self._monitor_check = True
-        if fired == _WAKE:
-            try:
-                os.read(self._wake_r, 4096)
-            except BlockingIOError:
-                pass
 
     def _send(self, now: float) -> None:
         out = self.core.take_outbox()

@@ -1,0 +1,107 @@
+"""The broker's loop runs in gevent's hub, from its watchers' callbacks (zeps.broker.server,
+issue 20): what a user checks of it, in one process over tcp on 127.0.0.1 — a request is
+answered, a CONFIRM comes from the fsync timer with nothing more to read, stop() ends serving
+and closes the broker, and a turn that fails ends serve_forever with its exception (in a hub
+callback it would otherwise be printed and the broker would go on serving nothing)."""
+import threading
+
+import gevent
+import pytest
+import zmq
+
+from zeps.broker.core import CoreConfig
+from zeps.broker.server import Broker
+from zeps.journal import DataDir, JournalConfig
+from zeps.protocol import commands as c
+
+from .rawclient import RawClient
+
+DEADLINE = 30.0          # seconds a test waits for the broker before it fails (never a pass)
+
+
+@pytest.fixture
+def make_broker(tmp_path):
+    made = []
+
+    def make(fsync: str = "never") -> Broker:
+        ctx = zmq.Context()
+        datadir = DataDir(str(tmp_path / f"data{len(made)}"), JournalConfig(fsync=fsync))
+        b = Broker("tcp://127.0.0.1:*", datadir, CoreConfig(fsync=fsync), context=ctx,
+                   io_scheduling="normal")
+        made.append((b, ctx))
+        return b
+    yield make
+    for b, ctx in made:
+        if not b.sock.closed:              # a test that failed before serve_forever closed it
+            b.stop()
+            b.serve_forever()
+        ctx.term()
+
+
+def _serve(broker: Broker) -> None:
+    """serve_forever, failing the test if it has not returned within DEADLINE."""
+    with gevent.Timeout(DEADLINE, AssertionError("serve_forever did not return")):
+        broker.serve_forever()
+
+
+def _client(broker: Broker, talk) -> list:
+    """Run ``talk(client)`` in a thread against ``broker`` (the loop needs this thread), then
+    stop the broker; return what ``talk`` returned, or raise what it raised."""
+    out: list = []
+
+    def run():
+        ctx = zmq.Context()
+        cl = RawClient(broker.endpoint, ctx)
+        try:
+            out.append(talk(cl))
+        except BaseException as exc:           # re-raised in the test's thread
+            out.append(exc)
+        finally:
+            cl.sock.close(0)
+            ctx.term()
+            broker.stop()
+    t = threading.Thread(target=run)
+    t.start()
+    _serve(broker)
+    t.join(DEADLINE)
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    return out
+
+
+def test_a_request_is_answered_and_stop_ends_serving_and_closes_the_broker(make_broker):
+    b = make_broker()
+    got = _client(b, lambda cl: type(cl.send(c.Ping()) or cl.recv(DEADLINE)))
+    assert got == [c.PingOk]
+    assert b.sock.closed
+
+
+def test_a_confirm_comes_from_the_fsync_timer_with_nothing_more_to_read(make_broker):
+    b = make_broker("interval")
+
+    def talk(cl):
+        cl.attach("loop")
+        cl.send(c.ConfirmSelect())
+        cl.expect(c.ConfirmSelectOk, DEADLINE)
+        cl.send(c.Publish("k", b"v"))
+        return cl.expect(c.Confirm, DEADLINE)    # the sync timer's turn, nothing read since
+    [confirm] = _client(b, talk)
+    assert confirm.count == 1
+
+
+def test_a_broker_stopped_before_it_serves_closes_at_once(make_broker):
+    b = make_broker()
+    b.stop()
+    _serve(b)
+    assert b.sock.closed
+
+
+def test_a_turn_that_fails_ends_serve_forever_with_its_exception(make_broker):
+    b = make_broker()
+
+    def fail(*_a, **_kw):
+        raise RuntimeError("a round failed")
+    b.core.round = fail
+    with pytest.raises(RuntimeError, match="a round failed"):
+        _serve(b)
+    assert b.sock.closed

@@ -186,25 +186,38 @@ def _broker_child(argv: List[str]) -> int:
         return r
     server._send_raw = send_raw_stamped
 
-    ready, idle = server.Broker._ready, server.Broker._idle
-    asleep: List[tuple] = []                 # (since, timeout) of the loop's current sleep
+    if hasattr(server.Broker, "_wait"):      # a revision before the loop ran in the hub (bench.ab)
+        wait = server.Broker._wait
 
-    def ready_stamped(self, which):          # a watcher or the timer fired: the loop woke
-        now = mono()
-        wakes.append(now)
-        if asleep:
-            t, timeout = asleep.pop()
-            if now - t > 20_000_000:                      # a long sleep: was it woken?
+        def wait_stamped(self, timeout):
+            t = mono()
+            r = wait(self, timeout)
+            now = mono()
+            wakes.append(now)
+            if now - t > 20_000_000:                      # a long wait: was it woken?
                 long_waits.append((t, now, timeout))
-        return ready(self, which)
-    server.Broker._ready = ready_stamped
+            return r
+        server.Broker._wait = wait_stamped
+    else:
+        ready, idle = server.Broker._ready, server.Broker._idle
+        asleep: List[tuple] = []             # (since, timeout) of the loop's current sleep
 
-    def idle_stamped(self, timeout):         # the loop goes to sleep (unless more came)
-        t = mono()
-        r = idle(self, timeout)
-        asleep[:] = [] if self._queued else [(t, timeout)]
-        return r
-    server.Broker._idle = idle_stamped
+        def ready_stamped(self, which):      # a watcher or the timer fired: the loop woke
+            now = mono()
+            wakes.append(now)
+            if asleep:
+                t, timeout = asleep.pop()
+                if now - t > 20_000_000:                  # a long sleep: was it woken?
+                    long_waits.append((t, now, timeout))
+            return ready(self, which)
+        server.Broker._ready = ready_stamped
+
+        def idle_stamped(self, timeout):     # the loop goes to sleep (unless more came)
+            t = mono()
+            r = idle(self, timeout)
+            asleep[:] = [] if self._queued else [(t, timeout)]
+            return r
+        server.Broker._idle = idle_stamped
 
     sync = Journal.sync
 

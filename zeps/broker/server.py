@@ -214,25 +214,8 @@ class Broker:
         os.write(self._wake_w, b"x")
 
     def _ready(self, which: int) -> None:
-        """A descriptor's watcher or the timer fired (the hub calls it): what it says, then a
-        turn. The monitor is asked only when its descriptor fired, or when what fired did not
-        say (issue 20: two ZMQ_EVENTS questions, each a getpid and a poll in libzmq, on every
-        message at 10k/s). Only _round's question and _read_monitor call into the monitor, and
-        a yes is read until empty, so a new event always makes its descriptor readable; the
-        watchers are level-triggered, so a descriptor ready together with the socket's fires
-        in the same pass of the hub."""
-        if which == _SOCKET:
-            self._readable = True
-        else:
-            self._monitor_check = True
-            if which == _WAKE:
-                try:
-                    os.read(self._wake_r, 4096)
-                except BlockingIOError:
-                    pass
-            elif which == _TIMED_OUT:
-                self._timer_at = math.inf
-        self._turn()
+        """A descriptor's watcher or the timer fired (the hub calls it): a turn."""
+        self._turn(which)
 
     def _again(self) -> None:
         """Queue a turn behind the hub's other callbacks (once)."""
@@ -242,16 +225,19 @@ class Broker:
 
     def _queued_turn(self) -> None:
         self._queued = False
-        self._turn()
+        self._turn(None)
 
-    def _turn(self) -> None:
-        """One round, then the next one queued if there is more to do at once, else the timer
-        armed for the core's next deadline. In the hub: nothing here may block or switch, and
-        an exception ends :meth:`serve_forever` (raised there)."""
+    def _turn(self, fired: Optional[int]) -> None:
+        """What fired, if anything (:meth:`_fired`), one round, then the next turn queued if
+        there is more to do at once, else the timer armed for the core's next deadline. In the
+        hub: nothing here may block or switch, and an exception ends :meth:`serve_forever`
+        (raised there)."""
         finished = self._finished
         if finished is None:                 # stopping: serve_forever closes the broker
             return
         try:
+            if fired is not None:
+                self._fired(fired)
             if self._stopping:
                 self._finished = None
                 finished.switch(None)
@@ -264,6 +250,25 @@ class Broker:
         except BaseException:
             self._finished = None
             finished.throw(*sys.exc_info())
+
+    def _fired(self, which: int) -> None:
+        """Note what fired. The monitor is asked only when its descriptor fired, or when what
+        fired did not say (issue 20: two ZMQ_EVENTS questions, each a getpid and a poll in
+        libzmq, on every message at 10k/s). Only _round's question and _read_monitor call into
+        the monitor, and a yes is read until empty, so a new event always makes its descriptor
+        readable; the watchers are level-triggered, so a descriptor ready together with the
+        socket's fires in the same pass of the hub."""
+        if which == _SOCKET:
+            self._readable = True
+            return
+        self._monitor_check = True
+        if which == _WAKE:
+            try:
+                os.read(self._wake_r, 4096)
+            except BlockingIOError:
+                pass
+        elif which == _TIMED_OUT:
+            self._timer_at = math.inf
 
     def _idle(self, timeout: float) -> None:
         """Nothing to do now: sleep until a descriptor fires or ``timeout`` seconds (at most

@@ -144,7 +144,9 @@ def zeps_broker(fsync: str = "interval", extra=(), data_dir: Optional[str] = Non
     ``data_dir``: use this (existing) data directory instead of a fresh one; it is not deleted.
     """
     tmp = tempfile.mkdtemp(prefix="zeps-bench-broker-")
-    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    # The caller's path first: under bench.ab it names the tree whose zeps is measured.
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        filter(None, (os.environ.get("PYTHONPATH"), str(REPO)))))
     argv = [sys.executable, "-m", "zeps.broker", "--endpoint", "tcp://127.0.0.1:*",
             "--data-dir", data_dir or os.path.join(tmp, "data"), "--fsync", fsync,
             "--log-level", "warning", *extra]

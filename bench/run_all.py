@@ -62,6 +62,7 @@ BENCHMARKS = {
                            "--table"]),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
+    "bench_busy": ("bench_busy", [], ["--publishers", "1", "--seconds", "0.3"]),
     "bench_fanout": ("bench_fanout", [], ["--subscribers", "2", "--reps", "1",
                                           "--deliveries", "20000"]),
     "bench_timers": ("bench_timers", [], ["--sessions", "300", "--streams", "30",

@@ -105,3 +105,33 @@ def test_a_turn_that_fails_ends_serve_forever_with_its_exception(make_broker):
     with pytest.raises(RuntimeError, match="a round failed"):
         _serve(b)
     assert b.sock.closed
+
+
+def test_the_hub_polls_its_descriptors_between_two_busy_turns(make_broker):
+    """A round with more to do at once (a flood) is followed by the next only after the hub
+    has looked at its descriptors: the HTTP port, the fsyncs' completions and the signals wait
+    for one turn, not for the 50 callbacks gevent runs before it polls (issue 20)."""
+    import os
+    b = make_broker()
+    turns = []
+    seen_at = []
+
+    def busy_round():                       # a flood: every round has more to do
+        turns.append(1)
+        if len(turns) >= 100:
+            b.stop()
+        return True
+    b._round = busy_round
+    r, w = os.pipe()
+    os.write(w, b"x")                         # readable before serving starts
+    watcher = gevent.get_hub().loop.io(r, 1)
+    watcher.start(lambda: (seen_at.append(len(turns)), watcher.stop()))
+    try:
+        _serve(b)
+    finally:
+        watcher.close()
+        os.close(r)
+        os.close(w)
+    # Within a turn or two of the descriptor's readiness (the first pass of the hub runs a
+    # turn or two of its own first), where callbacks alone reached the descriptor at turn 51.
+    assert seen_at and seen_at[0] <= 5, (seen_at, len(turns))

@@ -180,6 +180,8 @@ class Broker:
         self._timer = None               # the hub's timer for the core's next deadline ...
         self._timer_at = math.inf        # ... and when it fires (self.clock)
         self._queued = False             # a turn is queued in the hub's callbacks
+        #: A busy turn's next one: the hub polls its descriptors before it fires (see _turn).
+        self._busy = self._hub.loop.timer(0.0)
         self._finished: Optional[Waiter] = None      # serve_forever waits on it while serving
 
     def _core_log(self, event: str, **kw) -> None:
@@ -207,6 +209,7 @@ class Broker:
             if self._timer is not None:
                 self._timer.close()
                 self._timer = None
+            self._busy.close()
             self._shutdown()
 
     def stop(self) -> None:
@@ -227,9 +230,16 @@ class Broker:
         self._queued = False
         self._turn(None)
 
+    def _busy_turn(self) -> None:
+        self._turn(None)
+
     def _turn(self, fired: Optional[int]) -> None:
-        """What fired, if anything (:meth:`_fired`), one round, then the next turn queued if
-        there is more to do at once, else the timer armed for the core's next deadline. In the
+        """What fired, if anything (:meth:`_fired`), one round, then the next turn if there is
+        more to do at once, else the timer armed for the core's next deadline. A busy round's
+        next turn comes from a zero timer, which fires after the hub has polled its descriptors:
+        queued as a callback, it would run in the same pass of the hub's callbacks, and gevent
+        runs 50 of them before it looks at its clock and its descriptors, so a flood's turns
+        kept the HTTP port, the fsyncs' completions and the signals waiting (issue 20). In the
         hub: nothing here may block or switch, and an exception ends :meth:`serve_forever`
         (raised there)."""
         finished = self._finished
@@ -243,7 +253,8 @@ class Broker:
                 finished.switch(None)
                 return
             if self._round():
-                self._again()
+                if not self._busy.active:
+                    self._busy.start(self._busy_turn)
                 return
             self._trim_memory()
             self._idle(self.core.next_deadline() - self.clock())

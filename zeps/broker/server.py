@@ -14,7 +14,7 @@ hub, from its watchers' callbacks (no greenlet of its own, no wait to set up per
 3. :meth:`BrokerCore.round`: the core's steps in their one order (journal and route, replay,
    confirm, timers), calling back the shell's ``_send`` between them; it names the journals to
    fsync;
-4. more to do at once: the next turn is queued behind the hub's other callbacks (the sync
+4. more to do at once: the next turn comes after the hub has polled its descriptors (the sync
    greenlet, signal handlers, the HTTP port get their turn between two); else the hub sleeps
    until a descriptor or the timer fires.
 

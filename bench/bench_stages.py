@@ -839,8 +839,9 @@ def main(argv=None) -> int:
                     help="sdk (the ZEPS SDK), raw (bare pyzmq DEALERs), proxy (ZeroMQ's "
                          "XSUB/XPUB proxy, end to end only), pyproxy (the same forwarder with "
                          "zmq.green), pyproxy+N (that one burning N µs of CPU per message) or "
-                         "pyloop (the forwarder in the broker's loop style), pypoll (that "
-                         "loop waiting in zmq_poll); several, "
+                         "pyloop (the forwarder waiting on gevent's hub per message), pycb "
+                         "(that forwarder run from the hub's callbacks: the broker's loop "
+                         "style), pypoll (that loop waiting in zmq_poll); several, "
                          "comma-separated, run in turn within each run, their figures prefixed "
                          "with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")

@@ -2,7 +2,9 @@
 issue 20): what a user checks of it, in one process over tcp on 127.0.0.1 — a request is
 answered, a CONFIRM comes from the fsync timer with nothing more to read, stop() ends serving
 and closes the broker, and a turn that fails ends serve_forever with its exception (in a hub
-callback it would otherwise be printed and the broker would go on serving nothing)."""
+callback it would otherwise be printed and the broker would go on serving nothing), and the
+hub looks at its other descriptors between two busy turns."""
+import os
 import threading
 
 import gevent
@@ -111,7 +113,6 @@ def test_the_hub_polls_its_descriptors_between_two_busy_turns(make_broker):
     """A round with more to do at once (a flood) is followed by the next only after the hub
     has looked at its descriptors: the HTTP port, the fsyncs' completions and the signals wait
     for one turn, not for the 50 callbacks gevent runs before it polls (issue 20)."""
-    import os
     b = make_broker()
     turns = []
     seen_at = []

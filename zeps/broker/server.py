@@ -230,9 +230,6 @@ class Broker:
         self._queued = False
         self._turn(None)
 
-    def _busy_turn(self) -> None:
-        self._turn(None)
-
     def _turn(self, fired: Optional[int]) -> None:
         """What fired, if anything (:meth:`_fired`), one round, then the next turn if there is
         more to do at once, else the timer armed for the core's next deadline. A busy round's
@@ -254,7 +251,7 @@ class Broker:
                 return
             if self._round():
                 if not self._busy.active:
-                    self._busy.start(self._busy_turn)
+                    self._busy.start(self._turn, None)
                 return
             self._trim_memory()
             self._idle(self.core.next_deadline() - self.clock())

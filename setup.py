@@ -1,10 +1,12 @@
 """Only the optional C extension lives here; everything else is in setup.cfg.
 
-``zeps.protocol._batchc`` (the per-entry loops of the batch layout, issue 20) and
-``zeps.journal._journalc`` (the columnar journal reader's per-record loops) are built when a C
-compiler and the Python headers are present, as on the machines ``make`` targets. When the build
-fails, the install goes on without it and zeps uses the pure-Python loops it mirrors
-(``zeps.protocol.batch``); ``ZEPS_PURE_PYTHON=1`` skips the build.
+``zeps.protocol._batchc`` (the per-entry loops of the batch layout, issue 20),
+``zeps.journal._journalc`` (the columnar journal reader's per-record loops) and
+``zeps.broker._sockc`` (the broker shell's socket loops; no libzmq header needed) are built
+when a C compiler and the Python headers are present, as on the machines ``make`` targets. When
+a build fails, the install goes on without it and zeps uses the pure-Python loops it mirrors
+(``zeps.protocol.batch``, ``zeps.journal.columnar``, ``zeps.broker.sockio``);
+``ZEPS_PURE_PYTHON=1`` skips the build.
 """
 import os
 import sys
@@ -39,6 +41,8 @@ if os.environ.get("ZEPS_PURE_PYTHON") != "1":
     ext_modules.append(Extension("zeps.protocol._batchc", ["zeps/protocol/_batchc.c"],
                                  extra_compile_args=["-O2"]))
     ext_modules.append(Extension("zeps.journal._journalc", ["zeps/journal/_journalc.c"],
+                                 extra_compile_args=["-O2"]))
+    ext_modules.append(Extension("zeps.broker._sockc", ["zeps/broker/_sockc.c"],
                                  extra_compile_args=["-O2"]))
 
 setup(ext_modules=ext_modules, cmdclass={"build_ext": OptionalBuildExt})

@@ -18,7 +18,8 @@ W      the broker's loop woke up from its wait (the last wake-up before B1; none
 B1     the broker's core got the frame (``BrokerCore.receive``)
 B2     the journal append of its round returned (``Journal.append_batch``)
 B3     routing done: its DELIVER (or DELIVER-BATCH) is in the core's outbox
-B4     the broker's socket took the frame (``Broker._send``)
+B4     the broker's socket took the round's outbox (``Broker._send`` returned; before the
+       socket loops of zeps/broker/sockio.py: the socket took the frame)
 S1     the subscriber's peering got the frame (``Peering.receive``; raw: ``recv`` returned)
 S2     the application got the message (``Subscription.next`` returned; raw: as S1)
 =====  ========================================================================================
@@ -175,16 +176,30 @@ def _broker_child(argv: List[str]) -> int:
         return r
     stream.Stream.append_queued = append_queued_stamped
 
-    send_raw = server._send_raw
-
-    def send_raw_stamped(sock, data, flags):
-        r = send_raw(sock, data, flags)
+    def stamp_sent(data, t):
         if len(data) > 3 and data[:2] == b"\xaa\xa5":     # a frame, not a routing id
-            t = mono()
             for s in frame_stamps(data):
                 b4.setdefault(s, t)
-        return r
-    server._send_raw = send_raw_stamped
+
+    if hasattr(server, "_send_raw"):         # a revision whose loop sent frame by frame (bench.ab)
+        send_raw = server._send_raw
+
+        def send_raw_stamped(sock, data, flags):
+            r = send_raw(sock, data, flags)
+            stamp_sent(data, mono())
+            return r
+        server._send_raw = send_raw_stamped
+    else:                                    # the outbox goes out in one call (sockio.py)
+        send = server.Broker._send
+
+        def send_stamped(self, now):         # B4: when the round's send returned
+            frames = [frame for _, frame in self.core.outbox]
+            r = send(self, now)
+            t = mono()
+            for frame in frames:
+                stamp_sent(frame, t)
+            return r
+        server.Broker._send = send_stamped
 
     if hasattr(server.Broker, "_wait"):      # a revision before the loop ran in the hub (bench.ab)
         wait = server.Broker._wait

@@ -67,22 +67,24 @@ from zeps.journal import consumers
 from . import compactor, scheduling
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
+from .sockio import DRAINED, NEW, SocketLoops
 from .stream import Stream
 
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
 DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches count each entry)
 DRAIN_BYTES = 4 << 20     # ... or once their first frames came to this many bytes
+DRAIN_CHUNK = 32          # messages read per call of the socket loop (sockio.py); the
+                          # published count is checked between two (the bytes within one)
 IDLE_WAIT = 1.0           # longest sleep when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 
-# The hot path calls pyzmq's Cython socket methods directly with plain int flags: the Python
-# "sugar" layer (send_multipart/recv_multipart, enum flag arithmetic) cost more per message
-# than journalling it (measured with cProfile in bench/bench_broker.py runs).
-_send_raw = zmq.backend.Socket.send
+# The round's reads, its sends and the question before sleeping are sockio.py's loops (in C where
+# built). What remains here calls pyzmq's Cython socket methods directly with plain int flags:
+# the Python "sugar" layer (send_multipart/recv_multipart, enum flag arithmetic) cost more per
+# message than journalling it (measured with cProfile in bench/bench_broker.py runs).
 _recv_raw = zmq.backend.Socket.recv
 _getsockopt = zmq.backend.Socket.get
 _NB = int(zmq.NOBLOCK)
-_MORE_NB = int(zmq.NOBLOCK | zmq.SNDMORE)
 _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
@@ -153,6 +155,10 @@ class Broker:
         if curve is not None:                          # zeps.broker.security.CurveServer
             curve.apply(self.sock)
         self.sock.bind(endpoint)
+        #: The round's reads, the outbox's sends and the question before sleeping: in C where
+        #: zeps.broker._sockc is built (sockio.py). They hold the socket's handle: _shutdown
+        #: closes the socket after the last of them ran.
+        self._loops = SocketLoops(self.sock)
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.fd = self.sock.getsockopt(zmq.FD)
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | HANDSHAKE_EVENTS)
@@ -285,7 +291,7 @@ class Broker:
         the edge unseen). The timer armed for an earlier time is kept (it fires early, and
         that turn arms the next): at 10k messages/s the deadline rarely moves, and a timer
         made per message cost more than the message's routing (issue 20)."""
-        if _getsockopt(self.sock, _EVENTS) & _POLLIN:
+        if self._loops.readable():
             self._monitor_check = True     # not watched: ask it when the socket is drained
             self._readable = True
             self._again()      # more came meanwhile: the hub's other callbacks first
@@ -313,38 +319,36 @@ class Broker:
             for job, result, error in compacted:
                 core.compacted(job, result, error)
         receive = core.receive
-        ident_fd = self._ident_fd
+        drain = self._loops.drain
         n = size = 0
         drained = False
         # The socket said it is readable just now (its descriptor fired, or the question before
-        # sleeping said so): the first read does not ask again (issue 20).
+        # sleeping said so): the first read does not ask again (issue 20). The first few reads
+        # of a round ask ZMQ_EVENTS first: at a low rate a round is one message, and the read
+        # that finds nothing raised zmq.Again, which cost more than the question; a busy round
+        # reads on and meets one Again at its end.
         known, self._readable = self._readable, False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
-            # The first few reads of a round ask ZMQ_EVENTS first: at a low rate a round is one
-            # message, and the read that finds nothing raised zmq.Again, which cost more than
-            # the question (issue 20); a busy round reads on and meets one Again at its end.
-            if n < _ASK_FIRST and not (n == 0 and known) and not (
-                    _getsockopt(sock, _EVENTS) & _POLLIN):
+            got, status, new = drain(self._ident_fd, min(DRAIN_CHUNK, DRAIN_MAX - n),
+                                     DRAIN_BYTES - size, _ASK_FIRST - n, n == 0 and known)
+            for ident, frames in got:
+                size += len(frames[0])
+                receive(ident, frames, now)
+            n += len(got)
+            if status == DRAINED:
                 drained = True
                 break
-            try:
-                ident = _recv_raw(sock, _NB)
-            except zmq.Again:
-                drained = True
-                break
-            if ident in ident_fd:                      # a ROUTER message is delivered whole
-                frames = [_recv_raw(sock, _NB)]
-            else:                                      # first message of this id: its connection
+            if status == NEW:                          # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
-                self._learn(ident, first.get(_SRCFD))
+                self._learn(new, first.get(_SRCFD))
                 if self.curve is not None:
-                    core.identify(ident, first.get("User-Id"))
+                    core.identify(new, first.get("User-Id"))
                 frames = [first.bytes]
-            while _getsockopt(sock, _RCVMORE):
-                frames.append(_recv_raw(sock, _NB))
-            size += len(frames[0])
-            receive(ident, frames, now)
-            n += 1
+                while _getsockopt(sock, _RCVMORE):
+                    frames.append(_recv_raw(sock, _NB))
+                size += len(frames[0])
+                receive(new, frames, now)
+                n += 1
         if drained and (self._dead or self._closed_fds or (
                 self._monitor_check and _getsockopt(self._monitor, _EVENTS) & _POLLIN)):
             self._disconnects()
@@ -369,25 +373,27 @@ class Broker:
         out = self.core.take_outbox()
         if not out:
             return
-        sock = self.sock
+        send_all = self._loops.send_all
         blocked = None
-        for ident, frame in out:
-            if blocked is not None and ident in blocked:
-                self.core.unsent(ident, frame, now)
-                continue
-            try:
-                _send_raw(sock, ident, _MORE_NB)
-                _send_raw(sock, frame, _NB)
-            except zmq.ZMQError as exc:
+        i, n = 0, len(out)
+        while i < n:
+            i, errno = send_all(out, i, blocked)     # up to a failed send or a blocked client
+            if i == n:
+                break
+            ident, frame = out[i]
+            if errno:
                 if blocked is None:
                     blocked = set()
                 blocked.add(ident)
-                if exc.errno == _EAGAIN:               # the client's pipe is full
+                if errno == _EAGAIN:                   # the client's pipe is full
                     self.core.unsent(ident, frame, now)
-                elif exc.errno == _EHOSTUNREACH:       # the client's connection is gone
+                elif errno == _EHOSTUNREACH:           # the client's connection is gone
                     self.core.gone(ident)
                 else:
-                    raise
+                    raise zmq.ZMQError(errno)
+            else:                                      # behind a frame that did not go out
+                self.core.unsent(ident, frame, now)
+            i += 1
         self.core.sent()
         if self.core.outbox:                           # e.g. a forgotten client's DETACH
             self._send(now)

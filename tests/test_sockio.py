@@ -1,0 +1,264 @@
+"""The broker shell's socket loops (``zeps.broker.sockio``): the C loops (``_sockc.c``) against
+the Python ones that define them, over real libzmq sockets.
+
+- ``drain``: the same messages from several clients (multi-frame ones among them) read in the
+  same order, in the same chunks, with the same status (drained, a limit, a new identity) and
+  the same identity left to the caller, for any limits, ``ask_first`` and ``readable``; a
+  round's loop as the broker runs it (a new identity's message read by the caller, its
+  identity then known) reads everything exactly once.
+- ``send_all``: the same ``(index, errno)`` answers and the same frames at each client, with a
+  client's pipe filling (EAGAIN), an identity no connection has (EHOSTUNREACH) and blocked
+  identities skipped; ``bytes``, ``bytearray`` and ``memoryview`` frames alike.
+- ``readable``: ZMQ_EVENTS' answer, before and after a message came.
+- Wrong arguments are a Python error, never a crash; ``ZEPS_PURE_PYTHON=1`` makes the broker
+  use the Python loops (a fresh interpreter says so).
+
+The sockets are ``inproc``, so that a message is on the ROUTER's side once ``send`` returned
+and two ROUTERs fed the same way hold the same messages in the same order (over tcp the
+broker's tests exercise the same loops end to end). The C module is built by ``setup.py``
+wherever there is a C compiler; these tests skip only on a machine without one.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import subprocess
+import sys
+
+import pytest
+import zmq
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zeps.broker import sockio
+from . import compiled
+
+compiled.c_module("zeps.broker._sockc", "Python socket loops")
+_c, _why = sockio.load_c()
+if _c is None:
+    pytest.skip(f"the C socket loops cannot be bound here: {_why}", allow_module_level=True)
+
+_names = itertools.count()
+
+frames_st = st.lists(st.binary(max_size=40), min_size=1, max_size=3)
+# (client index, frames) in the order they are sent
+traffic_st = st.lists(st.tuples(st.integers(0, 2), frames_st), max_size=40)
+
+
+class _Pair:
+    """A ROUTER read by one of the loops, and its clients (DEALERs with fixed identities)."""
+
+    def __init__(self, ctx, clients: int, compiled_loops: bool, sndhwm: int = 1000,
+                 rcvhwm: int = 1000):
+        self.addr = f"inproc://sockio-{next(_names)}"
+        self.router = ctx.socket(zmq.ROUTER)
+        self.router.setsockopt(zmq.ROUTER_MANDATORY, 1)
+        self.router.setsockopt(zmq.SNDHWM, sndhwm)
+        self.router.bind(self.addr)
+        self.dealers = []
+        for i in range(clients):
+            d = ctx.socket(zmq.DEALER)
+            d.setsockopt(zmq.ROUTING_ID, b"client-%d" % i)
+            d.setsockopt(zmq.RCVHWM, rcvhwm)
+            d.connect(self.addr)
+            self.dealers.append(d)
+        self.loops = sockio.SocketLoops(self.router, compiled=compiled_loops)
+
+    def close(self):
+        for s in [self.router, *self.dealers]:
+            s.close(0)
+
+
+@pytest.fixture
+def ctx():
+    c = zmq.Context()
+    yield c
+    c.term()
+
+
+def _pairs(ctx, clients, **kw):
+    return _Pair(ctx, clients, True, **kw), _Pair(ctx, clients, False, **kw)
+
+
+def _feed(pair, traffic):
+    for who, frames in traffic:
+        pair.dealers[who].send_multipart(frames)
+
+
+def _round_trace(pair, known, max_n, max_bytes, ask_first, readable):
+    """What one drain call answers, and the new identity's message as the caller reads it."""
+    got, status, ident = pair.loops.drain(known, max_n, max_bytes, ask_first, readable)
+    rest = pair.router.recv_multipart(zmq.NOBLOCK) if status == sockio.NEW else None
+    return got, status, ident, rest
+
+
+@settings(max_examples=150, deadline=None)
+@given(traffic_st, st.integers(0, 3), st.integers(1, 50), st.integers(1, 200),
+       st.integers(-2, 10), st.booleans())
+def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
+        traffic, known_n, max_n, max_bytes, ask_first, readable):
+    ctx = zmq.Context()
+    c_pair, py_pair = _pairs(ctx, 3)
+    try:
+        known_c = {b"client-%d" % i for i in range(known_n)}
+        known_py = set(known_c)
+        traces = []
+        for pair, known in ((c_pair, known_c), (py_pair, known_py)):
+            _feed(pair, traffic)
+            trace = []
+            for _ in range(len(traffic) + 2):
+                got, status, ident, rest = _round_trace(pair, known, max_n, max_bytes,
+                                                        ask_first, readable)
+                trace.append((got, status, ident, rest))
+                if ident is not None:
+                    known.add(ident)
+                if status == sockio.DRAINED:
+                    break
+            traces.append(trace)
+        assert traces[0] == traces[1]
+        assert traces[0][-1][1] == sockio.DRAINED          # every call read at least one
+        # everything was read once, in each client's order, by drain or by the caller
+        read = []
+        for got, status, ident, rest in traces[0]:
+            read += got
+            if status == sockio.NEW:
+                read.append((ident, rest))
+        for who in range(3):
+            ident = b"client-%d" % who
+            assert [f for i, f in read if i == ident] == [f for w, f in traffic if w == who]
+    finally:
+        c_pair.close()
+        py_pair.close()
+        ctx.term()
+
+
+def test_a_round_loop_reads_every_message_once_and_learns_new_identities(ctx):
+    """The broker's use: chunks of at most 4, a new identity's first message read by the caller
+    and its identity then known; 3 clients' 60 messages, all read, each client's in order."""
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 3, compiled_loops)
+        sent = [(i % 3, [b"m%d" % i, b"x" * (i % 5)]) for i in range(60)]
+        _feed(pair, sent)
+        known, read = set(), []
+        while True:
+            got, status, ident = pair.loops.drain(known, 4, 1 << 20, 8, False)
+            read += [(i, f) for i, f in got]
+            if status == sockio.DRAINED:
+                break
+            if status == sockio.NEW:
+                read.append((ident, pair.router.recv_multipart(zmq.NOBLOCK)))
+                known.add(ident)
+        assert sorted(known) == [b"client-0", b"client-1", b"client-2"]
+        for who in range(3):
+            mine = [f for i, f in read if i == b"client-%d" % who]
+            assert mine == [f for w, f in sent if w == who]
+        pair.close()
+
+
+def test_drain_stops_at_the_byte_limit_after_the_message_that_reached_it(ctx):
+    """First frames of 10 bytes against limits of 20 and 25: the message that brings the bytes
+    to the limit or past it is the chunk's last."""
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 1, compiled_loops)
+        _feed(pair, [(0, [b"a" * 10, b"second frames do not count"])] * 6)
+        got, status, ident = pair.loops.drain({b"client-0"}, 100, 20, 0, False)
+        assert (len(got), status, ident) == (2, sockio.LIMIT, None)
+        got, status, ident = pair.loops.drain({b"client-0"}, 100, 25, 0, False)
+        assert (len(got), status, ident) == (3, sockio.LIMIT, None)
+        got, status, _ = pair.loops.drain({b"client-0"}, 100, 25, 0, False)
+        assert (len(got), status) == (1, sockio.DRAINED)
+        pair.close()
+
+
+def test_readable_says_whether_a_message_waits(ctx):
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 1, compiled_loops)
+        assert pair.loops.readable() is False
+        pair.dealers[0].send(b"hello")
+        assert pair.loops.readable() is True
+        pair.router.recv_multipart()
+        assert pair.loops.readable() is False
+        pair.close()
+
+
+outbox_st = st.lists(st.tuples(st.sampled_from([b"client-0", b"client-1", b"nobody"]),
+                               st.binary(max_size=30),
+                               st.sampled_from([bytes, bytearray, memoryview])), max_size=30)
+
+
+@settings(max_examples=150, deadline=None)
+@given(outbox_st, st.integers(0, 3), st.sets(st.sampled_from([b"client-0", b"client-1"])),
+       st.booleans())
+def test_send_all_sends_the_same_frames_with_the_same_answers_in_c_and_python(
+        items, start, blocked, use_blocked):
+    """A full pipe (each client takes a few messages: the ROUTER's SNDHWM and the client's
+    RCVHWM of 1), an unknown identity, blocked identities: the broker's loop over the answers
+    (an identity that failed is blocked from then on) in C and in Python."""
+    ctx = zmq.Context()
+    pairs = _pairs(ctx, 2, sndhwm=1, rcvhwm=1)
+    try:
+        results = []
+        for pair in pairs:
+            out = [(ident, kind(frame)) for ident, frame, kind in items]
+            bl = set(blocked) if use_blocked else None
+            answers, i = [], min(start, len(out))
+            while i < len(out):
+                i, errno = pair.loops.send_all(out, i, bl)
+                answers.append((i, errno))
+                if i < len(out):
+                    if bl is None:
+                        bl = set()
+                    bl.add(out[i][0])
+                    i += 1
+            received = []
+            for d in pair.dealers:
+                mine = []
+                while d.poll(0):
+                    mine.append(d.recv(zmq.NOBLOCK))
+                received.append(mine)
+            results.append((answers, received))
+        assert results[0] == results[1]
+        for _, errno in results[0][0]:
+            assert errno in (0, zmq.EAGAIN, zmq.EHOSTUNREACH)
+    finally:
+        for p in pairs:
+            p.close()
+        ctx.term()
+
+
+def test_send_all_names_a_full_pipe_and_a_gone_client(ctx):
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 1, compiled_loops, sndhwm=1, rcvhwm=1)
+        out = [(b"nobody", b"x")] + [(b"client-0", b"m%d" % i) for i in range(50)]
+        assert pair.loops.send_all(out, 0, None) == (0, zmq.EHOSTUNREACH)
+        i, errno = pair.loops.send_all(out, 1, None)
+        assert 1 < i < len(out) and errno == zmq.EAGAIN
+        assert pair.loops.send_all(out, i + 1, {b"client-0"}) == (i + 1, 0)
+        assert pair.loops.send_all([], 0, None) == (0, 0)
+        pair.close()
+
+
+def test_wrong_arguments_are_python_errors_not_crashes(ctx):
+    pair = _Pair(ctx, 1, True)
+    with pytest.raises(TypeError):
+        pair.loops.send_all(((b"client-0", b"x"),), 0, None)       # not a list
+    with pytest.raises(TypeError):
+        pair.loops.send_all([b"client-0"], 0, None)                 # not a pair
+    with pytest.raises(TypeError):
+        pair.loops.send_all([(b"client-0", 5)], 0, None)            # not a buffer
+    with pytest.raises(TypeError):
+        pair.loops.drain({b"client-0"}, 1, 1)                       # arguments missing
+    pair.dealers[0].send(b"x")
+    with pytest.raises(TypeError):
+        pair.loops.drain(5, 10, 100, 0, False)                      # known is no container
+    with pytest.raises(ValueError):
+        _c.readable(0)                                              # a null handle
+    pair.close()
+
+
+def test_pure_python_makes_the_broker_use_the_python_loops():
+    code = "from zeps.broker import sockio; print(sockio.C_LOOPS)"
+    for env_value, want in (("1", "False"), ("0", "True")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             env={**os.environ, "ZEPS_PURE_PYTHON": env_value}, check=True)
+        assert out.stdout.strip() == want

@@ -88,7 +88,15 @@ def _c_loops() -> str:
         from zeps.protocol.speedups import C_LOOPS
     except ImportError:                      # a revision from before the extension
         return "absent"
-    return "in use" if C_LOOPS else "not in use (pure Python)"
+    if not C_LOOPS:
+        return "not in use (pure Python)"
+    try:
+        from zeps.broker import sockio
+    except ImportError:                      # a revision from before the broker's socket loops
+        return "in use"
+    if sockio.C_LOOPS:
+        return "in use"
+    return f"in use, the broker's socket loops not ({sockio.C_LOOPS_WHY})"
 
 
 def header(command: str, started: datetime.datetime, elapsed: float, before: str,

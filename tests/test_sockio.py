@@ -256,6 +256,20 @@ def test_wrong_arguments_are_python_errors_not_crashes(ctx):
     pair.close()
 
 
+def test_the_c_loops_bind_only_to_the_libzmq_pyzmq_uses():
+    """The library is told from the process's mapped files: the only libzmq, or among several
+    the one beside pyzmq; else none (the broker then runs the Python loops)."""
+    site = "/venv/lib/python3.11/site-packages"
+    ours = f"{site}/pyzmq.libs/libzmq-2f02442c.so.5.2.5"
+    other = "/usr/lib/x86_64-linux-gnu/libzmq.so.5.2.5"
+    assert sockio.pick_libzmq(["/usr/lib/libc.so.6", ours, ours], site) == ours
+    assert sockio.pick_libzmq([other], site) == other
+    assert sockio.pick_libzmq([other, ours], site) == ours
+    assert sockio.pick_libzmq([other, "/opt/x/libzmq.so.5"], site) is None
+    assert sockio.pick_libzmq(["/usr/lib/libc.so.6", "[heap]"], site) is None
+    assert sockio.pick_libzmq([other, ours], site + "/") == ours
+
+
 def test_pure_python_makes_the_broker_use_the_python_loops():
     code = "from zeps.broker import sockio; print(sockio.C_LOOPS)"
     for env_value, want in (("1", "False"), ("0", "True")):

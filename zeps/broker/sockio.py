@@ -97,16 +97,29 @@ def readable_py(sock) -> bool:
 
 
 def _loaded_libzmq() -> Optional[str]:
-    """The path of the libzmq this process loaded (pyzmq's), or None."""
+    """The path of the libzmq pyzmq loaded in this process (``/proc/self/maps``), or None."""
     try:
         with open("/proc/self/maps") as f:
-            for line in f:
-                path = line.rstrip("\n").split(None, 5)[-1]
-                if "/libzmq" in path and ".so" in path:
-                    return path
+            paths = [line.rstrip("\n").split(None, 5)[-1] for line in f]
     except OSError:
-        pass
-    return None
+        return None
+    beside = os.path.dirname(os.path.dirname(os.path.abspath(zmq.__file__)))
+    return pick_libzmq(paths, beside)
+
+
+def pick_libzmq(paths: List[str], beside: str) -> Optional[str]:
+    """Of the mapped files ``paths``, the libzmq whose sockets pyzmq makes: the only one, or,
+    when several are loaded, the one under ``beside`` (the directory holding pyzmq: its
+    wheel's ``pyzmq.libs``); None when there is none or it cannot be told (using a socket with
+    another copy of the library would crash the broker, not raise)."""
+    found = []
+    for path in paths:
+        if "/libzmq" in path and ".so" in path and path not in found:
+            found.append(path)
+    if len(found) == 1:
+        return found[0]
+    mine = [p for p in found if p.startswith(beside.rstrip(os.sep) + os.sep)]
+    return mine[0] if len(mine) == 1 else None
 
 
 _bound: list = []                   # load_c()'s answer, once
@@ -128,7 +141,7 @@ def _bind():
         return None, "zeps.broker._sockc is not built"
     path = _loaded_libzmq()
     if path is None or not hasattr(zmq.Socket, "underlying"):
-        return None, "pyzmq's libzmq not found in this process"
+        return None, "pyzmq's libzmq not found (or not told apart) in this process"
     lib = ctypes.CDLL(path)               # the library already loaded: the same instance
     major, minor, patch = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
     lib.zmq_version(ctypes.byref(major), ctypes.byref(minor), ctypes.byref(patch))

@@ -276,3 +276,40 @@ def test_pure_python_makes_the_broker_use_the_python_loops():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={**os.environ, "ZEPS_PURE_PYTHON": env_value}, check=True)
         assert out.stdout.strip() == want
+
+
+def _round_trip(endpoint: str) -> None:
+    """A publisher, a live subscriber and a client that joins after them (its first message
+    meets a round's reads among known clients'): every message delivered in order, every
+    request answered."""
+    from zeps.protocol import commands as c
+    from .rawclient import RawClient
+    pub = RawClient(endpoint).attach("loops")
+    sub = RawClient(endpoint).attach("loops")
+    sub.subscribe("", 0, credit=1 << 20)
+    for i in range(50):
+        pub.send(c.Publish("k", b"%d" % i))
+    late = RawClient(endpoint).attach("loops")
+    late.send(c.Ping())
+    late.expect(c.PingOk)
+    got = sub.delivers(50)
+    assert [d.body for d in got] == [b"%d" % i for i in range(50)]
+    for cl in (pub, sub, late):
+        cl.close()
+
+
+def test_the_broker_says_which_socket_loops_it_runs_and_serves_on_the_c_ones(start_broker,
+                                                                              tmp_path):
+    b = start_broker(tmp_path / "data")
+    _round_trip(b.endpoint)
+    assert "socket_loops=c" in b.log()                    # what the operator reads
+
+
+def test_a_broker_on_the_python_socket_loops_serves_the_same(start_broker, tmp_path,
+                                                             monkeypatch):
+    """What a machine without a C compiler runs (ZEPS_PURE_PYTHON=1 in the broker's
+    environment): the same traffic, served by the Python loops."""
+    monkeypatch.setenv("ZEPS_PURE_PYTHON", "1")
+    b = start_broker(tmp_path / "data")
+    _round_trip(b.endpoint)
+    assert "socket_loops=python" in b.log()

@@ -159,6 +159,8 @@ class Broker:
         #: zeps.broker._sockc is built (sockio.py). They hold the socket's handle: _shutdown
         #: closes the socket after the last of them ran.
         self._loops = SocketLoops(self.sock)
+        #: What broker_started reports: "c", or "python" (no extension, ZEPS_PURE_PYTHON=1).
+        self.socket_loops = "c" if self._loops.compiled else "python"
         self.endpoint = self.sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self.fd = self.sock.getsockopt(zmq.FD)
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | HANDSHAKE_EVENTS)

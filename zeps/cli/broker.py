@@ -351,7 +351,8 @@ def run_from_args(args: argparse.Namespace) -> int:
         print(f"monitoring on {monitor.url}", flush=True)
     log.info("broker_started", endpoint=broker.endpoint, data_dir=os.path.abspath(args.data_dir),
              fsync=args.fsync, pid=os.getpid(), monitor=monitor.url if monitor else None,
-             io_scheduling="batch" if broker.io_batch else "normal")
+             io_scheduling="batch" if broker.io_batch else "normal",
+             socket_loops=broker.socket_loops)
     try:
         broker.serve_forever()
     finally:

@@ -125,6 +125,20 @@ static void *handle_of(PyObject *o)
     return h;
 }
 
+/* A fast-call function's socket handle (its first argument), after checking the count of its
+ * arguments and that bind() was called; NULL with the error set. */
+static void *socket_of(const char *name, PyObject *const *args, Py_ssize_t nargs,
+                       Py_ssize_t want)
+{
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments (%zd given)", name, want, nargs);
+        return NULL;
+    }
+    if (!bound())
+        return NULL;
+    return handle_of(args[0]);
+}
+
 /* readable(handle) -> bool: ZMQ_EVENTS says POLLIN. */
 static PyObject *sockc_readable(PyObject *self, PyObject *arg)
 {
@@ -170,13 +184,7 @@ static PyObject *recv_frame(void *h, int *more, int *again)
  * zeps.broker.sockio.drain_py, word for word: see its docstring. */
 static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "drain takes 6 arguments");
-        return NULL;
-    }
-    if (!bound())
-        return NULL;
-    void *h = handle_of(args[0]);
+    void *h = socket_of("drain", args, nargs, 6);
     if (h == NULL)
         return NULL;
     PyObject *known = args[1];
@@ -291,13 +299,7 @@ static int send_one(void *h, PyObject *obj, int flags, int *err)
  * zeps.broker.sockio.send_all_py, word for word: see its docstring. */
 static PyObject *sockc_send_all(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 4) {
-        PyErr_SetString(PyExc_TypeError, "send_all takes 4 arguments");
-        return NULL;
-    }
-    if (!bound())
-        return NULL;
-    void *h = handle_of(args[0]);
+    void *h = socket_of("send_all", args, nargs, 4);
     if (h == NULL)
         return NULL;
     PyObject *out = args[1];

@@ -4,12 +4,13 @@ sending the outbox (:func:`send_all_py`), and the question before sleeping
 extension ``zeps.broker._sockc`` is built (``_sockc.c``, by ``setup.py``), :class:`SocketLoops`
 runs the same loops in C, one call a chunk of a round's reads and one an outbox (issue 20: four
 pyzmq calls a message, each building a ``SocketOption`` enum or checking its arguments before
-libzmq ran, were a good part of the loop's 55 µs a message).
+libzmq ran; docs/benchmarks.md, "The socket loops in C").
 
 The C loops take libzmq's functions from the library pyzmq loaded in this process (found in
 ``/proc/self/maps``, its version checked against pyzmq's), so a socket's handle is only ever
-used with the library that made it; where that library cannot be found (not Linux, a pyzmq
-without ``Socket.underlying``) or ``ZEPS_PURE_PYTHON=1`` is set, the Python loops run.
+used with the library that made it; where that library cannot be found or told apart (not
+Linux, several copies loaded, a pyzmq without ``Socket.underlying``) or ``ZEPS_PURE_PYTHON=1``
+is set, the Python loops run.
 ``tests/test_sockio.py`` checks over real sockets that both read the same messages in the same
 order, stop for the same reasons and send the same frames.
 """

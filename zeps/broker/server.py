@@ -86,8 +86,6 @@ _recv_raw = zmq.backend.Socket.recv
 _getsockopt = zmq.backend.Socket.get
 _NB = int(zmq.NOBLOCK)
 _RCVMORE = int(zmq.RCVMORE)
-_EVENTS = int(zmq.EVENTS)
-_POLLIN = int(zmq.POLLIN)
 _SRCFD = zmq.SRCFD
 #: What fired (the index of its watcher in ``Broker._watchers``, or the timer).
 _SOCKET, _MONITOR, _WAKE, _TIMED_OUT = 0, 1, 2, -1
@@ -165,6 +163,8 @@ class Broker:
         self.fd = self.sock.getsockopt(zmq.FD)
         self._monitor = self.sock.get_monitor_socket(zmq.EVENT_DISCONNECTED | HANDSHAKE_EVENTS)
         self._monitor_fd = self._monitor.getsockopt(zmq.FD)
+        #: The question asked of the monitor (its events are few: read through pyzmq).
+        self._monitor_readable = SocketLoops(self._monitor).readable
         #: Refused handshakes (wrong keys, plaintext clients), logged rate-limited.
         self._refusals = HandshakeRefusals(self.log.warning, curve is not None)
         self._ident_fd: Dict[bytes, int] = {}        # routing id -> its connection's descriptor
@@ -352,7 +352,7 @@ class Broker:
                 receive(new, frames, now)
                 n += 1
         if drained and (self._dead or self._closed_fds or (
-                self._monitor_check and _getsockopt(self._monitor, _EVENTS) & _POLLIN)):
+                self._monitor_check and self._monitor_readable())):
             self._disconnects()
         if drained:
             self._monitor_check = False
@@ -426,7 +426,7 @@ class Broker:
 
     def _read_monitor(self) -> None:
         refusals = None
-        while _getsockopt(self._monitor, _EVENTS) & _POLLIN:
+        while self._monitor_readable():
             event = recv_monitor_message(self._monitor)
             if event["event"] == zmq.EVENT_DISCONNECTED:
                 self._closed_fds.add(event["value"])

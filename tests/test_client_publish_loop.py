@@ -235,7 +235,7 @@ def test_a_publish_after_the_socket_drained_leaves_at_once(broker):
     client when it returns)."""
     with Client(broker.endpoint, "paced", create=True, **FAST) as pub, \
             Client(broker.endpoint, "paced", **FAST) as reader:
-        assert pub.max_batch is not None and BATCH_SNDHWM <= 4
+        assert pub.max_batch is not None and BATCH_SNDHWM <= 8
         sub = reader.subscribe(live=True)
         pub.publish("k", b"first")
         assert sub.next(timeout=20).body == b"first"

@@ -57,11 +57,15 @@ READ_SPACING_MS = int(SERVICE_SPACING * 1000)
 #: with 64 (60% of a tight loop's publishes had left as single frames with 64). What a burst
 #: leaves queued in the client when the application stops calling it is sent by the client's
 #: sender thread (:mod:`zeps.clients.flusher`), so a lone publish keeps its latency (issue 20).
-#: Fewer than 4 made ``publish_batch`` wait for the I/O thread after each frame. Set
+#: Fewer than 4 made ``publish_batch`` wait for the I/O thread after each frame. 8 rather
+#: than 4: a paced publisher (10k msg/s) sends 10 frames a millisecond and its sends learn of
+#: the room the I/O thread made about once a millisecond, so with 4 many more of its
+#: publishes were refused (``zmq.Again``, a few µs each) and asked ZMQ_EVENTS before going
+#: out; tight loops are as fast with 8 (docs/benchmarks.md, "The send high-water mark"). Set
 #: before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a mark
 #: lowered later leaves the writer waiting for a wake-up that never comes. Raised to ZeroMQ's
 #: default (1000) when the broker does not batch (raising is safe).
-BATCH_SNDHWM = 4
+BATCH_SNDHWM = 8
 #: The same under gevent (``zmq.green``), where the client has no sender thread (an OS thread
 #: must not touch a green socket): 64 sends every burst of up to 64 frames at once, and what a
 #: longer burst leaves queued goes with the client's next call.

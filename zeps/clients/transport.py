@@ -52,19 +52,15 @@ READ_SPACING_MS = int(SERVICE_SPACING * 1000)
 #: The socket's send high-water mark (frames) with batching: small, so that a publisher
 #: faster than the socket finds it busy soon and its publishes join batches (natural
 #: batching, :mod:`zeps.clients.batching`) instead of piling up one frame each in ZeroMQ's
-#: queue. "Busy" is then what Nagle's algorithm calls data in flight: frames ZeroMQ's I/O
-#: thread has not taken yet. With 4, ``publish()`` with confirms went 1.2-1.6x faster than
-#: with 64 (60% of a tight loop's publishes had left as single frames with 64). What a burst
-#: leaves queued in the client when the application stops calling it is sent by the client's
-#: sender thread (:mod:`zeps.clients.flusher`), so a lone publish keeps its latency (issue 20).
-#: Fewer than 4 made ``publish_batch`` wait for the I/O thread after each frame. 8 rather
-#: than 4: a paced publisher (10k msg/s) sends 10 frames a millisecond and its sends learn of
-#: the room the I/O thread made about once a millisecond, so with 4 many more of its
-#: publishes were refused (``zmq.Again``, a few µs each) and asked ZMQ_EVENTS before going
-#: out; tight loops are as fast with 8 (docs/benchmarks.md, "The send high-water mark"). Set
-#: before connecting: ZeroMQ sizes a pipe's low-water mark when it creates it, and a mark
-#: lowered later leaves the writer waiting for a wake-up that never comes. Raised to ZeroMQ's
-#: default (1000) when the broker does not batch (raising is safe).
+#: queue ("busy": frames ZeroMQ's I/O thread has not taken yet, Nagle's data in flight). A
+#: tight loop's ``publish()`` with confirms was 1.2-1.6x faster with 4 than 64 (60% of its
+#: publishes left as single frames), as fast with 8; fewer than 4 made ``publish_batch`` wait
+#: for the I/O thread after each frame. 8 for a paced publisher, whose sends hear of the room
+#: its I/O thread made about once a ms: with 4 more were refused (``zmq.Again``) and asked
+#: ZMQ_EVENTS (docs/benchmarks.md, "The send high-water mark"). A burst's rest goes with the
+#: sender thread (:mod:`zeps.clients.flusher`). Set before connecting: ZeroMQ sizes a pipe's
+#: low-water mark when it creates it, and a mark lowered later leaves the writer waiting for a
+#: wake-up that never comes. Raised to 1000 when the broker does not batch (raising is safe).
 BATCH_SNDHWM = 8
 #: The same under gevent (``zmq.green``), where the client has no sender thread (an OS thread
 #: must not touch a green socket): 64 sends every burst of up to 64 frames at once, and what a

@@ -6,6 +6,7 @@ callback it would otherwise be printed and the broker would go on serving nothin
 hub looks at its other descriptors between two busy turns."""
 import os
 import threading
+import time
 
 import gevent
 import pytest
@@ -136,3 +137,48 @@ def test_the_hub_polls_its_descriptors_between_two_busy_turns(make_broker):
     # Within a turn or two of the descriptor's readiness (the first pass of the hub runs a
     # turn or two of its own first), where callbacks alone reached the descriptor at turn 51.
     assert seen_at and seen_at[0] <= 5, (seen_at, len(turns))
+
+
+def test_what_comes_while_a_round_of_one_works_is_read_at_once(make_broker):
+    """A round woken from sleep by the socket reads one message and asks nothing more (one
+    ZMQ_EVENTS question a message at a low rate, issue 20); the question before sleeping must
+    then find what came meanwhile. Here the round of the first PING waits until more PINGs
+    are readable, asking ZMQ_EVENTS itself, which takes the socket's wake-up signal (as the
+    round's own sends may): the loop must read them in a turn of its own asking, not leave them
+    to the timer (the socket's descriptor does not fire for them again)."""
+    b = make_broker()
+    burst = 20
+    go = threading.Event()
+    fired = []                          # what each turn was fired by (None: queued, no event)
+    read_in = []                        # the turn's cause, for every message read
+    turn, receive, core_round = b._turn, b.core.receive, b.core.round
+
+    def turn_recorded(which):
+        fired.append(which)
+        turn(which)
+
+    def receive_recorded(identity, frames, now):
+        read_in.append(fired[-1] if fired else None)
+        receive(identity, frames, now)
+
+    def round_waiting(now, send, synced):
+        if len(read_in) == 1 and not go.is_set():
+            go.set()                     # the client sends the burst now
+            deadline = time.monotonic() + DEADLINE     # in the hub: no switch, no gevent wait
+            while not b.sock.get(zmq.EVENTS) & zmq.POLLIN:
+                assert time.monotonic() < deadline, "the burst never became readable"
+                time.sleep(0.001)
+        return core_round(now, send, synced)
+    b._turn, b.core.receive, b.core.round = turn_recorded, receive_recorded, round_waiting
+
+    def talk(cl):
+        cl.send(c.Ping())
+        assert go.wait(DEADLINE)         # the broker's round of that PING is under way
+        for _ in range(burst):
+            cl.send(c.Ping())
+        return [type(cl.recv(DEADLINE)) for _ in range(1 + burst)]
+    [answers] = _client(b, talk)
+    assert answers == [c.PingOk] * (1 + burst)
+    assert len(read_in) >= 1 + burst
+    # Read by turns the loop queued or the socket fired, never by the timer's (-1).
+    assert -1 not in read_in[:1 + burst], read_in

@@ -139,13 +139,12 @@ def test_the_hub_polls_its_descriptors_between_two_busy_turns(make_broker):
     assert seen_at and seen_at[0] <= 5, (seen_at, len(turns))
 
 
-def test_what_comes_while_a_round_of_one_works_is_read_at_once(make_broker):
-    """A round woken from sleep by the socket reads one message and asks nothing more (one
-    ZMQ_EVENTS question a message at a low rate, issue 20); the question before sleeping must
-    then find what came meanwhile. Here the round of the first PING waits until more PINGs
-    are readable, asking ZMQ_EVENTS itself, which takes the socket's wake-up signal (as the
-    round's own sends may): the loop must read them in a turn of its own asking, not leave them
-    to the timer (the socket's descriptor does not fire for them again)."""
+def test_what_comes_while_a_round_works_is_read_at_once(make_broker):
+    """The socket's descriptor fires once for what comes while nobody asks (ZMQ_FD is
+    edge-triggered): the question before sleeping must find what came during a round. Here the
+    round of the first PING waits until more PINGs are readable, asking ZMQ_EVENTS itself,
+    which takes the socket's wake-up signal (as the round's own sends may): the loop must read
+    them in a turn of its own asking, not leave them to the timer."""
     b = make_broker()
     burst = 20
     go = threading.Event()

@@ -185,7 +185,6 @@ class Broker:
                                                               self._wake_r)]
         self._monitor_check = True       # ask the monitor at the next drained round
         self._readable = False           # the socket said it is readable since its last read
-        self._quiet = False              # the loop slept since the last round that read all
         self._timer = None               # the hub's timer for the core's next deadline ...
         self._timer_at = math.inf        # ... and when it fires (self.clock)
         self._queued = False             # a turn is queued in the hub's callbacks
@@ -297,10 +296,8 @@ class Broker:
         if self._loops.readable():
             self._monitor_check = True     # not watched: ask it when the socket is drained
             self._readable = True
-            self._quiet = False            # the next round reads all there is
             self._again()      # more came meanwhile: the hub's other callbacks first
             return
-        self._quiet = True
         now = self.clock()
         timeout = min(max(timeout, 0.0), IDLE_WAIT)
         if now + timeout < self._timer_at:
@@ -333,14 +330,8 @@ class Broker:
         # that finds nothing raised zmq.Again, which cost more than the question; a busy round
         # reads on and meets one Again at its end.
         known, self._readable = self._readable, False
-        # Woken from sleep by the socket, with no connection's end to see to: read one message
-        # and ask nothing more; the question before sleeping (_idle) says whether more came,
-        # and a yes makes the next round a full one. At a low rate that is one question a
-        # message instead of two (each a getpid and a poll in libzmq; issue 20).
-        limit = 1 if (known and self._quiet and not (
-            self._monitor_check or self._dead or self._closed_fds)) else DRAIN_MAX
-        while n < limit and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
-            got, status, new = drain(self._ident_fd, min(DRAIN_CHUNK, limit - n),
+        while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
+            got, status, new = drain(self._ident_fd, min(DRAIN_CHUNK, DRAIN_MAX - n),
                                      DRAIN_BYTES - size, _ASK_FIRST - n, n == 0 and known)
             for ident, frames in got:
                 size += len(frames[0])
@@ -377,8 +368,8 @@ class Broker:
             gevent.spawn(self._compact, done.to_compact)
         # A round that emptied the socket is followed by sleep, not by another round that
         # would find nothing (at a low rate, one message per round: that round cost as much
-        # as the message's own; issue 20); after a round of one, _idle asks.
-        return (n > 0 and not drained and limit > 1) or done.more or bool(self._opened)
+        # as the message's own; issue 20).
+        return (n > 0 and not drained) or done.more or bool(self._opened)
 
     def _send(self, now: float) -> None:
         out = self.core.take_outbox()

@@ -235,6 +235,8 @@ def test_a_publish_after_the_socket_drained_leaves_at_once(broker):
     client when it returns)."""
     with Client(broker.endpoint, "paced", create=True, **FAST) as pub, \
             Client(broker.endpoint, "paced", **FAST) as reader:
+        # A mark this small is refused within a millisecond's sends (larger, the extra
+        # publish would find room without the recheck, and this test would test nothing).
         assert pub.max_batch is not None and BATCH_SNDHWM <= 8
         sub = reader.subscribe(live=True)
         pub.publish("k", b"first")

@@ -29,17 +29,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.measure import cpu_seconds
+
 REPO = Path(__file__).resolve().parent.parent
 GROUP = "239.192.9.9:9999"
 _NETNS = "ip link set lo up && ip route add 224.0.0.0/4 dev lo"
 _INSIDE = "ZEPS_BENCH_NETNS"
-
-
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU time of a process, from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def start(args, what: str):

@@ -68,6 +68,7 @@ import time
 from typing import Dict, List
 
 import bench.systems
+from bench.measure import cpu_seconds
 from bench.systems import pace
 # frame_stamps' names, imported once: imported at each call, they cost the stamped processes a
 # few microseconds a frame, counted in the stages they stamp.
@@ -582,7 +583,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
         _ready(rp, proxy, 60)
         _ready(rs, proxy, 60)
         time.sleep(0.2)
-        cpu = _cpu_seconds(proxy.pid)
+        cpu = cpu_seconds(proxy.pid)
         threads = _thread_cpu(proxy.pid)
         go.set()
         got = {}
@@ -591,7 +592,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
             got[item[0]] = item[1]
             if item[0] == "sub":
                 got["sub-cpu"] = item[2]
-        cpu = _cpu_seconds(proxy.pid) - cpu
+        cpu = cpu_seconds(proxy.pid) - cpu
         threads = _per_message(threads, _thread_cpu(proxy.pid), len(got["pub"]) // 2)
         pub.join()
         sub.join()
@@ -701,7 +702,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
             clients.append(pub)
             _ready(rp, proc, 60)
             time.sleep(0.2)
-            cpu = _cpu_seconds(proc.pid)
+            cpu = cpu_seconds(proc.pid)
             threads_before = _thread_cpu(proc.pid)
             preempted = _preemptions(proc.pid)
             go.set()
@@ -709,7 +710,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
             for _ in range(2):
                 item = _result(q, proc, seconds + 120)
                 got[item[0]] = item
-            cpu = _cpu_seconds(proc.pid) - cpu
+            cpu = cpu_seconds(proc.pid) - cpu
             threads = _thread_cpu(proc.pid)
             preempted = _preemptions(proc.pid) - preempted
             pub.join()
@@ -794,13 +795,6 @@ def _thread_cpu(pid: int) -> Dict[str, float]:
 
 def _per_message(before: Dict[str, float], after: Dict[str, float], n: int) -> Dict[str, float]:
     return {k: max(0.0, after[k] - before[k]) / max(n, 1) for k in before}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of a process (all its threads), from /proc."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(res: dict, title: str) -> str:

@@ -11,6 +11,7 @@ finished).
 from __future__ import annotations
 
 import multiprocessing
+import os
 import queue
 import statistics
 import time
@@ -61,6 +62,13 @@ def ratio(a: Optional[Figure], b: Optional[Figure]) -> str:
     if a is None or b is None or not a.values or not b.values or b.median == 0:
         return "—"
     return f"{a.median / b.median:.2f}×"
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of a process (all its threads), from /proc."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def percentile(sorted_values: Sequence[float], p: float) -> float:

@@ -13,6 +13,8 @@ so their capacity is the client-bound figure of the first view.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from bench import peers
 from bench.measure import Figure, ratio
 from bench.report import Table, prose
@@ -21,7 +23,9 @@ from bench.scenarios import (NATS, PROXY, RAW, REDIS, SDK, SDK_BULK, Settings, f
 from bench.systems import zmq_proxy
 
 
-def _delivered(system, conn, s: Settings, size: int, subs: int) -> Figure:
+def _delivered(system, conn, s: Settings, size: int, subs: int,
+               counted: Optional[list] = None) -> Figure:
+    """Delivered msg/s of each repetition (``counted``, if given, gets each one's deliveries)."""
     f = Figure("msg/s")
     for _ in range(s.reps):
         o = pubsub(system, conn, fresh_stream("fanout"), s, size=size, consumers=subs,
@@ -29,6 +33,8 @@ def _delivered(system, conn, s: Settings, size: int, subs: int) -> Figure:
         if any(n != o.stored for n in o.consumed):
             raise RuntimeError(f"{system.label}: subscribers got {o.consumed} of {o.stored}")
         f.add(sum(o.consumed) / o.seconds)
+        if counted is not None:
+            counted.append(sum(o.consumed))
     return f
 
 

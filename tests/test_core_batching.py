@@ -64,6 +64,28 @@ def test_credit_is_counted_per_message_and_the_rest_is_replayed_from_the_journal
     assert core.delivered(SUB) == [(6, "k6")]
 
 
+def test_a_rounds_one_message_reaches_batching_subscribers_as_one_shared_batch(core):
+    batching_subscriber(core, SUB)
+    batching_subscriber(core, b"sub2")
+    batching_subscriber(core, b"poor", credit=cost("k1") - 1)     # not enough for one message
+    core.publish("k1", body=b"abc")
+    sent = {}
+    core.core.receive(PUB, [encode(c.Publish("k2", b"de"))], core.now)
+    core.core.round(core.now, lambda: sent.update(core.core.take_outbox()), False)
+    core.core.sent()
+    assert sent[SUB] is sent[b"sub2"]                 # built once for both
+    assert messages_of(decode(sent[SUB])) == [(2, "k2")]
+    assert core.delivered(SUB) == [(1, "k1")]
+    told = core.take(b"poor")                         # no message; told why, once
+    assert b"poor" not in sent and [type(m) for m in told] == [c.Invalid]
+    assert "credit window too small" in told[0].reason
+    s = core.core.sessions[b"poor"]
+    assert (s.live, s.next_seq) == (False, 1)         # historical at the message it lacked
+    core.send(b"poor", c.Credit(1 << 20))
+    core.drain()
+    assert core.delivered(b"poor") == [(1, "k1"), (2, "k2")]
+
+
 def test_a_filtered_subscriber_gets_one_batch_per_run_of_messages_it_wants(core):
     batching_subscriber(core, SUB, pattern="a")
     publish_batch(core, "a1", "b1", "a2", "a3", "b2", "a4")

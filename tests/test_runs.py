@@ -87,13 +87,16 @@ choice = st.tuples(st.one_of(st.none(), st.tuples(st.integers(0, 4), st.integers
 
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(record, st.sampled_from([7, 8]),
-                          st.lists(choice, min_size=len(SUBS), max_size=len(SUBS))),
+                          st.lists(choice, min_size=len(SUBS), max_size=len(SUBS)),
+                          st.booleans()),
                 max_size=8))
 def test_the_frames_are_the_reference_frames_in_the_same_order(steps):
     new_out, old_out = [], []
     new, old = Runs(new_out), ReferenceRuns(old_out)
     seq = 1
-    for (kind, payload), ts, choices in steps:
+    for (kind, payload), ts, choices, mirror in steps:
+        if mirror:          # the second subscriber takes what the first does: runs to share
+            choices = [choices[0], choices[0]] + choices[2:]
         if kind == "plain":
             frame = encode_deliver(seq, payload[0].encode(), payload[1])
             count = 1

@@ -58,7 +58,8 @@ class Runs:
     the same entries of the same records (every subscriber of a stream's every key, at the same
     sequence: a live fan-out) share one frame, built once per step: a round that journalled
     several batch records copied every subscriber's entries three times (a slice per record,
-    the join, the head's concatenation), most of the loop's time in a fan-out to 10 (issue 20)."""
+    the join, the head's concatenation): a quarter of the loop's time in a fan-out to 10
+    (issue 20)."""
 
     def __init__(self, outbox):
         self.outbox = outbox

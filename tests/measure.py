@@ -12,6 +12,8 @@ import threading
 import time
 from typing import Callable, Iterator, Sequence, TypeVar
 
+from bench.measure import cpu_seconds
+
 T = TypeVar("T")
 
 
@@ -112,13 +114,6 @@ class PeakRss:
         self.peak = max(self.peak, rss_mb(self.pid))
 
 
-def _cpu_times(pid: int) -> float:
-    """CPU seconds (user + system) a process has used (``/proc/PID/stat``)."""
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _steal_and_total() -> tuple:
     """(steal, all) jiffies of every CPU since boot (first line of ``/proc/stat``)."""
     with open("/proc/stat") as f:
@@ -139,12 +134,12 @@ class MachineShare:
 
     def __enter__(self) -> "MachineShare":
         self._t0 = time.monotonic()
-        self._cpu0 = _cpu_times(self.pid)
+        self._cpu0 = cpu_seconds(self.pid)
         self._steal0, self._all0 = _steal_and_total()
         return self
 
     def __exit__(self, *exc) -> None:
         wall = max(time.monotonic() - self._t0, 1e-9)
-        self.cpu = (_cpu_times(self.pid) - self._cpu0) / wall
+        self.cpu = (cpu_seconds(self.pid) - self._cpu0) / wall
         steal, total = _steal_and_total()
         self.steal = (steal - self._steal0) / max(total - self._all0, 1)

@@ -60,9 +60,9 @@ from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
 from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
 from .kv import KEY_CHECKPOINT_MIN, KeyValues
-from .record import Record, encode_batch
+from .record import Record, encode_batch, encode_plain
 from .recovery import load_sealed, recover
-from .retention import segments_to_delete
+from .retention import Retention
 from .segment import Segment, fsync_dir, list_segment_seqs
 from .view import StreamView
 
@@ -70,7 +70,7 @@ log = logging.getLogger("zeps.journal")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class Journal(StreamView, KeyValues):
+class Journal(StreamView, KeyValues, Retention):
     """The single writer of one stream directory. Create with :meth:`Journal.open`."""
 
     def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int,
@@ -269,8 +269,31 @@ class Journal(StreamView, KeyValues):
     # ------------------------------------------------------------------ appending
 
     def append(self, key: str, body: bytes) -> Record:
-        """Append one record (a batch of one)."""
-        return self.append_batch(((key, body),))[0]
+        """Append one record: ``append_batch(((key, body),))[0]``, the same bytes and effects.
+        A plain one (the broker's round of one PUBLISH) is written without the batch's lists
+        (issue 20); what :func:`encode_plain` does not take goes through :meth:`append_batch`,
+        which stores or refuses it."""
+        self._check_open()
+        if self._pending_truncate is not None:
+            self._retry_truncate()
+        ts = max(self._clock(), self._last_ts)
+        seq = self._next_seq
+        one = encode_plain(key, body, seq, ts, self.config.max_record_bytes)
+        if one is None:
+            return self.append_batch(((key, body),))[0]
+        buf, rec = one
+        seg, pre = self._write(buf, 1)
+        if pre - self._last_entry_pos >= self._interval or (pre == 0 and not len(seg.index)):
+            entry = (seq, pre, ts)                     # entries_for's rule, for one record
+            seg.index.append(*entry)
+            self._last_entry_pos = pre
+            self._write_index(seg, (entry,))
+        self._advance(seg, pre + len(buf), ts, seq)
+        if self._keys is not None:
+            self._keys.observe_records((rec,), pre)
+        if seg.size - self._snapshot_pos >= self.config.snapshot_interval_bytes:
+            self._write_loose_snapshot()
+        return rec
 
     def append_batch(self, items: Sequence,
                      producers: Optional[Sequence[Optional[Tuple[str, int]]]] = None
@@ -301,22 +324,7 @@ class Journal(StreamView, KeyValues):
         parts, records = encode_batch(items, self._next_seq, ts, self.config.max_record_bytes,
                                       producers)
         buf = b"".join(parts)
-        seg = self._active
-        if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
-            self._roll()
-            seg = self._active
-        pre = seg.size
-        self._write_all(seg, buf, pre, len(records))
-        policy = self.config.fsync
-        if policy == "always":
-            try:
-                os.fdatasync(seg.fd)
-            except OSError as e:
-                self._undo(seg, pre)
-                raise JournalFullError(
-                    f"fdatasync of {seg.log_path} failed: {e.strerror} "
-                    f"({_errno.errorcode.get(e.errno, e.errno)}); the batch of {len(records)} "
-                    f"records was rolled back", e) from None
+        seg, pre = self._write(buf, len(records))
         idx = seg.index
         entries, last_entry = entries_for(records, pre, self._last_entry_pos, self._interval,
                                           pre == 0 and not len(idx))
@@ -325,17 +333,7 @@ class Journal(StreamView, KeyValues):
                 idx.append(*e)
             self._last_entry_pos = last_entry
             self._write_index(seg, entries)
-        last = records[-1].last_sequence
-        with self._sync_lock:
-            seg.size = pre + len(buf)
-            seg.last_ts = ts
-            if seg.first_ts is None:
-                seg.first_ts = ts
-            self._next_seq = last + 1
-            self._last_ts = ts
-            self._written_seq = last
-            if policy != "interval":
-                self._durable_seq = last
+        self._advance(seg, pre + len(buf), ts, records[-1].last_sequence)
         if producers is not None:
             self._producers.observe_records(records)
         if self._keys is not None:
@@ -359,6 +357,41 @@ class Journal(StreamView, KeyValues):
             remove_snapshot(self._dir, self._loose_snapshot)
         self._loose_snapshot = upto
         return True
+
+    def _write(self, buf: bytes, n: int) -> Tuple[Segment, int]:
+        """Write the ``n`` records ``buf`` at the end of the active segment (rolled first if
+        they would pass ``segment_bytes``), synced if ``fsync="always"``: ``(segment, their
+        position)``. All or nothing: :class:`JournalFullError` once rolled back."""
+        seg = self._active
+        if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
+            self._roll()
+            seg = self._active
+        pre = seg.size
+        self._write_all(seg, buf, pre, n)
+        if self.config.fsync == "always":
+            try:
+                os.fdatasync(seg.fd)
+            except OSError as e:
+                self._undo(seg, pre)
+                raise JournalFullError(
+                    f"fdatasync of {seg.log_path} failed: {e.strerror} "
+                    f"({_errno.errorcode.get(e.errno, e.errno)}); the batch of {n} "
+                    f"records was rolled back", e) from None
+        return seg, pre
+
+    def _advance(self, seg: Segment, size: int, ts: int, last: int) -> None:
+        """Records up to sequence ``last`` (timestamp ``ts``) were written: ``seg`` now ends
+        at ``size``."""
+        with self._sync_lock:
+            seg.size = size
+            seg.last_ts = ts
+            if seg.first_ts is None:
+                seg.first_ts = ts
+            self._next_seq = last + 1
+            self._last_ts = ts
+            self._written_seq = last
+            if self.config.fsync != "interval":
+                self._durable_seq = last
 
     def _write_all(self, seg: Segment, buf: bytes, pre: int, n: int) -> None:
         off = 0
@@ -495,52 +528,6 @@ class Journal(StreamView, KeyValues):
             if target > self._durable_seq:
                 self._durable_seq = target
             return self._durable_seq
-
-    # ------------------------------------------------------------------ retention
-
-    def apply_retention(self, now_ns: Optional[int] = None) -> int:
-        """Delete whole old segments (never the active one) while the stream is over
-        ``retention_bytes``, or while the oldest segment's newest record is older than
-        ``retention_ms`` at ``now_ns`` (the journal's clock if None). Returns how many segments
-        were deleted."""
-        self._check_open()
-        rb, rm = self.config.retention_bytes, self.config.retention_ms
-        if rb is None and rm is None:
-            return 0
-        now = self._clock() if now_ns is None else now_ns
-        total = sum(s.limit() if s.fd >= 0 else os.stat(s.log_path).st_size for s in self._segs)
-        sealed = self._segs[:-1]
-
-        def sizes_and_ages():
-            for seg in sealed:
-                self._prepare(seg)
-                yield seg.limit(), seg.last_ts
-        reasons = segments_to_delete(sizes_and_ages(), total, rb, rm, now)
-        self._delete_oldest(reasons)
-        return len(reasons)
-
-    def drop_before(self, seq: int) -> int:
-        """Delete the whole sealed segments all of whose records are below ``seq`` (a purge;
-        never the active segment). Returns how many were deleted."""
-        self._check_open()
-        n = 0
-        while n < len(self._segs) - 1 and self._firsts[n + 1] <= seq:
-            n += 1
-        self._delete_oldest(["purge"] * n)
-        return n
-
-    def _delete_oldest(self, reasons: List[str]) -> None:
-        for oldest, why in zip(self._segs[:len(reasons)], reasons):
-            size = oldest.limit()
-            with self._sync_lock:
-                self._segs.pop(0)
-                self._firsts.pop(0)
-                if oldest in self._unsynced:
-                    self._unsynced.remove(oldest)
-            self._forget(oldest)
-            oldest.delete_files()
-            log.info("journal %s: %s deleted %s (%d bytes)", self._dir,
-                     "purge" if why == "purge" else f"retention ({why})", oldest.log_path, size)
 
     # ------------------------------------------------------------------ closing
 

@@ -1,4 +1,6 @@
-"""Which old segments retention deletes: a pure rule, no files and no clock of its own.
+"""Retention: which old segments go (:func:`segments_to_delete`, a pure rule, no files and no
+clock of its own), and the writer's deletion of them (:class:`Retention`, a part of
+:class:`~zeps.journal.Journal`, as a purge's).
 
 Whole segments only, oldest first, never the active (last) one. A segment goes while the stream
 is over ``retention_bytes``, or while its newest record is older than ``retention_ms`` at
@@ -7,7 +9,11 @@ meets neither condition stops the pass (retention never leaves a hole between ke
 """
 from __future__ import annotations
 
+import logging
+import os
 from typing import Iterable, List, Optional, Tuple
+
+log = logging.getLogger("zeps.journal")
 
 
 def segments_to_delete(segments: Iterable[Tuple[int, Optional[int]]], total_bytes: int,
@@ -29,3 +35,52 @@ def segments_to_delete(segments: Iterable[Tuple[int, Optional[int]]], total_byte
             break
         total_bytes -= size
     return reasons
+
+
+class Retention:
+    """The writer's deletion of whole old segments: by :func:`segments_to_delete` (retention)
+    or below a sequence (a purge)."""
+
+    def apply_retention(self, now_ns: Optional[int] = None) -> int:
+        """Delete whole old segments (never the active one) while the stream is over
+        ``retention_bytes``, or while the oldest segment's newest record is older than
+        ``retention_ms`` at ``now_ns`` (the journal's clock if None). Returns how many segments
+        were deleted."""
+        self._check_open()
+        rb, rm = self.config.retention_bytes, self.config.retention_ms
+        if rb is None and rm is None:
+            return 0
+        now = self._clock() if now_ns is None else now_ns
+        total = sum(s.limit() if s.fd >= 0 else os.stat(s.log_path).st_size for s in self._segs)
+        sealed = self._segs[:-1]
+
+        def sizes_and_ages():
+            for seg in sealed:
+                self._prepare(seg)
+                yield seg.limit(), seg.last_ts
+        reasons = segments_to_delete(sizes_and_ages(), total, rb, rm, now)
+        self._delete_oldest(reasons)
+        return len(reasons)
+
+    def drop_before(self, seq: int) -> int:
+        """Delete the whole sealed segments all of whose records are below ``seq`` (a purge;
+        never the active segment). Returns how many were deleted."""
+        self._check_open()
+        n = 0
+        while n < len(self._segs) - 1 and self._firsts[n + 1] <= seq:
+            n += 1
+        self._delete_oldest(["purge"] * n)
+        return n
+
+    def _delete_oldest(self, reasons: List[str]) -> None:
+        for oldest, why in zip(self._segs[:len(reasons)], reasons):
+            size = oldest.limit()
+            with self._sync_lock:
+                self._segs.pop(0)
+                self._firsts.pop(0)
+                if oldest in self._unsynced:
+                    self._unsynced.remove(oldest)
+            self._forget(oldest)
+            oldest.delete_files()
+            log.info("journal %s: %s deleted %s (%d bytes)", self._dir,
+                     "purge" if why == "purge" else f"retention ({why})", oldest.log_path, size)

@@ -10,7 +10,7 @@
 
 Everything is importable from here (``zeps.journal.record``) as it was when this was one module.
 """
-from .encoder import check_producers, encode_batch
+from .encoder import check_producers, encode_batch, encode_plain
 from .format import (CRC_OFFSET, ENTRY_IN_DELIVER, EXT_FIXED, HEADER, HEADER_SIZE, HEADERS_FLAG,
                      LENGTH_MASK, MAX_FRAME, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, PID_LEN_OFFSET,
                      PRODUCER_FLAG, TS_OFFSET, BatchRecord, HeadersRecord, ProducerRecord, Record,
@@ -24,5 +24,5 @@ __all__ = [
     "LENGTH_MASK", "LIMIT", "MAX_FRAME", "MAX_KEY", "MAX_PRODUCER_ID", "MAX_PSEQ",
     "PID_LEN_OFFSET", "PRODUCER_FLAG", "SHORT", "TS_OFFSET",
     "BatchRecord", "ProducerRecord", "Record", "ScanResult", "StreamStats",
-    "check_producers", "encode_batch", "expand", "parse_records", "record_span",
+    "check_producers", "encode_batch", "encode_plain", "expand", "parse_records", "record_span",
 ]

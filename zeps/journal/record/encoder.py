@@ -176,16 +176,25 @@ def _one_plain(item, seq: int, timestamp: int, max_record_bytes: int):
     """``([record], [Record])`` of one valid plain ``(key, body)`` item, as the loop of
     :func:`encode_batch` makes them; None for anything else (another kind of item or type, a key
     or frame over its limit, a sequence past 2^64-1), which the loop encodes or refuses."""
-    if type(item) is not tuple or len(item) != 2 or seq >= 1 << 64:
+    if type(item) is not tuple or len(item) != 2:
         return None
-    key, body = item
-    if type(key) is not str or type(body) is not bytes:
+    one = encode_plain(item[0], item[1], seq, timestamp, max_record_bytes)
+    return None if one is None else ([one[0]], [one[1]])
+
+
+def encode_plain(key, body, seq: int, timestamp: int, max_record_bytes: int
+                 ) -> Optional[Tuple[bytes, Record]]:
+    """``(record bytes, Record)`` of one plain message (a str ``key``, a bytes ``body``) at
+    ``seq``, as :func:`encode_batch` encodes the item ``(key, body)``; None for what that
+    function encodes otherwise or refuses (another type, a key or frame over its limit, a
+    sequence past 2^64-1). :meth:`Journal.append <zeps.journal.Journal.append>` writes it."""
+    if type(key) is not str or type(body) is not bytes or seq >= 1 << 64:
         return None
     kb = key.encode("utf-8")
     if len(kb) > MAX_KEY or MIN_FRAME + len(kb) + len(body) > max_record_bytes:
         return None
     record, frame = _plain_record(seq, timestamp, kb, body)
-    return [record], [Record(seq, timestamp, frame, key, body)]
+    return record, Record(seq, timestamp, frame, key, body)
 
 
 def plain_record_py(seq: int, timestamp: int, kb: bytes, body: bytes) -> Tuple[bytes, bytes]:

@@ -16,7 +16,7 @@ P0     the publisher's clock read, just before ``Client.publish`` (raw: the DEAL
 P1     ``publish`` returned (the frame is in ZeroMQ's queue)
 W      the broker's loop woke up from its wait (the last wake-up before B1; none when busy)
 B1     the broker's core got the frame (``BrokerCore.receive``)
-B2     the journal append of its round returned (``Journal.append_batch``)
+B2     the journal append of its round returned (``Journal.append_batch``, or ``append``)
 B3     routing done: its DELIVER (or DELIVER-BATCH) is in the core's outbox
 B4     the broker's socket took the round's outbox (``Broker._send`` returned; before the
        socket loops of zeps/broker/sockio.py: the socket took the frame)
@@ -158,15 +158,16 @@ def _broker_child(argv: List[str]) -> int:
         return receive(self, identity, frames, now)
     core.BrokerCore.receive = receive_stamped
 
-    append_batch = Journal.append_batch
-
-    def append_stamped(self, items, *a, **kw):
-        out = append_batch(self, items, *a, **kw)
-        t = mono()
-        for s in in_round:
-            b2.setdefault(s, t)
-        return out
-    Journal.append_batch = append_stamped
+    def append_stamped(append):          # B2: a round's journal append returned
+        def stamped(self, *a, **kw):
+            out = append(self, *a, **kw)
+            t = mono()
+            for s in in_round:
+                b2.setdefault(s, t)
+            return out
+        return stamped
+    Journal.append_batch = append_stamped(Journal.append_batch)
+    Journal.append = append_stamped(Journal.append)      # a round's one PUBLISH (lone.py)
 
     append_queued = stream.Stream.append_queued
 

@@ -128,9 +128,18 @@ def _frame(run: _Run) -> bytes:
     head = deliver_batch_head(run.ts, run.first, run.count)
     parts = run.parts
     if len(parts) == 1:
-        src, a, b = parts[0]
-        return head + (src[a:b] if b - a < 4096 else memoryview(src)[a:b])
+        return _one_part(head, *parts[0])
     return b"".join([head] + [memoryview(src)[a:b] for src, a, b in parts])
+
+
+def _one_part(head: bytes, src: bytes, a: int, b: int) -> bytes:
+    return head + (src[a:b] if b - a < 4096 else memoryview(src)[a:b])
+
+
+def batch_of_one(ts: int, seq: int, frame: bytes) -> bytes:
+    """The DELIVER-BATCH of the one message ``seq`` whose DELIVER frame is ``frame``, at
+    timestamp ``ts``: the frame of a run holding only it."""
+    return _one_part(deliver_batch_head(ts, seq, 1), frame, ENTRY_OFFSET, len(frame))
 
 
 class BatchView:

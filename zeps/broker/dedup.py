@@ -144,3 +144,27 @@ class ProducerDedup:
             keep.append(entry)
             producers.append(mark)
         return keep, producers, dups
+
+
+def count_duplicates(stream, dups, upto: int, last_seqs, refused: Optional[Reason] = None) -> int:
+    """In ``stream``'s round, count and queue the confirms of the duplicates
+    (:class:`Duplicate`) of ``dups`` that came before kept publish ``upto`` (``last_seqs[i]``:
+    the last sequence of kept publish ``i``, once appended); returns how many of ``dups`` are
+    done. With ``refused`` (a Reason: the append failed), a duplicate of a publish of this
+    round is refused with it instead."""
+    done = 0
+    for dup in dups:
+        if dup.before > upto:
+            break
+        done += 1
+        pub, n = dup.publisher, dup.count
+        if dup.same_round is not None and refused is not None:
+            if pub.identity in stream.sessions:
+                stream.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
+                stream.invalids[refused.label] += n
+            continue
+        pub.published += n
+        if pub.confirms:
+            pub.unconfirmed.append((pub.published, dup.sequence(last_seqs)))
+            stream.awaits_confirm(pub)
+    return done

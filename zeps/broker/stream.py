@@ -46,10 +46,11 @@ from zeps.protocol.reasons import Reason
 
 from zeps.journal.settings import StreamSettings
 
-from .batching import BatchView, Runs, replay_chunks, route_batch, split_batch
-from .dedup import ProducerDedup
+from .batching import BatchView, Runs, batch_of_one, replay_chunks, route_batch, split_batch
+from .dedup import ProducerDedup, count_duplicates
 from .headers import journal_item, replay_frame, route_headers
 from .liveset import LiveSet
+from .lone import append_lone, is_lone
 from .session import Session
 from .worklists import Worklists
 
@@ -322,29 +323,6 @@ class Stream:
             if mark is not None and pub.user is not None:
                 bind(mark[0], pub.user)
 
-    def _count_duplicates(self, dups, upto: int, last_seqs, refused: Optional[Reason] = None) -> int:
-        """Count and queue the confirms of the duplicates (:class:`~.dedup.Duplicate`) of
-        ``dups`` that came before kept publish ``upto`` (``last_seqs[i]``: the last sequence of
-        kept publish ``i``, once appended); returns how many of ``dups`` are done. With
-        ``refused`` (a Reason: the append failed), a duplicate of a publish of this round is
-        refused with it instead."""
-        done = 0
-        for dup in dups:
-            if dup.before > upto:
-                break
-            done += 1
-            pub, n = dup.publisher, dup.count
-            if dup.same_round is not None and refused is not None:
-                if pub.identity in self.sessions:
-                    self.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
-                    self.invalids[refused.label] += n
-                continue
-            pub.published += n
-            if pub.confirms:
-                pub.unconfirmed.append((pub.published, dup.sequence(last_seqs)))
-                self.awaits_confirm(pub)
-        return done
-
     def _refuse(self, pending, dups, exc: Exception) -> None:
         """The append failed, nothing was appended: one INVALID per publish (an entry of a
         PUBLISH-BATCH counts as one), in queue order with the duplicates (those of what the
@@ -354,13 +332,13 @@ class Stream:
         n = 0
         for i, (s, key, body) in enumerate(pending):
             if dups:
-                del dups[:self._count_duplicates(dups, i, [], reason)]
+                del dups[:count_duplicates(self, dups, i, [], reason)]
             if s.identity in self.sessions:
                 count = 1 if key is not None else body.count
                 self.outbox.extend([(s.identity, reason.frame(s.reasons))] * count)
                 self.invalids[kind] += count
                 n += count
-        self._count_duplicates(dups, len(pending), [], reason)
+        count_duplicates(self, dups, len(pending), [], reason)
         self.log("append_failed", stream=self.name, error=str(exc), messages=n)
         self.confirm()
 
@@ -369,9 +347,11 @@ class Stream:
         if not self.queued_publishes:
             return
         pending, self.queued_publishes = self.queued_publishes, []
+        if len(pending) == 1 and is_lone(pending[0]):
+            return append_lone(self, *pending[0])
         pending, producers, dups = self.dedup.split(pending)
         if not pending:
-            self._count_duplicates(dups, 0, [])
+            count_duplicates(self, dups, 0, [])
             self.confirm()
             return
         try:
@@ -390,7 +370,7 @@ class Stream:
         runs = Runs(self.outbox)
         for i, ((pub, key, _b), rec) in enumerate(zip(pending, records)):
             if dups:
-                del dups[:self._count_duplicates(dups, i, last_seqs)]
+                del dups[:count_duplicates(self, dups, i, last_seqs)]
             if key is None:
                 view = BatchView(rec)
                 n = view.count
@@ -410,14 +390,16 @@ class Stream:
                     self.awaits_confirm(pub)
                 self._route(rec, runs)
         if dups:
-            self._count_duplicates(dups, len(pending), last_seqs)
+            count_duplicates(self, dups, len(pending), last_seqs)
         runs.close_all()
         if self.bad_regexes:
             self._drop_bad_regexes()
         self.confirm()
 
-    def _route(self, rec, runs: Runs) -> None:
-        """Route one plain record just appended to the live subscribers that want it."""
+    def _route(self, rec, runs: Optional[Runs]) -> None:
+        """Route one plain record just appended to the live subscribers that want it (``runs``
+        None: a round's lone record, :mod:`.lone`, whose batching subscribers share one
+        DELIVER-BATCH of it, queued after the others as :meth:`Runs.close_all` queues them)."""
         if rec.header_block is not None:
             return route_headers(self, rec, runs)
         ids = self.index.match(rec.key)
@@ -431,6 +413,7 @@ class Stream:
         delivered = delivered_bytes = 0
         frame = rec.frame
         ts_frame = None                     # DELIVER-TS, built once if anyone wants it
+        batching = []                       # with runs None: who gets the DELIVER-BATCH
         cost = frame_cost(frame)
         for ident in ids:
             s = sessions.get(ident)
@@ -443,7 +426,10 @@ class Stream:
                 s.next_seq = seq + 1
                 s.delivered += 1
                 if s.batches:
-                    runs.add_frame(ident, rec.timestamp, frame)
+                    if runs is None:
+                        batching.append(ident)
+                    else:
+                        runs.add_frame(ident, rec.timestamp, frame)
                 elif s.timestamps:
                     if ts_frame is None:
                         ts_frame = deliver_ts_from_deliver(frame, rec.timestamp)
@@ -455,8 +441,12 @@ class Stream:
             else:
                 self.go_historical(s)   # drop to historical: remember only the position
                 s.next_seq = seq
-                runs.close(ident)
+                if runs is not None:
+                    runs.close(ident)
                 self.window_advice(s, seq, cost)
+        if batching:
+            one = batch_of_one(rec.timestamp, seq, frame)
+            outbox.extend([(ident, one) for ident in batching])
         self.delivered_total += delivered
         self.delivered_bytes += delivered_bytes
 

@@ -45,7 +45,8 @@ def _outcome(j: Journal, lone: bool, key, body):
 
 
 # ---------------------------------------------------------------------- the journal
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=st.lists(st.tuples(st.one_of(KEYS, st.just("x" * 256)), BODIES), max_size=30),
        fsync=st.sampled_from(["never", "interval", "always"]),
        segment_bytes=st.sampled_from([300, 5000, 1 << 20]),
@@ -171,7 +172,8 @@ def _run(path, steps, fsync: str):
     return sent, state, counters, _files(str(path))
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=40, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=25), fsync=st.sampled_from(["never", "interval"]))
 def test_a_lone_publish_has_the_general_paths_effects(tmp_path_factory, monkeypatch, steps,
                                                       fsync):

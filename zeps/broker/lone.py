@@ -38,12 +38,7 @@ def append_lone(stream, pub, key: str, body: bytes) -> None:
         return
     if stream.journal.config.fsync == "interval":
         stream.work.unsynced[stream.name] = stream        # the sync timer names it
-    stream.published_total += 1
-    stream.published_bytes += frame_cost(rec.frame)
-    pub.published += 1
-    if pub.confirms:
-        pub.unconfirmed.append((pub.published, rec.sequence))
-        stream.awaits_confirm(pub)
+    stream.count_published(pub, 1, frame_cost(rec.frame), rec.sequence)
     stream._route(rec, None)
     if stream.bad_regexes:
         stream._drop_bad_regexes()

@@ -374,20 +374,10 @@ class Stream:
             if key is None:
                 view = BatchView(rec)
                 n = view.count
-                self.published_total += n
-                self.published_bytes += batch_cost(rec.frame)
-                pub.published += n
-                if pub.confirms:
-                    pub.unconfirmed.append((pub.published, view.sequence + n - 1))
-                    self.awaits_confirm(pub)
+                self.count_published(pub, n, batch_cost(rec.frame), view.sequence + n - 1)
                 route_batch(self, view, runs)
             else:
-                self.published_total += 1
-                self.published_bytes += frame_cost(rec.frame)
-                pub.published += 1
-                if pub.confirms:
-                    pub.unconfirmed.append((pub.published, rec.sequence))
-                    self.awaits_confirm(pub)
+                self.count_published(pub, 1, frame_cost(rec.frame), rec.sequence)
                 self._route(rec, runs)
         if dups:
             count_duplicates(self, dups, len(pending), last_seqs)
@@ -395,6 +385,16 @@ class Stream:
         if self.bad_regexes:
             self._drop_bad_regexes()
         self.confirm()
+
+    def count_published(self, pub: Session, n: int, cost: int, last: int) -> None:
+        """``n`` messages of ``pub`` were appended (``cost``: their credit cost, ``last``: the
+        sequence of the last): counted, and awaiting CONFIRM if ``pub`` asked for it."""
+        self.published_total += n
+        self.published_bytes += cost
+        pub.published += n
+        if pub.confirms:
+            pub.unconfirmed.append((pub.published, last))
+            self.awaits_confirm(pub)
 
     def _route(self, rec, runs: Optional[Runs]) -> None:
         """Route one plain record just appended to the live subscribers that want it (``runs``

@@ -29,8 +29,10 @@ Each process also records its garbage collections (``gc.callbacks``), the broker
 then, for the messages whose end-to-end delay is at or above the p99 (and the p99.9), each
 stage's mean share and how many of them overlapped a collection or an fsync, each process's CPU
 per message, how often the broker's loop lost the CPU to another thread (its thread's
-involuntary context switches per message), and any wait of the broker's loop that outlasted a
-message already sent to it.
+involuntary context switches per message), any wait of the broker's loop that outlasted a
+message already sent to it, and the publisher's stalls (a send 1 ms or more later than due
+after the one before: the host did not run a process that only sleeps and sends; the proxy's
+runs count them too, and ``--table`` gives them per run).
 ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
 only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
 proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
@@ -65,7 +67,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from typing import Dict, List
+from typing import Dict, List, Tuple
 
 import bench.systems
 from bench.measure import cpu_seconds
@@ -608,7 +610,7 @@ def run_proxy(rate: float, seconds: float, size: int, forwarder=_proxy, *args) -
     e2e = sorted(s2[k] - k for k in p1 if k in s2)
     return {"n": len(e2e), "sent": len(p1), "e2e": {p: pct(e2e, p) for p in (50, 99, 99.9)},
             "cpu": {"proxy": cpu / len(p1), "subscriber": got["sub-cpu"] / len(p1)},
-            "threads": threads}
+            "threads": threads, "pub_stalls": publisher_stalls(p1, int(1e9 / rate))}
 
 
 # ---------------------------------------------------------------------------------- analysis
@@ -621,8 +623,23 @@ def _overlaps(events, lo, hi) -> bool:
     return any(a < hi and b > lo for a, b, *_ in events)
 
 
-def analyse(pub, sub, broker) -> dict:
-    """Per-message stage stamps -> per-stage percentiles and the tail's make-up."""
+#: A paced send this much later (ns) than the one before it plus the pacing interval, or more:
+#: the publisher was not run meanwhile.
+STALL_NS = 1_000_000
+
+
+def publisher_stalls(sends, every_ns: int) -> Tuple[int, int]:
+    """``(how many, the longest in ns)`` of the gaps between two consecutive send times of a
+    publisher paced every ``every_ns`` that are :data:`STALL_NS` or more longer than that: the
+    host not running a process that only sleeps until a message is due and sends it."""
+    t = sorted(sends)
+    gaps = [b - a for a, b in zip(t, t[1:]) if b - a - every_ns >= STALL_NS]
+    return len(gaps), max(gaps, default=0)
+
+
+def analyse(pub, sub, broker, every_ns: int) -> dict:
+    """Per-message stage stamps -> per-stage percentiles and the tail's make-up (``every_ns``:
+    the publisher's pacing interval)."""
     import bisect
     p1 = dict(zip(pub["p1"][::2], pub["p1"][1::2]))
     s1, s2 = sub["s1"], dict(zip(sub["s2"][::2], sub["s2"][1::2]))
@@ -665,6 +682,7 @@ def analyse(pub, sub, broker) -> dict:
     out["gc_counts"] = {who: _gc_summary([e for e in d["gc"] if start <= e[0] <= end])
                         for who, d in (("publisher", pub), ("broker", broker), ("subscriber", sub))}
     out["fsyncs"] = len(broker["syncs"])
+    out["pub_stalls"] = publisher_stalls(p1, every_ns)
     # waits of 20 ms or more that ended after a message of the run had reached the broker's
     # socket (P1) before the wait began: the loop slept while something was there to read
     p1s = sorted(p1.values())
@@ -726,7 +744,8 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
             broker = pickle.load(f)
     _, p1, pgc, pcpu = got["pub"]
     _, s1, s2, sgc, scpu = got["sub"]
-    res = analyse({"p1": p1, "gc": pgc}, {"s1": s1, "s2": s2, "gc": sgc}, broker)
+    res = analyse({"p1": p1, "gc": pgc}, {"s1": s1, "s2": s2, "gc": sgc}, broker,
+                  int(1e9 / rate))
     n = len(p1) // 2
     res["cpu"] = {"publisher": pcpu / n, "broker": cpu / n, "subscriber": scpu / n}
     res["threads"] = _per_message(threads_before, threads, n)
@@ -821,6 +840,7 @@ def report(res: dict, title: str) -> str:
         f"{k}: {v}" for k, v in res["gc_counts"].items())
                  + f"; fsyncs: {res['fsyncs']} (busy {res['fsync_busy']:.0%} of the run: the "
                  "share of slow messages that would overlap one by chance)")
+    lines.append("* " + _stalls_text(res["pub_stalls"]))
     if res.get("stuck_waits"):
         lines.append("* the broker's loop slept while a message waited: " + ", ".join(
             f"{d / 1e6:.1f} ms (timeout {t * 1e3:.1f} ms)" for d, t in res["stuck_waits"]))
@@ -832,6 +852,12 @@ def report(res: dict, title: str) -> str:
     lines.append(f"* the broker's loop lost the CPU to another thread (involuntary context "
                  f"switches of its thread): {res['preempted']:.2f} per message")
     return "\n".join(lines)
+
+
+def _stalls_text(stalls: Tuple[int, int]) -> str:
+    n, longest = stalls
+    return (f"the publisher's stalls (a paced send {STALL_NS / 1e6:g} ms or more later than "
+            f"due after the one before): {n}, the longest gap {longest / 1e6:.1f} ms")
 
 
 def _threads_text(threads: Dict[str, float]) -> str:
@@ -886,7 +912,8 @@ def main(argv=None) -> int:
                 e = res["e2e"]
                 p99[client] = e[99]
                 if args.table:
-                    rows.append([i + 1, client, e, res["cpu"], None, res["threads"]])
+                    rows.append([i + 1, client, e, res["cpu"], None, res["threads"],
+                                 res["pub_stalls"]])
                     continue
                 if not args.summary:
                     print(f"### proxy, {args.rate:,.0f} msg/s, {args.size} B, {args.pacer} pacer, "
@@ -895,19 +922,22 @@ def main(argv=None) -> int:
                           f"end p50 {e[50] / 1e3:,.0f} us, p99 {e[99] / 1e3:,.0f} us, p99.9 "
                           f"{e[99.9] / 1e3:,.0f} us; CPU per message (us): " + ", ".join(
                               f"{k} {v * 1e6:.1f}" for k, v in res["cpu"].items())
-                          + "; the proxy's by thread: " + _threads_text(res["threads"]) + "\n",
-                          flush=True)
+                          + "; the proxy's by thread: " + _threads_text(res["threads"])
+                          + "; " + _stalls_text(res["pub_stalls"]) + "\n", flush=True)
                     continue
                 print(f"{head}e2e_p50_us={e[50] / 1e3:.0f} {head}e2e_p99_us={e[99] / 1e3:.0f} "
                       f"{head}e2e_p99.9_us={e[99.9] / 1e3:.0f} " + " ".join(
                           f"{head}cpu_{k}_us={v * 1e6:.1f}" for k, v in res["cpu"].items())
                       + " " + " ".join(f"{head}cpu_middle_{k}_us={v * 1e6:.1f}"
-                                       for k, v in res["threads"].items()), flush=True)
+                                       for k, v in res["threads"].items())
+                      + f" {head}pub_stalls={res['pub_stalls'][0]}"
+                      f" {head}pub_stall_max_us={res['pub_stalls'][1] / 1e3:.0f}", flush=True)
                 continue
             res = run_once(client, args.rate, args.seconds, args.size, args.fsync)
             p99[client] = res["e2e"][99]
             if args.table:
-                rows.append([i + 1, client, res["e2e"], res["cpu"], None, res["threads"]])
+                rows.append([i + 1, client, res["e2e"], res["cpu"], None, res["threads"],
+                             res["pub_stalls"]])
                 continue
             if args.summary:
                 e, cpu = res["e2e"], res["cpu"]
@@ -917,6 +947,8 @@ def main(argv=None) -> int:
                 figs += [f"cpu_{k}_us={v * 1e6:.1f}" for k, v in cpu.items()]
                 figs += [f"cpu_middle_{k}_us={v * 1e6:.1f}" for k, v in res["threads"].items()]
                 figs.append(f"loop_preempted_per_msg={res['preempted']:.3f}")
+                figs += [f"pub_stalls={res['pub_stalls'][0]}",
+                         f"pub_stall_max_us={res['pub_stalls'][1] / 1e3:.0f}"]
                 figs += [f"{a}{b}_p{p}_us={res['stages'][name][p] / 1e3:.0f}"
                          for name, a, b in STAGES for p in (50, 99)]
                 figs += [f"{a}{b}_slowest1%_us={res['tail'][99][name] / 1e3:.0f}"
@@ -986,14 +1018,15 @@ def table(rows: List[tuple], what: str) -> str:
     out = [f"{what}; end to end in microseconds, CPU per message in microseconds; the middle "
            "process is the broker, the proxy or the forwarder", "",
            "| run | path | p50 | p99 | p99.9 | CPU: middle | its main thread | its ZeroMQ "
-           "threads | CPU: subscriber | p99 ÷ proxy's |",
-           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for run, client, e, c, over, t in rows:
+           "threads | CPU: subscriber | p99 ÷ proxy's | publisher's stalls (longest, ms) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    stalls = lambda n, longest: f"{n:g} ({longest / 1e6:.1f})"    # noqa: E731
+    for run, client, e, c, over, t, st in rows:
         middle = MIDDLE.get(client, "proxy")
         out.append(f"| {run} | {client_name(client)} | {us(e[50])} | {us(e[99])} | "
                    f"{us(e[99.9])} | {cpu(c, middle)} | {cpu(t, 'loop')} | {cpu(t, 'zmq')} | "
                    f"{cpu(c, 'subscriber')} | " + (f"{over:.2f}" if over is not None else "—")
-                   + " |")
+                   + f" | {stalls(*st)} |")
     med = statistics.median
     for client in dict.fromkeys(r[1] for r in rows):
         mine = [r for r in rows if r[1] == client]
@@ -1004,7 +1037,8 @@ def table(rows: List[tuple], what: str) -> str:
                                 if all(k in r[i] for r in mine) else "—"
                                 for i, k in ((3, MIDDLE.get(client, "proxy")), (5, "loop"),
                                              (5, "zmq"), (3, "subscriber"))) + " | "
-                   + (f"{med(overs):.2f}" if overs else "—") + " |")
+                   + (f"{med(overs):.2f}" if overs else "—") + " | "
+                   + stalls(med(r[6][0] for r in mine), med(r[6][1] for r in mine)) + " |")
     return "\n".join(out)
 
 

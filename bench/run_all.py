@@ -60,6 +60,11 @@ BENCHMARKS = {
                                            "--runs", "8", "--table"],
                           ["--client", POLL_CLIENTS, "--rate", "1000", "--seconds", "0.3",
                            "--table"]),
+    # the broker and the proxy in turn, six times, with the paced publisher's own stalls
+    "bench_stages_stalls": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3",
+                                             "--runs", "6", "--table"],
+                            ["--client", "sdk,proxy", "--rate", "1000", "--seconds", "0.3",
+                             "--table"]),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
     "bench_busy": ("bench_busy", [], ["--publishers", "1", "--seconds", "0.3"]),

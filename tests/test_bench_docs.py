@@ -199,6 +199,18 @@ def test_the_pacer_yields_every_message_on_its_schedule_either_way():
     assert len(list(due_times(1000, 0.5))) == 500
 
 
+def test_the_publishers_stalls_are_its_sends_a_millisecond_apart_or_more():
+    """``bench_stages`` counts the paced publisher's stalls: two consecutive sends (in any
+    order given) 1 ms or more further apart than the pacing interval, and the longest gap."""
+    from bench.bench_stages import publisher_stalls
+    sends = [0, 100_000, 200_000, 1_300_000, 1_400_000, 3_900_000, 4_000_000]     # ns
+    assert publisher_stalls(sends, 100_000) == (2, 2_500_000)
+    assert publisher_stalls(dict.fromkeys(reversed(sends)), 100_000) == (2, 2_500_000)
+    assert publisher_stalls(sends, 1_500_000) == (1, 2_500_000)
+    assert publisher_stalls([0, 1_000_000, 2_000_000], 1_000_000) == (0, 0)   # 1k msg/s
+    assert publisher_stalls([], 100_000) == (0, 0)
+
+
 def test_the_stage_runs_split_a_process_cpu_by_thread():
     """``bench_stages`` gives the middle process's CPU per message by thread: its main thread
     (the broker's loop), ZeroMQ's threads (``ZMQbg/...``) and the others. CPU burnt by a

@@ -77,13 +77,15 @@ FLOOR_PATHS = {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
                "forwarder in the broker's loop style (hub callbacks)",
                "forwarder in pyzmq + gevent, +10 µs CPU per message",
                "forwarder in pyzmq + gevent, +20 µs CPU per message", "ZeroMQ XSUB/XPUB proxy"}
+STALLS_PATHS = {"ZEPS SDK", "ZeroMQ XSUB/XPUB proxy"}
 POLL_PATHS = {"ZEPS SDK", "forwarder waiting on the hub per message",
               "forwarder in the broker's loop style (hub callbacks)",
               "forwarder waiting in zmq_poll", "ZeroMQ XSUB/XPUB proxy"}
 
 
 @pytest.mark.parametrize("name, paths", [("bench_stages_floor", FLOOR_PATHS),
-                                         ("bench_stages_poll", POLL_PATHS)])
+                                         ("bench_stages_poll", POLL_PATHS),
+                                         ("bench_stages_stalls", STALLS_PATHS)])
 def test_bench_stages_tables_give_each_path_its_row(name, paths):
     """The tables of ``bench_stages --table``: a median row for each path it runs (the broker
     with the SDK's and raw clients; the forwarder in the broker's stack: in its loop style,
@@ -99,6 +101,8 @@ def test_bench_stages_tables_give_each_path_its_row(name, paths):
         for column in ("p50", "p99", "p99.9", "CPU: middle", "its main thread",
                        "its ZeroMQ threads", "CPU: subscriber"):
             assert re.fullmatch(r"\d[\d,]*(\.\d)?", row[column]), (path, column, row)
+        assert re.fullmatch(r"\d+(\.\d+)? \(\d+\.\d\)",
+                            row["publisher's stalls (longest, ms)"]), (path, row)
     assert medians["ZeroMQ XSUB/XPUB proxy"]["p99 ÷ proxy's"] == "1.00"
 
 

@@ -21,7 +21,9 @@ from zeps.protocol import commands as c
 from zeps.protocol import encode
 
 KEYS = st.sampled_from(["a", "a.b", "b", "é", "k" * 255])
-BODIES = st.one_of(st.binary(max_size=40), st.binary(min_size=4090, max_size=4200))
+#: Small bodies, and bodies around the 4 KiB where a DELIVER-BATCH of one is built with a view
+#: instead of a slice, some over the journals' ``max_record_bytes`` of 4150 (refused there).
+BODIES = st.one_of(st.binary(max_size=40), st.integers(4090, 4200).map(lambda n: b"y" * n))
 
 
 def _files(path: str) -> dict:
@@ -47,29 +49,39 @@ def _outcome(j: Journal, lone: bool, key, body):
 # ---------------------------------------------------------------------- the journal
 @settings(max_examples=60, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(items=st.lists(st.tuples(st.one_of(KEYS, st.just("x" * 256)), BODIES), max_size=30),
+@given(items=st.lists(st.one_of(st.tuples(st.one_of(KEYS, st.just("x" * 256)), BODIES),
+                                st.tuples(KEYS, st.binary(max_size=9).map(bytearray))),
+                      max_size=30),
        fsync=st.sampled_from(["never", "interval", "always"]),
        segment_bytes=st.sampled_from([300, 5000, 1 << 20]),
-       interval=st.sampled_from([1, 200, 4096]))
+       interval=st.sampled_from([1, 200, 4096]),
+       key_index=st.booleans(), snapshot_every=st.sampled_from([300, 8 << 20]))
 def test_append_writes_what_append_batch_of_one_writes(tmp_path_factory, items, fsync,
-                                                       segment_bytes, interval):
-    """Records, rolls, sparse index entries and refusals (a key over 255 bytes, a frame over
-    ``max_record_bytes``) are those of ``append_batch`` of the one item, file for file."""
+                                                       segment_bytes, interval, key_index,
+                                                       snapshot_every):
+    """Records, rolls, sparse index entries, the key index, the producer snapshots and
+    refusals (a key over 255 bytes, a frame over ``max_record_bytes``) are those of
+    ``append_batch`` of the one item, file for file; a body that is not ``bytes`` goes the
+    batch's way (stored the same, with the same timestamp)."""
     outcomes, files = [], []
     for lone in (True, False):
         path = str(tmp_path_factory.mktemp("j"))
         now = [1_000]                                  # the clock moves once per item
         cfg = JournalConfig(fsync=fsync, segment_bytes=segment_bytes, max_record_bytes=4150,
-                            index_interval_bytes=interval)
+                            index_interval_bytes=interval, key_index=key_index,
+                            snapshot_interval_bytes=snapshot_every)
         j = Journal.open(os.path.join(path, "s"), cfg, lambda now=now: now[0])
         got = []
         for k, b in items:
             now[0] += 1
             got.append(_outcome(j, lone, k, b))
         got.append((j.next_seq, j.durable_seq))
+        if key_index:                                  # the key index, as the journal holds it
+            got.append([(key, seq) for key, seq in j.snapshot()])
+        before_close = _files(path)                    # loose producer snapshots included
         j.close()
         outcomes.append(got)
-        files.append(_files(path))
+        files.append((before_close, _files(path)))
     assert outcomes[0] == outcomes[1]
     assert files[0] == files[1]
 
@@ -113,7 +125,8 @@ STEP = st.one_of(
     st.tuples(st.just("two"), KEYS, KEYS),             # two PUBLISH in one round: the batch path
     st.tuples(st.just("credit"), st.sampled_from([b"s1", b"s2", b"s3", b"s4"]),
               st.integers(1, 20_000)),
-    st.tuples(st.just("sync")),
+    st.tuples(st.just("sync")),                        # a round: syncs what the last one named
+    st.tuples(st.just("later")),                       # past fsync_interval: the sync timer
 )
 
 
@@ -133,8 +146,9 @@ class _Recorded(Core):
         self.core.take_outbox = take_recorded
 
 
-def _run(path, steps, fsync: str):
-    h = _Recorded(path, fsync=fsync, max_credit=1 << 20)
+def _run(path, steps, fsync: str, key_index: bool):
+    h = _Recorded(path, fsync=fsync, max_credit=1 << 20, max_record_bytes=4150,
+                  key_index=key_index)
     for ident, first in ((b"s1", c.BatchSelect()), (b"s2", c.BatchSelect()),
                          (b"s4", c.DeliverTimestamps())):
         h.send(ident, first)
@@ -159,7 +173,9 @@ def _run(path, steps, fsync: str):
             h.send(step[1], c.Credit(step[2]))
             h.drain()
         else:
-            h.round()                                            # syncs what the last named
+            if step[0] == "later":
+                h.now += h.core.config.fsync_interval
+            h.round()
         h.now += 0.001
     h.drain()
     st_ = h.core.streams["s"]
@@ -174,9 +190,10 @@ def _run(path, steps, fsync: str):
 
 @settings(max_examples=40, deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(steps=st.lists(STEP, min_size=1, max_size=25), fsync=st.sampled_from(["never", "interval"]))
+@given(steps=st.lists(STEP, min_size=1, max_size=25),
+       fsync=st.sampled_from(["never", "interval", "always"]), key_index=st.booleans())
 def test_a_lone_publish_has_the_general_paths_effects(tmp_path_factory, monkeypatch, steps,
-                                                      fsync):
+                                                      fsync, key_index):
     taken = []
     is_lone = stream_module.is_lone
 
@@ -185,10 +202,10 @@ def test_a_lone_publish_has_the_general_paths_effects(tmp_path_factory, monkeypa
         return taken[-1]
     with monkeypatch.context() as m:
         m.setattr(stream_module, "is_lone", counted)
-        lone = _run(tmp_path_factory.mktemp("lone"), steps, fsync)
+        lone = _run(tmp_path_factory.mktemp("lone"), steps, fsync, key_index)
     with monkeypatch.context() as m:
         m.setattr(stream_module, "is_lone", lambda item: False)
-        general = _run(tmp_path_factory.mktemp("general"), steps, fsync)
+        general = _run(tmp_path_factory.mktemp("general"), steps, fsync, key_index)
     assert any(taken) == any(s[0] == "publish" for s in steps)   # the path ran where it applies
     assert lone[0] == general[0]          # every frame, to whom, in order
     assert lone[1:] == general[1:]        # credit and positions, counters, the journal's files

@@ -102,6 +102,11 @@ class ProducerDedup:
         self._queued.add(producer)
         session.pseq_next += count
 
+    @property
+    def marked(self) -> bool:
+        """Are producer sequences marked on publishes queued this round (for :meth:`split`)?"""
+        return bool(self._marks)
+
     def split(self, pending) -> Tuple[list, Optional[list], List[Duplicate]]:
         """Split a round's queued publishes (``(publisher, key, body)``; ``key`` None: ``body``
         is a PUBLISH-BATCH) into those to append and the duplicates.

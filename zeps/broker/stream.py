@@ -347,7 +347,7 @@ class Stream:
         if not self.queued_publishes:
             return
         pending, self.queued_publishes = self.queued_publishes, []
-        if len(pending) == 1 and is_lone(pending[0]):
+        if len(pending) == 1 and is_lone(pending[0]) and not self.dedup.marked:
             return append_lone(self, *pending[0])
         pending, producers, dups = self.dedup.split(pending)
         if not pending:

@@ -273,13 +273,15 @@ class Journal(StreamView, KeyValues, Retention):
         A plain one (the broker's round of one PUBLISH) is written without the batch's lists
         (issue 20); what :func:`encode_plain` does not take goes through :meth:`append_batch`,
         which stores or refuses it."""
+        if type(key) is not str or type(body) is not bytes:    # before the clock is read
+            return self.append_batch(((key, body),))[0]
         self._check_open()
         if self._pending_truncate is not None:
             self._retry_truncate()
         ts = max(self._clock(), self._last_ts)
         seq = self._next_seq
         one = encode_plain(key, body, seq, ts, self.config.max_record_bytes)
-        if one is None:
+        if one is None:                                # refused there: no timestamp is kept
             return self.append_batch(((key, body),))[0]
         buf, rec = one
         seg, pre = self._write(buf, 1)

@@ -168,8 +168,5 @@ def count_duplicates(stream, dups, upto: int, last_seqs, refused: Optional[Reaso
                 stream.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
                 stream.invalids[refused.label] += n
             continue
-        pub.published += n
-        if pub.confirms:
-            pub.unconfirmed.append((pub.published, dup.sequence(last_seqs)))
-            stream.awaits_confirm(pub)
+        stream.count_stored(pub, n, dup.sequence(last_seqs))
     return done

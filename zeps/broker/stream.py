@@ -388,9 +388,15 @@ class Stream:
 
     def count_published(self, pub: Session, n: int, cost: int, last: int) -> None:
         """``n`` messages of ``pub`` were appended (``cost``: their credit cost, ``last``: the
-        sequence of the last): counted, and awaiting CONFIRM if ``pub`` asked for it."""
+        sequence of the last): counted in the stream's totals and for ``pub``."""
         self.published_total += n
         self.published_bytes += cost
+        self.count_stored(pub, n, last)
+
+    def count_stored(self, pub: Session, n: int, last: int) -> None:
+        """``n`` more of ``pub``'s messages are in the stream, the last at sequence ``last``
+        (appended now, or a retry's that was already there): counted, and awaiting CONFIRM if
+        ``pub`` asked for it."""
         pub.published += n
         if pub.confirms:
             pub.unconfirmed.append((pub.published, last))

@@ -8,8 +8,10 @@ A block in README.md, docs/benchmarks.md or docs/operations.md is::
 
 Its text is the source file (a benchmark's whole output, its header first: when it ran, the exact
 command, the machine's load before and after), or with ``VIEW`` a view of it (``targets``:
-:mod:`bench.targets`). ``bench/results`` is committed; a test (tests/test_bench_docs.py) checks
-that every block is what its source gives, byte for byte.
+:mod:`bench.targets`). A source with ``*`` names the files it matches, for a view of many
+(``latency-runs``: every kept run of the suite's latency scenario, one row each).
+``bench/results`` is committed; a test (tests/test_bench_docs.py) checks that every block is
+what its source gives, byte for byte.
 
 ``bench/results`` is filled from the outputs of ``bench/out`` by :func:`take`:
 
@@ -46,11 +48,34 @@ def _views():
             "targets-issue20": targets.render_issue20}
 
 
+def _many_views():
+    from bench import targets
+    return {"latency-runs": targets.render_latency_runs}
+
+
+def sources(source: str, repo: Path = REPO) -> List[Path]:
+    """The files a block's ``source`` names: one, or those its pattern (``*``, ``?``, ``[``)
+    matches, sorted by name."""
+    if not any(ch in source for ch in "*?["):
+        return [repo / source]
+    return sorted(repo.glob(source))
+
+
 def render(source: str, view: Optional[str] = None, repo: Path = REPO) -> str:
-    """The text of a block: ``source`` (relative to the repository) or its ``view``."""
-    views = _views()
-    if (view or "") not in views:
-        raise ValueError(f"no view {view!r} (views: {', '.join(v for v in views if v)})")
+    """The text of a block: ``source`` (relative to the repository) or its ``view``; a
+    ``source`` that is a pattern is given whole to a view of many files (``latency-runs``), as
+    (file name, text) pairs."""
+    views, many = _views(), _many_views()
+    if (view or "") not in views and view not in many:
+        raise ValueError(f"no view {view!r} (views: "
+                         f"{', '.join(v for v in (*views, *many) if v)})")
+    paths = sources(source, repo)
+    if view in many:
+        if not paths:
+            raise ValueError(f"no file matches {source}")
+        return many[view]([(p.name, p.read_text()) for p in paths]).rstrip("\n") + "\n"
+    if paths != [repo / source]:
+        raise ValueError(f"the view {view or 'of the whole file'} takes one file, not {source}")
     return views[view or ""]((repo / source).read_text()).rstrip("\n") + "\n"
 
 

@@ -49,6 +49,8 @@ def short(cell: str) -> str:
 
 SCENARIO = re.compile(r"^<!-- scenario (\w+) -->\n", re.M)
 RUN = re.compile(r"^(?:\*\*From another run than the one at the top:\*\* )?(Run of [^\n]*)", re.M)
+#: A run's line: when it started and its command.
+COMMAND_OF_RUN = re.compile(r"Run of (?P<when>\d{4}-\d\d-\d\d \d\d:\d\d UTC)[^`]*`(?P<command>[^`]+)`")
 
 
 def runs(text: str) -> Dict[str, str]:
@@ -286,3 +288,75 @@ def render(text: str) -> str:
 def render_issue20(text: str) -> str:
     """The suite's targets of issue 20 from the text of a suite report."""
     return _table(rows_issue20(Results(text)))
+
+
+def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
+    """Issue 20's latency figures in one suite report (medians of its repetitions): the SDK's
+    and the proxy's p99 and p99.9 at 100 B (ms), and the SDK's p99 over the proxy's at
+    100 B and at 1024 B; a figure whose row is missing is None, and a report without the SDK's
+    100 B row gives None."""
+    out: Dict[str, Optional[float]] = {}
+    for body in ("100 B", "1024 B"):
+        sdk = r.rows(LATENCY, body=body, system="ZEPS SDK")
+        proxy = r.rows(LATENCY, body=body, system=PROXY[-1])
+        if not sdk:
+            if body == "100 B":
+                return None
+            out["ratio 1024 B"] = None
+            continue
+        if body == "100 B":
+            out["p99"], out["p99.9"] = median(sdk[0]["p99"]), median(sdk[0]["p99.9"])
+            out["proxy p99"] = median(proxy[0]["p99"]) if proxy else None
+            out["proxy p99.9"] = median(proxy[0]["p99.9"]) if proxy else None
+        out[f"ratio {body}"] = _ratio(sdk[0]["p99"], proxy[0]["p99"]) if proxy else None
+    return out
+
+
+#: Issue 20's latency targets as (figure of :func:`latency_figures`, its column, its limit):
+#: each is met when the figure is at most the limit.
+LATENCY_TARGETS = (("p99", "SDK p99 ≤ 1 ms (100 B)", 1.0),
+                   ("p99.9", "SDK p99.9 ≤ 3 ms (100 B)", 3.0),
+                   ("ratio 100 B", "SDK p99 ≤ 2.5× the proxy's (100 B)", 2.5),
+                   ("ratio 1024 B", "SDK p99 ≤ 2.5× the proxy's (1024 B)", 2.5))
+
+
+def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
+    """Issue 20's latency targets in every report of the suite's latency scenario kept,
+    ``reports`` as (file name, text): a row per run of the scenario (in time order; a run kept
+    in two files is given once, under the first name), then how many of the runs met each
+    target. A ratio is the SDK's p99 over the proxy's of the same run."""
+    found: Dict[str, Tuple[str, str, Dict[str, Optional[float]]]] = {}
+    for name, text in reports:
+        r = Results(text)
+        figures = latency_figures(r)
+        run = r.runs.get("latency", "")
+        if figures is None or run in found:
+            continue
+        m = COMMAND_OF_RUN.match(run)
+        when = m["when"] if m else run
+        kind = "alone" if m and "--only" in m["command"].split() else "in the full suite"
+        found[run] = (f"{when}, {kind}", name, figures)
+    cols = [col for _key, col, _limit in LATENCY_TARGETS]
+    lines = ["| run of the latency scenario | report | " + " | ".join(cols) + " | proxy p99, p99.9 (100 B) |",
+             "|---|---|" + "---|" * (len(cols) + 1)]
+    met = {key: [0, 0] for key, _col, _limit in LATENCY_TARGETS}
+    for run in sorted(found, key=lambda run: found[run][0]):
+        label, name, figures = found[run]
+        cells = []
+        for key, _col, limit in LATENCY_TARGETS:
+            x = figures[key]
+            if x is None:
+                cells.append("—")
+                continue
+            ok = x <= limit
+            met[key][0] += ok
+            met[key][1] += 1
+            unit = "×" if key.startswith("ratio") else " ms"
+            cells.append(f"{x:.2f}{unit} ({_met(ok)})" if unit == "×"
+                         else f"{x:#.3g}{unit} ({_met(ok)})")
+        proxy = figures["proxy p99"], figures["proxy p99.9"]
+        cells.append("—" if None in proxy else f"{proxy[0]:#.3g} ms, {proxy[1]:#.3g} ms")
+        lines.append(f"| {label} | `{name}` | " + " | ".join(cells) + " |")
+    lines.append("| runs that met it | | " + " | ".join(
+        f"{k} of {n}" for k, n in met.values()) + " | |")
+    return "\n".join(lines) + "\n"

@@ -20,7 +20,8 @@ def test_every_generated_block_is_what_its_source_gives(doc):
     text = doc.read_text()
     for source, view, body in docs.blocks(text):
         assert source.startswith("bench/results/"), f"{doc.name}: {source} is not a result file"
-        assert (REPO / source).is_file(), f"{doc.name}: no {source}"
+        files = docs.sources(source)
+        assert files and all(f.is_file() for f in files), f"{doc.name}: no {source}"
         assert body == docs.render(source, view), (
             f"{doc.name}: the block from {source} {view or ''} is not what it gives: run "
             f"`python -m bench.report`")
@@ -177,6 +178,50 @@ def test_the_issue20_view_divides_by_redis_benchmark_of_the_same_run_only():
     assert measured.endswith("not the same run as redis-benchmark's") and met == "—"
     without = {t: ok for t, _m, ok in targets.rows_issue20(targets.Results(SUITE))}
     assert set(without.values()) == {"—"}
+
+
+def _latency_report(when, command, rows):
+    """A suite report holding only the latency scenario: ``rows`` as (body, system, p99,
+    p99.9) in ms."""
+    table = "".join(f"| {b} | {s} | 0.1 ms | {p} ms | {q} ms |\n" for b, s, p, q in rows)
+    return (f"Run of {when} UTC, 2 min: `{command}`\n\n<!-- scenario latency -->\n"
+            "### End-to-end latency at 10,000 msg/s\n\n| body | system | p50 | p99 | p99.9 |\n"
+            "|---|---|---|---|---|\n" + table)
+
+
+def test_the_latency_runs_view_judges_each_run_and_counts_the_runs_that_met_each_target():
+    proxy = targets.PROXY[-1]
+    alone = _latency_report("2026-11-30 01:00", "python -m bench.suite --only latency --out d", [
+        ("100 B", "ZEPS SDK", "0.9 (0.8–1.1)", "3.5"), ("100 B", proxy, "0.4", "2.0"),
+        ("1024 B", "ZEPS SDK", "1.2", "4.0"), ("1024 B", proxy, "0.4", "2.5")])
+    full = _latency_report("2026-11-29 10:00", "python -m bench.suite", [
+        ("100 B", "ZEPS SDK", "1.5", "2.5"), ("100 B", proxy, "0.5", "2.0")])
+    table = targets.render_latency_runs([
+        ("a.md", alone), ("b.md", full), ("copy.md", alone),     # the same run twice: once
+        ("none.md", "Run of 2026-11-29 09:00 UTC, 1 min: `python -m bench.suite`\n")])
+    lines = table.splitlines()
+    assert len(lines) == 5, table                 # head, rule, two runs in time order, counts
+    assert lines[2] == ("| 2026-11-29 10:00 UTC, in the full suite | `b.md` | 1.50 ms (no) | "
+                        "2.50 ms (yes) | 3.00× (no) | — | 0.500 ms, 2.00 ms |")
+    assert lines[3] == ("| 2026-11-30 01:00 UTC, alone | `a.md` | 0.900 ms (yes) | 3.50 ms (no) | "
+                        "2.25× (yes) | 3.00× (no) | 0.400 ms, 2.00 ms |")
+    assert lines[4] == "| runs that met it | | 1 of 2 | 1 of 2 | 1 of 2 | 0 of 1 | |"
+
+
+def test_a_block_of_many_files_is_a_pattern_given_to_a_view_of_many(tmp_path):
+    results = tmp_path / "bench" / "results"
+    results.mkdir(parents=True)
+    proxy = targets.PROXY[-1]
+    for name, p99 in (("suite.md", "0.5"), ("suite_2.md", "0.6")):
+        (results / name).write_text(_latency_report(
+            f"2026-11-2{len(name)} 10:00", "python -m bench.suite",
+            [("100 B", "ZEPS SDK", p99, "2.0"), ("100 B", proxy, "0.25", "1.0")]))
+    text = docs.render("bench/results/suite*.md", "latency-runs", tmp_path)
+    assert "`suite.md` | 0.500 ms (yes)" in text and "`suite_2.md` | 0.600 ms (yes)" in text
+    with pytest.raises(ValueError, match="takes one file"):
+        docs.render("bench/results/suite*.md", "targets", tmp_path)
+    with pytest.raises(ValueError, match="no file matches"):
+        docs.render("bench/results/none*.md", "latency-runs", tmp_path)
 
 
 def test_the_pacer_yields_every_message_on_its_schedule_either_way():

@@ -50,7 +50,8 @@ def short(cell: str) -> str:
 SCENARIO = re.compile(r"^<!-- scenario (\w+) -->\n", re.M)
 RUN = re.compile(r"^(?:\*\*From another run than the one at the top:\*\* )?(Run of [^\n]*)", re.M)
 #: A run's line: when it started and its command.
-COMMAND_OF_RUN = re.compile(r"Run of (?P<when>\d{4}-\d\d-\d\d \d\d:\d\d UTC)[^`]*`(?P<command>[^`]+)`")
+COMMAND_OF_RUN = re.compile(
+    r"Run of (?P<when>\d{4}-\d\d-\d\d \d\d:\d\d UTC)[^`]*`(?P<command>[^`]+)`")
 
 
 def runs(text: str) -> Dict[str, str]:
@@ -337,8 +338,8 @@ def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
         kind = "alone" if m and "--only" in m["command"].split() else "in the full suite"
         found[run] = (f"{when}, {kind}", name, figures)
     cols = [col for _key, col, _limit in LATENCY_TARGETS]
-    lines = ["| run of the latency scenario | report | " + " | ".join(cols) + " | proxy p99, p99.9 (100 B) |",
-             "|---|---|" + "---|" * (len(cols) + 1)]
+    lines = ["| run of the latency scenario | report | " + " | ".join(cols)
+             + " | proxy p99, p99.9 (100 B) |", "|---|---|" + "---|" * (len(cols) + 1)]
     met = {key: [0, 0] for key, _col, _limit in LATENCY_TARGETS}
     for run in sorted(found, key=lambda run: found[run][0]):
         label, name, figures = found[run]

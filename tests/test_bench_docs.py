@@ -212,12 +212,14 @@ def test_a_block_of_many_files_is_a_pattern_given_to_a_view_of_many(tmp_path):
     results = tmp_path / "bench" / "results"
     results.mkdir(parents=True)
     proxy = targets.PROXY[-1]
-    for name, p99 in (("suite.md", "0.5"), ("suite_2.md", "0.6")):
+    for name, when, p99 in (("suite.md", "2026-11-28 10:00", "0.5"),
+                            ("suite_2.md", "2026-11-29 10:00", "0.6")):
         (results / name).write_text(_latency_report(
-            f"2026-11-2{len(name)} 10:00", "python -m bench.suite",
+            when, "python -m bench.suite",
             [("100 B", "ZEPS SDK", p99, "2.0"), ("100 B", proxy, "0.25", "1.0")]))
     text = docs.render("bench/results/suite*.md", "latency-runs", tmp_path)
-    assert "`suite.md` | 0.500 ms (yes)" in text and "`suite_2.md` | 0.600 ms (yes)" in text
+    assert "| 2026-11-28 10:00 UTC, in the full suite | `suite.md` | 0.500 ms (yes)" in text
+    assert "| 2026-11-29 10:00 UTC, in the full suite | `suite_2.md` | 0.600 ms (yes)" in text
     with pytest.raises(ValueError, match="takes one file"):
         docs.render("bench/results/suite*.md", "targets", tmp_path)
     with pytest.raises(ValueError, match="no file matches"):

@@ -286,10 +286,7 @@ class Journal(StreamView, KeyValues, Retention):
         buf, rec = one
         seg, pre = self._write(buf, 1)
         if pre - self._last_entry_pos >= self._interval or (pre == 0 and not len(seg.index)):
-            entry = (seq, pre, ts)                     # entries_for's rule, for one record
-            seg.index.append(*entry)
-            self._last_entry_pos = pre
-            self._write_index(seg, (entry,))
+            self._add_entries(seg, ((seq, pre, ts),), pre)    # entries_for's rule, for one
         self._advance(seg, pre + len(buf), ts, seq)
         if self._keys is not None:
             self._keys.observe_records((rec,), pre)
@@ -327,14 +324,10 @@ class Journal(StreamView, KeyValues, Retention):
                                       producers)
         buf = b"".join(parts)
         seg, pre = self._write(buf, len(records))
-        idx = seg.index
         entries, last_entry = entries_for(records, pre, self._last_entry_pos, self._interval,
-                                          pre == 0 and not len(idx))
+                                          pre == 0 and not len(seg.index))
         if entries:
-            for e in entries:
-                idx.append(*e)
-            self._last_entry_pos = last_entry
-            self._write_index(seg, entries)
+            self._add_entries(seg, entries, last_entry)
         self._advance(seg, pre + len(buf), ts, records[-1].last_sequence)
         if producers is not None:
             self._producers.observe_records(records)
@@ -430,7 +423,13 @@ class Journal(StreamView, KeyValues, Retention):
                                    f"and cannot be truncated: {e.strerror}", e) from None
         self._pending_truncate = None
 
-    def _write_index(self, seg: Segment, entries) -> None:
+    def _add_entries(self, seg: Segment, entries, last_pos: int) -> None:
+        """Index ``entries`` (``(seq, pos, ts)``, the last at byte ``last_pos``) of records just
+        written to ``seg``: in memory, then in its index files."""
+        idx = seg.index
+        for e in entries:
+            idx.append(*e)
+        self._last_entry_pos = last_pos
         if not seg.index_file_ok:
             return
         ib, tb = encode_entries(entries)

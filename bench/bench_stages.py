@@ -1,7 +1,7 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|proxy|pyproxy[+N]|pyloop|pycb|pypoll[,...]]
+                                 [--client sdk|raw|sdk/raw|raw/sdk|proxy|pyproxy[+N]|pyloop|pycb|pypoll[,...]]
                                  [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
@@ -33,7 +33,9 @@ involuntary context switches per message), any wait of the broker's loop that ou
 message already sent to it, and the publisher's stalls (a send 1 ms or more later than due
 after the one before: the host did not run a process that only sleeps and sends; the proxy's
 runs count them too, and ``--table`` gives them per run).
-``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
+``--client sdk/raw`` runs the SDK's publisher with the raw subscriber, ``raw/sdk`` the raw
+publisher with the SDK's subscriber (which side of the SDK costs what, beside ``sdk`` and
+``raw``). ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
 only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
 proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
 broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
@@ -703,7 +705,19 @@ def _gc_summary(events) -> str:
     return ", ".join(f"gen{g}: {len(v)} (max {max(v) / 1e3:.0f} us)" for g, v in sorted(by.items()))
 
 
+def kinds(client: str) -> Tuple[str, str]:
+    """The publisher's and the subscriber's kind (``sdk`` or ``raw``) of a broker's client:
+    ``sdk``, ``raw``, or ``PUB/SUB`` (``sdk/raw``: the SDK's publisher, a raw subscriber)."""
+    pub, mixed, sub = client.partition("/")
+    if not mixed:
+        sub = pub
+    if pub not in ("sdk", "raw") or sub not in ("sdk", "raw"):
+        raise ValueError(f"not a broker's client: {client!r}")
+    return pub, sub
+
+
 def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> dict:
+    pub_kind, sub_kind = kinds(kind)
     fork = multiprocessing.get_context("fork")
     with tempfile.TemporaryDirectory(prefix="zeps-stages-") as tmp:
         proc, endpoint, stamps = start_broker(tmp, fsync)
@@ -711,12 +725,14 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
         try:
             q = fork.Queue()
             rp, rs, go = fork.Event(), fork.Event(), fork.Event()
-            sub = fork.Process(target=_subscriber, args=(kind, endpoint, "stages", rs, go, q))
+            sub = fork.Process(target=_subscriber,
+                              args=(sub_kind, endpoint, "stages", rs, go, q))
             sub.start()
             clients.append(sub)
             _ready(rs, proc, 60)
             pub = fork.Process(target=_publisher,
-                               args=(kind, endpoint, "stages", rate, seconds, size, rp, go, q))
+                               args=(pub_kind, endpoint, "stages", rate, seconds, size, rp,
+                                     go, q))
             pub.start()
             clients.append(pub)
             _ready(rp, proc, 60)
@@ -898,8 +914,9 @@ def main(argv=None) -> int:
     if args.size < STAMP_BYTES:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
-    if not clients or any(c not in ("sdk", "raw") and not _forwarder(c) for c in clients):
-        ap.error("--client: sdk, raw, proxy, pyproxy, pyproxy+N (N µs), pyloop, pypoll or pycb, "
+    if not clients or any(c not in MIDDLE and not _forwarder(c) for c in clients):
+        ap.error("--client: sdk, raw, sdk/raw, raw/sdk, proxy, pyproxy, pyproxy+N (N µs), pyloop, "
+                 "pypoll or pycb, "
                  "comma-separated")
     rows: List[tuple] = []          # --table: (run, client, e2e, cpu, p99 ratio, middle's threads)
     for i in range(args.runs):
@@ -978,8 +995,11 @@ def main(argv=None) -> int:
 
 
 #: What each client's middle process is, in ``--table``.
-MIDDLE = {"sdk": "broker", "raw": "broker", "proxy": "proxy"}
+MIDDLE = {"sdk": "broker", "raw": "broker", "sdk/raw": "broker", "raw/sdk": "broker",
+          "proxy": "proxy"}
 CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XSUB/XPUB proxy",
+                "sdk/raw": "ZEPS, SDK publisher, raw subscriber",
+                "raw/sdk": "ZEPS, raw publisher, SDK subscriber",
                 "pyproxy": "forwarder in pyzmq + gevent",
                 "pyloop": "forwarder waiting on the hub per message",
                 "pypoll": "forwarder waiting in zmq_poll",

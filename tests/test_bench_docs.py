@@ -258,6 +258,24 @@ def test_the_publishers_stalls_are_its_sends_a_millisecond_apart_or_more():
     assert publisher_stalls([], 100_000) == (0, 0)
 
 
+def test_a_stage_runs_clients_are_its_publishers_and_its_subscribers_kinds():
+    """``bench_stages --client``: ``sdk`` and ``raw`` are both sides of that kind, ``PUB/SUB``
+    mixes them (the SDK's publisher with a raw subscriber, and the other way round); anything
+    else is not a broker's client, and the command line refuses it with exit code 2."""
+    import subprocess
+    import sys
+
+    from bench.bench_stages import kinds
+    assert kinds("sdk") == ("sdk", "sdk") and kinds("raw") == ("raw", "raw")
+    assert kinds("sdk/raw") == ("sdk", "raw") and kinds("raw/sdk") == ("raw", "sdk")
+    for bad in ("proxy", "sdk/proxy", "sdk/", "/raw", "sdk/raw/sdk"):
+        with pytest.raises(ValueError):
+            kinds(bad)
+    proc = subprocess.run([sys.executable, "-m", "bench.bench_stages", "--client", "sdk/proxy"],
+                          cwd=str(REPO), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "--client" in proc.stderr, proc.stderr
+
+
 def test_the_stage_runs_split_a_process_cpu_by_thread():
     """``bench_stages`` gives the middle process's CPU per message by thread: its main thread
     (the broker's loop), ZeroMQ's threads (``ZMQbg/...``) and the others. CPU burnt by a

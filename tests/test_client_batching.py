@@ -335,6 +335,85 @@ def test_a_batch_of_one_gives_the_message_and_credit_the_batch_path_gives(
         assert p.consumed == cost                 # to grant back (under the top-up)
 
 
+_STEP = st.one_of(
+    st.tuples(st.just("new"), st.sampled_from(["", "k", "clé", "x" * 200]),
+              st.binary(max_size=400)),
+    st.tuples(st.just("again"), st.integers(0, 3)),         # a sequence already received
+    st.tuples(st.just("run"), st.integers(2, 5)),           # a DELIVER-BATCH of several
+    st.tuples(st.just("cut"), st.integers(1, 4)),           # a batch of one cut short
+    st.tuples(st.just("deliver"), st.binary(max_size=50)))  # a plain DELIVER
+
+
+def _lone(seq, key, body, ts=7):
+    return (deliver_batch_head(ts, seq, 1) + bytes((len(key.encode()),)) + key.encode()
+            + len(body).to_bytes(4, "big") + body)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=40), st.sampled_from([600, 2_000, 10_000]))
+def test_handing_a_lone_message_at_once_is_receiving_it_then_taking(steps, window):
+    """``Delivery.hand_lone`` (the blocking client's read of a message published alone) against
+    ``receive`` then ``take``, frame by frame, on two peerings: the same messages handed in the
+    same order, the same credit granted back, the same position, counts and buffer, whatever
+    comes (new entries, sequences already received, batches of several, frames cut short,
+    DELIVERs, a broker sending beyond the credit, messages left buffered by ``take``); where it
+    returns None it changed nothing."""
+    fast, slow = batching(window=window), batching(window=window)
+    for p in (fast, slow):
+        p.start_delivery()
+        sent(p)
+    seq, handed = 0, ([], [])
+    for i, step in enumerate(steps):
+        now = float(i)
+        if step[0] == "new":
+            seq += 1
+            frame = _lone(seq, step[1], step[2])
+        elif step[0] == "again":
+            frame = _lone(max(seq - step[1], 1), "k", b"old")
+        elif step[0] == "run":
+            frame = deliver_batch(seq + 1, [("k", b"r%d" % j) for j in range(step[1])])
+            seq += step[1]
+        elif step[0] == "cut":
+            seq += 1
+            frame = _lone(seq, "k", b"body")[:-step[1]]
+        else:
+            seq += 1
+            frame = encode_deliver(seq, b"d", step[1])
+        before = _delivery_state(fast)
+        msg = fast.hand_lone(frame, now)
+        if msg is None:
+            assert _delivery_state(fast) == before
+            fast.receive(frame, now)
+            handed[0].extend(fast.take())
+        else:
+            handed[0].append(msg)
+        slow.receive(frame, now)
+        handed[1].extend(slow.take())
+        assert handed[0] == handed[1]
+        assert _delivery_state(fast) == _delivery_state(slow)
+        assert sent(fast) == sent(slow)
+        if not slow.attached:                  # beyond the credit: both dropped the peering
+            break
+
+
+def _delivery_state(p):
+    return (p.state, p.last_received, p.last_handed, p.last_recv, p.consumed, p.buffered,
+            p.buffered_messages, [m for m, _ in p.buffer], p.credit_window)
+
+
+def test_a_lone_message_is_handed_at_once_only_when_nothing_is_buffered():
+    """Messages left buffered come first: with one buffered, ``hand_lone`` hands nothing."""
+    p = batching()
+    p.start_delivery()
+    sent(p)
+    p.receive(_lone(1, "k", b"first"), 0.0)
+    assert p.hand_lone(_lone(2, "k", b"second"), 0.0) is None
+    assert [m.body for m in p.take()] == [b"first"]
+    msg = p.hand_lone(_lone(2, "k", b"second"), 1.0)
+    assert (msg.sequence, msg.key, msg.body, msg.timestamp) == (2, "k", b"second", 7)
+    assert p.last_handed == 2 and not p.buffer
+
+
 # ------------------------------------------------------------------ publish_batch's frames
 
 @settings(max_examples=100, deadline=None)

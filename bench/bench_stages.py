@@ -20,8 +20,7 @@ B2     the journal append of its round returned (``Journal.append_batch``, or ``
 B3     routing done: its DELIVER (or DELIVER-BATCH) is in the core's outbox
 B4     the broker's socket took the round's outbox (``Broker._send`` returned; before the
        socket loops of zeps/broker/sockio.py: the socket took the frame)
-S1     the subscriber's peering got the frame (``Peering.receive``, or ``hand_lone``; raw:
-       ``recv`` returned)
+S1     the subscriber's peering got the frame (``Peering.receive``; raw: ``recv`` returned)
 S2     the application got the message (``Subscription.next`` returned; raw: as S1)
 =====  ========================================================================================
 
@@ -351,17 +350,14 @@ def _subscriber(kind, endpoint, stream, ready, go, out):
     if kind == "sdk":
         from zeps.clients import Client
         from zeps.clients.peering import Peering
+        receive = Peering.receive
 
-        def stamped(method):
-            def call(self, frame, now):
-                t = mono()
-                for s in frame_stamps(frame):
-                    s1.setdefault(s, t)             # the first look: hand_lone's, or receive's
-                return method(self, frame, now)
-            return call
-        Peering.receive = stamped(Peering.receive)
-        if hasattr(Peering, "hand_lone"):           # the blocking read's usual frame
-            Peering.hand_lone = stamped(Peering.hand_lone)
+        def receive_stamped(self, frame, now):
+            t = mono()
+            for s in frame_stamps(frame):
+                s1[s] = t
+            return receive(self, frame, now)
+        Peering.receive = receive_stamped
         with Client(endpoint, stream, timeout=60, create=True) as cl:
             nxt = cl.subscribe("", live=True).next
             ready.set()

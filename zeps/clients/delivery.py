@@ -23,8 +23,8 @@ too small" (``_fit``, with :mod:`zeps.clients.window`).
 :class:`Delivery` is a mixin of :class:`~zeps.clients.peering.Peering`, which owns the state it
 uses (``buffer``, ``buffered``, ``buffered_messages``, ``consumed``, ``topup``,
 ``credit_window``, ``largest``, ``max_credit``, ``subscribed``, ``last_received``,
-``last_handed``, ``last_recv``, ``stream``, ``error``) and the ``attached`` /
-``connection_lost`` / ``_send`` it uses.
+``last_handed``, ``stream``, ``error``) and the ``attached`` / ``connection_lost`` / ``_send``
+it uses.
 """
 from __future__ import annotations
 
@@ -38,8 +38,7 @@ from ..protocol.codec import ProtocolError, decode_headers
 from ..protocol.deliver import SEQ_OFFSET, TS_SHIFT, deliver_cost, key_body_of
 from ..protocol.headers import NO_HEADERS, Headers, deliver_h_cost
 from ..protocol.reasons import Reason
-from .batching import (DELIVER_BATCH_HEAD, DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, BadEntries,
-                       decode_deliver_batch)
+from .batching import DELIVER_HEAD_SIZE, ENTRY_COST_EXTRA, BadEntries, decode_deliver_batch
 from .errors import InvalidError
 from .message import Message, MessageBatch, build_message
 from .window import advised_cost, topup_for, window_for
@@ -67,15 +66,6 @@ _U32_unpack_from = struct.Struct(">I").unpack_from
 #: A batch of one's length minus its credit (the entry's, as a batch counts it: its length
 #: plus ENTRY_COST_EXTRA, which is DELIVER's for the same key and body).
 _LONE_LESS = DELIVER_HEAD_SIZE - ENTRY_COST_EXTRA
-
-
-def _lone_key_end(frame: bytes) -> int:
-    """Where the key of a DELIVER-BATCH of one entry ends (its body's length follows);
-    :class:`BadEntries` (or IndexError, struct.error) if the entry does not fill the frame."""
-    kend = _LONE_KEY + frame[_LONE_KEY - 1]
-    if kend + 4 + _U32_unpack_from(frame, kend)[0] != len(frame):
-        raise BadEntries("the entry does not fill the frame")
-    return kend
 
 
 class Delivery:
@@ -188,41 +178,15 @@ class Delivery:
         with its offsets moved on by four, with no batch built; the same message and credit as
         :meth:`_on_deliver_batch` gives it (tests/test_client_batching.py)."""
         try:
-            kend = _lone_key_end(frame)
+            kend = _LONE_KEY + frame[_LONE_KEY - 1]
+            if kend + 4 + _U32_unpack_from(frame, kend)[0] != len(frame):
+                raise BadEntries("the entry does not fill the frame")
         except (IndexError, struct.error, BadEntries) as e:
             log.warning("zeps: ignoring a bad DELIVER-BATCH frame: %s", e)
             return
         ts, seq = _TS_SEQ_unpack_from(frame, SEQ_OFFSET)
         self._buffer_one(seq, frame[_LONE_KEY:kend].decode("utf-8", "replace"), frame[kend + 4:],
                          ts, len(frame) - _LONE_LESS)
-
-    def hand_lone(self, frame: bytes, now: float) -> Optional[Message]:
-        """A live subscriber's usual frame, handed at once: when ``frame`` is a well-formed
-        DELIVER-BATCH of one new entry within the credit and nothing is buffered, its message,
-        with the effects ``receive(frame, now)`` then :meth:`take` have (the position, the
-        credit consumed and granted back; nothing stays buffered); else None and nothing
-        changed (the caller receives the frame). The blocking client's read of one message
-        per wake-up takes this way: the two calls' Python after each wake-up cost about 7 µs
-        at the p50, this one about 4 (issue 20; tests/test_client_batching.py holds it to
-        them)."""
-        if (frame[_COUNT_AT:DELIVER_HEAD_SIZE] != _ONE or not frame.startswith(DELIVER_BATCH_HEAD)
-                or self.buffer or not self.subscribed):
-            return None
-        try:
-            kend = _lone_key_end(frame)
-        except (IndexError, struct.error, BadEntries):
-            return None
-        ts, seq = _TS_SEQ_unpack_from(frame, SEQ_OFFSET)
-        cost = len(frame) - _LONE_LESS
-        if seq <= self.last_received or self.buffered + cost + self.consumed > self.credit_window:
-            return None                       # a duplicate, or beyond the credit: receive it
-        self.last_recv = now
-        self.last_received = self.last_handed = seq
-        self.consumed += cost
-        if self.consumed >= self.topup:
-            self._grant()
-        return _tuple_new(Message, (seq, frame[_LONE_KEY:kend].decode("utf-8", "replace"),
-                                    frame[kend + 4:], ts, self.stream, NO_HEADERS))
 
     def _buffer_one(self, seq: int, text: str, body: bytes, ts: Optional[int],
                     cost: int) -> None:

@@ -13,8 +13,7 @@
 * **The subscriber's next message.** While the peering is only streaming (attached,
   subscribed, nothing buffered, to send or to say) and the socket was serviced lately,
   :meth:`Driver._fill` reads the next frame itself and hands what it brings, without building
-  an operation: the path of a subscriber woken once per message (a message published alone,
-  a DELIVER-BATCH of one, straight from the frame: ``Delivery.hand_lone``).
+  an operation: the path of a subscriber woken once per message.
 * **gevent** (``zmq.green``): the client polls the socket and its monitor (the green poller
   lets other greenlets run) and services after each wake-up.
 
@@ -69,12 +68,6 @@ class Driver:
                     frame = conn.recv_within(READ_SPACING_MS if timeout is None
                                              else read_ms(timeout))
                     if frame is not None:
-                        msg = p.hand_lone(frame, _monotonic())    # a message published alone
-                        if msg is not None:
-                            ready.append(msg)
-                            if p.outbox:                # credit granted back
-                                conn.send_queued()
-                            return True
                         p.receive(frame, _monotonic())
                         if p.buffer and p.error is None:      # as operations.fill takes
                             ready.extend(p.take())

@@ -1,7 +1,8 @@
 """Where a message's latency goes: per-stage timestamps along publish -> deliver, at a fixed rate.
 
     python -m bench.bench_stages [--rate 10000] [--seconds 2] [--size 100]
-                                 [--client sdk|raw|sdk/raw|raw/sdk|proxy|pyproxy[+N]|pyloop|pycb|pypoll[,...]]
+                                 [--client sdk|raw|sdk/raw|raw/sdk|proxy|pyproxy[+N]|pyloop
+                                           |pycb|pycbw|pypoll[,...]]
                                  [--fsync interval]
                                  [--runs 1] [--summary | --table] [--pacer sleep|spin]
 
@@ -45,8 +46,10 @@ tail, on a given machine); ``pyloop`` the forwarder in the broker's earlier loop
 without blocking, one wait on gevent's hub for both sockets: a ``Waiter``, watchers started and a
 timer made per wait); ``pycb`` the same forwarder in the broker's loop style (run from the hub's
 callbacks of watchers started once, no wait set up per message): the floor of the broker's
-shell; ``pypoll`` the same loop waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what
-the shell would save without gevent). ``--summary`` prints ``name=value`` figures (for
+shell; ``pycbw`` that one writing each published message to a file before it forwards it (the
+floor of a broker whose round for one PUBLISH were compiled); ``pypoll`` the same loop
+waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the shell would save
+without gevent). ``--summary`` prints ``name=value`` figures (for
 ``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures and CPU per
 message, a row per client, instead of the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
@@ -474,21 +477,31 @@ def _pyloop(out) -> None:
             timer.close()
 
 
-def _pycb(out) -> None:
+def _pycb(out, write: bool = False) -> None:
     """:func:`_pyloop` run from the hub's own watcher callbacks, as the broker's loop is
     (``zeps.broker.server``): the descriptors' watchers stay started, and a socket's callback
     forwards in the hub's greenlet (no ``Waiter``, no timer, no watcher started or stopped, no
     greenlet switch per wait), another callback queued while ``ZMQ_EVENTS`` says a socket
     still has messages (ZMQ_FD is edge-triggered): the floor of the broker's shell, its core
-    aside."""
+    aside. With ``write``, each published message is written to a file (one ``os.write`` of
+    its bytes, in /tmp as the broker's journal is, no fsync) before it is forwarded: the
+    floor of a broker whose round for one PUBLISH were compiled, journal write kept."""
     import gevent
     import zmq
     xsub, xpub = _forwarder_sockets(zmq, out)
     hub = gevent.get_hub()
     loop = hub.loop
     nb, events, pollin = zmq.NOBLOCK, zmq.EVENTS, zmq.POLLIN
+    file = tempfile.TemporaryFile(prefix="zeps-stages-write-") if write else None
+    fd = file.fileno() if file is not None else None
+    os_write = os.write
 
     def forward(_=None):
+        if fd is not None:
+            while xsub.getsockopt(events) & pollin:
+                data = xsub.recv(nb)
+                os_write(fd, data)
+                xpub.send(data, nb)
         for a, b in ((xsub, xpub), (xpub, xsub)):
             while a.getsockopt(events) & pollin:
                 b.send(a.recv(nb, copy=False), nb, copy=False)
@@ -895,7 +908,9 @@ def main(argv=None) -> int:
                          "zmq.green), pyproxy+N (that one burning N µs of CPU per message) or "
                          "pyloop (the forwarder waiting on gevent's hub per message), pycb "
                          "(that forwarder run from the hub's callbacks: the broker's loop "
-                         "style), pypoll (that loop waiting in zmq_poll); several, "
+                         "style), pycbw (that one writing each message to a file), pypoll "
+                         "(that loop waiting in zmq_poll); sdk/raw, raw/sdk (the SDK's "
+                         "publisher, a raw subscriber, or the other way round); several, "
                          "comma-separated, run in turn within each run, their figures prefixed "
                          "with their names")
     ap.add_argument("--fsync", choices=("always", "interval", "never"), default="interval")
@@ -915,9 +930,8 @@ def main(argv=None) -> int:
         ap.error(f"--size must be at least {STAMP_BYTES}")
     clients = args.client.split(",")
     if not clients or any(c not in MIDDLE and not _forwarder(c) for c in clients):
-        ap.error("--client: sdk, raw, sdk/raw, raw/sdk, proxy, pyproxy, pyproxy+N (N µs), pyloop, "
-                 "pypoll or pycb, "
-                 "comma-separated")
+        ap.error("--client: sdk, raw, sdk/raw, raw/sdk, proxy, pyproxy, pyproxy+N (N µs), "
+                 "pyloop, pypoll, pycb or pycbw, comma-separated")
     rows: List[tuple] = []          # --table: (run, client, e2e, cpu, p99 ratio, middle's threads)
     for i in range(args.runs):
         p99 = {}
@@ -1003,7 +1017,8 @@ CLIENT_NAMES = {"sdk": "ZEPS SDK", "raw": "ZEPS, raw pyzmq", "proxy": "ZeroMQ XS
                 "pyproxy": "forwarder in pyzmq + gevent",
                 "pyloop": "forwarder waiting on the hub per message",
                 "pypoll": "forwarder waiting in zmq_poll",
-                "pycb": "forwarder in the broker's loop style (hub callbacks)"}
+                "pycb": "forwarder in the broker's loop style (hub callbacks)",
+                "pycbw": "the same forwarder, writing each message to a file"}
 #: ``pyproxy`` or ``pyproxy+N``: the forwarder, burning N µs of CPU per message.
 PYPROXY = re.compile(r"pyproxy(?:\+(\d+))?")
 
@@ -1020,6 +1035,8 @@ def _forwarder(client: str):
         return (_pypoll,)
     if client == "pycb":
         return (_pycb,)
+    if client == "pycbw":
+        return (_pycb, True)
     burn = PYPROXY.fullmatch(client)
     return (_pyproxy, int(burn[1] or 0)) if burn else None
 

@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 FLOOR_CLIENTS = "sdk,raw,pycb,pyproxy,pyproxy+10,pyproxy+20,proxy"
 POLL_CLIENTS = "sdk,pyloop,pycb,pypoll,proxy"
 MIXED_CLIENTS = "sdk,raw,sdk/raw,raw/sdk,proxy"
+WRITE_CLIENTS = "sdk,pycb,pycbw,proxy"
 # name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
@@ -71,6 +72,12 @@ BENCHMARKS = {
                                               "--runs", "6", "--table"],
                              ["--client", MIXED_CLIENTS, "--rate", "1000", "--seconds", "0.3",
                               "--table"]),
+    # the broker beside the forwarder in its loop style, alone and writing each message to a
+    # file (the floor of a compiled round for one PUBLISH), and the proxy, eight times
+    "bench_stages_write": ("bench_stages", ["--client", WRITE_CLIENTS, "--seconds", "3",
+                                            "--runs", "8", "--table"],
+                           ["--client", WRITE_CLIENTS, "--rate", "1000", "--seconds", "0.3",
+                            "--table"]),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
     "bench_busy": ("bench_busy", [], ["--publishers", "1", "--seconds", "0.3"]),

@@ -80,6 +80,8 @@ FLOOR_PATHS = {"ZEPS SDK", "ZEPS, raw pyzmq", "forwarder in pyzmq + gevent",
 STALLS_PATHS = {"ZEPS SDK", "ZeroMQ XSUB/XPUB proxy"}
 CLIENTS_PATHS = {"ZEPS SDK", "ZEPS, raw pyzmq", "ZEPS, SDK publisher, raw subscriber",
                  "ZEPS, raw publisher, SDK subscriber", "ZeroMQ XSUB/XPUB proxy"}
+WRITE_PATHS = {"ZEPS SDK", "forwarder in the broker's loop style (hub callbacks)",
+               "the same forwarder, writing each message to a file", "ZeroMQ XSUB/XPUB proxy"}
 POLL_PATHS = {"ZEPS SDK", "forwarder waiting on the hub per message",
               "forwarder in the broker's loop style (hub callbacks)",
               "forwarder waiting in zmq_poll", "ZeroMQ XSUB/XPUB proxy"}
@@ -88,13 +90,15 @@ POLL_PATHS = {"ZEPS SDK", "forwarder waiting on the hub per message",
 @pytest.mark.parametrize("name, paths", [("bench_stages_floor", FLOOR_PATHS),
                                          ("bench_stages_poll", POLL_PATHS),
                                          ("bench_stages_stalls", STALLS_PATHS),
-                                         ("bench_stages_clients", CLIENTS_PATHS)])
+                                         ("bench_stages_clients", CLIENTS_PATHS),
+                                         ("bench_stages_write", WRITE_PATHS)])
 def test_bench_stages_tables_give_each_path_its_row(name, paths):
     """The tables of ``bench_stages --table``: a median row for each path it runs (the broker
     with the SDK's and raw clients; the forwarder in the broker's stack: in its loop style,
     waiting on the hub per message, waiting in zmq_poll, with zmq.green, and burning CPU; the
     broker with the SDK's publisher and a raw subscriber, and the other way round; the
-    proxy), each with figures, the proxy's p99 over its own 1.00."""
+    loop-style forwarder writing each message to a file; the proxy), each with figures, the
+    proxy's p99 over its own 1.00."""
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
                           cwd=str(REPO), capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -32,6 +32,16 @@ FLOOR_CLIENTS = "sdk,raw,pycb,pyproxy,pyproxy+10,pyproxy+20,proxy"
 POLL_CLIENTS = "sdk,pyloop,pycb,pypoll,proxy"
 MIXED_CLIENTS = "sdk,raw,sdk/raw,raw/sdk,proxy"
 WRITE_CLIENTS = "sdk,pycb,pycbw,proxy"
+
+
+def _stages_table(clients: str, runs: int):
+    """A ``bench_stages --table`` entry: ``clients`` in turn within each of ``runs``
+    repetitions of 3 s (quick: one of 0.3 s at 1,000 msg/s)."""
+    return ("bench_stages", ["--client", clients, "--seconds", "3", "--runs", str(runs),
+                             "--table"],
+            ["--client", clients, "--rate", "1000", "--seconds", "0.3", "--table"])
+
+
 # name -> (module of bench/, full arguments, quick arguments). The suite writes its own report
 # (bench/out/suite-*.md); bench_multicast needs root (a private network namespace).
 BENCHMARKS = {
@@ -52,32 +62,17 @@ BENCHMARKS = {
                           ["--rate", "1000", "--seconds", "0.3", "--pacer", "spin"]),
     # the broker beside the proxy and the same forwarder in the broker's stack (pyzmq, gevent):
     # in the broker's loop style, with zmq.green, and that burning 10 and 20 µs more per message
-    "bench_stages_floor": ("bench_stages", ["--client", FLOOR_CLIENTS, "--seconds", "3",
-                                            "--runs", "8", "--table"],
-                           ["--client", FLOOR_CLIENTS, "--rate", "1000", "--seconds", "0.3",
-                            "--table"]),
+    "bench_stages_floor": _stages_table(FLOOR_CLIENTS, 8),
     # the forwarder waiting on gevent's hub per message, run from its callbacks (the broker's
     # loop style), and waiting in zmq_poll
-    "bench_stages_poll": ("bench_stages", ["--client", POLL_CLIENTS, "--seconds", "3",
-                                           "--runs", "8", "--table"],
-                          ["--client", POLL_CLIENTS, "--rate", "1000", "--seconds", "0.3",
-                           "--table"]),
+    "bench_stages_poll": _stages_table(POLL_CLIENTS, 8),
     # the broker and the proxy in turn, six times, with the paced publisher's own stalls
-    "bench_stages_stalls": ("bench_stages", ["--client", "sdk,proxy", "--seconds", "3",
-                                             "--runs", "6", "--table"],
-                            ["--client", "sdk,proxy", "--rate", "1000", "--seconds", "0.3",
-                             "--table"]),
+    "bench_stages_stalls": _stages_table("sdk,proxy", 6),
     # the broker with each pair of clients (the SDK's or raw publisher and subscriber), six times
-    "bench_stages_clients": ("bench_stages", ["--client", MIXED_CLIENTS, "--seconds", "3",
-                                              "--runs", "6", "--table"],
-                             ["--client", MIXED_CLIENTS, "--rate", "1000", "--seconds", "0.3",
-                              "--table"]),
+    "bench_stages_clients": _stages_table(MIXED_CLIENTS, 6),
     # the broker beside the forwarder in its loop style, alone and writing each message to a
     # file (the floor of a compiled round for one PUBLISH), and the proxy, eight times
-    "bench_stages_write": ("bench_stages", ["--client", WRITE_CLIENTS, "--seconds", "3",
-                                            "--runs", "8", "--table"],
-                           ["--client", WRITE_CLIENTS, "--rate", "1000", "--seconds", "0.3",
-                            "--table"]),
+    "bench_stages_write": _stages_table(WRITE_CLIENTS, 8),
     "bench_cold": ("bench_cold", [], ["--n", "200", "--rounds", "1", "--idle-streams", "50",
                                         "--never-reading", "50", "--historical", "50"]),
     "bench_busy": ("bench_busy", [], ["--publishers", "1", "--seconds", "0.3"]),

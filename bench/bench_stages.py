@@ -36,22 +36,22 @@ after the one before: the host did not run a process that only sleeps and sends;
 runs count them too, and ``--table`` gives them per run).
 ``--client sdk/raw`` runs the SDK's publisher with the raw subscriber, ``raw/sdk`` the raw
 publisher with the SDK's subscriber (which side of the SDK costs what, beside ``sdk`` and
-``raw``). ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end to end
-only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99 over the
-proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in the
-broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the floor
-of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder burning
-N µs of CPU per message after each send (where a middle process's CPU per message puts the
-tail, on a given machine); ``pyloop`` the forwarder in the broker's earlier loop style (raw pyzmq
-without blocking, one wait on gevent's hub for both sockets: a ``Waiter``, watchers started and a
-timer made per wait); ``pycb`` the same forwarder in the broker's loop style (run from the hub's
-callbacks of watchers started once, no wait set up per message): the floor of the broker's
-shell; ``pycbw`` that one writing each published message to a file before it forwards it (the
-floor of a broker whose round for one PUBLISH were compiled); ``pypoll`` the same loop
-waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the shell would save
-without gevent). ``--summary`` prints ``name=value`` figures (for
-``python -m bench.ab``); ``--table`` one table of every run's end-to-end figures and CPU per
-message, a row per client, instead of the stage tables.
+``raw``). ``--client proxy`` runs the same paced publisher through ZeroMQ's XSUB/XPUB proxy (end
+to end only); ``--client sdk,proxy`` runs both in turn within each run and says the SDK's p99
+over the proxy's. ``--client pyproxy`` puts in the proxy's place the same forwarder written in
+the broker's stack (pyzmq under gevent, ``zmq.green``, two greenlets that only forward): the
+floor of a broker written in it, journal and routing aside; ``pyproxy+N`` the same forwarder
+burning N µs of CPU per message after each send (where a middle process's CPU per message puts
+the tail, on a given machine); ``pyloop`` the forwarder in the broker's earlier loop style (raw
+pyzmq without blocking, one wait on gevent's hub for both sockets: a ``Waiter``, watchers
+started and a timer made per wait); ``pycb`` the same forwarder in the broker's loop style (run
+from the hub's callbacks of watchers started once, no wait set up per message): the floor of the
+broker's shell; ``pycbw`` that one writing each published message to a file before it forwards
+it (the floor of a broker whose round for one PUBLISH were compiled); ``pypoll`` the same loop
+waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the shell would save without
+gevent). ``--summary`` prints ``name=value`` figures (for ``python -m bench.ab``); ``--table``
+one table of every run's end-to-end figures and CPU per message, a row per client, instead of
+the stage tables.
 ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
 collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
@@ -739,7 +739,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
             q = fork.Queue()
             rp, rs, go = fork.Event(), fork.Event(), fork.Event()
             sub = fork.Process(target=_subscriber,
-                              args=(sub_kind, endpoint, "stages", rs, go, q))
+                               args=(sub_kind, endpoint, "stages", rs, go, q))
             sub.start()
             clients.append(sub)
             _ready(rs, proc, 60)

@@ -223,6 +223,8 @@ REPLAY = ("Replay of a",)
 FANOUT = ("Live fan-out",)
 SDK_BULK = ("ZEPS SDK, batches()",)
 RAW_READ = ("ZEPS, raw pyzmq",)
+#: The latency table's row of the raw pyzmq clients (the same broker without the SDK).
+RAW_CLIENT = "ZEPS, raw pyzmq"
 
 
 #: Issue 20's latency targets as (figure of :func:`latency_figures`, its column, its limit):
@@ -304,9 +306,10 @@ def render_issue20(text: str) -> str:
 
 def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
     """Issue 20's latency figures in one suite report (medians of its repetitions): the SDK's
-    and the proxy's p99 and p99.9 at 100 B (ms), and the SDK's p99 over the proxy's at
-    100 B and at 1024 B; a figure whose row is missing is None, and a report without the SDK's
-    100 B row gives None."""
+    and the proxy's p99 and p99.9 at 100 B (ms), the SDK's p99 over the proxy's at 100 B and
+    at 1024 B, and the raw pyzmq clients' p99 over the proxy's at 100 B (``raw ratio``: the
+    same broker without the SDK); a figure whose row is missing is None, and a report without
+    the SDK's 100 B row gives None."""
     out: Dict[str, Optional[float]] = {}
     for body in ("100 B", "1024 B"):
         sdk = r.rows(LATENCY, body=body, system="ZEPS SDK")
@@ -320,6 +323,8 @@ def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
             out["p99"], out["p99.9"] = median(sdk[0]["p99"]), median(sdk[0]["p99.9"])
             out["proxy p99"] = median(proxy[0]["p99"]) if proxy else None
             out["proxy p99.9"] = median(proxy[0]["p99.9"]) if proxy else None
+            raw = r.rows(LATENCY, body=body, system=RAW_CLIENT)
+            out["raw ratio"] = _ratio(raw[0]["p99"], proxy[0]["p99"]) if raw and proxy else None
         out[f"ratio {body}"] = _ratio(sdk[0]["p99"], proxy[0]["p99"]) if proxy else None
     return out
 
@@ -328,7 +333,9 @@ def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
     """Issue 20's latency targets in every report of the suite's latency scenario kept,
     ``reports`` as (file name, text): a row per run of the scenario (in time order; a run kept
     in two files is given once, under the first name), then how many of the runs met each
-    target. A ratio is the SDK's p99 over the proxy's of the same run."""
+    target. A ratio is the SDK's p99 over the proxy's of the same run; beside them, not a
+    target, the raw pyzmq clients' (the same broker without the SDK) and how many of the runs
+    had it within the SDK's limit."""
     found: Dict[str, Tuple[str, str, Dict[str, Optional[float]]]] = {}
     for name, text in reports:
         r = Results(text)
@@ -342,7 +349,9 @@ def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
         found[run] = (f"{when}, {kind}", name, figures)
     cols = [col for _key, col, _limit in LATENCY_TARGETS]
     lines = ["| run of the latency scenario | report | " + " | ".join(cols)
-             + " | proxy p99, p99.9 (100 B) |", "|---|---|" + "---|" * (len(cols) + 1)]
+             + " | raw pyzmq clients' p99 ÷ the proxy's (100 B) | proxy p99, p99.9 (100 B) |",
+             "|---|---|" + "---|" * (len(cols) + 2)]
+    raw_within = [0, 0]             # runs whose raw clients' ratio is within the SDK's limit
     met = {key: [0, 0] for key, _col, _limit in LATENCY_TARGETS}
     for run in sorted(found, key=lambda run: found[run][0]):
         label, name, figures = found[run]
@@ -358,9 +367,15 @@ def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
             unit = "×" if key.startswith("ratio") else " ms"
             cells.append(f"{x:.2f}{unit} ({_met(ok)})" if unit == "×"
                          else f"{x:#.3g}{unit} ({_met(ok)})")
+        raw = figures["raw ratio"]
+        if raw is not None:
+            raw_within[0] += raw <= LIMITS["ratio 100 B"]
+            raw_within[1] += 1
+        cells.append("—" if raw is None else f"{raw:.2f}×")
         proxy = figures["proxy p99"], figures["proxy p99.9"]
         cells.append("—" if None in proxy else f"{proxy[0]:#.3g} ms, {proxy[1]:#.3g} ms")
         lines.append(f"| {label} | `{name}` | " + " | ".join(cells) + " |")
     lines.append("| runs that met it | | " + " | ".join(
-        f"{k} of {n}" for k, n in met.values()) + " | |")
+        f"{k} of {n}" for k, n in met.values())
+        + f" | {raw_within[0]} of {raw_within[1]} within {LIMITS['ratio 100 B']:g}× | |")
     return "\n".join(lines) + "\n"

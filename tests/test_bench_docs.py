@@ -190,9 +190,12 @@ def _latency_report(when, command, rows):
 
 
 def test_the_latency_runs_view_judges_each_run_and_counts_the_runs_that_met_each_target():
+    """Each run's figures judged by the issue's limits, the raw clients' ratio beside them
+    (not a target: counted within the SDK's limit), a run without that row given "—"."""
     proxy = targets.PROXY[-1]
     alone = _latency_report("2026-11-30 01:00", "python -m bench.suite --only latency --out d", [
-        ("100 B", "ZEPS SDK", "0.9 (0.8–1.1)", "3.5"), ("100 B", proxy, "0.4", "2.0"),
+        ("100 B", "ZEPS SDK", "0.9 (0.8–1.1)", "3.5"), ("100 B", "ZEPS, raw pyzmq", "0.8", "3.0"),
+        ("100 B", proxy, "0.4", "2.0"),
         ("1024 B", "ZEPS SDK", "1.2", "4.0"), ("1024 B", proxy, "0.4", "2.5")])
     full = _latency_report("2026-11-29 10:00", "python -m bench.suite", [
         ("100 B", "ZEPS SDK", "1.5", "2.5"), ("100 B", proxy, "0.5", "2.0")])
@@ -202,10 +205,12 @@ def test_the_latency_runs_view_judges_each_run_and_counts_the_runs_that_met_each
     lines = table.splitlines()
     assert len(lines) == 5, table                 # head, rule, two runs in time order, counts
     assert lines[2] == ("| 2026-11-29 10:00 UTC, in the full suite | `b.md` | 1.50 ms (no) | "
-                        "2.50 ms (yes) | 3.00× (no) | — | 0.500 ms, 2.00 ms |")
+                        "2.50 ms (yes) | 3.00× (no) | — | — | 0.500 ms, 2.00 ms |")
     assert lines[3] == ("| 2026-11-30 01:00 UTC, alone | `a.md` | 0.900 ms (yes) | 3.50 ms (no) | "
-                        "2.25× (yes) | 3.00× (no) | 0.400 ms, 2.00 ms |")
-    assert lines[4] == "| runs that met it | | 1 of 2 | 1 of 2 | 1 of 2 | 0 of 1 | |"
+                        "2.25× (yes) | 3.00× (no) | 2.00× | 0.400 ms, 2.00 ms |")
+    assert lines[4] == ("| runs that met it | | 1 of 2 | 1 of 2 | 1 of 2 | 0 of 1 | "
+                        "1 of 1 within 2.5× | |")
+    assert lines[0].count("|") == lines[1].count("|") == lines[2].count("|")
 
 
 def test_a_block_of_many_files_is_a_pattern_given_to_a_view_of_many(tmp_path):

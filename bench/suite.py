@@ -1,6 +1,7 @@
 """The benchmark suite: ZEPS beside Redis Streams, NATS JetStream and raw ZeroMQ, in one run.
 
     python -m bench.suite [--quick] [--only SCENARIO ...] [--reps N] [--seconds S] [--out DIR]
+                          [--summary]
 
 Runs every scenario of :data:`SCENARIOS` one after the other (never two at once), starting and
 stopping each server itself (127.0.0.1, ephemeral ports, temporary directories), and writes the
@@ -9,6 +10,10 @@ report to ``bench/out/suite-<UTC time>.md`` and ``bench/out/suite-latest.md``;
 docs from it (:mod:`bench.docs`). ``--quick`` gives every scenario
 tiny counts and one repetition: it checks that each one runs and reports (``make test`` does
 that through tests/test_bench_smoke.py). A peer that is not installed is reported as such.
+``--summary`` also prints the latency scenario's figures as ``name=value`` on one line
+(:func:`bench.targets.latency_summary`), for ``python -m bench.ab -- -m bench.suite --only
+latency --summary``: a change's effect on the issue's own measurement, run against the code
+before it in turn.
 """
 from __future__ import annotations
 
@@ -40,6 +45,8 @@ def main(argv=None) -> int:
     parser.add_argument("--seconds", type=float, help="publishing time of a throughput run")
     parser.add_argument("--out", type=Path, default=report.OUT,
                         help="directory of the report (default bench/out)")
+    parser.add_argument("--summary", action="store_true",
+                        help="also print the latency figures as name=value (for bench.ab)")
     args = parser.parse_args(argv)
     settings = Settings.tiny() if args.quick else Settings()
     if args.reps:
@@ -72,6 +79,9 @@ def main(argv=None) -> int:
             + "\n".join(sections))
     path = report.write(text, started, args.out)
     print(f"report: {os.path.relpath(path)}")
+    if args.summary:
+        from bench.targets import latency_summary
+        print(latency_summary(text), flush=True)
     if failed:
         print(f"failed: {', '.join(failed)}", file=sys.stderr)
         return 1

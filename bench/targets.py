@@ -329,6 +329,35 @@ def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
     return out
 
 
+#: The latency table's systems :func:`latency_summary` gives, by their short names.
+SUMMARY_SYSTEMS = (("sdk", "ZEPS SDK"), ("raw", RAW_CLIENT), ("proxy", PROXY[-1]))
+
+
+def latency_summary(text: str) -> str:
+    """The latency scenario's figures of a suite report as ``name=value`` on one line (for
+    ``python -m bench.ab``): for each body size, the SDK's, the raw clients' and the proxy's
+    p50, p99 and p99.9 in ms (the medians of the repetitions), and the SDK's and the raw
+    clients' p99 over the proxy's (``sdk_100B_p99_over_proxy=2.38``); empty without the
+    scenario."""
+    r = Results(text)
+    figs = []
+    for body in dict.fromkeys(row.get("body", "") for row in r.rows(LATENCY)):
+        tag = body.replace(" ", "")
+        found = {name: r.rows(LATENCY, body=body, system=system)
+                 for name, system in SUMMARY_SYSTEMS}
+        for name, rows in found.items():
+            for p in ("p50", "p99", "p99.9"):
+                x = median(rows[0][p]) if rows else None
+                if x is not None:
+                    figs.append(f"{name}_{tag}_{p}_ms={x:g}")
+        for name in ("sdk", "raw"):
+            x = _ratio(found[name][0]["p99"], found["proxy"][0]["p99"]) if (
+                found[name] and found["proxy"]) else None
+            if x is not None:
+                figs.append(f"{name}_{tag}_p99_over_proxy={x:.3f}")
+    return " ".join(figs)
+
+
 def render_latency_runs(reports: Sequence[Tuple[str, str]]) -> str:
     """Issue 20's latency targets in every report of the suite's latency scenario kept,
     ``reports`` as (file name, text): a row per run of the scenario (in time order; a run kept

@@ -180,6 +180,20 @@ def test_the_issue20_view_divides_by_redis_benchmark_of_the_same_run_only():
     assert set(without.values()) == {"—"}
 
 
+def test_the_suites_latency_summary_is_one_line_of_figures_that_bench_ab_reads():
+    """``bench.suite --summary``: the latency scenario's medians and ratios as ``name=value``,
+    each of which ``bench.ab`` parses back; a system without a row gives no figure, a report
+    without the scenario an empty line."""
+    from bench.ab import FIGURE
+    line = targets.latency_summary(SUITE20)
+    figures = {m[1]: float(m[2]) for m in FIGURE.finditer(line)}
+    assert figures == {"sdk_100B_p50_ms": 0.2, "sdk_100B_p99_ms": 0.9, "sdk_100B_p99.9_ms": 3.5,
+                       "proxy_100B_p50_ms": 0.1, "proxy_100B_p99_ms": 0.4,
+                       "proxy_100B_p99.9_ms": 1.2, "sdk_100B_p99_over_proxy": 2.25}, line
+    assert len(line.split()) == len(figures)
+    assert targets.latency_summary(SUITE) == ""
+
+
 def _latency_report(when, command, rows):
     """A suite report holding only the latency scenario: ``rows`` as (body, system, p99,
     p99.9) in ms."""

@@ -145,14 +145,14 @@ _runs = {}
 
 
 def run_suite(name, tmp_path_factory, env=None, key=None):
-    """``python -m bench.suite --quick --only NAME`` once per test session: (exit code, output,
-    report)."""
+    """``python -m bench.suite --quick --only NAME --summary`` once per test session: (exit
+    code, output, report)."""
     key = key or name
     if key not in _runs:
         out = tmp_path_factory.mktemp(f"suite-{key}")
         proc = subprocess.run([sys.executable, "-m", "bench.suite", "--quick", "--only", name,
-                               "--out", str(out)], cwd=str(REPO), capture_output=True,
-                              text=True, timeout=600, env=env)
+                               "--out", str(out), "--summary"], cwd=str(REPO),
+                              capture_output=True, text=True, timeout=600, env=env)
         report = (out / "suite-latest.md").read_text() if (out / "suite-latest.md").exists() \
             else ""
         _runs[key] = (proc.returncode, proc.stdout[-4000:] + proc.stderr[-4000:], report)
@@ -167,6 +167,23 @@ def test_scenario_runs_and_reports_zeps_figures(name, tmp_path_factory):
     assert "`uptime` before:" in report and "cores" in report and "pyzmq" in report
     assert f"--only {name}" in report                      # the exact command
     assert figures_of(report, ZEPS[name]), report
+
+
+@pytest.mark.suite
+def test_the_suites_summary_line_gives_the_latency_figures_of_its_report(tmp_path_factory):
+    """``--summary``: the last line of a latency run is its report's figures as ``name=value``
+    (the SDK's, the raw clients' and the proxy's, and the p99s over the proxy's), those
+    ``bench.ab`` pairs."""
+    from bench.ab import FIGURE
+    from bench.targets import latency_summary
+    rc, output, report = run_suite("latency", tmp_path_factory)
+    assert rc == 0, output
+    line = latency_summary(report)
+    assert line and line in output.splitlines(), output
+    names = {m[1] for m in FIGURE.finditer(line)}
+    for name in ("sdk", "raw", "proxy"):
+        assert any(n.startswith(f"{name}_") and n.endswith("_p99_ms") for n in names), names
+    assert any(n.startswith("sdk_") and n.endswith("_p99_over_proxy") for n in names), names
 
 
 @pytest.mark.suite

@@ -224,7 +224,7 @@ FANOUT = ("Live fan-out",)
 SDK_BULK = ("ZEPS SDK, batches()",)
 RAW_READ = ("ZEPS, raw pyzmq",)
 #: The latency table's row of the raw pyzmq clients (the same broker without the SDK).
-RAW_CLIENT = "ZEPS, raw pyzmq"
+RAW_CLIENT = RAW_READ[0]
 
 
 #: Issue 20's latency targets as (figure of :func:`latency_figures`, its column, its limit):
@@ -304,6 +304,29 @@ def render_issue20(text: str) -> str:
     return _table(rows_issue20(Results(text)))
 
 
+#: The latency table's systems by their short names (:func:`latency_summary`'s prefixes).
+SUMMARY_SYSTEMS = (("sdk", "ZEPS SDK"), ("raw", RAW_CLIENT), ("proxy", PROXY[-1]))
+
+
+def _latency_medians(r: Results, body: str) -> Dict[str, Dict[str, Optional[float]]]:
+    """The latency table's p50, p99 and p99.9 (ms, the medians of the repetitions) at
+    ``body`` of each system of :data:`SUMMARY_SYSTEMS` that has a row, by its short name."""
+    out = {}
+    for name, system in SUMMARY_SYSTEMS:
+        rows = r.rows(LATENCY, body=body, system=system)
+        if rows:
+            out[name] = {p: median(rows[0][p]) for p in ("p50", "p99", "p99.9")}
+    return out
+
+
+def _over_proxy(medians: Dict[str, Dict[str, Optional[float]]], name: str) -> Optional[float]:
+    """System ``name``'s p99 over the proxy's, from :func:`_latency_medians`; None without
+    either."""
+    x = medians.get(name, {}).get("p99")
+    y = medians.get("proxy", {}).get("p99")
+    return x / y if x is not None and y else None
+
+
 def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
     """Issue 20's latency figures in one suite report (medians of its repetitions): the SDK's
     and the proxy's p99 and p99.9 at 100 B (ms), the SDK's p99 over the proxy's at 100 B and
@@ -312,25 +335,16 @@ def latency_figures(r: Results) -> Optional[Dict[str, Optional[float]]]:
     the SDK's 100 B row gives None."""
     out: Dict[str, Optional[float]] = {}
     for body in ("100 B", "1024 B"):
-        sdk = r.rows(LATENCY, body=body, system="ZEPS SDK")
-        proxy = r.rows(LATENCY, body=body, system=PROXY[-1])
-        if not sdk:
-            if body == "100 B":
-                return None
-            out["ratio 1024 B"] = None
-            continue
+        m = _latency_medians(r, body)
         if body == "100 B":
-            out["p99"], out["p99.9"] = median(sdk[0]["p99"]), median(sdk[0]["p99.9"])
-            out["proxy p99"] = median(proxy[0]["p99"]) if proxy else None
-            out["proxy p99.9"] = median(proxy[0]["p99.9"]) if proxy else None
-            raw = r.rows(LATENCY, body=body, system=RAW_CLIENT)
-            out["raw ratio"] = _ratio(raw[0]["p99"], proxy[0]["p99"]) if raw and proxy else None
-        out[f"ratio {body}"] = _ratio(sdk[0]["p99"], proxy[0]["p99"]) if proxy else None
+            if "sdk" not in m:
+                return None
+            proxy = m.get("proxy", {})
+            out.update({"p99": m["sdk"]["p99"], "p99.9": m["sdk"]["p99.9"],
+                        "proxy p99": proxy.get("p99"), "proxy p99.9": proxy.get("p99.9"),
+                        "raw ratio": _over_proxy(m, "raw")})
+        out[f"ratio {body}"] = _over_proxy(m, "sdk")
     return out
-
-
-#: The latency table's systems :func:`latency_summary` gives, by their short names.
-SUMMARY_SYSTEMS = (("sdk", "ZEPS SDK"), ("raw", RAW_CLIENT), ("proxy", PROXY[-1]))
 
 
 def latency_summary(text: str) -> str:
@@ -343,18 +357,11 @@ def latency_summary(text: str) -> str:
     figs = []
     for body in dict.fromkeys(row.get("body", "") for row in r.rows(LATENCY)):
         tag = body.replace(" ", "")
-        found = {name: r.rows(LATENCY, body=body, system=system)
-                 for name, system in SUMMARY_SYSTEMS}
-        for name, rows in found.items():
-            for p in ("p50", "p99", "p99.9"):
-                x = median(rows[0][p]) if rows else None
-                if x is not None:
-                    figs.append(f"{name}_{tag}_{p}_ms={x:g}")
-        for name in ("sdk", "raw"):
-            x = _ratio(found[name][0]["p99"], found["proxy"][0]["p99"]) if (
-                found[name] and found["proxy"]) else None
-            if x is not None:
-                figs.append(f"{name}_{tag}_p99_over_proxy={x:.3f}")
+        m = _latency_medians(r, body)
+        figs += [f"{name}_{tag}_{p}_ms={x:g}" for name, ps in m.items() for p, x in ps.items()
+                 if x is not None]
+        figs += [f"{name}_{tag}_p99_over_proxy={x:.3f}" for name in ("sdk", "raw")
+                 if (x := _over_proxy(m, name)) is not None]
     return " ".join(figs)
 
 

@@ -171,7 +171,7 @@ def test_scenario_runs_and_reports_zeps_figures(name, tmp_path_factory):
 
 @pytest.mark.suite
 def test_the_suites_summary_line_gives_the_latency_figures_of_its_report(tmp_path_factory):
-    """``--summary``: the last line of a latency run is its report's figures as ``name=value``
+    """``--summary``: a latency run prints a line of its report's figures as ``name=value``
     (the SDK's, the raw clients' and the proxy's, and the p99s over the proxy's), those
     ``bench.ab`` pairs."""
     from bench.ab import FIGURE

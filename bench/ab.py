@@ -4,13 +4,18 @@ whose speed drifts drifts for both).
 
     python -m bench.ab --before REV [--after REV] [--runs 6] -- -m bench.bench_stages --summary
     python -m bench.ab --revert COMMIT [COMMIT ...] [--after REV] -- ARGS
+    python -m bench.ab --before HEAD --after HEAD --after-env NAME=VALUE -- ARGS
 
 ``--before`` (and ``--after``, default: the working tree) is exported with ``git archive`` into
 a temporary directory; ``--revert`` makes "before" the ``--after`` revision (default HEAD)
 with those commits' changes to ``zeps/`` taken back (``git apply -R``, newest first): the
 effect of those commits alone, on today's code. Each run is ``python ARGS`` with ``PYTHONPATH`` naming
 that tree first,
-so the benchmark's own code (``bench/``) is the checkout's and only ``zeps`` differs. The order
+so the benchmark's own code (``bench/``) is the checkout's and only ``zeps`` differs, and
+the variables of ``--before-env`` / ``--after-env`` (``NAME=VALUE``) are set for that side's
+runs only: with the same revision on both sides, a benchmark's option against its default
+(``ZEPS_BENCH_SDK_PUBLISHER=batching=False``: the SDK publishers' keyword arguments,
+:mod:`bench.systems.zeps_sdk`). The order
 alternates (before, after, after, before, ...). Printed: per figure the median of each side
 with its min-max, the ratio of the medians (after / before) and the ratios pair by pair
 (min-median-max): the machine is shared and noisy, a ratio holds better than an absolute figure.
@@ -67,10 +72,23 @@ def revert(tree: Path, commits) -> None:
         subprocess.run(["git", "apply", "-R"], cwd=tree, input=diff, check=True)
 
 
-def run(tree: Path, args) -> dict:
+def side_env(items) -> dict:
+    """``--before-env`` / ``--after-env`` items, ``NAME=VALUE`` each, as a dict."""
+    out = {}
+    for item in items or ():
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"not NAME=VALUE: {item!r}")
+        out[name] = value
+    return out
+
+
+def run(tree: Path, args, extra_env=None) -> dict:
     """One run's figures; a run that printed none gets ``{"error": its last line of
-    stderr}`` (a tree whose broker does not start, say), which :func:`main` reports."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join((str(tree), str(REPO))))
+    stderr}`` (a tree whose broker does not start, say), which :func:`main` reports.
+    ``extra_env``: variables set for this run (the side's ``--before-env``/``--after-env``)."""
+    env = dict(os.environ, **(extra_env or {}),
+               PYTHONPATH=os.pathsep.join((str(tree), str(REPO))))
     done = subprocess.run([sys.executable] + args, cwd=tempfile.gettempdir(), env=env,
                           capture_output=True, text=True)
     figures = {k: float(v) for k, v in FIGURE.findall(done.stdout)}
@@ -91,6 +109,12 @@ def main(argv=None) -> int:
     ap.add_argument("--revert", nargs="+", metavar="COMMIT",
                     help="'before' is 'after' without these commits (oldest first)")
     ap.add_argument("--after", help="git revision measured as 'after' (default: the working tree)")
+    ap.add_argument("--before-env", action="append", metavar="NAME=VALUE",
+                    help="set NAME for the 'before' runs only (repeatable)")
+    ap.add_argument("--after-env", action="append", metavar="NAME=VALUE",
+                    help="set NAME for the 'after' runs only (repeatable): with --before and "
+                         "--after the same revision, an option of the benchmark paired "
+                         "against its default (bench/systems/zeps_sdk.py's ZEPS_BENCH_SDK_*)")
     ap.add_argument("--runs", type=int, default=6, help="runs of each side (default 6)")
     ap.add_argument("--out", metavar="NAME",
                     help="also write the table, under the run's header (time, command, machine, "
@@ -100,6 +124,10 @@ def main(argv=None) -> int:
     if (opts.before is None) == (opts.revert is None):
         ap.error("give --before REV or --revert COMMIT ...")
     args = argv[cut + 1:]
+    try:
+        envs = {"before": side_env(opts.before_env), "after": side_env(opts.after_env)}
+    except ValueError as e:
+        ap.error(str(e))
     if opts.out and not opts.out.startswith("bench_"):
         ap.error("--out: a name bench_... (what bench.report --take takes)")
     started = datetime.datetime.now(datetime.timezone.utc)
@@ -122,7 +150,7 @@ def main(argv=None) -> int:
         for i in range(opts.runs):
             sides = (("before", before), ("after", after))
             for side, tree in sides if i % 2 == 0 else sides[::-1]:
-                got[side].append(run(tree, args))
+                got[side].append(run(tree, args, envs[side]))
     failed = {side: [r["error"] for r in runs if "error" in r] for side, runs in got.items()}
     for side, errors in failed.items():
         if errors:
@@ -131,8 +159,13 @@ def main(argv=None) -> int:
         got[side] = [{} if "error" in r else r for r in got[side]]   # pairs keep their places
     if not any(got["before"]) or not any(got["after"]):
         return 1
-    lines = [f"{opts.runs} runs of each side, alternating; before = {opts.before}, after = "
-             f"{opts.after or 'the working tree'}; each run: `python {' '.join(args)}`", "",
+    named = {side: opts.before if side == "before" else opts.after or "the working tree"
+             for side in envs}
+    for side, env in envs.items():
+        if env:
+            named[side] += " with " + ", ".join(f"`{k}={v}`" for k, v in env.items())
+    lines = [f"{opts.runs} runs of each side, alternating; before = {named['before']}, after = "
+             f"{named['after']}; each run: `python {' '.join(args)}`", "",
              "| figure | before | after | after ÷ before | pair by pair |",
              "|---|---:|---:|---:|---:|"]
     names = list(dict.fromkeys(k for r in got["before"] + got["after"] for k in r))

@@ -99,6 +99,13 @@ def _c_loops() -> str:
     return f"in use, the broker's socket loops not ({sockio.C_LOOPS_WHY})"
 
 
+def bench_environment(environ=None) -> dict:
+    """The ``ZEPS_BENCH_*`` variables set for this run (the pacer, the SDK clients' options...),
+    sorted: a report made with any says so in its header."""
+    environ = os.environ if environ is None else environ
+    return {k: environ[k] for k in sorted(environ) if k.startswith("ZEPS_BENCH_")}
+
+
 def header(command: str, started: datetime.datetime, elapsed: float, before: str,
            servers: bool = True) -> str:
     """A run's header: when, how long, the exact command, the machine, its load before and after
@@ -121,6 +128,9 @@ def header(command: str, started: datetime.datetime, elapsed: float, before: str
         f"* `uptime` after: {uptime()}",
         f"* versions: {versions}",
     ]
+    knobs = bench_environment()
+    if knobs:
+        lines.append("* environment: " + ", ".join(f"`{k}={v}`" for k, v in knobs.items()))
     if servers:
         absent = {p: peers.missing(p) for p in peers.NEEDS}
         for p, why in absent.items():

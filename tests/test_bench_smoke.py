@@ -223,3 +223,44 @@ def test_ab_says_which_side_gave_no_figures_and_fails():
     assert done.returncode == 1, done.stderr
     assert "before: 1 of 1 runs gave no figures; the last one said: no broker here" in done.stderr
     assert "after:" not in done.stderr
+
+
+def test_ab_sets_each_sides_variables_for_its_runs_only():
+    """``--after-env`` (and ``--before-env``) set a variable for that side's runs only, and the
+    table's first line names it: the same revision on both sides pairs an option of the
+    benchmark against its default."""
+    prints_knob = "import os; print('knob=' + os.environ.get('ZEPS_BENCH_KNOB', '1'))"
+    done = subprocess.run([sys.executable, "-m", "bench.ab", "--before", "HEAD", "--after",
+                           "HEAD", "--after-env", "ZEPS_BENCH_KNOB=3", "--runs", "2", "--",
+                           "-c", prints_knob], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr
+    assert "before = HEAD, after = HEAD with `ZEPS_BENCH_KNOB=3`;" in done.stdout
+    assert "| knob | 1 (1–1) | 3 (3–3) | 3.00 | 3.00–3.00–3.00 |" in done.stdout
+    bad = subprocess.run([sys.executable, "-m", "bench.ab", "--before", "HEAD",
+                          "--after-env", "ZEPS_BENCH_KNOB", "--", "-c", prints_knob],
+                         cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "not NAME=VALUE: 'ZEPS_BENCH_KNOB'" in bad.stderr
+
+
+def test_the_sdk_systems_give_their_clients_the_options_of_the_environment(tmp_path):
+    """``ZEPS_BENCH_SDK_PUBLISHER`` / ``_SUBSCRIBER`` reach the SDK systems' ``Client(...)``
+    calls (an option the Client does not have fails the run, named), a value that is not a
+    literal stops it before anything runs, and a report made with them names them."""
+    def quick(name, **knobs):
+        env = dict(os.environ, **knobs)
+        return subprocess.run([sys.executable, "-m", "bench.suite", "--quick", "--only",
+                               "latency", "--out", str(tmp_path / name)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=600)
+    unknown = quick("unknown", ZEPS_BENCH_SDK_PUBLISHER="no_such_option=1")
+    assert unknown.returncode != 0
+    assert "unexpected keyword argument 'no_such_option'" in unknown.stdout + unknown.stderr
+    typo = quick("typo", ZEPS_BENCH_SDK_SUBSCRIBER="batching=Flase")
+    assert typo.returncode != 0 and "batching: not a Python literal: 'Flase'" in typo.stderr
+    ok = quick("ok", ZEPS_BENCH_SDK_PUBLISHER="batching=False",
+               ZEPS_BENCH_SDK_SUBSCRIBER="batching=False")
+    assert ok.returncode == 0, ok.stderr
+    report = (tmp_path / "ok" / "suite-latest.md").read_text()
+    assert ("* environment: `ZEPS_BENCH_SDK_PUBLISHER=batching=False`, "
+            "`ZEPS_BENCH_SDK_SUBSCRIBER=batching=False`\n") in report
+    assert figures_of(report, "ZEPS SDK"), report

@@ -8,8 +8,17 @@ what it has not sent yet by itself); then ``flush()`` (or, with confirms,
 publishers (latency) call ``publish`` per message;
 consumers iterate a subscription (live, or from the first message) with the default credit
 window and DELIVER-TS timestamps, as an application would.
+
+The clients take the SDK's defaults unless ``ZEPS_BENCH_SDK_PUBLISHER`` or
+``ZEPS_BENCH_SDK_SUBSCRIBER`` give publishers or consumers more keyword arguments
+(:func:`client_options`, e.g. ``batching=False``): a client option paired against the
+defaults with ``python -m bench.ab --before HEAD --after-env ZEPS_BENCH_SDK_PUBLISHER=...``.
+A report made with them says so in its header.
 """
 from __future__ import annotations
+
+import ast
+import os
 
 from bench.systems import (END_KEY, KEY, BURST, body, bursts, delay_ns, flat_out, groups, messages,
                            pace, stamped)
@@ -18,10 +27,31 @@ from zeps.clients import Client
 TIMEOUT = 120.0
 
 
+def client_options(text: str) -> dict:
+    """``"name=value,name=value"`` as keyword arguments of :class:`~zeps.clients.Client`,
+    each value a Python literal (``batching=False``, ``credit_window=65536``); ``""``: none.
+    Raises ValueError, naming the item, for anything else."""
+    out = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, sep, value = (x.strip() for x in item.partition("="))
+        if not sep or not name.isidentifier():
+            raise ValueError(f"not name=value: {item!r}")
+        try:
+            out[name] = ast.literal_eval(value)
+        except (ValueError, SyntaxError):
+            raise ValueError(f"{name}: not a Python literal: {value!r}") from None
+    return out
+
+
+#: Keyword arguments every publisher's / consumer's Client gets (see the module docs).
+PUBLISHER_OPTIONS = client_options(os.environ.get("ZEPS_BENCH_SDK_PUBLISHER", ""))
+SUBSCRIBER_OPTIONS = client_options(os.environ.get("ZEPS_BENCH_SDK_SUBSCRIBER", ""))
+
+
 def publish(endpoint, stream, *, size, seconds, rate=0.0, confirms=False, end=False, limit=None,
             path="batch", ready, go):
     pad = body(size)
-    with Client(endpoint, stream, confirms=confirms, timeout=TIMEOUT) as cl:
+    with Client(endpoint, stream, confirms=confirms, timeout=TIMEOUT, **PUBLISHER_OPTIONS) as cl:
         ready()
         go()
         pub = cl.publish
@@ -69,7 +99,7 @@ def consume(endpoint, stream, *, expect=None, from_start=False, latency=False, r
     n = 0
     delays = []
     # create=True: a live consumer starts before the publishers (readers do not create streams)
-    with Client(endpoint, stream, timeout=TIMEOUT, create=True) as cl:
+    with Client(endpoint, stream, timeout=TIMEOUT, create=True, **SUBSCRIBER_OPTIONS) as cl:
         nxt = subscribed(cl, from_start, ready, go).next
         while expect is None or n < expect:
             msg = nxt(timeout=TIMEOUT)

@@ -12,7 +12,8 @@ window and DELIVER-TS timestamps, as an application would.
 The clients take the SDK's defaults unless ``ZEPS_BENCH_SDK_PUBLISHER`` or
 ``ZEPS_BENCH_SDK_SUBSCRIBER`` give publishers or consumers more keyword arguments
 (:func:`client_options`, e.g. ``batching=False``): a client option paired against the
-defaults with ``python -m bench.ab --before HEAD --after-env ZEPS_BENCH_SDK_PUBLISHER=...``.
+defaults with ``python -m bench.ab --before HEAD --after HEAD --after-env
+ZEPS_BENCH_SDK_PUBLISHER=... -- ARGS``.
 A report made with them says so in its header.
 """
 from __future__ import annotations

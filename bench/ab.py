@@ -159,11 +159,10 @@ def main(argv=None) -> int:
         got[side] = [{} if "error" in r else r for r in got[side]]   # pairs keep their places
     if not any(got["before"]) or not any(got["after"]):
         return 1
-    named = {side: opts.before if side == "before" else opts.after or "the working tree"
-             for side in envs}
+    named = {"before": opts.before, "after": opts.after or "the working tree"}
     for side, env in envs.items():
         if env:
-            named[side] += " with " + ", ".join(f"`{k}={v}`" for k, v in env.items())
+            named[side] += " with " + report.env_text(env)
     lines = [f"{opts.runs} runs of each side, alternating; before = {named['before']}, after = "
              f"{named['after']}; each run: `python {' '.join(args)}`", "",
              "| figure | before | after | after ÷ before | pair by pair |",

@@ -106,6 +106,11 @@ def bench_environment(environ=None) -> dict:
     return {k: environ[k] for k in sorted(environ) if k.startswith("ZEPS_BENCH_")}
 
 
+def env_text(env: dict) -> str:
+    """Variables as a report names them: ```NAME=VALUE```, comma-separated."""
+    return ", ".join(f"`{k}={v}`" for k, v in env.items())
+
+
 def header(command: str, started: datetime.datetime, elapsed: float, before: str,
            servers: bool = True) -> str:
     """A run's header: when, how long, the exact command, the machine, its load before and after
@@ -130,7 +135,7 @@ def header(command: str, started: datetime.datetime, elapsed: float, before: str
     ]
     knobs = bench_environment()
     if knobs:
-        lines.append("* environment: " + ", ".join(f"`{k}={v}`" for k, v in knobs.items()))
+        lines.append("* environment: " + env_text(knobs))
     if servers:
         absent = {p: peers.missing(p) for p in peers.NEEDS}
         for p, why in absent.items():

@@ -243,24 +243,19 @@ def test_ab_sets_each_sides_variables_for_its_runs_only():
     assert bad.returncode == 2 and "not NAME=VALUE: 'ZEPS_BENCH_KNOB'" in bad.stderr
 
 
-def test_the_sdk_systems_give_their_clients_the_options_of_the_environment(tmp_path):
+def test_the_sdk_systems_give_their_clients_the_options_of_the_environment(tmp_path_factory):
     """``ZEPS_BENCH_SDK_PUBLISHER`` / ``_SUBSCRIBER`` reach the SDK systems' ``Client(...)``
     calls (an option the Client does not have fails the run, named), a value that is not a
     literal stops it before anything runs, and a report made with them names them."""
-    def quick(name, **knobs):
-        env = dict(os.environ, **knobs)
-        return subprocess.run([sys.executable, "-m", "bench.suite", "--quick", "--only",
-                               "latency", "--out", str(tmp_path / name)], cwd=REPO, env=env,
-                              capture_output=True, text=True, timeout=600)
-    unknown = quick("unknown", ZEPS_BENCH_SDK_PUBLISHER="no_such_option=1")
-    assert unknown.returncode != 0
-    assert "unexpected keyword argument 'no_such_option'" in unknown.stdout + unknown.stderr
-    typo = quick("typo", ZEPS_BENCH_SDK_SUBSCRIBER="batching=Flase")
-    assert typo.returncode != 0 and "batching: not a Python literal: 'Flase'" in typo.stderr
-    ok = quick("ok", ZEPS_BENCH_SDK_PUBLISHER="batching=False",
-               ZEPS_BENCH_SDK_SUBSCRIBER="batching=False")
-    assert ok.returncode == 0, ok.stderr
-    report = (tmp_path / "ok" / "suite-latest.md").read_text()
+    def quick(key, **knobs):
+        return run_suite("latency", tmp_path_factory, env=dict(os.environ, **knobs), key=key)
+    rc, output, _ = quick("latency-unknown-option", ZEPS_BENCH_SDK_PUBLISHER="no_such_option=1")
+    assert rc != 0 and "unexpected keyword argument 'no_such_option'" in output, output
+    rc, output, _ = quick("latency-typo", ZEPS_BENCH_SDK_SUBSCRIBER="batching=Flase")
+    assert rc != 0 and "batching: not a Python literal: 'Flase'" in output, output
+    rc, output, report = quick("latency-no-batches", ZEPS_BENCH_SDK_PUBLISHER="batching=False",
+                               ZEPS_BENCH_SDK_SUBSCRIBER="batching=False")
+    assert rc == 0, output
     assert ("* environment: `ZEPS_BENCH_SDK_PUBLISHER=batching=False`, "
             "`ZEPS_BENCH_SDK_SUBSCRIBER=batching=False`\n") in report
     assert figures_of(report, "ZEPS SDK"), report

@@ -277,6 +277,18 @@ def test_the_publishers_stalls_are_its_sends_a_millisecond_apart_or_more():
     assert publisher_stalls([], 100_000) == (0, 0)
 
 
+def test_the_stamped_processes_times_are_each_stamps_first():
+    """``bench_stages``' stamped processes record flat ``stamp, time`` arrays (no dict that
+    resizes as messages go); the analysis takes each stamp's first time, as the dicts filled
+    with ``setdefault`` during the run did."""
+    from array import array
+
+    from bench.bench_stages import first_times
+    pairs = array("q", [7, 100, 8, 110, 7, 130, 9, 140, 8, 150])
+    assert first_times(pairs) == {7: 100, 8: 110, 9: 140}
+    assert first_times(array("q")) == {}
+
+
 def test_a_stage_runs_clients_are_its_publishers_and_its_subscribers_kinds():
     """``bench_stages --client``: ``sdk`` and ``raw`` are both sides of that kind, ``PUB/SUB``
     mixes them (the SDK's publisher with a raw subscriber, and the other way round); anything

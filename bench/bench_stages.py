@@ -52,7 +52,8 @@ waiting in ZeroMQ's own ``zmq_poll`` instead of gevent's hub (what the shell wou
 gevent). ``--summary`` prints ``name=value`` figures (for ``python -m bench.ab``); ``--table``
 one table of every run's end-to-end figures and CPU per message, a row per client, instead of
 the stage tables.
-``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
+``ZEPS_BENCH_BROKER_ARGS`` gives the broker more options (shell words, ``--io-scheduling
+normal``: :func:`broker_options`). ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
 collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
 from __future__ import annotations
@@ -295,12 +296,21 @@ def _broker_child(argv: List[str]) -> int:
                              long_waits=long_waits), f)
 
 
+def broker_options(environ=os.environ) -> List[str]:
+    """More ``zeps broker`` options for the stamped broker, from ``ZEPS_BENCH_BROKER_ARGS``
+    (shell words: ``--io-scheduling normal``), to pair a broker option against its default
+    with ``bench.ab --after-env``."""
+    import shlex
+    return shlex.split(environ.get("ZEPS_BENCH_BROKER_ARGS", ""))
+
+
 def start_broker(tmp: str, fsync: str, env=None):
     out = os.path.join(tmp, "broker-stamps.pickle")
     proc = subprocess.Popen([sys.executable, "-m", "bench.bench_stages", "broker", out,
                              "--endpoint", "tcp://127.0.0.1:*", "--data-dir",
                              os.path.join(tmp, "data"), "--fsync", fsync,
-                             "--log-level", "warning"], stdout=subprocess.PIPE, env=env)
+                             "--log-level", "warning", *broker_options(env or os.environ)],
+                            stdout=subprocess.PIPE, env=env)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline().decode() if ready else ""
     if "listening on " not in line:

@@ -34,10 +34,10 @@ MIXED_CLIENTS = "sdk,raw,sdk/raw,raw/sdk,proxy"
 WRITE_CLIENTS = "sdk,pycb,pycbw,proxy"
 
 
-def _stages_table(clients: str, runs: int):
+def _stages_table(clients: str, runs: int, seconds: int = 3):
     """A ``bench_stages --table`` entry: ``clients`` in turn within each of ``runs``
-    repetitions of 3 s (quick: one of 0.3 s at 1,000 msg/s)."""
-    return ("bench_stages", ["--client", clients, "--seconds", "3", "--runs", str(runs),
+    repetitions of ``seconds`` (quick: one of 0.3 s at 1,000 msg/s)."""
+    return ("bench_stages", ["--client", clients, "--seconds", str(seconds), "--runs", str(runs),
                              "--table"],
             ["--client", clients, "--rate", "1000", "--seconds", "0.3", "--table"])
 
@@ -68,6 +68,8 @@ BENCHMARKS = {
     "bench_stages_poll": _stages_table(POLL_CLIENTS, 8),
     # the broker and the proxy in turn, six times, with the paced publisher's own stalls
     "bench_stages_stalls": _stages_table("sdk,proxy", 6),
+    # the same, 5 s a repetition, the broker's and subscriber's stamps in arrays (5c18a00)
+    "bench_stages_tail": _stages_table("sdk,proxy", 8, seconds=5),
     # the broker with each pair of clients (the SDK's or raw publisher and subscriber), six times
     "bench_stages_clients": _stages_table(MIXED_CLIENTS, 6),
     # the broker beside the forwarder in its loop style, alone and writing each message to a

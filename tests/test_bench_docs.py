@@ -289,6 +289,16 @@ def test_the_stamped_processes_times_are_each_stamps_first():
     assert first_times(array("q")) == {}
 
 
+def test_the_stamped_broker_takes_more_options_from_the_environment():
+    """``ZEPS_BENCH_BROKER_ARGS`` (shell words) are more ``zeps broker`` options for the
+    stage runs' broker; without it, none."""
+    from bench.bench_stages import broker_options
+    assert broker_options({}) == []
+    assert broker_options({"ZEPS_BENCH_BROKER_ARGS": "--io-scheduling normal"}) == [
+        "--io-scheduling", "normal"]
+    assert broker_options({"ZEPS_BENCH_BROKER_ARGS": "--x 'a b'"}) == ["--x", "a b"]
+
+
 def test_a_stage_runs_clients_are_its_publishers_and_its_subscribers_kinds():
     """``bench_stages --client``: ``sdk`` and ``raw`` are both sides of that kind, ``PUB/SUB``
     mixes them (the SDK's publisher with a raw subscriber, and the other way round); anything

@@ -53,8 +53,9 @@ gevent). ``--summary`` prints ``name=value`` figures (for ``python -m bench.ab``
 one table of every run's end-to-end figures and CPU per message, a row per client, instead of
 the stage tables.
 ``ZEPS_BENCH_BROKER_ARGS`` gives the broker more options (shell words, ``--io-scheduling
-normal``: :func:`broker_options`). ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into FILE; ``ZEPS_STAGES_GC`` tries garbage
-collector settings in the broker (``freeze``, ``T0[,T1[,T2]]`` thresholds, ``:``-separated).
+normal``: :func:`broker_options`). ``ZEPS_STAGES_PROFILE=FILE`` cProfiles the broker into
+FILE; ``ZEPS_STAGES_GC`` tries garbage collector settings in the broker (``freeze``,
+``T0[,T1[,T2]]`` thresholds, ``:``-separated).
 """
 from __future__ import annotations
 

@@ -83,6 +83,7 @@ BENCHMARKS = {
     "bench_timers": ("bench_timers", [], ["--sessions", "300", "--streams", "30",
                                           "--seconds", "12"]),
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
+    "bench_tail": ("bench_tail", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "bench_sub_cost": ("bench_sub_cost", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "suite": ("suite", [], ["--quick"]),
     "bench_spark": ("bench_spark", ["--n", "10000000"], ["--n", "20000"]),

@@ -15,8 +15,7 @@ the next one's, their height (the slowest delay of each; median and max), the sh
 messages from a stall's first slow message to its last, and the p99.9 of the messages outside
 them. When every system's stalls come at the same pace and height, they are the host's rather
 than one system's. A run of 3 s (the suite's: 30,000 messages) has 30 messages in its p99.9,
-fewer than one stall of a few milliseconds holds back at 10k msg/s: its p99.9 is the height of
-its worst stall.
+fewer than one stall of a few milliseconds holds back at 10k msg/s: its stalls set its p99.9.
 """
 from __future__ import annotations
 

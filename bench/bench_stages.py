@@ -114,10 +114,13 @@ def gc_probe() -> list:
 
 def first_times(pairs: array) -> Dict[int, int]:
     """``stamp, time, stamp, time, ...`` -> each stamp's first time. The stamped processes
-    record into flat arrays and build these dicts only after the run: a dict filled as the
-    messages go resizes at 2/3 of each power of two (21,845 and 43,690 messages), and on this
-    host each resize of the four stamp dicts stalled the broker's round for about 6 ms (the
-    proxy's runs, stamped in arrays, had no such stall; ad hoc, 2026-11-30)."""
+    record into flat arrays (unsigned: a stamp is 8 bytes of a body) and build these dicts only
+    after the run: a dict filled as the messages go resizes at 2/3 of each power of two
+    (10,922, 21,845 and 43,690 messages), and on this host each resize of the four stamp dicts
+    stalled the broker's round for about 6 ms (the proxy's runs, stamped in arrays, had no such
+    stall; ad hoc, 2026-11-30). First wins for every stage: B2 to B4 were ``setdefault`` before
+    (a stamp's later entries there are the same round's); B1 and S1 were last-wins dicts, and
+    a stamp comes there once (the bench's publishers do not re-send)."""
     out: Dict[int, int] = {}
     for i in range(0, len(pairs), 2):
         out.setdefault(pairs[i], pairs[i + 1])
@@ -159,8 +162,8 @@ def _broker_child(argv: List[str]) -> int:
     from zeps.journal.journal import Journal
 
     mono = time.monotonic_ns
-    b1, b2, b3, b4 = array("q"), array("q"), array("q"), array("q")     # stamp, time, ...
-    wakes = array("q")
+    b1, b2, b3, b4 = array("Q"), array("Q"), array("Q"), array("Q")     # stamp, time, ...
+    wakes = array("Q")
     long_waits: List[tuple] = []
     syncs: List[tuple] = []
     gcs = gc_probe()
@@ -177,6 +180,8 @@ def _broker_child(argv: List[str]) -> int:
     core.BrokerCore.receive = receive_stamped
 
     def append_stamped(append):          # B2: a round's journal append returned
+        # Journal.append may call append_batch, and a round may append more than once: the
+        # same stamps are recorded again, later; first_times keeps the first
         def stamped(self, *a, **kw):
             out = append(self, *a, **kw)
             t = mono()
@@ -310,7 +315,8 @@ def start_broker(tmp: str, fsync: str, env=None):
     proc = subprocess.Popen([sys.executable, "-m", "bench.bench_stages", "broker", out,
                              "--endpoint", "tcp://127.0.0.1:*", "--data-dir",
                              os.path.join(tmp, "data"), "--fsync", fsync,
-                             "--log-level", "warning", *broker_options(env or os.environ)],
+                             "--log-level", "warning",
+                             *broker_options(os.environ if env is None else env)],
                             stdout=subprocess.PIPE, env=env)
     ready, _, _ = select.select([proc.stdout], [], [], 30)
     line = proc.stdout.readline().decode() if ready else ""
@@ -369,7 +375,7 @@ def _publisher(kind, endpoint, stream, rate, seconds, size, ready, go, out):
 def _subscriber(kind, endpoint, stream, ready, go, out):
     gcs = gc_probe()
     mono = time.monotonic_ns
-    s1 = array("q")             # send time, time its frame came, ... (first_times)
+    s1 = array("Q")             # send time, time its frame came, ... (first_times)
     s2 = array("q")             # send time, time the application got it, ...
     if kind == "sdk":
         from zeps.clients import Client

@@ -279,14 +279,15 @@ def test_the_publishers_stalls_are_its_sends_a_millisecond_apart_or_more():
 
 def test_the_stamped_processes_times_are_each_stamps_first():
     """``bench_stages``' stamped processes record flat ``stamp, time`` arrays (no dict that
-    resizes as messages go); the analysis takes each stamp's first time, as the dicts filled
-    with ``setdefault`` during the run did."""
+    resizes as messages go); the analysis takes each stamp's first time (as the ``setdefault``
+    dicts of B2 to B4 did; B1 and S1 get each stamp once). Stamps are unsigned 8-byte values."""
     from array import array
 
     from bench.bench_stages import first_times
     pairs = array("q", [7, 100, 8, 110, 7, 130, 9, 140, 8, 150])
     assert first_times(pairs) == {7: 100, 8: 110, 9: 140}
     assert first_times(array("q")) == {}
+    assert first_times(array("Q", [2**64 - 1, 5])) == {2**64 - 1: 5}
 
 
 def test_the_stamped_broker_takes_more_options_from_the_environment():

@@ -268,7 +268,7 @@ def test_the_pacer_yields_every_message_on_its_schedule_either_way():
 def test_the_publishers_stalls_are_its_sends_a_millisecond_apart_or_more():
     """``bench_stages`` counts the paced publisher's stalls: two consecutive sends (in any
     order given) 1 ms or more further apart than the pacing interval, and the longest gap."""
-    from bench.bench_stages import publisher_stalls
+    from bench.stamps import publisher_stalls
     sends = [0, 100_000, 200_000, 1_300_000, 1_400_000, 3_900_000, 4_000_000]     # ns
     assert publisher_stalls(sends, 100_000) == (2, 2_500_000)
     assert publisher_stalls(dict.fromkeys(reversed(sends)), 100_000) == (2, 2_500_000)
@@ -283,7 +283,7 @@ def test_the_stamped_processes_times_are_each_stamps_first():
     dicts of B2 to B4 did; B1 and S1 get each stamp once). Stamps are unsigned 8-byte values."""
     from array import array
 
-    from bench.bench_stages import first_times
+    from bench.stamps import first_times
     pairs = array("q", [7, 100, 8, 110, 7, 130, 9, 140, 8, 150])
     assert first_times(pairs) == {7: 100, 8: 110, 9: 140}
     assert first_times(array("q")) == {}
@@ -293,7 +293,7 @@ def test_the_stamped_processes_times_are_each_stamps_first():
 def test_the_stamped_broker_takes_more_options_from_the_environment():
     """``ZEPS_BENCH_BROKER_ARGS`` (shell words) are more ``zeps broker`` options for the
     stage runs' broker; without it, none."""
-    from bench.bench_stages import broker_options
+    from bench.stamped_broker import broker_options
     assert broker_options({}) == []
     assert broker_options({"ZEPS_BENCH_BROKER_ARGS": "--io-scheduling normal"}) == [
         "--io-scheduling", "normal"]
@@ -327,7 +327,7 @@ def test_the_stage_runs_split_a_process_cpu_by_thread():
     import threading
     import time
 
-    from bench.bench_stages import _per_message, _thread_cpu
+    from bench.middle import per_message, thread_cpu
 
     def burn(seconds: float) -> None:
         until = time.thread_time() + seconds
@@ -341,20 +341,20 @@ def test_the_stage_runs_split_a_process_cpu_by_thread():
         burnt.set()
         done.wait(60)
 
-    before = _thread_cpu(os.getpid())
+    before = thread_cpu(os.getpid())
     t = threading.Thread(target=other, name="not-the-loop")
     t.start()
     try:
         assert burnt.wait(60)
-        middle = _thread_cpu(os.getpid())
+        middle = thread_cpu(os.getpid())
     finally:
         done.set()
         t.join()
     burn(0.2)
-    after = _thread_cpu(os.getpid())
+    after = thread_cpu(os.getpid())
     assert set(before) == {"loop", "zmq", "other"}
     assert middle["other"] - before["other"] >= 0.1          # clock ticks: 10 ms at most
     assert middle["loop"] - before["loop"] < 0.1
     assert after["loop"] - middle["loop"] >= 0.1
-    per = _per_message(before, middle, 100)
+    per = per_message(before, middle, 100)
     assert per["other"] >= 0.001 and per["loop"] < 0.001 and per["zmq"] >= 0

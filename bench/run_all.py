@@ -85,6 +85,8 @@ BENCHMARKS = {
     "bench_single": ("bench_single", ["--n", "200000", "--reps", "3"], ["--n", "2000"]),
     "bench_tail": ("bench_tail", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
     "bench_sub_cost": ("bench_sub_cost", [], ["--rate", "1000", "--seconds", "0.3", "--reps", "1"]),
+    # the machine alone: how often and how long a thread that only reads the clock loses its CPU
+    "bench_hiccups": ("bench_hiccups", [], ["--seconds", "0.3"]),
     "suite": ("suite", [], ["--quick"]),
     "bench_spark": ("bench_spark", ["--n", "10000000"], ["--n", "20000"]),
     "bench_spark_batches": ("bench_spark", ["--n", "10000000", "--group", "100"],

@@ -43,7 +43,7 @@ ZEPS = {"ingest": "ZEPS SDK, publish_batch(100), no confirms", "fanout": "ZEPS S
                                   "bench_client", "bench_redis_py", "bench_latency", "bench_wakeup",
                                   "bench_roll", "bench_stages", "bench_cold", "bench_timers",
                                   "bench_fanout", "bench_busy",
-                                  "bench_single",
+                                  "bench_single", "bench_hiccups",
                                   "bench_kv_index", "bench_kv_snapshot", "bench_consumers"])
 def test_benchmark_runs_and_reports_a_table(name, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],

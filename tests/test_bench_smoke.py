@@ -43,7 +43,7 @@ ZEPS = {"ingest": "ZEPS SDK, publish_batch(100), no confirms", "fanout": "ZEPS S
                                   "bench_client", "bench_redis_py", "bench_latency", "bench_wakeup",
                                   "bench_roll", "bench_stages", "bench_cold", "bench_timers",
                                   "bench_fanout", "bench_busy",
-                                  "bench_single", "bench_hiccups",
+                                  "bench_single",
                                   "bench_kv_index", "bench_kv_snapshot", "bench_consumers"])
 def test_benchmark_runs_and_reports_a_table(name, tmp_path):
     proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only", name],
@@ -53,6 +53,21 @@ def test_benchmark_runs_and_reports_a_table(name, tmp_path):
                if re.search(r"\|\s*[\d,.]+\s*\|", line) or re.search(r"\d[\d,.]*\s*\w+/s\b", line)]
     assert figures, "no figure in the output:\n" + proc.stdout[-3000:]
     assert f"=== {name}: exit 0" in proc.stdout
+
+
+def test_bench_hiccups_gives_each_cpu_and_all_at_once_in_each_mode():
+    """bench_hiccups runs and reports a row for each CPU and for all CPUs at once, in both
+    modes (``SCHED_FIFO`` where the system allows it, else a row saying why not)."""
+    proc = subprocess.run([sys.executable, "-m", "bench.run_all", "--quick", "--only",
+                           "bench_hiccups"], cwd=str(REPO), capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ")]
+    for cpu in sorted(os.sched_getaffinity(0)):
+        assert any(re.match(rf"\| normal \| {cpu} \|( ([\d.]+%?|—) \|){{7}}$", r) for r in rows), rows
+    assert any(r.startswith("| normal | all at once | ") for r in rows), rows
+    assert any(r.startswith("| fifo | all at once | ") or r.startswith("| fifo | — | not measured")
+               for r in rows), rows
 
 
 def test_bench_sub_cost_gives_every_subscriber_its_figures():

@@ -58,12 +58,15 @@ test: $(TEST_STAMP) java chromium bench-peers
 
 # `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
-# markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`).
+# markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`), each property
+# test drawing a quarter of its examples (ZEPS_EXAMPLES, tests/examples.py; `make test` draws them
+# all), and pytest's rewritten test modules cached from one run to the next even where the
+# environment sets PYTHONDONTWRITEBYTECODE (rewriting them all took each worker about 10 s a run).
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)
 	$(VENV)/bin/ruff check zeps tests bench examples
 	$(VENV)/bin/lint-imports
-	$(PY) -m pytest -q -n auto -m "$(CHECK_MARKERS)"
+	env -u PYTHONDONTWRITEBYTECODE ZEPS_EXAMPLES=0.25 $(PY) -m pytest -q -n auto -m "$(CHECK_MARKERS)"
 
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.

@@ -19,6 +19,7 @@ from zeps.clients.message import MessageBatch  # noqa: E402
 from zeps.journal import ranges  # noqa: E402
 from zeps.protocol import batch as B  # noqa: E402
 from zeps.clients.columns import ARROW_SCHEMA, batch_columns, message_columns  # noqa: E402
+from .examples import examples  # noqa: E402
 
 keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
                     st.binary(max_size=12))           # binary keys: some are not UTF-8
@@ -39,7 +40,7 @@ def _same(got, want):
             assert g.equals(w), (g, w)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(entries_st, st.integers(0, 40), st.integers(1, 1 << 62),
        st.one_of(st.none(), st.integers(0, 1 << 62)), st.booleans())
 def test_frame_columns_are_the_messages_columns(items, pad, first, ts, pure):
@@ -73,7 +74,7 @@ def test_messages_one_by_one_keep_their_headers():
         ([7, 8], [99, 99], ["k1", "k2"], [b"a", b"bb"])
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(entries_st, st.integers(0, 40), st.integers(1, 1 << 62),
        st.one_of(st.none(), st.integers(0, 1 << 62)))
 def test_to_arrow_rows_are_the_messages(items, pad, first, ts):

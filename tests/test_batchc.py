@@ -28,6 +28,7 @@ from zeps.clients.message import Message, build_messages_py
 from zeps.protocol import batch as B
 from zeps.protocol.headers import NO_HEADERS
 from . import compiled
+from .examples import examples
 
 batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 
@@ -58,7 +59,7 @@ def _c_walk(buf, start, end, count, check_keys):
         raise B.BadEntries(str(e)) from None
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=examples(400), deadline=None)
 @given(entries_st, st.binary(max_size=9), st.binary(max_size=9), st.integers(-3, 3),
        st.booleans(), st.sampled_from(["bytes", "bytearray", "memoryview"]),
        st.one_of(st.none(), st.tuples(st.integers(0, 10**6), st.integers(0, 255))))
@@ -78,7 +79,7 @@ def test_walk_gives_the_offsets_or_the_reason_of_the_python_walk(items, before, 
     assert c == py
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(entries_st)
 def test_walk_is_the_dispatcher_over_the_c_loop(items):
     ent = _entries(items)
@@ -94,7 +95,7 @@ def test_a_key_that_is_not_utf8_is_named_as_the_python_walk_names_it():
     assert B.walk(ent, 0, len(ent), 3, check_keys=False) == B.walk_py(ent, 0, len(ent), 3, False)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(entries_st, st.integers(0, 2**64 - 1) | st.integers(2**64 - 8, 2**64 + 8)
        | st.integers(-(2**70), 2**70), st.one_of(st.none(), st.integers(0, 2**63)),
        st.one_of(st.none(), st.text(max_size=8)), st.integers(0, 7))
@@ -131,7 +132,7 @@ def test_a_batch_cut_past_the_last_u64_sequence_gives_the_rest_its_sequences():
     assert [(m.sequence, m.key) for m in rest.messages] == [(2**64, "b"), (2**64 + 1, "c")]
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(entries_st)
 def test_key_body_columns_are_the_columns_built_in_python(items):
     frame = _entries(items)
@@ -170,7 +171,7 @@ def test_zeps_pure_python_makes_zeps_use_the_python_loops():
         assert out.stdout.split() == want.split()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(entries_st, st.integers(0, 2**40))
 def test_a_message_batch_gives_the_same_columns_and_messages_on_either_loops(items, first):
     """MessageBatch on the C loops and on the Python ones (what a machine without a compiler,

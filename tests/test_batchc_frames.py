@@ -28,6 +28,7 @@ from zeps.protocol import codec
 from zeps.protocol import commands as c
 
 from . import compiled
+from .examples import examples
 
 batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 
@@ -128,7 +129,7 @@ def _on_the_c_loop():
     M._c_frame = saved
 
 
-@settings(max_examples=600, deadline=None)
+@settings(max_examples=examples(600), deadline=None)
 @given(items_st(), max_batch_st, max_body_st)
 def test_the_c_loop_yields_the_frames_and_raises_the_errors_of_batch_frames_py(
         items, max_batch, max_body):
@@ -137,7 +138,7 @@ def test_the_c_loop_yields_the_frames_and_raises_the_errors_of_batch_frames_py(
     assert _outcome(M.batch_frames(tuple(items), max_batch, max_body)) == want
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(items_st(), max_batch_st, max_body_st, st.integers(1, 7))
 def test_an_iterable_read_in_chunks_gives_the_same_frames_and_errors(items, max_batch, max_body,
                                                                      chunk):
@@ -147,7 +148,7 @@ def test_an_iterable_read_in_chunks_gives_the_same_frames_and_errors(items, max_
         assert _outcome(M.batch_frames((x for x in items), max_batch, max_body)) == want
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(good_items_st, st.integers(12, 700), st.one_of(st.none(), st.integers(0, 100)),
        st.integers(1, 9))
 def test_the_chunked_path_carries_every_message_in_order(items, max_batch, max_body, chunk):

@@ -22,6 +22,7 @@ from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import PUBLISH_REJECTED
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, sent
+from .examples import examples
 
 MAX_BATCH = 200
 #: STREAM-DESCRIBE-OK of a stream with the broker's default limits.
@@ -187,7 +188,7 @@ def test_deliver_batch_gives_the_messages_of_its_run_with_its_timestamp():
         (5, "a", b"x", 123, "s"), (6, "é", b"", 123, "s"), (7, "k", b"yy", 123, "s")]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=60)),
                 min_size=1, max_size=40),
        st.lists(st.integers(1, 7), min_size=1, max_size=40))
@@ -302,7 +303,7 @@ def _batch_decoder(frame, stream="s"):
     return [tuple(m) for m in batch.messages], cost
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=255), st.binary(max_size=300), st.integers(1, 2**64 - 1),
        st.integers(0, 2**64 - 1), st.integers(-6, 3), st.binary(min_size=1, max_size=3))
 @example(b"\xff\xfe", b"x", 1, 0, 0, b"\0")            # a key that is not UTF-8: replaced
@@ -337,7 +338,7 @@ def test_a_batch_of_one_gives_the_message_and_credit_the_batch_path_gives(
 
 # ------------------------------------------------------------------ publish_batch's frames
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "k", "clé", "x" * 200]),
                           st.one_of(st.binary(max_size=120), st.text(max_size=20))),
                 max_size=60),
@@ -429,7 +430,7 @@ def test_take_cuts_a_batch_at_half_the_window_and_keeps_the_rest_in_order():
     assert p.buffered == 0 and p.buffered_messages == 0
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=60)),
                 min_size=1, max_size=40),
        st.lists(st.integers(1, 7), min_size=1, max_size=40),
@@ -500,7 +501,7 @@ def test_a_request_goes_behind_the_queued_publishes():
     assert messages_of(cmds) == [("k", b"1"), ("k", b"2"), ("k", b"3")]
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 260), st.integers(0, 3)), min_size=1, max_size=60),
        st.integers(PUBLISH_HEAD_SIZE + 6, 400))
 def test_batches_never_exceed_max_batch_and_keep_every_message_once_in_order(steps, max_batch):

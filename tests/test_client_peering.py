@@ -16,6 +16,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
+from .examples import examples
 
 WINDOW = 1000
 
@@ -243,7 +244,7 @@ def test_a_truncated_deliver_is_ignored():
     assert not p.buffer and p.need_reconnect is None
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 150)), min_size=1, max_size=60),
        st.lists(st.integers(1, 5), min_size=1, max_size=10))
 def test_every_message_handed_once_in_order_and_credit_never_runs_dry(messages, takes):

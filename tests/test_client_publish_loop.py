@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from tests.measure import wait_for
 from zeps.clients import Client, ConcurrentUseError
 from zeps.clients.transport import BATCH_SNDHWM, GREEN_BATCH_SNDHWM, PLAIN_SNDHWM
+from .examples import examples
 
 FAST = dict(timeout=20.0, heartbeat=5.0)
 
@@ -54,7 +55,7 @@ def test_the_tail_of_a_burst_leaves_without_another_call(broker):
         assert plain._conn.sock.getsockopt(zmq.SNDHWM) == PLAIN_SNDHWM
 
 
-@settings(max_examples=12, deadline=None,
+@settings(max_examples=examples(12), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(items=messages, stops=pauses, confirms=st.booleans())
 def test_publishes_in_a_loop_give_what_plain_publishes_give(broker, items, stops, confirms):

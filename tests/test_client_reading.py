@@ -23,6 +23,7 @@ from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
 from tests.test_client_batching import batching, broker_sends, cut_into_batches, deliver_batch
 from tests.test_client_peering import sent
+from .examples import examples
 
 keys = st.sampled_from(["", "a", "key.é", "x" * 255])
 fields = st.tuples(st.integers(0, 2**64 - 1), keys, st.binary(max_size=40),
@@ -30,7 +31,7 @@ fields = st.tuples(st.integers(0, 2**64 - 1), keys, st.binary(max_size=40),
                    st.sampled_from([NO_HEADERS, Headers((("a", b"1"), ("a", b"2")))]))
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(fields)
 def test_a_message_is_the_value_its_fields_make(f):
     seq, key, body, ts, stream, headers = f
@@ -64,7 +65,7 @@ def test_a_message_equals_only_a_message_and_cannot_be_changed():
     assert {m: 1}[Message(1, "k", b"v")] == 1
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(keys, st.binary(max_size=60)), min_size=1, max_size=60),
        st.integers(1, 2**40), st.integers(0, 2**63))
 def test_a_deliver_batch_gives_the_messages_built_one_by_one(items, first, ts):
@@ -95,7 +96,7 @@ def _read(frames, limit):
     return got, grants, p.consumed
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["", "a", "key.é"]), st.binary(max_size=20)),
                 min_size=1, max_size=300),
        st.lists(st.integers(1, 200), min_size=1, max_size=10))

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from zeps.protocol import commands as c
 from zeps.protocol import ProtocolError, decode, encode, encode_deliver, deliver_sequence
+from .examples import examples
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "zeps-wire-vectors.json").read_text())
 
@@ -170,7 +171,7 @@ def test_every_truncation_is_rejected_cleanly(cmd, data):
         decode(frame[:cut])
 
 
-@settings(max_examples=500)
+@settings(max_examples=examples(500))
 @given(st.one_of(st.binary(max_size=64), st.binary(max_size=40).map(lambda b: b"\xaa\xa5" + b)))
 def test_arbitrary_bytes_decode_or_raise_protocol_error(frame):
     try:

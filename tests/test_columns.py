@@ -11,6 +11,7 @@ from zeps.protocol import batch as rows
 from zeps.protocol import columns as C
 from zeps.protocol import commands as c
 from zeps.protocol import ProtocolError, decode, encode
+from .examples import examples
 
 np = pytest.importorskip("numpy", reason="the numpy path is compared with the fallback")
 pa = pytest.importorskip("pyarrow", reason="to_arrow needs pyarrow")
@@ -63,7 +64,7 @@ def test_the_documented_example_byte_by_byte():
         "0565752e66720000000568656c6c6f0000000000")
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(messages_st, st.integers(0, 2**64 - 1), st.integers(1, 2**40))
 def test_columns_and_rows_hold_the_same_messages(msgs, ts, seq):
     keys = [k for k, _ in msgs]
@@ -92,7 +93,7 @@ def test_columns_and_rows_hold_the_same_messages(msgs, ts, seq):
         c.deliver_cost(len(k.encode()), len(b)) for k, b in msgs)
 
 
-@settings(max_examples=15, deadline=None)
+@settings(max_examples=examples(15), deadline=None)
 @given(st.lists(st.tuples(keys_st, st.binary(max_size=300)), min_size=C._ARROW_ROWS_MIN,
                 max_size=C._ARROW_ROWS_MIN + 40), st.integers(0, 2**64 - 1),
        st.integers(0, 2**40))
@@ -105,7 +106,7 @@ def test_large_batches_convert_to_rows_through_arrow_as_through_python(msgs, ts,
     assert C.columns_from_rows(want) == frame
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=examples(100), deadline=None)
 @given(messages_st, st.integers(0, 2**63 - 1), st.integers(1, 2**40))
 def test_to_arrow_wraps_the_frame_without_copying(msgs, ts, seq):
     keys = [k for k, _ in msgs]
@@ -126,7 +127,7 @@ def test_to_arrow_wraps_the_frame_without_copying(msgs, ts, seq):
     assert pub.schema.names == ["key", "body"] and pub.column("body").to_pylist() == bodies
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(messages_st, st.booleans())
 def test_every_truncation_is_refused_the_same_way_by_both_paths(msgs, deliver):
     keys, bodies = [k for k, _ in msgs], [b for _, b in msgs]
@@ -139,7 +140,7 @@ def test_every_truncation_is_refused_the_same_way_by_both_paths(msgs, deliver):
     assert isinstance(both(frame + bytes(8)), str)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(messages_st, st.booleans(), st.lists(st.tuples(st.integers(0, 10**6), st.integers(1, 255)),
                                             min_size=1, max_size=4))
 def test_corruption_is_refused_or_read_as_exactly_what_the_bytes_say(msgs, deliver, flips):
@@ -164,14 +165,14 @@ def test_corruption_is_refused_or_read_as_exactly_what_the_bytes_say(msgs, deliv
     assert C.to_arrow(frame).column("key").to_pylist() == [k for k, _ in out]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.binary(max_size=200))
 def test_arbitrary_bytes_are_refused_with_badcolumns(data):
     got = both(data)
     assert isinstance(got, str) or reencoded(*got) == data
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.sampled_from([C.PUBLISH_COLUMNS_ID, C.DELIVER_COLUMNS_ID]), st.integers(0, 3),
        st.integers(0, 2**64 - 1), st.integers(0, 2**64 - 1), st.integers(0, 300),
        st.integers(0, 300), st.binary(max_size=160))

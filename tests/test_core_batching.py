@@ -13,6 +13,7 @@ from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 from zeps.protocol.batch import encode_publish_batch
 from zeps.protocol.reasons import PUBLISH_REJECTED
+from .examples import examples
 
 PUB, SUB, OLD = b"pub", b"sub", b"old"
 
@@ -223,7 +224,7 @@ def test_a_batch_larger_than_the_streams_record_limit_is_stored_as_several_recor
     assert [k for _seq, k in h.delivered(SUB)] == keys
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(st.lists(st.tuples(st.text(max_size=6), st.binary(max_size=40)), min_size=1, max_size=30),
        st.integers(1, 200))
 def test_split_batch_cuts_at_entries_into_parts_that_fit(items, limit):

@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F401 (fixtures)
 from zeps.protocol import LATEST_LIVE, encode
 from zeps.protocol import commands as c
+from .examples import examples
 
 X = b"x"
 PUB = b"pub"
@@ -235,7 +236,8 @@ def test_an_unsent_deliver_of_an_ended_peering_gives_nothing_to_the_next(make):
         "the new peering granted credit for one message"
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=examples(40), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(st.one_of(
     st.tuples(st.just("publish"), st.integers(1, 3)),
     st.tuples(st.just("block"), st.integers(0, 5), st.integers(0, 2)),

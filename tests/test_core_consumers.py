@@ -12,6 +12,7 @@ from zeps.broker.groups import MAX_MEMBERS
 from zeps.protocol import commands as c
 from zeps.protocol.consumer import pack_ranges, ranges_of
 from zeps.protocol.headers import headers_of
+from .examples import examples
 
 PUB = b"pub"
 
@@ -293,7 +294,7 @@ def test_a_thousand_members_cost_a_quiet_round_nothing_and_are_bounded(make):
     assert len(group(h).members) == 1000
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ack", "nak", "leave", "tick", "pub", "join"]),
                           st.integers(0, 2)), max_size=40))
 def test_union_of_acks_is_exactly_what_was_published(tmp_path_factory, ops):

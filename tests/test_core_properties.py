@@ -27,6 +27,7 @@ from zeps.protocol import LATEST_LIVE, decode, deliver_cost
 from zeps.protocol.batch import encode_publish_batch, entry_body, entry_key
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import NOT_ATTACHED, WINDOW_TOO_SMALL
+from .examples import examples
 
 KEYS = ["a", "b", "ab", "ba", "c"]
 PATTERNS = ["", "a", "b", "~b$", "~^(a|c)"]
@@ -279,7 +280,7 @@ class Model:
 
 # Passing takes ~10 s; a failure is shrunk for up to Hypothesis's own 300 s, hence the timeout.
 @pytest.mark.timeout(420)
-@settings(max_examples=200, deadline=None, report_multiple_bugs=False,
+@settings(max_examples=examples(200), deadline=None, report_multiple_bugs=False,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(subscribe, credit), min_size=1, max_size=4),
        st.lists(ops, min_size=20, max_size=60),

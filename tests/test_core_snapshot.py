@@ -11,6 +11,7 @@ from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F
 from zeps.broker.snapshots import SNAPSHOT_STEP
 from zeps.protocol import commands as c
 from zeps.protocol.headers import encode_block
+from .examples import examples
 
 PUB, R = b"pub", b"reader"
 
@@ -205,7 +206,7 @@ OPS = st.lists(st.tuples(st.sampled_from(["put", "del", "round"]),
                          st.integers(0, 2)), max_size=40)
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(before=OPS, during=OPS, window=st.integers(1, 4))
 def test_snapshot_then_subscribe_from_seq_plus_one_is_the_current_state(tmp_path_factory, before,
                                                                         during, window):

@@ -23,6 +23,7 @@ from zeps.journal.record import HEADER_SIZE
 from zeps.journal.retention import segments_to_delete
 from zeps.protocol.codec import decode, encode_deliver
 from zeps.protocol.commands import Deliver
+from .examples import examples
 
 SMALL = JournalConfig(segment_bytes=4096, index_interval_bytes=256, fsync="never")
 
@@ -542,7 +543,7 @@ batches_st = st.lists(
     min_size=1, max_size=25)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(batches=batches_st, seg=st.sampled_from([512, 2048, 1 << 20]),
        interval=st.sampled_from([1, 100, 4096]))
 def test_property_random_batches_round_trip(batches, seg, interval):

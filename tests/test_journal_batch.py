@@ -23,6 +23,7 @@ from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
 from zeps.protocol.batch import BadEntries, encode_entries, encode_publish_batch, entry_key, walk
 from zeps.protocol.commands import DeliverBatch, PublishBatch
+from .examples import examples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = JournalConfig(segment_bytes=1500, index_interval_bytes=200, fsync="never")
@@ -257,7 +258,7 @@ def columns(view):
     return rows
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=list(HealthCheck))
 @given(appends=appends_st, seqs=st.lists(st.integers(0, 200), max_size=6),
        max_records=st.integers(1, 30), max_bytes=st.integers(1, 600))
 def test_batch_records_read_like_one_record_per_message(appends, seqs, max_records, max_bytes):
@@ -355,7 +356,7 @@ def test_cli_replay_reads_batch_records_message_by_message(tmp_path):
     assert r.stdout.splitlines() == ["x2", "x3", "x4", "x5", "y", "last"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(keys=st.lists(st.binary(max_size=6) | st.text(max_size=3).map(str.encode), min_size=1,
                      max_size=8))
 def test_walk_refuses_exactly_the_first_key_that_is_not_utf8(keys):

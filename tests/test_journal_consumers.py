@@ -13,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from zeps.journal import consumers as cs
 from zeps.journal.consumers import ConsumerConfig, ConsumerState, Saver
 from zeps.protocol.commands import ACK_ALL, CONSUMER_KEY_ORDER, START_TIME
+from .examples import examples
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 
@@ -74,7 +75,7 @@ states = st.builds(
     skipped=U64, counters=st.dictionaries(st.sampled_from(cs.COUNTERS), U64))
 
 
-@settings(max_examples=80, deadline=None)
+@settings(max_examples=examples(80), deadline=None)
 @given(s=states)
 def test_state_round_trips_through_the_file(tmp_path_factory, s):
     d = tmp_path_factory.mktemp("s")

@@ -18,6 +18,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.deliver import encode_deliver
 from zeps.protocol.headers import decode_block, encode_block
+from .examples import examples
 
 CFG = JournalConfig(segment_bytes=1 << 16, index_interval_bytes=512, fsync="never",
                     producer_max_age_ms=None)
@@ -150,7 +151,7 @@ _blocks = st.one_of(st.none(), st.lists(st.tuples(_names, st.binary(max_size=30)
                                         min_size=1, max_size=5).map(lambda p: encode_block(p)))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40), deadline=None)
 @given(st.lists(st.tuples(st.text(max_size=5), st.binary(max_size=40), _blocks,
                           st.booleans()), min_size=1, max_size=30), st.randoms())
 def test_any_mix_reads_back_through_every_reader(tmp_path_factory, items, rnd):

@@ -14,6 +14,7 @@ from zeps.journal import lastvalue, settings as stream_settings
 from zeps.journal.lastvalue import KeyIndex, SortedKeys
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.commands import PublishBatch
+from .examples import examples
 
 
 
@@ -60,7 +61,7 @@ def check_index(j, model):
 
 # ----------------------------------------------------------------------------- pure parts
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.binary(max_size=3)), max_size=300),
        st.integers(1, 5))
 def test_sorted_keys_against_a_sorted_set(ops, load):
@@ -91,7 +92,7 @@ def test_sorted_keys_against_a_sorted_set(ops, load):
 keys = st.sampled_from(["a", "a.b", "a.c", "b", "b.a", "ab", "z", "é", ""])
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(st.lists(st.tuples(keys, st.sampled_from([b"", b"x", b"yy"])), max_size=200))
 def test_key_index_against_a_dict(msgs):
     """Applying messages in order gives a dict model's state: the latest sequence of each key,

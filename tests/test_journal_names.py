@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 from zeps.journal import DataDir, InvalidStreamNameError, JournalConfig, list_streams
 from zeps.journal.names import stream_dir_name, stream_from_dir_name
+from .examples import examples
 
 DANGEROUS = ["../../etc", ".", "..", "...", "a/b", "/abs", "nul\x00byte", "\x00", ".hidden",
              "a/../..", "%2E%2E", "%", "LOCK", "back\\slash", "sp ace", "é", "日本",
@@ -62,7 +63,7 @@ def test_list_streams_decodes_back(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["data"]
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.text(min_size=1, max_size=80))
 def test_property_round_trip(name):
     raw = name.encode("utf-8", "surrogatepass")

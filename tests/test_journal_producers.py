@@ -20,6 +20,7 @@ from zeps.journal.record import HEADER, encode_batch
 from zeps.protocol.deliver import encode_deliver
 
 import google_crc32c
+from .examples import examples
 
 SMALL = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never")
 
@@ -293,7 +294,7 @@ def test_producers_beyond_the_limit_are_dropped_least_recently_used_first(tmp_pa
             assert list(j.producers()) == list(want)    # the same recency order
 
 
-@settings(max_examples=25, deadline=None,
+@settings(max_examples=examples(25), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=st.lists(st.one_of(
     st.lists(st.one_of(st.none(), st.tuples(st.sampled_from(["a", "b", "ccc", "é"]),

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader
 from zeps.journal.record import encode_batch
+from .examples import examples
 
 CFG = JournalConfig(segment_bytes=4096, index_interval_bytes=64, fsync="never")
 
@@ -257,7 +258,7 @@ def test_reader_sees_torn_tail_as_end(tmp_path):
 batches_st = st.lists(st.integers(1, 12), min_size=1, max_size=30)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sizes=batches_st, cut_frac=st.floats(0, 1), seg=st.sampled_from([600, 4096]),
        junk=st.binary(max_size=40))
 def test_property_random_truncation_recovers_a_prefix(sizes, cut_frac, seg, junk):

@@ -44,6 +44,7 @@ from zeps.protocol.commands import PublishBatch  # noqa: E402
 from zeps.protocol.headers import encode_block  # noqa: E402
 
 from . import compiled  # noqa: E402
+from .examples import examples  # noqa: E402
 
 journalc = compiled.c_module(
     "zeps.journal._journalc", "numpy loops",
@@ -128,7 +129,7 @@ def _fields(blk):
     return f + [m.tolist(), blk.pstart[m].tolist(), blk.pend[m].tolist(), blk.pseq[m].tolist()]
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=8), damage_st, st.integers(0, 30),
        st.sampled_from([0, 0, 0, -1, 1]), st.sampled_from([None, None, 0, 999, 1001, 1 << 70]),
        st.booleans())
@@ -233,7 +234,7 @@ def _fused_definition(buf, expect, last_ts, verify, want, last):
     return n, after, nseq, last_t, False, rows
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=8), damage_st, st.integers(0, 30),
        st.sampled_from([0, 0, 0, -1, 1]), st.sampled_from([None, None, 0, 999, 1001, 1 << 70]),
        st.booleans(), st.integers(-2, 12), st.one_of(st.none(), st.integers(0, 20)),
@@ -291,7 +292,7 @@ def test_a_read_that_ends_inside_a_batch_record_stops_at_its_record():
     assert (n, after, nseq, stopped) == (2, starts[2], 10, True)   # the batch whole, then b
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(st.one_of(st.binary(max_size=12), st.text(max_size=6).map(lambda t: t.encode()),
                  st.tuples(st.text(min_size=1, max_size=4), st.integers(0, 15),
                            st.integers(0, 255)).map(
@@ -369,7 +370,7 @@ def test_a_batch_record_that_would_pass_the_outputs_is_left_to_the_general_path(
     assert [r[2:4] for r in rows[3:]] == [("", b"")] * 200
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.binary(max_size=3000), st.integers(0, 7))
 def test_crc32c_is_google_crc32c(data, skip):
     assert journalc.crc32c(data[skip:]) == google_crc32c.value(data[skip:])
@@ -393,7 +394,7 @@ def _outcome(d, block_bytes, verify=True, first=1, last=None):
     return rows, err
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=12), damage_st.filter(bool), st.integers(0, 40),
        st.sampled_from([1 << 20, 700, 64]), st.booleans(),
        st.sampled_from([(1, None)] * 3 + [(3, None), (1, 5), (4, 9), (2, 30)]))

@@ -19,6 +19,7 @@ from zeps.journal import Journal, JournalConfig
 from zeps.journal.errors import JournalError
 from zeps.protocol import commands as c
 from zeps.protocol import encode
+from .examples import examples
 
 KEYS = st.sampled_from(["a", "a.b", "b", "é", "k" * 255])
 #: Small bodies, and bodies around the 4 KiB where a DELIVER-BATCH of one is built with a view
@@ -47,7 +48,7 @@ def _outcome(j: Journal, lone: bool, key, body):
 
 
 # ---------------------------------------------------------------------- the journal
-@settings(max_examples=60, deadline=None,
+@settings(max_examples=examples(60), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(items=st.lists(st.one_of(st.tuples(st.one_of(KEYS, st.just("x" * 256)), BODIES),
                                 st.tuples(KEYS, st.binary(max_size=9).map(bytearray))),
@@ -188,7 +189,7 @@ def _run(path, steps, fsync: str, key_index: bool):
     return sent, state, counters, _files(str(path))
 
 
-@settings(max_examples=40, deadline=None,
+@settings(max_examples=examples(40), deadline=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=st.lists(STEP, min_size=1, max_size=25),
        fsync=st.sampled_from(["never", "interval", "always"]), key_index=st.booleans())

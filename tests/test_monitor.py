@@ -43,6 +43,7 @@ from zeps.units import parse_address
 from .cdp import Browser, find_chromium, number
 from .conftest import REPO
 from .rawclient import RawClient
+from .examples import examples
 
 KEY, BODY = "k.1", b"0123456789"
 COST = deliver_cost(len(KEY), len(BODY))
@@ -226,7 +227,7 @@ def _frames(op) -> List[bytes]:
     return [encode(cmd)]
 
 
-@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(100), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(hs.lists(command_ops, max_size=80))
 def test_counters_match_every_frame_the_core_sends(ops):
     """Whatever clients do — good, refused or malformed — the counters equal what went out:

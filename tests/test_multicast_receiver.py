@@ -17,6 +17,7 @@ from zeps.multicast import datagram as dg
 from zeps.multicast.loss import DUPLICATE, FAR, LATE, NEW, LossMeter
 from zeps.multicast.receiver import FALLBACK, MULTICAST, Receiver, ReceiverConfig
 from zeps.multicast.sender import Sender
+from .examples import examples
 
 CFG = ReceiverConfig(reorder_wait=0.05, min_datagrams=100)        # loss never falls back
 LOSSY = ReceiverConfig(reorder_wait=0.05, loss_window=1.0, min_datagrams=5, return_windows=2)
@@ -472,7 +473,7 @@ class World:
         r.tick(self.t)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(n=st.integers(1, 120), density=st.integers(1, 4), start=st.sampled_from(["first", "live"]),
        fates=st.lists(st.sampled_from(["ok", "ok", "ok", "drop", "dup", "hold"]), max_size=80),
        rate=st.integers(1, 10), batch=st.integers(1, 5))

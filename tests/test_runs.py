@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from zeps.broker.batching import ENTRY_OFFSET, MAX_RUN_BYTES, Runs
 from zeps.protocol.batch import DELIVER_HEAD_SIZE, deliver_batch_head
 from zeps.protocol.deliver import encode_deliver, sequence_of
+from .examples import examples
 
 SUBS = (b"s1", b"s2", b"s3")
 
@@ -85,7 +86,7 @@ choice = st.tuples(st.one_of(st.none(), st.tuples(st.integers(0, 4), st.integers
                    st.booleans())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(record, st.sampled_from([7, 8]),
                           st.lists(choice, min_size=len(SUBS), max_size=len(SUBS)),
                           st.booleans()),

@@ -32,6 +32,7 @@ from hypothesis import strategies as st
 
 from zeps.broker import sockio
 from . import compiled
+from .examples import examples
 
 compiled.c_module("zeps.broker._sockc", "Python socket loops")
 _c, _why = sockio.load_c()
@@ -92,7 +93,7 @@ def _round_trace(pair, known, max_n, max_bytes, ask_first, readable):
     return got, status, ident, rest
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(traffic_st, st.integers(0, 3), st.integers(1, 50), st.integers(1, 200),
        st.integers(-2, 10), st.booleans())
 def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
@@ -186,7 +187,7 @@ outbox_st = st.lists(st.tuples(st.sampled_from([b"client-0", b"client-1", b"nobo
                                st.sampled_from([bytes, bytearray, memoryview])), max_size=30)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(outbox_st, st.integers(0, 3), st.sets(st.sampled_from([b"client-0", b"client-1"])),
        st.booleans())
 def test_send_all_sends_the_same_frames_with_the_same_answers_in_c_and_python(

@@ -28,6 +28,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.deliver import encode_deliver
 from tests.test_client_batching import _cost, batching, deliver_batch
 from tests.test_client_peering import sent
+from .examples import examples
 
 
 class Front:
@@ -215,7 +216,7 @@ steps_st = st.lists(st.tuples(st.sampled_from(["next", "poll", "dunder", "batch"
                     min_size=1, max_size=12)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=examples(150), deadline=None)
 @given(items_st, cuts_st, steps_st)
 def test_any_mix_of_reads_hands_and_credits_what_the_old_subscription_did(items, cuts, steps):
     frames = frames_of(items, cuts)
@@ -346,7 +347,7 @@ def old_cut_point(offsets, spent, topup, room):
     return k, cost
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(st.lists(st.tuples(st.binary(max_size=6), st.binary(max_size=30)), min_size=1,
                 max_size=60),
        st.integers(1, 40), st.integers(0, 400), st.integers(1, 900), st.booleans())

@@ -15,6 +15,7 @@ from zeps.broker.sweeps import Sweep
 from zeps.broker.timers import COMPACTION_SLICE, EXPIRY_SLICE, RETENTION_SLICE
 from zeps.protocol import commands as c
 from zeps.protocol import encode
+from .examples import examples
 
 
 # ---------------------------------------------------------------------------- the sweep alone
@@ -64,7 +65,7 @@ def test_a_slice_holds_at_least_one_item():
         Sweep(1.0, 0)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=examples(200), deadline=None)
 @given(n=st.integers(0, 300), size=st.integers(1, 50), period=st.floats(0.01, 100.0))
 def test_each_pass_hands_every_item_once_within_its_period(n, size, period):
     sw = Sweep(period, size)

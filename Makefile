@@ -8,6 +8,12 @@ ENDPOINT ?= tcp://127.0.0.1:7470
 DATA_DIR ?= ./zeps-data
 SUDO   := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
+# Python writes its bytecode caches (__pycache__, gitignored) under make, even where the
+# environment sets PYTHONDONTWRITEBYTECODE: without them every broker and CLI process a test starts
+# compiles zeps from source again (tests/test_cli.py alone: 185 s without, 59 s with), and pytest
+# rewrites every test module again in each run and worker (12.7 s a worker on 2 cores).
+unexport PYTHONDONTWRITEBYTECODE
+
 .PHONY: run test check soak java chromium bench bench-peers bench-smoke clean
 
 $(PY):
@@ -60,13 +66,12 @@ test: $(TEST_STAMP) java chromium bench-peers
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
 # markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`), each property
 # test drawing a quarter of its examples (ZEPS_EXAMPLES, tests/examples.py; `make test` draws them
-# all), and pytest's rewritten test modules cached from one run to the next even where the
-# environment sets PYTHONDONTWRITEBYTECODE (rewriting them all took each worker about 10 s a run).
+# all).
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)
 	$(VENV)/bin/ruff check zeps tests bench examples
 	$(VENV)/bin/lint-imports
-	env -u PYTHONDONTWRITEBYTECODE ZEPS_EXAMPLES=0.25 $(PY) -m pytest -q -n auto -m "$(CHECK_MARKERS)"
+	ZEPS_EXAMPLES=0.25 $(PY) -m pytest -q -n auto -m "$(CHECK_MARKERS)"
 
 # `make soak`: the fault tests that have a soak variant (pytest marker `soak`), at soak scale:
 # 100 SIGKILL/restart cycles, 10^6 hostile frames (tests/soak.py). Not part of `make test`.

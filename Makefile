@@ -65,7 +65,7 @@ test: $(TEST_STAMP) java chromium bench-peers
 # `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
 # markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`), each property
-# test drawing a quarter of its examples (ZEPS_EXAMPLES, tests/examples.py; `make test` draws them
+# test drawing a quarter of its examples (ZEPS_EXAMPLES, tests/property_examples.py; `make test` draws them
 # all).
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)

@@ -14,7 +14,7 @@ from typing import List, Optional
 import pytest
 from hypothesis import HealthCheck, settings
 
-from .examples import examples
+from .property_examples import examples
 from .ports import fixed_ports
 
 REPO = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ REPO = Path(__file__).resolve().parent.parent
 # example the machine had stalled for 300 ms ("Unreliable test timings", FlakyFailure: the
 # test, not the code), and its too_slow health check is the same limit on drawing data.
 # A property that names no count draws Hypothesis's default (100), scaled as every named count is
-# (tests/examples.py: all of them in `make test`, a quarter in `make check`).
+# (tests/property_examples.py: all of them in `make test`, a quarter in `make check`).
 settings.register_profile("zeps", deadline=None, max_examples=examples(100),
                           suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("zeps")

@@ -19,7 +19,7 @@ from zeps.clients.message import MessageBatch  # noqa: E402
 from zeps.journal import ranges  # noqa: E402
 from zeps.protocol import batch as B  # noqa: E402
 from zeps.clients.columns import ARROW_SCHEMA, batch_columns, message_columns  # noqa: E402
-from .examples import examples  # noqa: E402
+from .property_examples import examples  # noqa: E402
 
 keys_st = st.one_of(st.text(max_size=20).map(lambda t: t.encode()[:255]),
                     st.binary(max_size=12))           # binary keys: some are not UTF-8

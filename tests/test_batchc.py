@@ -28,7 +28,7 @@ from zeps.clients.message import Message, build_messages_py
 from zeps.protocol import batch as B
 from zeps.protocol.headers import NO_HEADERS
 from . import compiled
-from .examples import examples
+from .property_examples import examples
 
 batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 

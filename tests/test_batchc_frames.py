@@ -28,7 +28,7 @@ from zeps.protocol import codec
 from zeps.protocol import commands as c
 
 from . import compiled
-from .examples import examples
+from .property_examples import examples
 
 batchc = compiled.batchc()      # the module itself, also under ZEPS_PURE_PYTHON=1
 

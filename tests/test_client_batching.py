@@ -22,7 +22,7 @@ from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import PUBLISH_REJECTED
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, sent
-from .examples import examples
+from .property_examples import examples
 
 MAX_BATCH = 200
 #: STREAM-DESCRIBE-OK of a stream with the broker's default limits.

@@ -16,7 +16,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.codec import decode, encode, encode_publish
 from zeps.protocol.deliver import encode_deliver, message_cost, ts_from_deliver
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
-from .examples import examples
+from .property_examples import examples
 
 WINDOW = 1000
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from tests.measure import wait_for
 from zeps.clients import Client, ConcurrentUseError
 from zeps.clients.transport import BATCH_SNDHWM, GREEN_BATCH_SNDHWM, PLAIN_SNDHWM
-from .examples import examples
+from .property_examples import examples
 
 FAST = dict(timeout=20.0, heartbeat=5.0)
 

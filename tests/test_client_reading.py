@@ -23,7 +23,7 @@ from zeps.protocol.deliver import message_cost
 from zeps.protocol.headers import NO_HEADERS, Headers, encode_block
 from tests.test_client_batching import batching, broker_sends, cut_into_batches, deliver_batch
 from tests.test_client_peering import sent
-from .examples import examples
+from .property_examples import examples
 
 keys = st.sampled_from(["", "a", "key.é", "x" * 255])
 fields = st.tuples(st.integers(0, 2**64 - 1), keys, st.binary(max_size=40),

@@ -7,7 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from zeps.protocol import commands as c
 from zeps.protocol import ProtocolError, decode, encode, encode_deliver, deliver_sequence
-from .examples import examples
+from .property_examples import examples
 
 VECTORS = json.loads((Path(__file__).parent / "data" / "zeps-wire-vectors.json").read_text())
 

@@ -11,7 +11,7 @@ from zeps.protocol import batch as rows
 from zeps.protocol import columns as C
 from zeps.protocol import commands as c
 from zeps.protocol import ProtocolError, decode, encode
-from .examples import examples
+from .property_examples import examples
 
 np = pytest.importorskip("numpy", reason="the numpy path is compared with the fallback")
 pa = pytest.importorskip("pyarrow", reason="to_arrow needs pyarrow")

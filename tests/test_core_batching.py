@@ -13,7 +13,7 @@ from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
 from zeps.protocol.batch import encode_publish_batch
 from zeps.protocol.reasons import PUBLISH_REJECTED
-from .examples import examples
+from .property_examples import examples
 
 PUB, SUB, OLD = b"pub", b"sub", b"old"
 

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F401 (fixtures)
 from zeps.protocol import LATEST_LIVE, encode
 from zeps.protocol import commands as c
-from .examples import examples
+from .property_examples import examples
 
 X = b"x"
 PUB = b"pub"

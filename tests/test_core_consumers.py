@@ -12,7 +12,7 @@ from zeps.broker.groups import MAX_MEMBERS
 from zeps.protocol import commands as c
 from zeps.protocol.consumer import pack_ranges, ranges_of
 from zeps.protocol.headers import headers_of
-from .examples import examples
+from .property_examples import examples
 
 PUB = b"pub"
 

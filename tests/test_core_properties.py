@@ -27,7 +27,7 @@ from zeps.protocol import LATEST_LIVE, decode, deliver_cost
 from zeps.protocol.batch import encode_publish_batch, entry_body, entry_key
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import NOT_ATTACHED, WINDOW_TOO_SMALL
-from .examples import examples
+from .property_examples import examples
 
 KEYS = ["a", "b", "ab", "ba", "c"]
 PATTERNS = ["", "a", "b", "~b$", "~^(a|c)"]

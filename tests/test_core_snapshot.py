@@ -11,7 +11,7 @@ from tests.core_harness import Core, core_fixture, cost, make_fixture  # noqa: F
 from zeps.broker.snapshots import SNAPSHOT_STEP
 from zeps.protocol import commands as c
 from zeps.protocol.headers import encode_block
-from .examples import examples
+from .property_examples import examples
 
 PUB, R = b"pub", b"reader"
 

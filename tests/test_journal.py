@@ -23,7 +23,7 @@ from zeps.journal.record import HEADER_SIZE
 from zeps.journal.retention import segments_to_delete
 from zeps.protocol.codec import decode, encode_deliver
 from zeps.protocol.commands import Deliver
-from .examples import examples
+from .property_examples import examples
 
 SMALL = JournalConfig(segment_bytes=4096, index_interval_bytes=256, fsync="never")
 

@@ -23,7 +23,7 @@ from zeps.journal.record import HEADER_SIZE
 from zeps.protocol import codec
 from zeps.protocol.batch import BadEntries, encode_entries, encode_publish_batch, entry_key, walk
 from zeps.protocol.commands import DeliverBatch, PublishBatch
-from .examples import examples
+from .property_examples import examples
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SMALL = JournalConfig(segment_bytes=1500, index_interval_bytes=200, fsync="never")

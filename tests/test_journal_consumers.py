@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from zeps.journal import consumers as cs
 from zeps.journal.consumers import ConsumerConfig, ConsumerState, Saver
 from zeps.protocol.commands import ACK_ALL, CONSUMER_KEY_ORDER, START_TIME
-from .examples import examples
+from .property_examples import examples
 
 U64 = st.integers(min_value=0, max_value=2**64 - 1)
 

@@ -18,7 +18,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.deliver import encode_deliver
 from zeps.protocol.headers import decode_block, encode_block
-from .examples import examples
+from .property_examples import examples
 
 CFG = JournalConfig(segment_bytes=1 << 16, index_interval_bytes=512, fsync="never",
                     producer_max_age_ms=None)

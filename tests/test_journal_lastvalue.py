@@ -14,7 +14,7 @@ from zeps.journal import lastvalue, settings as stream_settings
 from zeps.journal.lastvalue import KeyIndex, SortedKeys
 from zeps.protocol.batch import encode_entries
 from zeps.protocol.commands import PublishBatch
-from .examples import examples
+from .property_examples import examples
 
 
 

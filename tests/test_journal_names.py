@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from zeps.journal import DataDir, InvalidStreamNameError, JournalConfig, list_streams
 from zeps.journal.names import stream_dir_name, stream_from_dir_name
-from .examples import examples
+from .property_examples import examples
 
 DANGEROUS = ["../../etc", ".", "..", "...", "a/b", "/abs", "nul\x00byte", "\x00", ".hidden",
              "a/../..", "%2E%2E", "%", "LOCK", "back\\slash", "sp ace", "é", "日本",

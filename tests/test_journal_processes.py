@@ -13,10 +13,10 @@ import pytest
 
 from zeps.journal import Journal, JournalConfig, JournalLockedError, JournalReader
 
+from .journal_child import body_for, key_for
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CHILD = os.path.join(HERE, "journal_child.py")
-sys.path.insert(0, HERE)
-from journal_child import body_for, key_for  # noqa: E402
 
 
 def spawn(*args, **kw):

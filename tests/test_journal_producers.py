@@ -20,7 +20,7 @@ from zeps.journal.record import HEADER, encode_batch
 from zeps.protocol.deliver import encode_deliver
 
 import google_crc32c
-from .examples import examples
+from .property_examples import examples
 
 SMALL = JournalConfig(segment_bytes=2048, index_interval_bytes=256, fsync="never")
 

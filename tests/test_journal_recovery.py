@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from zeps.journal import CorruptionError, Journal, JournalConfig, JournalReader
 from zeps.journal.record import encode_batch
-from .examples import examples
+from .property_examples import examples
 
 CFG = JournalConfig(segment_bytes=4096, index_interval_bytes=64, fsync="never")
 

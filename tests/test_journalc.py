@@ -44,7 +44,7 @@ from zeps.protocol.commands import PublishBatch  # noqa: E402
 from zeps.protocol.headers import encode_block  # noqa: E402
 
 from . import compiled  # noqa: E402
-from .examples import examples  # noqa: E402
+from .property_examples import examples  # noqa: E402
 
 journalc = compiled.c_module(
     "zeps.journal._journalc", "numpy loops",

@@ -19,7 +19,7 @@ from zeps.journal import Journal, JournalConfig
 from zeps.journal.errors import JournalError
 from zeps.protocol import commands as c
 from zeps.protocol import encode
-from .examples import examples
+from .property_examples import examples
 
 KEYS = st.sampled_from(["a", "a.b", "b", "é", "k" * 255])
 #: Small bodies, and bodies around the 4 KiB where a DELIVER-BATCH of one is built with a view

@@ -43,7 +43,7 @@ from zeps.units import parse_address
 from .cdp import Browser, find_chromium, number
 from .conftest import REPO
 from .rawclient import RawClient
-from .examples import examples
+from .property_examples import examples
 
 KEY, BODY = "k.1", b"0123456789"
 COST = deliver_cost(len(KEY), len(BODY))

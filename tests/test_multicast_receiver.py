@@ -17,7 +17,7 @@ from zeps.multicast import datagram as dg
 from zeps.multicast.loss import DUPLICATE, FAR, LATE, NEW, LossMeter
 from zeps.multicast.receiver import FALLBACK, MULTICAST, Receiver, ReceiverConfig
 from zeps.multicast.sender import Sender
-from .examples import examples
+from .property_examples import examples
 
 CFG = ReceiverConfig(reorder_wait=0.05, min_datagrams=100)        # loss never falls back
 LOSSY = ReceiverConfig(reorder_wait=0.05, loss_window=1.0, min_datagrams=5, return_windows=2)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from zeps.broker.batching import ENTRY_OFFSET, MAX_RUN_BYTES, Runs
 from zeps.protocol.batch import DELIVER_HEAD_SIZE, deliver_batch_head
 from zeps.protocol.deliver import encode_deliver, sequence_of
-from .examples import examples
+from .property_examples import examples
 
 SUBS = (b"s1", b"s2", b"s3")
 

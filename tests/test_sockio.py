@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 
 from zeps.broker import sockio
 from . import compiled
-from .examples import examples
+from .property_examples import examples
 
 compiled.c_module("zeps.broker._sockc", "Python socket loops")
 _c, _why = sockio.load_c()

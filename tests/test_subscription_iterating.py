@@ -28,7 +28,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.deliver import encode_deliver
 from tests.test_client_batching import _cost, batching, deliver_batch
 from tests.test_client_peering import sent
-from .examples import examples
+from .property_examples import examples
 
 
 class Front:

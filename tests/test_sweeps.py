@@ -15,7 +15,7 @@ from zeps.broker.sweeps import Sweep
 from zeps.broker.timers import COMPACTION_SLICE, EXPIRY_SLICE, RETENTION_SLICE
 from zeps.protocol import commands as c
 from zeps.protocol import encode
-from .examples import examples
+from .property_examples import examples
 
 
 # ---------------------------------------------------------------------------- the sweep alone

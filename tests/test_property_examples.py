@@ -1,10 +1,10 @@
-"""tests/examples.py: the fast loop's share of each property's examples."""
+"""tests/property_examples.py: the fast loop's share of each property's examples."""
 from __future__ import annotations
 
 import pytest
 from hypothesis import settings
 
-from .examples import FLOOR, SCALE, _scale, examples
+from .property_examples import FLOOR, SCALE, _scale, examples
 
 
 def test_the_whole_suite_draws_every_example():

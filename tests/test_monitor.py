@@ -704,78 +704,105 @@ def test_hostile_http_clients_do_not_hurt_zeps_clients(start_broker):
     assert get_json(url + "/varz")["in_msgs"] == 2000
 
 
-class Dribblers(threading.Thread):
+def _dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) -> None:
+    """:class:`Dribblers`' process: ``counts`` holds (rounds, closed, open)."""
+    sent: Dict[socket.socket, int] = {}
+
+    def open_one() -> None:
+        s = socket.create_connection(address, timeout=5)
+        s.setblocking(False)
+        sent[s] = 0
+
+    def lost(s: socket.socket) -> None:
+        del sent[s]
+        s.close()
+        counts[1] += 1
+        if reconnect.is_set() and not halt.is_set():
+            open_one()
+
+    for _ in range(n):
+        open_one()
+    counts[2] = len(sent)
+    next_byte = time.monotonic()
+    while not halt.is_set():
+        readable, _, _ = select.select(list(sent), [], [], pace)
+        for s in readable:                         # the server answered or closed it
+            try:
+                if s.recv(65536):
+                    continue                       # an answer: the close comes next
+            except BlockingIOError:
+                continue
+            except OSError:
+                pass
+            lost(s)
+        counts[2] = len(sent)
+        if time.monotonic() < next_byte:
+            continue
+        next_byte = time.monotonic() + pace
+        for s in list(sent):
+            try:
+                s.send(head[sent[s]:sent[s] + 1])
+                sent[s] += 1
+            except BlockingIOError:
+                pass
+            except OSError:
+                lost(s)
+        counts[0] += 1
+        counts[2] = len(sent)
+    for s in sent:
+        s.close()
+
+
+class Dribblers:
     """The slowloris attacker: ``n`` connections to the monitoring port, each sending one more
     byte of a request head that never ends whenever ``pace`` seconds have passed (its own
     select() times out in between; nothing sleeps). A connection the server closes is counted
-    and opened again while ``reconnect`` is set."""
+    and opened again while ``reconnect`` is set.
+
+    It runs in a process of its own, as an attacker would: as a thread it would share the test's
+    GIL with the well-behaved client, whose request would then wait behind the attacker's
+    Python."""
 
     HEAD = b"GET /varz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 20_000
 
     def __init__(self, url: str, n: int, pace: float = 0.5):
-        super().__init__(daemon=True)
+        import multiprocessing
         host, port = url[len("http://"):].split(":")
-        self.address = (host, int(port))
-        self.n, self.pace = n, pace
-        self.sent: Dict[socket.socket, int] = {}
-        self.closed = 0                    # connections the server closed
-        self.rounds = 0                    # times a byte was sent on every open connection
-        self.reconnect = True
-        self.halt = threading.Event()
-        self.lock = threading.Lock()
-        for _ in range(n):
-            self._open()
+        ctx = multiprocessing.get_context("spawn")
+        self._counts = ctx.Array("q", 3)                # rounds, closed, open
+        self._reconnect, self._halt = ctx.Event(), ctx.Event()
+        self._reconnect.set()
+        self._proc = ctx.Process(target=_dribble, daemon=True, args=(
+            (host, int(port)), n, pace, self.HEAD, self._counts, self._reconnect, self._halt))
 
-    def _open(self) -> None:
-        s = socket.create_connection(self.address, timeout=5)
-        s.setblocking(False)
-        self.sent[s] = 0
+    def start(self) -> None:
+        self._proc.start()
 
-    def _lost(self, s: socket.socket) -> None:
-        with self.lock:
-            del self.sent[s]
-            self.closed += 1
-        s.close()
-        if self.reconnect and not self.halt.is_set():
-            with self.lock:
-                self._open()
+    @property
+    def rounds(self) -> int:
+        """Times a byte was sent on every open connection."""
+        return self._counts[0]
 
-    def run(self) -> None:
-        next_byte = time.monotonic()
-        while not self.halt.is_set():
-            socks = list(self.sent)
-            readable, _, _ = select.select(socks, [], [], self.pace)
-            for s in readable:                         # the server answered or closed it
-                try:
-                    if s.recv(65536):
-                        continue                       # an answer: the close comes next
-                except BlockingIOError:
-                    continue
-                except OSError:
-                    pass
-                self._lost(s)
-            if time.monotonic() < next_byte:
-                continue
-            next_byte = time.monotonic() + self.pace
-            for s in list(self.sent):
-                try:
-                    s.send(self.HEAD[self.sent[s]:self.sent[s] + 1])
-                    self.sent[s] += 1
-                except BlockingIOError:
-                    pass
-                except OSError:
-                    self._lost(s)
-            self.rounds += 1
+    @property
+    def closed(self) -> int:
+        """Connections the server closed."""
+        return self._counts[1]
 
     def open_count(self) -> int:
-        with self.lock:
-            return len(self.sent)
+        return self._counts[2]
+
+    def stop_reconnecting(self) -> None:
+        self._reconnect.clear()
+
+    def is_alive(self) -> bool:
+        return self._proc.is_alive()
 
     def stop(self) -> None:
-        self.halt.set()
-        self.join(10)
-        for s in list(self.sent):
-            s.close()
+        self._halt.set()
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(10)
 
 
 def raw_exchange(url: str, request: bytes, timeout: float = 20) -> bytes:
@@ -838,7 +865,7 @@ def test_slowloris_connections_do_not_keep_healthz_waiting(start_broker):
         for _ in range(20):
             status, _, body = get(url + "/healthz", timeout=10)
             assert (status, json.loads(body)) == (200, {"status": "ok"})
-        attacker.reconnect = False
+        attacker.stop_reconnecting()
         wait_until(lambda: attacker.open_count() == 0, timeout=60,
                    what="every slow connection closed by the broker")
         assert attacker.is_alive()                     # (it dribbled until the end)

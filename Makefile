@@ -57,10 +57,11 @@ run: $(RUN_STAMP)
 	@echo "  $(VENV)/bin/zeps top       --monitor http://$(MONITOR)"
 	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR) --monitor $(MONITOR)
 
+# It ends with the 20 slowest tests (`--durations`): where the suite's time goes.
 test: $(TEST_STAMP) java chromium bench-peers
 	$(VENV)/bin/ruff check zeps tests bench examples
 	$(VENV)/bin/lint-imports
-	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest
+	PYSPARK_PYTHON=$(abspath $(PY)) $(PY) -m pytest --durations=20
 
 # `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those

@@ -57,7 +57,7 @@ run: $(RUN_STAMP)
 	@echo "  $(VENV)/bin/zeps top       --monitor http://$(MONITOR)"
 	$(VENV)/bin/zeps broker --endpoint $(ENDPOINT) --data-dir $(DATA_DIR) --monitor $(MONITOR)
 
-# It ends with the 20 slowest tests (`--durations`): where the suite's time goes.
+# Its report lists the 20 slowest tests (`--durations`): where the suite's time goes.
 test: $(TEST_STAMP) java chromium bench-peers
 	$(VENV)/bin/ruff check zeps tests bench examples
 	$(VENV)/bin/lint-imports
@@ -66,8 +66,8 @@ test: $(TEST_STAMP) java chromium bench-peers
 # `make check`: the fast loop: lint, the import contract (.importlinter) and every unit and
 # in-process test (no process, fault, Spark or benchmark test: tests/conftest.py applies those
 # markers), in seconds: spread over the machine's cores (pytest-xdist, `-n auto`), each property
-# test drawing a quarter of its examples (ZEPS_EXAMPLES, tests/property_examples.py; `make test` draws them
-# all).
+# test drawing a quarter of its examples, at least 10 (ZEPS_EXAMPLES, tests/property_examples.py;
+# `make test` draws them all).
 CHECK_MARKERS := not process and not fault and not spark and not suite and not soak
 check: $(TEST_STAMP)
 	$(VENV)/bin/ruff check zeps tests bench examples
@@ -105,3 +105,4 @@ bench-smoke: $(TEST_STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .hypothesis
+	find zeps tests bench examples -name __pycache__ -prune -exec rm -rf {} +

@@ -42,6 +42,7 @@ from zeps.units import parse_address
 
 from .cdp import Browser, find_chromium, number
 from .conftest import REPO
+from . import slowloris
 from .rawclient import RawClient
 from .property_examples import examples
 
@@ -704,64 +705,15 @@ def test_hostile_http_clients_do_not_hurt_zeps_clients(start_broker):
     assert get_json(url + "/varz")["in_msgs"] == 2000
 
 
-def _dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) -> None:
-    """:class:`Dribblers`' process: ``counts`` holds (rounds, closed, open)."""
-    sent: Dict[socket.socket, int] = {}
-
-    def open_one() -> None:
-        s = socket.create_connection(address, timeout=5)
-        s.setblocking(False)
-        sent[s] = 0
-
-    def lost(s: socket.socket) -> None:
-        del sent[s]
-        s.close()
-        counts[1] += 1
-        if reconnect.is_set() and not halt.is_set():
-            open_one()
-
-    for _ in range(n):
-        open_one()
-    counts[2] = len(sent)
-    next_byte = time.monotonic()
-    while not halt.is_set():
-        readable, _, _ = select.select(list(sent), [], [], pace)
-        for s in readable:                         # the server answered or closed it
-            try:
-                if s.recv(65536):
-                    continue                       # an answer: the close comes next
-            except BlockingIOError:
-                continue
-            except OSError:
-                pass
-            lost(s)
-        counts[2] = len(sent)
-        if time.monotonic() < next_byte:
-            continue
-        next_byte = time.monotonic() + pace
-        for s in list(sent):
-            try:
-                s.send(head[sent[s]:sent[s] + 1])
-                sent[s] += 1
-            except BlockingIOError:
-                pass
-            except OSError:
-                lost(s)
-        counts[0] += 1
-        counts[2] = len(sent)
-    for s in sent:
-        s.close()
-
-
 class Dribblers:
     """The slowloris attacker: ``n`` connections to the monitoring port, each sending one more
     byte of a request head that never ends whenever ``pace`` seconds have passed (its own
     select() times out in between; nothing sleeps). A connection the server closes is counted
     and opened again while ``reconnect`` is set.
 
-    It runs in a process of its own, as an attacker would: as a thread it would share the test's
-    GIL with the well-behaved client, whose request would then wait behind the attacker's
-    Python."""
+    It runs in a process of its own (:func:`tests.slowloris.dribble`), as an attacker would: as
+    a thread it would share the test's GIL with the well-behaved client, whose request would
+    then wait behind the attacker's Python."""
 
     HEAD = b"GET /varz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 20_000
 
@@ -772,7 +724,7 @@ class Dribblers:
         self._counts = ctx.Array("q", 3)                # rounds, closed, open
         self._reconnect, self._halt = ctx.Event(), ctx.Event()
         self._reconnect.set()
-        self._proc = ctx.Process(target=_dribble, daemon=True, args=(
+        self._proc = ctx.Process(target=slowloris.dribble, daemon=True, args=(
             (host, int(port)), n, pace, self.HEAD, self._counts, self._reconnect, self._halt))
 
     def start(self) -> None:
@@ -848,6 +800,20 @@ def test_request_heads_are_bounded_and_bodies_never_read(start_broker):
     assert get(url + "/healthz")[0] == 200
 
 
+@pytest.mark.skipif(not hasattr(socket, "TCP_DEFER_ACCEPT"),
+                    reason="TCP_DEFER_ACCEPT is Linux's; elsewhere connections are accepted at once")
+def test_the_monitor_takes_a_connection_once_its_client_has_sent_something(core):
+    """The listening socket defers each connection until its client sends (or about a second
+    has passed): what keeps reconnecting slow clients from displacing a request still on its
+    way (the slowloris test below shows the behaviour; this, that the option is set)."""
+    server = MonitorServer(core.core, "127.0.0.1", 0).start()
+    try:
+        sock = server.server.socket
+        assert sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT) >= 1
+    finally:
+        server.stop()
+
+
 @pytest.mark.slow
 def test_slowloris_connections_do_not_keep_healthz_waiting(start_broker):
     """More connections than the monitor serves at once, each dribbling one byte of a request
@@ -861,7 +827,9 @@ def test_slowloris_connections_do_not_keep_healthz_waiting(start_broker):
     attacker = Dribblers(url, n=MAX_CONNECTIONS + 36)
     attacker.start()
     try:
-        wait_until(lambda: attacker.rounds >= 2, what="the slow connections dribbling")
+        wait_until(lambda: attacker.rounds >= 2 or not attacker.is_alive(),
+                   what="the slow connections dribbling")
+        assert attacker.is_alive(), "the attacker's process ended (its error is in the output)"
         for _ in range(20):
             status, _, body = get(url + "/healthz", timeout=10)
             assert (status, json.loads(body)) == (200, {"status": "ok"})

@@ -190,7 +190,10 @@ class _Server(WSGIServer):
     def init_socket(self):
         super().init_socket()
         if hasattr(socket, "TCP_DEFER_ACCEPT"):          # Linux (see DEFER_ACCEPT)
-            self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+            try:
+                self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_DEFER_ACCEPT, DEFER_ACCEPT)
+            except OSError:       # a network stack that refuses it: accepted at once, as elsewhere
+                pass
 
     def _spawn_connection(self, func, *args):
         sock = args[-1][0]                 # (handle, close, (client socket, address))

@@ -1,4 +1,5 @@
-"""How many examples a property test draws: all of them in ``make test``, a quarter in ``make check``.
+"""How many examples a property test draws: all of them in ``make test``, a quarter in
+``make check``.
 
 ``make check`` is the fast loop, run after every change; ``make test`` (and CI) is the whole
 suite. A property test names its full count with :func:`examples` (``@settings(max_examples=

@@ -801,7 +801,7 @@ def test_request_heads_are_bounded_and_bodies_never_read(start_broker):
 
 
 @pytest.mark.skipif(not hasattr(socket, "TCP_DEFER_ACCEPT"),
-                    reason="TCP_DEFER_ACCEPT is Linux's; elsewhere connections are accepted at once")
+                    reason="TCP_DEFER_ACCEPT is Linux's; elsewhere a connection is taken at once")
 def test_the_monitor_takes_a_connection_once_its_client_has_sent_something(core):
     """The listening socket defers each connection until its client sends (or about a second
     has passed): what keeps reconnecting slow clients from displacing a request still on its

@@ -17,6 +17,7 @@ from tests.ports import fixed_ports
 from tests.rawclient import RawClient
 from zeps.clients import (Client, ClientClosed, ConcurrentUseError, InvalidError, Message,
                           MessageBatch, StreamInfo, ZepsError, ZepsTimeout, list_streams)
+from zeps.protocol.codec import publish_frame_limit
 from zeps.protocol.commands import Detach
 
 REPO = Path(__file__).resolve().parent.parent
@@ -307,6 +308,39 @@ def test_rejected_publish_surfaces_on_next_call(start_broker, tmp_path):
         c.publish("k", b"ok3")                               # still usable afterwards
     with Client(b.endpoint, "s", **FAST) as c:
         assert [m.body for m in drain(c.subscribe(), 3)] == [b"ok1", b"ok2", b"ok3"]
+
+
+def test_a_message_longer_than_the_broker_reads_is_refused_at_once_and_loses_nothing(
+        start_broker, tmp_path):
+    """A PUBLISH longer than the broker reads at all (its --max-message of body under a 255-byte
+    key, and 64 KiB more) would make it drop the connection unread, and a client with confirms
+    would send it again after each reconnect until its timeout. The client refuses it with
+    ValueError at once, sending nothing, even as the first call before the broker said its
+    limits; publish_batch keeps the messages before it and sends none after it. One byte
+    shorter, the broker reads it and refuses it itself (InvalidError), as before."""
+    b = start_broker(tmp_path / "d", "--max-message", "1K")
+    limit = publish_frame_limit(1024)                  # what a PUBLISH frame may be
+    unread = b"y" * (limit - 9 + 1)                     # its frame: 9 bytes more (key "k")
+    read = b"y" * (limit - 9)
+    with Client(b.endpoint, "s", confirms=True, **FAST) as c:
+        with pytest.raises(ValueError, match="longer than the broker at .* reads"):
+            c.publish("k", unread)                      # the first call: limits learnt first
+        c.publish("k", b"one")
+        with pytest.raises(ValueError):
+            c.publish_batch([("k", b"two"), ("k", unread), ("k", b"never")])
+        c.publish("k", read)
+        with pytest.raises(InvalidError) as e:
+            c.wait_for_confirms()
+        assert e.value.reason.startswith("PUBLISH rejected")
+        assert c.wait_for_confirms() == 2
+    with Client(b.endpoint, "s", **FAST) as c:          # without confirms: the batch frames' path
+        with pytest.raises(ValueError):
+            c.publish_batch([("k", b"three"), ("k", unread), ("k", b"never")])
+        c.publish("k", b"four")
+        c.flush()
+    with Client(b.endpoint, "s", **FAST) as c:
+        assert [m.body for m in drain(c.subscribe(), 4)] == [b"one", b"two", b"three", b"four"]
+        assert c.info().last == 4                       # nothing else was stored
 
 
 def test_wait_for_confirms_needs_confirms(broker):

@@ -17,7 +17,7 @@ from zeps.clients import (AsyncClient, AsyncReceipt, Client, ClientClosed, Inval
 from zeps.clients.aio import list_streams
 from zeps.protocol import commands as c
 from zeps.protocol.batch import encode_entries
-from zeps.protocol.codec import decode, encode
+from zeps.protocol.codec import decode, encode, publish_frame_limit
 from zeps.protocol.reasons import NOT_ATTACHED, PUBLISH_REJECTED
 
 FAST = {"timeout": 5.0, "heartbeat": 1.0}
@@ -166,6 +166,24 @@ def test_rejected_publish_and_bad_regex_are_invalid_errors(start_broker, tmp_pat
                 async for _ in c.subscribe("~)"):
                     pass
             assert [m.body for m in await read(await c.subscribe(""), 2)] == [b"ok1", b"ok2"]
+
+    run(main())
+
+
+def test_a_message_longer_than_the_broker_reads_is_refused_at_once(start_broker, tmp_path):
+    """As with the blocking client: ValueError at once, nothing sent, the client goes on."""
+    b = start_broker(tmp_path / "d", "--max-message", "1K")
+    unread = b"y" * (publish_frame_limit(1024) - 9 + 1)
+
+    async def main():
+        async with AsyncClient(b.endpoint, "s", confirms=True, **FAST) as c:
+            with pytest.raises(ValueError, match="longer than the broker at .* reads"):
+                await c.publish("k", unread)
+            with pytest.raises(ValueError):
+                await c.publish_batch([("k", b"one"), ("k", unread), ("k", b"never")])
+            await c.publish("k", b"two")
+            assert await c.wait_for_confirms() == 2
+            assert [m.body for m in await read(await c.subscribe(""), 2)] == [b"one", b"two"]
 
     run(main())
 

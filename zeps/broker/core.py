@@ -32,6 +32,7 @@ from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
 from zeps.protocol import ProtocolError, commands as c, decode, encode
 from zeps.protocol.batch import PUBLISH_BATCH_ID
+from zeps.protocol.codec import FRAME_SLACK, publish_frame_limit
 from zeps.protocol.deliver import SIGNATURE
 
 from zeps.protocol.reasons import Reason
@@ -73,8 +74,6 @@ _REASONS_SELECT_OK = encode(c.ReasonsSelectOk())
 _PUBLISH_BATCH_ID = bytes([PUBLISH_BATCH_ID])
 
 
-#: What a client frame may exceed the limits by and still be read (and refused with a reason).
-FRAME_SLACK = 64 << 10
 
 
 @dataclass
@@ -117,7 +116,7 @@ class CoreConfig:
         It is the largest PUBLISH (head, a 255-byte key, ``max_message`` of body) or
         PUBLISH-BATCH, with room to spare so that a frame just over a limit still gets an
         INVALID that says which."""
-        return max(3 + 1 + 255 + 4 + self.max_message, self.max_batch) + FRAME_SLACK
+        return max(publish_frame_limit(self.max_message), self.max_batch + FRAME_SLACK)
 
     def receive_hwm(self) -> int:
         """The ROUTER's ``ZMQ_RCVHWM``: how many messages libzmq reads ahead off one connection

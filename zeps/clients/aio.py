@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Optional, Tuple, Union
 import zmq
 
 from ..protocol import commands as c
+from ..protocol.codec import FRAME_SLACK
 from ..protocol.codec import ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike
 from . import lifetime
@@ -169,6 +170,10 @@ class AsyncClient(ops.FrontEnd):
         every 2 ms, before sending. Cancelled, the message was not sent."""
         frame = publish_frame(key, body, headers)
         p = self._p
+        if len(frame) > FRAME_SLACK:                # perhaps longer than the broker reads
+            if p.frame_limit is None:
+                await self._run(ops.learn_limits(self, _monotonic()))
+            ops.check_frame_size(self, frame)
         if headers and p.headers_offered is False:
             ops.check_headers(self)
         now = _monotonic()

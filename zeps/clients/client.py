@@ -32,6 +32,8 @@ from typing import Callable, Iterable, Optional, Tuple, Union
 import zmq
 
 from ..protocol import commands as c
+from ..protocol.batch import PUBLISH_BATCH_ID
+from ..protocol.codec import FRAME_SLACK
 from ..units import DEFAULT_ENDPOINT, TimeLike, to_timestamp_ns
 from . import lifetime
 from . import operations as ops
@@ -197,7 +199,10 @@ class Client(ops.FrontEnd, Driver):
         under gevent, by the next call). Blocks while that queue is full or the client is
         reconnecting, up to ``timeout`` seconds, then raises :class:`ZepsTimeout` (the
         message was not accepted). Raises :class:`InvalidError` if the broker rejected an
-        earlier publish (this message is then not sent). With confirms,
+        earlier publish (this message is then not sent). Raises ``ValueError`` at once, sending
+        nothing, for a message longer than the broker reads at all (its ``--max-message`` and
+        64 KiB more: it would drop the connection instead of refusing it); a message over the
+        limit by less is refused by the broker (:class:`InvalidError`, as above). With confirms,
         ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
         sequence; without, the receipt is already done (sequence unknown).
         """
@@ -209,6 +214,8 @@ class Client(ops.FrontEnd, Driver):
         self._owner = _get_ident()
         self._calls += 1
         try:
+            if len(frame) > FRAME_SLACK:            # perhaps longer than the broker reads
+                self._fits(frame)
             p = self._p
             now = _monotonic()
             r = Receipt(frame, self) if p.confirms else _DONE
@@ -284,6 +291,8 @@ class Client(ops.FrontEnd, Driver):
         p = self._p
         n = 0
         for frame, count in batch_frames(messages, p.queue.max_batch, p.queue.max_body):
+            if count == 1 and len(frame) > FRAME_SLACK and frame[2] != PUBLISH_BATCH_ID:
+                self._fits(frame)                   # a PUBLISH of a body over the limit
             if not p.may_publish(now, True):
                 if p.outbox and conn.writable():
                     conn.send_queued()
@@ -303,6 +312,8 @@ class Client(ops.FrontEnd, Driver):
         n = 0
         for key, body in messages:
             frame = publish_frame(key, body)
+            if len(frame) > FRAME_SLACK:
+                self._fits(frame)
             r = Receipt(frame, self)
             if not p.publish(frame, now, r):
                 if p.outbox and conn.writable():
@@ -315,6 +326,13 @@ class Client(ops.FrontEnd, Driver):
             if p.outbox and conn.writable():
                 conn.send_queued()
         return n
+
+    def _fits(self, frame: bytes) -> None:
+        """A frame longer than every broker reads: ValueError if it is longer than this one
+        reads (its limits learnt first if it has not said them yet)."""
+        if self._p.frame_limit is None:
+            self._run(ops.learn_limits(self, _monotonic()))
+        ops.check_frame_size(self, frame)
 
     @_guarded
     def _attach_to_publish(self) -> None:

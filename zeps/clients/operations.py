@@ -16,7 +16,7 @@ import time
 from typing import Optional
 
 from ..protocol import commands as c
-from ..protocol.codec import ProtocolError, encode_publish
+from ..protocol.codec import ProtocolError, encode_publish, publish_frame_limit
 from ..protocol.headers import encode_block, normalise, publish_h_frame
 from ..units import check_endpoint, to_timestamp_ns
 from .errors import InvalidError, ZepsError, ZepsTimeout
@@ -187,6 +187,41 @@ def prepare_publish(front, now: float):
         what = "reconnecting to" if not p.attached else "blocked sending to"
         raise ZepsTimeout(f"publish: still {what} {front.endpoint} after {front.timeout:g}s")
     return _monotonic()
+
+
+def learn_limits(front, now: float):
+    """Wait until the broker has said its limits (LIMITS-OK after the ATTACH; attaching first
+    if the peering is ABSENT), so that :func:`check_frame_size` can judge a frame that may be
+    too long: a frame longer than :data:`~zeps.protocol.codec.FRAME_SLACK`, before the first
+    LIMITS-OK. A broker that refuses LIMITS (an older one) leaves the limit unknown."""
+    p = front._p
+    p.check()
+    deadline = now + front.timeout
+    if p.state is ABSENT:
+        yield from join(front, True, deadline, "PUBLISH")
+
+    def said():
+        r = p.limits_request
+        return (p.frame_limit is not None or (r is not None and (r.done or r.error is not None))
+                or p.error is not None or p.fatal is not None)
+    ok = yield (said, deadline)
+    p.check()
+    if not ok:
+        raise ZepsTimeout(f"publish: the limits of {front.endpoint} not known after "
+                          f"{front.timeout:g}s")
+
+
+def check_frame_size(front, frame: bytes) -> None:
+    """ValueError for a PUBLISH frame longer than the broker reads (its ``max_message`` of body
+    under a 255-byte key, and :data:`~zeps.protocol.codec.FRAME_SLACK`): it would drop the
+    connection unread instead of refusing the message, and a client with confirms would send it
+    again after each reconnect. Nothing is sent."""
+    limit = front._p.frame_limit
+    if limit is not None and len(frame) > limit:
+        raise ValueError(f"a PUBLISH of {len(frame)} bytes is longer than the broker at "
+                         f"{front.endpoint} reads ({limit} bytes: its --max-message of "
+                         f"{limit - publish_frame_limit(0)} bytes of body, and room for a "
+                         f"reason); the message was not sent")
 
 
 def join(front, create: bool, deadline: float, what: str):

@@ -52,7 +52,7 @@ from collections import deque
 from typing import Deque, Dict, Optional, Tuple, Union
 
 from ..protocol import commands as c
-from ..protocol.codec import ProtocolError, decode, encode
+from ..protocol.codec import ProtocolError, decode, encode, publish_frame_limit
 from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
 from ..protocol.reasons import Code, Reason
 from .batching import DELIVER_BATCH_HEAD, MAX_BATCH_BYTES, PublishQueue
@@ -184,6 +184,10 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         # the broker's limits (LIMITS-OK), when it said them, and the largest message cost the
         # window is sized for (window.py)
         self.max_credit: Optional[int] = None
+        #: The longest PUBLISH frame the broker reads (from LIMITS-OK; None until it said):
+        #: a longer one would make it drop the connection (operations.check_frame_size).
+        self.frame_limit: Optional[int] = None
+        self.limits_request = None                    # the LIMITS of the last ATTACH
         self.largest = 0
         # subscription
         self.patterns: Dict[str, int] = {}            # pattern -> the `latest` to resubscribe
@@ -479,6 +483,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
             self.queue.max_batch = self.offered_batch     # batching starts
         elif kind is RequestKind.LIMITS:
             self.max_credit = cmd.max_credit
+            self.frame_limit = publish_frame_limit(cmd.max_message)
             self.queue.max_body = cmd.max_message
             self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
         elif kind is RequestKind.PRODUCER:
@@ -501,7 +506,8 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.deferred.clear()
         if self.incarnation is None:     # which stream this is (a re-ATTACH expects it)
             self.request(_STREAM_ID, RequestKind.STREAM_ID, now)
-        self.request(_LIMITS, RequestKind.LIMITS, now)        # sizes the credit window (window.py)
+        # Sizes the credit window (window.py) and the longest frame a publish may be.
+        self.limits_request = self.request(_LIMITS, RequestKind.LIMITS, now)
         if self.batching:            # before any SUBSCRIBE, CONFIRM-SELECT: see batching.py
             self.offered_batch = None
             self.request(_BATCH_SELECT, RequestKind.BATCH_SELECT, now)

@@ -27,6 +27,16 @@ SIGNATURE = _d.SIGNATURE
 _SIG0, _SIG1 = 0xAA, 0xA5
 MAX_STRING = 255
 MAX_CHUNK = 2**32 - 1
+#: What a broker reads of a client's frame beyond its limits, so that a frame just over one is
+#: refused with a reason (INVALID); a longer frame makes it drop the connection unread (its
+#: socket's ``ZMQ_MAXMSGSIZE``). Every broker reads at least this much.
+FRAME_SLACK = 64 << 10
+
+
+def publish_frame_limit(max_message: int) -> int:
+    """The longest PUBLISH frame a broker whose ``max_message`` is that reads: the head, a
+    255-byte key, the body's length and ``max_message`` of body, then :data:`FRAME_SLACK`."""
+    return 3 + 1 + MAX_STRING + 4 + max_message + FRAME_SLACK
 
 _U16 = struct.Struct(">H")
 _U32 = struct.Struct(">I")

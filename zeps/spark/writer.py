@@ -140,7 +140,7 @@ def publish_batches(o: ZepsOptions, batches, producer_id: Optional[str] = None) 
                 count += len(items)
             if count:
                 last = c.wait_for_confirms(timeout=max(o.timeout, 30.0))
-    except ZepsError as e:
+    except (ZepsError, ValueError) as e:    # ValueError: a row the broker cannot take at all
         raise ZepsSparkError(f"publishing to stream {o.stream!r} at {o.endpoint} failed after "
                              f"{count} rows of this task were sent: {e}") from None
     return ZepsCommitMessage(count, last)

@@ -312,22 +312,24 @@ def test_rejected_publish_surfaces_on_next_call(start_broker, tmp_path):
 
 def test_a_message_longer_than_the_broker_reads_is_refused_at_once_and_loses_nothing(
         start_broker, tmp_path):
-    """A PUBLISH longer than the broker reads at all (its --max-message of body under a 255-byte
-    key, and 64 KiB more) would make it drop the connection unread, and a client with confirms
-    would send it again after each reconnect until its timeout. The client refuses it with
-    ValueError at once, sending nothing, even as the first call before the broker said its
-    limits; publish_batch keeps the messages before it and sends none after it. One byte
-    shorter, the broker reads it and refuses it itself (InvalidError), as before."""
-    b = start_broker(tmp_path / "d", "--max-message", "1K")
-    limit = publish_frame_limit(1024)                  # what a PUBLISH frame may be
+    """A PUBLISH longer than the broker reads at all (with the default limits: its --max-message
+    of body under a 255-byte key, and 64 KiB more) makes it drop the connection unread, and a
+    client with confirms would send it again after each reconnect until its timeout. The client
+    refuses it with ValueError, sending nothing, even as the first call before the broker said
+    its limits; publish_batch sends the messages before it, with no further call, and none
+    after it. One byte shorter, the broker reads it and refuses it itself (InvalidError)."""
+    b = start_broker(tmp_path / "d")                    # the default limits
+    limit = publish_frame_limit(1 << 20)               # what a PUBLISH frame may be
     unread = b"y" * (limit - 9 + 1)                     # its frame: 9 bytes more (key "k")
     read = b"y" * (limit - 9)
     with Client(b.endpoint, "s", confirms=True, **FAST) as c:
-        with pytest.raises(ValueError, match="longer than the broker at .* reads"):
+        with pytest.raises(ValueError, match="over the --max-message of 1048576 bytes"):
             c.publish("k", unread)                      # the first call: limits learnt first
         c.publish("k", b"one")
         with pytest.raises(ValueError):
             c.publish_batch([("k", b"two"), ("k", unread), ("k", b"never")])
+        with Client(b.endpoint, "s", **FAST) as reader:   # "two" leaves with no further call
+            assert [m.body for m in drain(reader.subscribe(), 2)] == [b"one", b"two"]
         c.publish("k", read)
         with pytest.raises(InvalidError) as e:
             c.wait_for_confirms()

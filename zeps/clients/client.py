@@ -199,10 +199,12 @@ class Client(ops.FrontEnd, Driver):
         under gevent, by the next call). Blocks while that queue is full or the client is
         reconnecting, up to ``timeout`` seconds, then raises :class:`ZepsTimeout` (the
         message was not accepted). Raises :class:`InvalidError` if the broker rejected an
-        earlier publish (this message is then not sent). Raises ``ValueError`` at once, sending
-        nothing, for a message longer than the broker reads at all (its ``--max-message`` and
-        64 KiB more: it would drop the connection instead of refusing it); a message over the
-        limit by less is refused by the broker (:class:`InvalidError`, as above). With confirms,
+        earlier publish (this message is then not sent). Raises ``ValueError``, sending nothing,
+        for a message over the broker's ``--max-message`` by more than the 64 KiB of room the
+        broker reads beyond its limits (it could drop the connection instead of refusing it),
+        once the broker has said its limits (a publish longer than 64 KiB waits for them); a
+        message over the limit by less is refused by the broker (:class:`InvalidError`, as
+        above). With confirms,
         ``receipt.result(timeout)`` waits for this message's CONFIRM and returns its
         sequence; without, the receipt is already done (sequence unknown).
         """
@@ -273,7 +275,12 @@ class Client(ops.FrontEnd, Driver):
         try:
             conn = self._conn
             send = self._queue_with_receipts if p.confirms else self._send_batch_frames
-            n = send(messages, conn, _monotonic())
+            try:
+                n = send(messages, conn, _monotonic())
+            except (ValueError, TypeError):    # a message that cannot be sent: those before it
+                if p.waiting and not self._flusher.armed:      # leave as they would have
+                    self._flusher.arm()
+                raise
             if conn.writable():
                 conn.send_queued()
             if conn.readable():

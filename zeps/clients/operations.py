@@ -16,7 +16,7 @@ import time
 from typing import Optional
 
 from ..protocol import commands as c
-from ..protocol.codec import ProtocolError, encode_publish, publish_frame_limit
+from ..protocol.codec import FRAME_SLACK, ProtocolError, encode_publish, publish_frame_limit
 from ..protocol.headers import encode_block, normalise, publish_h_frame
 from ..units import check_endpoint, to_timestamp_ns
 from .errors import InvalidError, ZepsError, ZepsTimeout
@@ -202,7 +202,7 @@ def learn_limits(front, now: float):
 
     def said():
         r = p.limits_request
-        return (p.frame_limit is not None or (r is not None and (r.done or r.error is not None))
+        return (p.frame_limit is not None or (r is not None and r.done and not r.cancelled)
                 or p.error is not None or p.fatal is not None)
     ok = yield (said, deadline)
     p.check()
@@ -212,16 +212,19 @@ def learn_limits(front, now: float):
 
 
 def check_frame_size(front, frame: bytes) -> None:
-    """ValueError for a PUBLISH frame longer than the broker reads (its ``max_message`` of body
-    under a 255-byte key, and :data:`~zeps.protocol.codec.FRAME_SLACK`): it would drop the
-    connection unread instead of refusing the message, and a client with confirms would send it
-    again after each reconnect. Nothing is sent."""
+    """ValueError for a PUBLISH frame longer than :func:`~zeps.protocol.codec.publish_frame_limit`
+    of the broker's ``max_message``: over that limit by more than the room
+    (:data:`~zeps.protocol.codec.FRAME_SLACK`) the broker reads beyond its limits. The broker
+    would refuse it anyway, and may drop the connection unread instead of answering (its
+    ``ZMQ_MAXMSGSIZE``: this with the default limits), after which a client with confirms
+    would send it again after each reconnect. Nothing is sent."""
     limit = front._p.frame_limit
     if limit is not None and len(frame) > limit:
-        raise ValueError(f"a PUBLISH of {len(frame)} bytes is longer than the broker at "
-                         f"{front.endpoint} reads ({limit} bytes: its --max-message of "
-                         f"{limit - publish_frame_limit(0)} bytes of body, and room for a "
-                         f"reason); the message was not sent")
+        max_message = limit - publish_frame_limit(0)
+        raise ValueError(f"a PUBLISH of {len(frame)} bytes is over the --max-message of "
+                         f"{max_message} bytes of the broker at {front.endpoint} by more than "
+                         f"the {FRAME_SLACK} bytes it reads beyond (at most {limit} bytes): "
+                         f"the message was not sent")
 
 
 def join(front, create: bool, deadline: float, what: str):

@@ -29,8 +29,7 @@ from typing import Callable, Iterable, Optional, Tuple, Union
 import zmq
 
 from ..protocol import commands as c
-from ..protocol.codec import FRAME_SLACK
-from ..protocol.codec import ProtocolError, encode
+from ..protocol.codec import FRAME_SLACK, ProtocolError, encode
 from ..units import DEFAULT_ENDPOINT, TimeLike
 from . import lifetime
 from . import operations as ops

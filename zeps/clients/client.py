@@ -335,8 +335,9 @@ class Client(ops.FrontEnd, Driver):
         return n
 
     def _fits(self, frame: bytes) -> None:
-        """A frame longer than every broker reads: ValueError if it is longer than this one
-        reads (its limits learnt first if it has not said them yet)."""
+        """A frame longer than every broker reads: ValueError if it is longer than
+        :func:`ops.check_frame_size` lets through (the broker's limits learnt first if it has
+        not said them yet)."""
         if self._p.frame_limit is None:
             self._run(ops.learn_limits(self, _monotonic()))
         ops.check_frame_size(self, frame)

@@ -184,8 +184,9 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         # the broker's limits (LIMITS-OK), when it said them, and the largest message cost the
         # window is sized for (window.py)
         self.max_credit: Optional[int] = None
-        #: The longest PUBLISH frame the broker reads (from LIMITS-OK; None until it said):
-        #: a longer one would make it drop the connection (operations.check_frame_size).
+        #: The longest PUBLISH frame sent to this broker (publish_frame_limit of its LIMITS-OK;
+        #: None until it said): a longer one could make it drop the connection
+        #: (operations.check_frame_size).
         self.frame_limit: Optional[int] = None
         self.limits_request = None                    # the LIMITS of the last ATTACH
         self.largest = 0

@@ -34,8 +34,10 @@ FRAME_SLACK = 64 << 10
 
 
 def publish_frame_limit(max_message: int) -> int:
-    """The longest PUBLISH frame a broker whose ``max_message`` is that reads: the head, a
-    255-byte key, the body's length and ``max_message`` of body, then :data:`FRAME_SLACK`."""
+    """The longest PUBLISH frame a broker whose ``max_message`` is that surely reads (and
+    refuses with a reason if its body is over the limit): the head, a 255-byte key, the body's
+    length and ``max_message`` of body, then :data:`FRAME_SLACK`. Its socket reads at least this
+    (more where its PUBLISH-BATCH limit is larger); the SDK sends no longer PUBLISH."""
     return 3 + 1 + MAX_STRING + 4 + max_message + FRAME_SLACK
 
 _U16 = struct.Struct(">H")

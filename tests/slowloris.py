@@ -16,9 +16,11 @@ def dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) 
         s = socket.create_connection(address, timeout=5)
         s.setblocking(False)
         sent[s] = 0
+        counts[2] = len(sent)
 
     def lost(s: socket.socket) -> None:
         del sent[s]
+        counts[2] = len(sent)
         s.close()
         counts[1] += 1
         if reconnect.is_set() and not halt.is_set():
@@ -26,7 +28,6 @@ def dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) 
 
     for _ in range(n):
         open_one()
-    counts[2] = len(sent)
     next_byte = time.monotonic()
     while not halt.is_set():
         readable, _, _ = select.select(list(sent), [], [], pace)
@@ -39,7 +40,6 @@ def dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) 
             except OSError:
                 pass
             lost(s)
-        counts[2] = len(sent)
         if time.monotonic() < next_byte:
             continue
         next_byte = time.monotonic() + pace
@@ -52,6 +52,5 @@ def dribble(address, n: int, pace: float, head: bytes, counts, reconnect, halt) 
             except OSError:
                 lost(s)
         counts[0] += 1
-        counts[2] = len(sent)
     for s in sent:
         s.close()

@@ -8,6 +8,7 @@ dashboard and ``zeps top`` against a real broker process under load.
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import select
 import signal
@@ -718,7 +719,6 @@ class Dribblers:
     HEAD = b"GET /varz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 20_000
 
     def __init__(self, url: str, n: int, pace: float = 0.5):
-        import multiprocessing
         host, port = url[len("http://"):].split(":")
         ctx = multiprocessing.get_context("spawn")
         self._counts = ctx.Array("q", 3)                # rounds, closed, open

@@ -208,6 +208,31 @@ def test_ttl_deletes_keys_when_due_and_publishes_the_delete(chp):
     fresh.close()
 
 
+def test_a_kv_maps_ttl_is_the_front_ends_too(chp):
+    """A KVMap's ``put(ttl=)`` writes a header the front end acts on, at either end of the
+    scale (it wrote ``5e-05`` and ``2.592e+06``, which the front end counted as bad ttls and
+    never deleted), and a header an older writer wrote so is read as the map reads it."""
+    from zeps.clients import Client, KVMap
+    client = ChpClient(chp.port, subtree="/m/")
+    client.sync()
+    client.subscribed()
+    with KVMap(chp.endpoint, "kv") as kv, Client(chp.endpoint, "kv") as old:
+        kv.put("/m/month", b"v", ttl=2_592_000)
+        kv.put("/m/tiny", b"v", ttl=0.00005)
+        old.publish("/m/old", b"v", headers={"ttl": "5e-05"}).result(10)
+        deleted = ("/m/tiny", "/m/old")                     # the front end's deletes came
+        client.until(lambda cl: all(k in cl.last and not cl.last[k].value for k in deleted))
+        assert set(client.kvmap) == {"/m/month"}
+        assert counters(chp, chp.name).get("publisher.bad ttl", 0) == 0
+        sub = old.subscribe("/m/", from_seq=1)
+        written = {}
+        while len(written) < 3:
+            m = sub.next(timeout=10)
+            written.setdefault(m.key, m.headers.get("ttl"))
+        assert written == {"/m/month": b"2592000", "/m/tiny": b"0.00005", "/m/old": b"5e-05"}
+    client.close()
+
+
 def test_subtrees_filter_snapshots_and_updates(chp):
     pub = zeps_publisher(chp.endpoint, "kv")
     for key in ["/x/1", "/x/2", "/xy/3", "/y/1", "x"]:

@@ -56,3 +56,19 @@ def test_watch_prints_the_current_values_then_the_changes(start_broker):
         finally:
             proc.kill()
     assert out.splitlines() == ["2 PUT b 2", "3 DEL a"]
+
+
+def test_put_ttl_is_written_in_plain_seconds_and_a_bad_one_is_refused(start_broker):
+    """``--ttl 30d``'s worth of seconds is ``2592000`` in the header (``{:g}`` wrote
+    ``2.592e+06``, which the CHP front end refused), and a ttl no header can hold is a one-line
+    usage error before anything is sent."""
+    b = start_broker(None, "--key-index")
+    ep = ("--endpoint", b.endpoint)
+    assert zeps("kv", "put", "cfg", "month", "v", "--ttl", "2592000", *ep).stdout == "1\n"
+    got = json.loads(zeps("kv", "get", "cfg", "month", "--json", *ep).stdout)
+    assert got["headers"] == [{"name": "ttl", "value": "2592000", "encoding": "utf8"}]
+    for bad in ("1e11", "inf"):
+        r = zeps("kv", "put", "cfg", "x", "v", "--ttl", bad, *ep)
+        assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert "--ttl" in r.stderr
+    assert zeps("kv", "ls", "cfg", *ep).stdout == "month\n"

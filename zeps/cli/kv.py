@@ -13,11 +13,21 @@ as ``zeps publish`` does.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 
+from ..protocol.ttl import TTL_HEADER, ttl_text
 from .common import (UsageError, _add_common, _add_endpoint, _escape, _positive_int, _seconds,
                      _stream_name, connection_reporter, message_json)
+
+
+def _ttl(text: str) -> str:
+    """``--ttl``: seconds (as the other options take them), as the ``ttl`` header's text."""
+    try:
+        return ttl_text(_seconds(text))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def add_parser(sub) -> None:
@@ -48,7 +58,7 @@ def add_parser(sub) -> None:
     g = action("get", "print a key's value (exit 1 if it has none)")
     g.add_argument("--json", action="store_true", help="the whole message as JSON")
     pt = action("put", "set a key's value; prints its sequence", value=True)
-    pt.add_argument("--ttl", type=_seconds, metavar="S",
+    pt.add_argument("--ttl", type=_ttl, metavar="S",
                     help="readers hide the key S seconds after it was stored (a 'ttl' header)")
     action("del", "delete a key (a tombstone); prints its sequence")
     ls = action("ls", "list the keys (under PREFIX) with a value", key=False)
@@ -91,7 +101,7 @@ def run(args) -> int:
                 body = args.value.encode("utf-8")
             if not body:
                 raise UsageError("an empty value is a delete: use 'zeps kv del'")
-            headers = {"ttl": f"{args.ttl:g}"} if args.ttl else None
+            headers = {TTL_HEADER: args.ttl} if args.ttl else None
         else:
             body, headers = b"", None
         with _client(args, publisher=True) as c:

@@ -31,12 +31,12 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Optional, Tuple, Union
 
+from ..protocol.ttl import TTL_HEADER, ttl_seconds, ttl_text
 from .errors import NoStream
 from .message import Message
 
 __all__ = ["KVMap", "AsyncKVMap", "Change", "KVState", "TTL_HEADER"]
 
-TTL_HEADER = "ttl"
 Value = Union[bytes, bytearray, memoryview, str]
 
 
@@ -51,15 +51,15 @@ class Change:
 
 
 def ttl_of(msg: Message) -> Optional[float]:
-    """The message's ``ttl`` header in seconds, or None (absent or not a positive number)."""
+    """The message's ``ttl`` header in seconds, or None (absent, zero, or not a number: read as
+    the CHP front end reads it, :func:`zeps.protocol.ttl.ttl_seconds`)."""
     raw = msg.headers.get(TTL_HEADER) if msg.headers else None
     if raw is None:
         return None
     try:
-        ttl = float(raw.decode("ascii"))
+        return ttl_seconds(raw.decode("ascii"))
     except (UnicodeDecodeError, ValueError):
         return None
-    return ttl if ttl > 0 else None
 
 
 class KVState:
@@ -128,11 +128,7 @@ def _body(value: Value) -> bytes:
 
 
 def _headers(ttl: Optional[float]):
-    if ttl is None:
-        return None
-    if not ttl > 0:
-        raise ValueError("ttl must be a positive number of seconds")
-    return {TTL_HEADER: f"{ttl:g}"}
+    return None if ttl is None else {TTL_HEADER: ttl_text(ttl)}
 
 
 class _Base:

@@ -25,11 +25,11 @@ a heartbeat. Anything else raises :class:`~zeps.frontends.wire.Malformed`.
 """
 from __future__ import annotations
 
-import re
 import uuid as _uuid
 from dataclasses import dataclass
 from typing import Iterable, List, Optional, Sequence, Tuple
 
+from ..protocol import ttl as _ttl
 from .wire import (DEFAULT_LIMITS, MAX_KEY, Buffer, Limits, Malformed, check_count, check_size, decode_u64,
                    encode_u64, text)
 
@@ -39,11 +39,11 @@ HUGZ = b"HUGZ"
 #: Keys a CHP client would take for a command; never stored, sent or accepted as keys.
 RESERVED_KEYS = frozenset({"ICANHAZ?", "KTHXBAI", "HUGZ"})
 UUID_SIZE = 16
-#: The property the server acts on: the key is deleted this many seconds after its update.
-TTL = "ttl"
+#: The property the server acts on: the key is deleted this many seconds after its update
+#: (kept on the stream as the ``ttl`` header: :mod:`zeps.protocol.ttl`).
+TTL = _ttl.TTL_HEADER
 #: The ZEPS header that holds a KVSET's UUID (16 bytes); so no property may be named so.
 UUID_HEADER = "uuid"
-_TTL = re.compile(r"[0-9]{1,10}(?:\.[0-9]{1,9})?")
 _EMPTY = b""
 _ZERO = encode_u64(0)
 
@@ -114,19 +114,24 @@ def decode_properties(frame: Buffer, limits: Limits = DEFAULT_LIMITS) -> Propert
         seen.add(pair[0])
         out.append(pair)
     props = tuple(out)
-    ttl_seconds(props)                       # a bad ttl makes the whole command malformed
+    for name, value in props:                # a bad ttl makes the whole command malformed
+        if name == TTL and not _ttl.TTL_TEXT.fullmatch(value):
+            raise Malformed("bad ttl", "not a number of seconds")
     return props
 
 
 def ttl_seconds(properties: Properties) -> Optional[float]:
     """The ``ttl`` property in seconds (``30``, ``0.5``), None if absent or zero (the Guide's
-    servers treat ``ttl=0`` as no ttl); :class:`Malformed` ``bad ttl`` if not a number."""
+    servers treat ``ttl=0`` as no ttl); :class:`Malformed` ``bad ttl`` if not a number. Read as
+    the KV client reads the header (:func:`zeps.protocol.ttl.ttl_seconds`), so that a ZEPS
+    publisher's ttl counts the same for both; a CHP client's KVSET is held to the stricter
+    grammar it is written in (:data:`~zeps.protocol.ttl.TTL_TEXT`) when it is decoded."""
     for name, value in properties:
         if name == TTL:
-            if not _TTL.fullmatch(value):
-                raise Malformed("bad ttl", "not a number of seconds")
-            seconds = float(value)
-            return seconds if seconds > 0 else None
+            try:
+                return _ttl.ttl_seconds(value)
+            except ValueError:
+                raise Malformed("bad ttl", "not a number of seconds") from None
     return None
 
 
@@ -214,13 +219,25 @@ def to_headers(msg: KvMsg) -> Tuple[Tuple[str, bytes], ...]:
     return tuple(out)
 
 
+def _canonical_ttl(text: str) -> str:
+    """A ``ttl`` header a CHP client's reading would refuse (an older KV writer's ``2.592e+06``)
+    in the RFC's plain decimal seconds; one that is no ttl at all is left as it is (the front
+    end counts it: ``publisher.bad ttl``)."""
+    try:
+        seconds = _ttl.ttl_seconds(text)
+    except ValueError:
+        return text
+    return _ttl.ttl_text(seconds) if seconds is not None else "0"
+
+
 def from_message(sequence: int, key: str, value: bytes,
                  headers: Iterable[Tuple[str, bytes]] = ()) -> Tuple[KvMsg, int]:
     """The KVPUB of a message of the stream, and how many of its headers CHP cannot carry.
     The UUID is the first ``uuid`` header of 16 bytes (a UUID in text, as a BUS event keeps
     one, is converted); the other headers become properties when they can be written as
     ``name=value`` lines (no ``=`` or newline in the name, UTF-8 without a newline in the
-    value); the rest are left out. A plain ZEPS message has neither."""
+    value); the rest are left out. A ``ttl`` written with an exponent is given in plain decimal
+    seconds (:func:`_canonical_ttl`). A plain ZEPS message has neither."""
     uuid = b""
     props: List[Tuple[str, str]] = []
     dropped = 0
@@ -241,5 +258,7 @@ def from_message(sequence: int, key: str, value: bytes,
         if "=" in name or "\n" in name or "\n" in text_value or name == UUID_HEADER:
             dropped += 1
             continue
+        if name == TTL and not _ttl.TTL_TEXT.fullmatch(text_value):
+            text_value = _canonical_ttl(text_value)
         props.append((name, text_value))
     return KvMsg(key, sequence, uuid, tuple(props), value), dropped

@@ -233,6 +233,21 @@ def test_a_kv_maps_ttl_is_the_front_ends_too(chp):
     client.close()
 
 
+def test_a_snapshot_of_large_values_ends(chp):
+    """A value of half the snapshot peering's window, then one of --max-message's size in key
+    order: the broker held too little credit for the second, and the peering granted none back
+    until half its window was used, so ICANHAZ? never got its KTHXBAI."""
+    pub = zeps_publisher(chp.endpoint, "kv")
+    pub.send(c.Publish("/big/a", b"a" * 540_000), c.Publish("/big/b", b"b" * 1_000_000))
+    wait_position(chp, chp.name, 2)
+    client = ChpClient(chp.port, subtree="/big/")
+    got = client.sync()
+    assert [(m.key, len(m.value)) for m in got[:-1]] == [("/big/a", 540_000),
+                                                         ("/big/b", 1_000_000)]
+    assert got[-1].key == "KTHXBAI" and got[-1].sequence == 2
+    client.close()
+
+
 def test_subtrees_filter_snapshots_and_updates(chp):
     pub = zeps_publisher(chp.endpoint, "kv")
     for key in ["/x/1", "/x/2", "/xy/3", "/y/1", "x"]:

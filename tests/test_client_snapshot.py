@@ -67,3 +67,24 @@ def test_asyncio(start_broker):
 
     snap, keys = asyncio.run(main())
     assert len(snap) == 50 and snap.seq == 53 and keys == ["other"]
+
+
+@pytest.mark.parametrize("max_message, sizes", [
+    (1 << 20, (540_000, 1_000_000)),          # half the front end's window, then the largest
+    (4 << 20, (2_000_000, 3_500_000))])       # the SDK's window (4 MiB) under two large ones
+def test_large_entries_of_any_size_do_not_stall_a_snapshot(start_broker, max_message, sizes):
+    """Entries up to the broker's --max-message, the first too small to have its credit granted
+    back by the half-window rule and the second larger than what the broker then held: the
+    snapshot (blocking, and a KVMap's) waited for an entry the broker waited for credit to send,
+    until the timeout."""
+    from zeps.clients import KVMap
+    b = start_broker(None, "--key-index", "--max-message", str(max_message))
+    with Client(b.endpoint, "big", confirms=True, create=True) as c:
+        for i, n in enumerate(sizes):
+            c.publish(f"k{i}", bytes([65 + i]) * n)
+        c.wait_for_confirms(30)
+        snap = c.snapshot(timeout=10)
+        assert [(m.key, len(m.body)) for m in snap] == [(f"k{i}", n) for i, n in enumerate(sizes)]
+        assert snap.seq == len(sizes)
+    with KVMap(b.endpoint, "big", timeout=10) as kv:
+        assert len(kv.get("k1")) == sizes[1]

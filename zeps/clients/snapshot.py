@@ -4,12 +4,16 @@ sans-I/O reader both front ends drive, and the value handed to applications.
 A snapshot is read on a connection of its own (a peering that never subscribes, as the broker
 asks: SNAPSHOT before any SUBSCRIBE), so a :class:`~zeps.clients.Client` that is subscribed can
 take one too. The reader opens with REASONS-SELECT, HEADERS-SELECT, STREAM-EXPECT 0 (a reader
-never creates a stream: a missing one is :class:`~zeps.clients.errors.NoStream`), ATTACH, a
-CREDIT of its window and SNAPSHOT; each entry becomes a :class:`~zeps.clients.Message`; the
-credit an entry used is granted back once the application has taken it and half the window is
-used (so a reader that stops iterating stops the broker sending: the broker keeps a cursor,
-nothing more); SNAPSHOT-END gives :attr:`SnapshotReader.seq`, the sequence the snapshot is
-consistent at: subscribe ``from_seq=seq + 1`` for what came after.
+never creates a stream: a missing one is :class:`~zeps.clients.errors.NoStream`), ATTACH,
+LIMITS, a CREDIT of its window and SNAPSHOT; each entry becomes a
+:class:`~zeps.clients.Message`; the credit an entry used is granted back once the application
+has taken it (so a reader that stops iterating stops the broker sending: the broker keeps a
+cursor, nothing more), as a subscriber's is (:mod:`.window`): once half the window is used, or
+less where the broker would otherwise hold less than its largest entry's cost (LIMITS-OK says
+what that is; a window smaller than that grows to twice it). Otherwise an entry of half the
+window and a larger one after it would stall the snapshot for good: the reader waiting for
+the entry, the broker for credit. SNAPSHOT-END gives :attr:`SnapshotReader.seq`, the sequence
+the snapshot is consistent at: subscribe ``from_seq=seq + 1`` for what came after.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from zeps.protocol.snapshot import parse_entry
 
 from .errors import ZepsError, invalid_error
 from .message import Message
+from .window import largest_cost, topup_for, window_for
 
 __all__ = ["Snapshot", "SnapshotReader", "SNAPSHOT_WINDOW"]
 
@@ -63,7 +68,7 @@ class SnapshotReader:
         self.window = window
         self.outgoing: List[bytes] = [encode(cmd) for cmd in (
             c.ReasonsSelect(), c.HeadersSelect(), c.StreamExpect(0), c.Attach(stream),
-            c.Credit(window), c.Snapshot(self.prefixes))]
+            c.Limits(), c.Credit(window), c.Snapshot(self.prefixes))]
         self.buffered: Deque[Message] = deque()
         self.done = False
         self.error: Optional[ZepsError] = None
@@ -72,6 +77,7 @@ class SnapshotReader:
         self._answers = 0               # of REASONS-SELECT, HEADERS-SELECT, STREAM-EXPECT
         self._used = 0                  # credit of entries handed out, not granted back yet
         self._pending = 0               # credit of entries received, not handed out yet
+        self._topup = window // 2       # used credit granted back from this much (LIMITS-OK)
 
     def receive(self, frame: bytes) -> None:
         got = parse_entry(frame)                 # the common frame, read in place
@@ -104,19 +110,35 @@ class SnapshotReader:
                 self.error = invalid_error(Reason.received(cmd), "SNAPSHOT")
         elif cls in (c.ReasonsSelectOk, c.HeadersSelectOk, c.StreamExpectOk):
             self._answers += 1
+        elif cls is c.LimitsOk:
+            self._limits(cmd.max_message, cmd.max_credit)
         elif cls is c.Ping:
             self.outgoing.append(encode(c.PingOk()))
         elif cls is c.Detach:
             self.error = ZepsError("the broker sent DETACH during the snapshot")
 
+    def _limits(self, max_message: int, max_credit: int) -> None:
+        """The broker's limits: the largest entry costs what its largest message does. A window
+        smaller grows to twice that (CREDIT of the difference; the broker refuses none it can
+        hold), and credit goes back early enough that the broker holds that much again once
+        everything was taken."""
+        largest = largest_cost(max_message)
+        if largest > self.window:
+            grown = window_for(self.window, largest, max_credit)
+            if grown is None:        # over what the broker ever holds: it will say so
+                return
+            self.outgoing.append(encode(c.Credit(grown - self.window)))
+            self.window = grown
+        self._topup = topup_for(self.window, largest)
+
     def take(self) -> List[Message]:
         """The entries received so far (in order); their credit goes back to the broker once
-        half the window is used."""
+        half the window is used, or less (:meth:`_limits`)."""
         out = list(self.buffered)
         self.buffered.clear()
         self._used += self._pending
         self._pending = 0
-        if self._used * 2 >= self.window and not self.done:
+        if self._used >= self._topup and not self.done:
             self.outgoing.append(encode(c.Credit(self._used)))
             self._used = 0
         return out

@@ -1,0 +1,72 @@
+"""The snapshot reader's credit (zeps.clients.snapshot.SnapshotReader), pure: a model of the
+broker's side sends each entry in key order once the credit it holds covers the entry's cost
+(as ``zeps/broker/snapshots.py`` does) and waits otherwise. Whatever the entries' sizes up to
+the broker's ``--max-message``, and whatever the reader's window, the snapshot ends: the broker
+is never left waiting for credit while the reader has taken everything and waits for entries.
+"""
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from zeps.clients.snapshot import SnapshotReader
+from zeps.protocol import commands as c
+from zeps.protocol import decode, encode
+from zeps.protocol.deliver import message_cost
+
+from .property_examples import examples
+
+MAX_CREDIT = 64 << 20
+
+
+def run(window: int, max_message: int, sizes) -> SnapshotReader:
+    """The reader against the model broker until SNAPSHOT-END or a stall (nothing to send,
+    nothing to receive): returns the reader (``done`` says which)."""
+    r = SnapshotReader("s", ("",), window)
+    entries = [(f"k{i:05}", b"x" * n) for i, n in enumerate(sizes)]
+    credit = 0
+    seq = 0
+    for cmd in (c.ReasonsSelectOk(), c.HeadersSelectOk(255, 65536), c.StreamExpectOk(), c.AttachOk(),
+                c.LimitsOk(max_message, MAX_CREDIT)):
+        r.receive(encode(cmd))
+    while True:
+        for frame in r.outgoing:                 # what the reader sent: its CREDITs count
+            cmd = decode(frame)
+            if isinstance(cmd, c.Credit):
+                credit += cmd.credit
+        r.outgoing.clear()
+        sent = False
+        while entries and credit >= message_cost(*entries[0]):
+            key, body = entries.pop(0)
+            credit -= message_cost(key, body)
+            seq += 1
+            r.receive(encode(c.SnapshotEntry(0, seq, key, body)))
+            sent = True
+        if not entries and not r.done:
+            r.receive(encode(c.SnapshotEnd(seq, seq)))
+        got = r.take()
+        if r.done or not (sent or got or r.outgoing):
+            return r
+
+
+def test_an_entry_of_half_the_window_then_a_largest_one_does_not_stall():
+    """The front end's window (max_value + 65 KiB) and two values under the limit: the first
+    used less than half the window, so no credit went back, and the broker held less than the
+    second cost."""
+    max_message = 1 << 20
+    r = run(max_message + (64 << 10) + 1024, max_message, [540_000, 1_000_000])
+    assert r.done and r.count == 2
+
+
+def test_a_window_smaller_than_the_largest_entry_grows():
+    r = run(4 << 20, 8 << 20, [5_000_000, 8 << 20, 10])
+    assert r.done and r.count == 3 and r.window >= 2 * (8 << 20)
+
+
+@given(window=st.integers(1 << 16, 8 << 20), max_message=st.integers(1, 4 << 20),
+       data=st.data())
+@settings(max_examples=examples(200), deadline=None)
+def test_no_sizes_stall_a_snapshot(window, max_message, data):
+    sizes = data.draw(st.lists(st.integers(0, max_message), min_size=1, max_size=12))
+    r = run(window, max_message, sizes)
+    assert r.done and r.count == len(sizes)

@@ -21,6 +21,7 @@ class Peer:
         self.got = {}
         self.room = {}
         self.gone = set()
+        self.refused = {}           # the sends refused per identity (its pipe full)
 
     def send(self, ident, frames):
         if ident in self.gone:
@@ -28,6 +29,7 @@ class Peer:
         room = self.room.get(ident)
         if room is not None:
             if room == 0:
+                self.refused[ident] = self.refused.get(ident, 0) + 1
                 return False
             self.room[ident] = room - 1
         self.got.setdefault(ident, []).append(frames)
@@ -83,7 +85,10 @@ def test_a_reader_that_never_reads_costs_one_message_and_holds_no_slot():
     assert len(peer.got[b"stuck"]) == 100
     assert next(taken) == 101                       # 100 sent, one head held, nothing more
     assert peer.got[b"calm"] == [[b"small"], [b"END"]]
-    assert snaps.next_deadline(10.0) == pytest.approx(10.05)   # retried, not spun on
+    # retried, not spun on: 1 ms after its pipe was found full, doubling to 50 ms, so ~200
+    # tries in 10 s of rounds every 10 ms, not 1,000
+    assert 190 <= peer.refused[b"stuck"] <= 210
+    assert 10.0 < snaps.next_deadline(10.0) <= 10.05
     snaps.pump(peer.send, 9.99 + 30.0)
     assert c["snapshot.abandoned"] == 1 and len(snaps) == 0
 
@@ -105,6 +110,33 @@ def test_readers_that_never_read_are_dropped_longest_blocked_first_when_room_is_
     assert len(peer.got[b"calm"]) == 101
     assert c["snapshot.abandoned"] == 1               # stuck0, blocked the longest
     assert sorted(s.ident for s in snaps.sessions()) == [b"stuck1", b"stuck2"]
+
+
+def test_a_reader_that_keeps_up_is_tried_again_soon_after_its_pipe_fills():
+    """A pipe of 2 messages (the snapshot socket's SNDHWM with 1 MiB values) that its reader
+    empties within a millisecond: the session is tried again 1 ms after it found the pipe
+    full, then 2, 4... while it stays full, never more than ``retry`` apart; progress starts
+    the backoff again."""
+    snaps = Snapshots(_opener(40), Counters(), retry=0.05)
+    peer = Peer()
+    peer.room[b"a"] = 2
+    snaps.request(b"a", b"r")
+    assert snaps.pump(peer.send, 0.0) is False                 # 2 sent, the pipe is full
+    assert snaps.next_deadline(0.0) == pytest.approx(0.001)
+    assert snaps.pump(peer.send, 0.0005) is False              # not due: not tried
+    assert peer.refused[b"a"] == 1
+    snaps.pump(peer.send, 0.001)                               # still full: 2 ms on
+    assert snaps.next_deadline(0.001) == pytest.approx(0.003)
+    snaps.pump(peer.send, 0.003)
+    assert snaps.next_deadline(0.003) == pytest.approx(0.007)
+    peer.room[b"a"] = 2                                        # the reader took two
+    snaps.pump(peer.send, 0.007)
+    assert snaps.next_deadline(0.007) == pytest.approx(0.008)  # from 1 ms again
+    for _ in range(20):                                        # full for a long while
+        snaps.pump(peer.send, snaps.next_deadline(0.0))
+    t = snaps.next_deadline(0.0)
+    snaps.pump(peer.send, t)
+    assert snaps.next_deadline(t) == pytest.approx(t + 0.05)
 
 
 def test_blocked_session_resumes_where_it_stopped():

@@ -50,8 +50,11 @@ from .wire import DEFAULT_LIMITS, Limits
 
 #: Messages read from one socket per round, then the others get their turn.
 READ_MAX = 256
-#: The snapshot ROUTER's queues, in messages, per peer.
+#: The snapshot ROUTER's queues, in messages, per peer: at most this many ...
 SNAPSHOT_HWM = 16
+#: ... and at most this many bytes of the largest messages (libzmq counts messages): what a
+#: peer that asks for a snapshot and never reads holds in the broker (:func:`snapshot_hwm`).
+SNAPSHOT_PIPE_BYTES = 2 << 20
 #: The DEALER to the broker: publishes queued before the collector stops being read.
 LINK_SNDHWM = 100
 #: What a collector reads ahead off one peer, in bytes (its RCVHWM is this over the largest frame).
@@ -71,6 +74,14 @@ def _recv_capped(sock, cap: int) -> List[bytes]:
         if len(frames) < cap:
             frames.append(frame)
     return frames
+
+
+def snapshot_hwm(limits: Limits) -> int:
+    """The snapshot ROUTER's ``SNDHWM``: :data:`SNAPSHOT_HWM` messages, fewer where that many
+    of the largest (``limits.frame_limit()``) would pass :data:`SNAPSHOT_PIPE_BYTES`, at least
+    2. With the default ``--max-message`` (1 MiB) it is 2: a reader that never reads holds two
+    entries of a snapshot in the broker, not 16 (16 MiB of the largest values)."""
+    return max(2, min(SNAPSHOT_HWM, SNAPSHOT_PIPE_BYTES // limits.frame_limit()))
 
 
 class FrontEndShell:
@@ -131,8 +142,9 @@ class FrontEndShell:
         taken: nothing is left open)."""
         try:
             snap_max = max(self.limits.max_subtrees_bytes, 255) + 1024
-            self.snapshot = self._bind(zmq.ROUTER, 0, ROUTER_MANDATORY=1, SNDHWM=SNAPSHOT_HWM,
-                                       RCVHWM=SNAPSHOT_HWM, MAXMSGSIZE=snap_max)
+            self.snapshot = self._bind(zmq.ROUTER, 0, ROUTER_MANDATORY=1,
+                                       SNDHWM=snapshot_hwm(self.limits), RCVHWM=SNAPSHOT_HWM,
+                                       MAXMSGSIZE=snap_max)
             self.pub = self._bind(zmq.PUB, 1, SNDHWM=self.pub_hwm)
             frame_limit = self.limits.frame_limit()
             hwm = max(8, min(1000, COLLECTOR_READ_AHEAD // frame_limit))

@@ -59,7 +59,8 @@ WAIT: Any = _Wait()
 
 class Session:
     __slots__ = ("ident", "request", "_entries", "_end", "_head", "_head_is_end",
-                 "blocked_since", "waiting_since", "messages", "examined")
+                 "blocked_since", "waiting_since", "messages", "examined", "backoff",
+                 "retry_at")
 
     def __init__(self, ident: bytes, request: Any, entries: Iterator[Optional[Frames]],
                  end: Any):
@@ -74,6 +75,8 @@ class Session:
         self.waiting_since: Optional[float] = None
         self.messages = 0          # sent, the end message included
         self.examined = 0          # entries taken from the iterator
+        self.backoff = 0.0         # blocked on its peer: seconds to the next try, doubling ...
+        self.retry_at = 0.0        # ... and when that is
 
     def pump(self, send: Send, now: float, budget: int) -> Tuple[str, int]:
         """Send until ``budget`` entries were examined, the peer blocks or the end is sent.
@@ -132,7 +135,7 @@ class Snapshots:
 
     def __init__(self, opener: Opener, counters, *, max_active: int = 8, max_sessions: int = 32,
                  max_waiting: int = 256, turn: int = 64, round_budget: int = 1024,
-                 stall_timeout: float = 30.0, retry: float = 0.05):
+                 stall_timeout: float = 30.0, retry: float = 0.05, first_retry: float = 0.001):
         self._opener = opener
         self._counters = counters
         self.max_active = max_active
@@ -142,6 +145,7 @@ class Snapshots:
         self.round_budget = round_budget
         self.stall_timeout = stall_timeout
         self.retry = retry
+        self.first_retry = min(first_retry, retry)
         self._waiting: Deque[Tuple[bytes, Any]] = deque()
         self._active: "OrderedDict[bytes, Session]" = OrderedDict()
         self._idents: Dict[bytes, None] = {}           # active or waiting
@@ -203,12 +207,21 @@ class Snapshots:
             if since is not None and now - since >= self.stall_timeout:
                 self._end(s, "snapshot.abandoned")
                 continue
+            if s.blocked_since is not None and now < s.retry_at:
+                continue                                 # its peer's pipe was full just now
+            sent = s.messages
             try:
                 state, used = s.pump(send, now, min(self.turn, budget))
             except Exception:                            # the source failed mid-way
                 self._end(s, "snapshot.failed")
                 continue
             budget -= max(used, 1)
+            if state == BLOCKED:                         # from 1 ms again after progress
+                s.backoff = (min(self.retry, s.backoff * 2) if s.messages == sent and s.backoff
+                             else self.first_retry)
+                s.retry_at = now + s.backoff
+            else:
+                s.backoff = 0.0
             if state == DONE:
                 self._end(s, "snapshot.served")
             elif state == GONE:
@@ -229,9 +242,12 @@ class Snapshots:
 
     def next_deadline(self, now: float) -> Optional[float]:
         """When :meth:`pump` has something to do: now if a session can go on or a request can
-        start; ``retry`` seconds on if all wait for their peers; None if there is none. A
-        session waiting for its source is due at its stall timeout (its shell wakes earlier,
-        when the source has more)."""
+        start; when the first session blocked on its peer is tried again, if all are (1 ms
+        after its pipe was found full, doubling while it stays full, up to ``retry``: a reader
+        that keeps up is not held ``retry`` seconds each time its pipe fills, one that never
+        reads costs a try each ``retry``); None if there is none. A session waiting for its
+        source is due at its stall timeout (its shell wakes earlier, when the source has
+        more)."""
         if self._room():
             return now
         deadline = None
@@ -242,7 +258,7 @@ class Snapshots:
                 continue
             if s.blocked_since is None:
                 return now
-            due = min(now + self.retry, s.blocked_since + self.stall_timeout)
+            due = max(now, min(s.retry_at, s.blocked_since + self.stall_timeout))
             deadline = due if deadline is None else min(deadline, due)
         return deadline
 

@@ -189,6 +189,69 @@ def test_max_deliver_then_the_dead_letter_stream(core):
     assert group(h).counters["dead_lettered"] == 1 and group(h).floor == 1
 
 
+def dead_letter_twice(h: Core, ident: bytes, name: str) -> None:
+    """``ident`` joins consumer ``name`` (max_deliver=1) and NAKs what it got: dead-lettered."""
+    member(h, ident, name=name)
+    h.drain()
+    for seq, _k in h.delivered(ident):
+        h.send(ident, c.Nak(seq, 0))
+    h.drain()
+    h.drain()                                       # its dead-letter stream opened meanwhile
+
+
+def test_a_dead_letter_stream_is_created_only_as_an_attach_would_create_it(make):
+    """A consumer named a dead-letter stream, and dead-lettering created it past
+    ``--auto-create no`` and ``max_total_streams`` (any client that may read one stream could
+    create up to 1,024 streams a stream, one consumer each)."""
+    h = make(auto_create=False)
+    h.send(b"admin", c.StreamCreate("s"), c.Attach("s"),
+           c.ConsumerAdd("g", max_deliver=1, dead_letter="dl"))
+    got = h.take(b"admin")
+    assert isinstance(got[-1], c.Invalid) and "STREAM-CREATE" in got[-1].reason, got
+    h.send(b"admin", c.StreamCreate("dl"), c.ConsumerAdd("g", max_deliver=1, dead_letter="dl"))
+    assert isinstance(h.take(b"admin")[-1], c.ConsumerAddOk)
+    h.publish("k.0")
+    dead_letter_twice(h, b"m", "g")
+    assert group(h).counters["dead_lettered"] == 1
+    assert len(h.core.catalogue) == 2 and "dl" in h.core.catalogue
+
+    h = make(max_total_streams=2)                   # "s", and room for one more
+    h.send(b"admin", c.Attach("s"), *[c.ConsumerAdd(f"g{i}", max_deliver=1,
+                                                    dead_letter=f"dl{i}") for i in range(2)])
+    assert [type(m) for m in h.take(b"admin")] == [c.AttachOk] + [c.ConsumerAddOk] * 2
+    h.publish("k.0")
+    dead_letter_twice(h, b"m0", "g0")               # dl0 is created: the limit is reached
+    dead_letter_twice(h, b"m1", "g1")               # dl1 is not: the message is dropped
+    assert len(h.core.catalogue) == 2 and "dl0" in h.core.catalogue
+    assert group(h, "g0").counters["dead_lettered"] == 1
+    assert group(h, "g1").counters["dropped"] == 1 and group(h, "g1").floor == 1
+    assert [kw["to"] for kw in h.logged("consumer_dead_letter_dropped")] == ["dl1"]
+    h.send(b"admin", c.ConsumerAdd("g2", dead_letter="dl2"))
+    got = h.take(b"admin")[-1]
+    assert isinstance(got, c.Invalid) and "stores at most 2 streams" in got.reason
+
+
+def test_a_dead_letter_stream_that_cannot_be_opened_does_not_stop_the_consumer(core):
+    """Its open failed, and the consumer tried again every round, delivering nothing else."""
+    h = core
+    setup(h, 5, max_deliver=1, dead_letter="dl")
+    with open(h.datadir.stream_path("dl"), "w") as f:   # the dead-letter stream cannot open
+        f.write("not a directory")
+    member(h, b"a")
+    h.drain()
+    assert seqs(h, b"a") == [1, 2, 3, 4, 5]
+    h.send(b"a", c.Nak(1, 0))                       # 1 goes to the dead-letter stream
+    ack(h, b"a", [2, 3, 4, 5])
+    h.publish("k.5", "k.6", "k.7")
+    for _ in range(5):
+        h.now += 0.2
+        h.tick()
+        h.drain()
+    assert seqs(h, b"a") == [6, 7, 8]
+    assert group(h).counters["dropped"] == 1
+    assert [kw["sequence"] for kw in h.logged("consumer_dead_letter_dropped")] == [1]
+
+
 def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
     h = core
     setup(h, 0, flags=c.CONSUMER_KEY_ORDER)

@@ -92,7 +92,13 @@ class Attachment:
 
     def opened(self, name: str, error: Optional[BaseException], now: float) -> None:
         """The shell opened stream ``name``'s journal (``DataDir.journal``), or failed to with
-        ``error``: the waiting ATTACHes are answered, then what each client sent meanwhile."""
+        ``error``: the waiting ATTACHes are answered, then what each client sent meanwhile. A
+        dead-letter stream that failed to open is noted for the consumer that waits for it
+        (consuming.py: its message is dropped, and the consumer goes on)."""
+        if name in self.dead_letter_opens:
+            self.dead_letter_opens.discard(name)
+            if error is not None:
+                self.dead_letter_failed[name] = error
         for s, cmd, expect in self.opening.pop(name, ()):
             if self.sessions.get(s.identity) is not s:
                 continue                                  # forgotten meanwhile

@@ -142,6 +142,8 @@ class Consuming:
         if why is None and cmd.dead_letter and self.acl is not None \
                 and not self.acl.may_publish(s.user, cmd.dead_letter):
             why = Reason.not_allowed(self.acl.who(s.user), "publish", cmd.dead_letter)
+        if why is None and cmd.dead_letter:
+            why = self._dead_letter_refusal(cmd.dead_letter)
         if why is not None:
             self._invalid(s.identity, why)
             return
@@ -377,11 +379,12 @@ class Consuming:
                 continue
             o = g.out[seq]
             if cfg.max_deliver and o.deliveries >= cfg.max_deliver:
-                if not self._dead_letter(st, g, rec, o.deliveries):
+                done = self._dead_letter(st, g, rec, o.deliveries)
+                if done is False:
                     g.put_back(seq)                # its stream is being opened: next round
                     blocked = opening = True
                     break
-                g.drop(seq, True)
+                g.drop(seq, done is True)
                 continue
             if not give(rec):
                 g.put_back(seq)
@@ -421,20 +424,49 @@ class Consuming:
         g.asleep = blocked and not opening             # no member can take one: wait for one
         return False
 
-    def _dead_letter(self, st, g: Group, rec, deliveries: int) -> bool:
-        """Publish ``rec`` to the consumer's dead-letter stream (False: that stream is being
-        opened; the message waits). No dead-letter stream: the message is dropped (counted)."""
+    def _dead_letter_refusal(self, name: str) -> Optional[Reason]:
+        """Why the dead-letter stream ``name`` could not be created now (None: it exists, or
+        it could): a consumer creates only the stream an ATTACH would create (``--auto-create``,
+        ``max_total_streams``; the ACL's publish right is the client's, checked at
+        CONSUMER-ADD)."""
+        if name in self.catalogue:
+            return None
+        if not self.config.auto_create:
+            return Reason.no_stream(name, created_on_attach=False)
+        if len(self.catalogue) >= self.config.max_total_streams:
+            return Reason.limit("max_total_streams", self.config.max_total_streams)
+        return None
+
+    def _dead_letter(self, st, g: Group, rec, deliveries: int) -> Optional[bool]:
+        """Publish ``rec`` to the consumer's dead-letter stream: True done; False: that stream
+        is being opened, the message waits; None: it was dropped (counted and logged) -- the
+        consumer has no dead-letter stream, or it cannot be created (``--auto-create no`` and
+        deleted since CONSUMER-ADD, ``max_total_streams``, ``max_streams`` open and busy) or
+        opened (the open failed: logged once a round's try)."""
         name = g.config.dead_letter
         if not name:
             self.log("consumer_max_deliver", stream=st.name, consumer=g.config.name,
                      sequence=rec.sequence, deliveries=deliveries)
-            return True
+            return None
         dst = self.streams.get(name)
         if dst is None:
+            why = self._dead_letter_refusal(name)
+            failed = self.dead_letter_failed.pop(name, None)
+            if why is None and failed is not None:
+                why = Reason.failed(f"cannot open stream {name!r}", failed)
+            if why is None and len(self.streams) >= self.config.max_streams:
+                self._release_idle_streams(self.config.max_streams - 1)
+                if len(self.streams) >= self.config.max_streams:
+                    why = Reason.limit("max_streams", self.config.max_streams)
+            if why is not None:
+                self.log("consumer_dead_letter_dropped", stream=st.name, consumer=g.config.name,
+                         sequence=rec.sequence, to=name, reason=why.text)
+                return None
             if not self.datadir.is_open(name):          # opened off the loop first
                 if name not in self.opening:
                     self.opening[name] = []
                     self._to_open.append(name)
+                    self.dead_letter_opens.add(name)
                 return False
             dst = self.stream(name)
         headers = list(rec.headers)

@@ -26,7 +26,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
 from zeps.matching import PatternError, compile_pattern
 from zeps.matching.patterns import REGEX_MARKER
@@ -174,6 +174,9 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.consumers: Dict[str, dict] = {}
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
         self.dead_letter_publisher = Session(b"\x00dead-letter", 0.0)
+        #: Dead-letter streams being opened for a consumer, and those whose open failed.
+        self.dead_letter_opens: Set[str] = set()
+        self.dead_letter_failed: Dict[str, BaseException] = {}
         self._next_consumer_tick = float("-inf")
 
     # ------------------------------------------------------------------ input

@@ -252,6 +252,25 @@ def test_a_dead_letter_stream_that_cannot_be_opened_does_not_stop_the_consumer(c
     assert [kw["sequence"] for kw in h.logged("consumer_dead_letter_dropped")] == [1]
 
 
+def test_ack_none_a_message_its_members_pipe_did_not_take_goes_again(core):
+    """ACK_NONE acknowledges a message as it is handed out; one whose DELIVER did not go out
+    (the member's pipe full) was lost, yet counted delivered and acknowledged."""
+    h = core
+    setup(h, 3, ack=c.ACK_NONE)
+    member(h, b"a")
+    h.pipe[b"a"] = 1                                # the pipe takes one frame, then is full
+    h.drain()
+    first = seqs(h, b"a")
+    h.pipe.pop(b"a")                                # the member reads again
+    for _ in range(3):
+        h.now += 1
+        h.tick()
+        h.drain()
+    assert first + seqs(h, b"a") == [1, 2, 3]
+    g = group(h)
+    assert g.counters["delivered"] == g.counters["acked"] == 3 and g.floor == 3
+
+
 def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
     h = core
     setup(h, 0, flags=c.CONSUMER_KEY_ORDER)

@@ -158,6 +158,15 @@ class Group:
         again first, and this delivery does not count."""
         m = self.members.get(ident)
         o = self.out.get(seq)
+        if o is None and self.ack_none and seq < self.next:
+            # acknowledged as it was handed out (ACK_NONE): it was not, so it is outstanding
+            # again, and neither the delivery nor the acknowledgement counts
+            self.out[seq] = Out(0)
+            heapq.heappush(self.ready, seq)
+            self.counters["delivered"] -= 1
+            self.counters["acked"] -= 1
+            self.dirty = True
+            return
         if o is None or o.member != ident:
             return
         o.member = None

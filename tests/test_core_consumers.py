@@ -271,6 +271,35 @@ def test_ack_none_a_message_its_members_pipe_did_not_take_goes_again(core):
     assert g.counters["delivered"] == g.counters["acked"] == 3 and g.floor == 3
 
 
+def test_per_key_order_holds_across_a_restart(tmp_path):
+    """The consumer's saved state has its outstanding messages, not their keys: after a restart
+    all of them went out at once, several of one key to different members."""
+    h = Core(tmp_path / "d")
+    setup(h, 0, flags=c.CONSUMER_KEY_ORDER)
+    member(h, b"a")
+    member(h, b"b")
+    h.publish("x", "x", "y", "x")                   # 1 x out, 2 x parked, 3 y out, 4 x parked
+    h.drain()
+    assert sorted(h.delivered(b"a") + h.delivered(b"b")) == [(1, "x"), (3, "y")]
+    h.now += 1
+    h.tick()                                        # saved: outstanding 1..4
+    h.close()
+    h = Core(tmp_path / "d")
+    for m in (b"a", b"b", b"c"):
+        member(h, m)
+    h.drain()
+    out = {m: h.delivered(m) for m in (b"a", b"b", b"c")}
+    assert sorted(sum(out.values(), [])) == [(1, "x"), (3, "y")], out
+    holder = next(m for m, got in out.items() if (1, "x") in got)
+    for before, seq in ((1, 2), (2, 4)):            # x's next goes once the one before is acked
+        ack(h, holder, [before])
+        h.drain()
+        got = {m: h.delivered(m) for m in (b"a", b"b", b"c")}
+        assert sorted(sum(got.values(), [])) == [(seq, "x")], got
+        holder = next(m for m, g in got.items() if g)
+    h.close()
+
+
 def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
     h = core
     setup(h, 0, flags=c.CONSUMER_KEY_ORDER)

@@ -378,6 +378,8 @@ class Consuming:
                 g.drop(seq, False)
                 continue
             o = g.out[seq]
+            if o.key is None and g.park_loaded(seq, rec.key):
+                continue                               # behind its key's earlier message
             if cfg.max_deliver and o.deliveries >= cfg.max_deliver:
                 done = self._dead_letter(st, g, rec, o.deliveries)
                 if done is False:

@@ -185,6 +185,18 @@ class Group:
         self.parked.setdefault(key, deque()).append(seq)
         return True
 
+    def park_loaded(self, seq: int, key: str) -> bool:
+        """Per-key order: ``seq``, outstanding since the consumer was loaded (its key unknown
+        until read: a restart), is of ``key``; True if a message of that key is out, and
+        ``seq`` now waits behind it (they come off ``ready`` in sequence order, so a key's
+        parked messages stay in order)."""
+        if not self.key_order or not self.busy.get(key):
+            return False
+        self.out[seq].key = key
+        self.unknown_keys -= 1
+        self.parked.setdefault(key, deque()).append(seq)
+        return True
+
     def pop_ready(self, now: float) -> Optional[int]:
         """The lowest sequence due to go again, or None (taken off ``ready``; hand it, or
         :meth:`put_back` it)."""

@@ -300,6 +300,45 @@ def test_per_key_order_holds_across_a_restart(tmp_path):
     h.close()
 
 
+def test_saves_are_paid_from_a_budget_the_longest_unsaved_first(core, monkeypatch):
+    """Each ACK makes its consumer due for a save, which costs in proportion to its outstanding
+    messages (up to 65,536 each, 1,024 consumers a stream): four consumers of 2,000 pending
+    messages, each acked once every tick, are saved within the budget (scaled down here to
+    1,000 messages a second, 3,000 saved up), and each in turn."""
+    from zeps.broker import consuming
+    monkeypatch.setattr(consuming, "SAVE_RATE", 1000)
+    monkeypatch.setattr(consuming, "SAVE_BURST", 3000)
+    h = core
+    h.core.save_tokens = 3000.0
+    names = [f"g{i}" for i in range(4)]
+    h.send(b"admin", c.Attach("s"), *[c.ConsumerAdd(n, max_ack_pending=2000,
+                                                    ack_wait_ms=3_600_000) for n in names])
+    assert [type(m) for m in h.take(b"admin")] == [c.AttachOk] + [c.ConsumerAddOk] * 4
+    h.publish(*[f"k.{i}" for i in range(2000)])
+    for i, n in enumerate(names):
+        member(h, b"m%d" % i, name=n)
+    for _ in range(20):
+        h.drain()
+    assert all(len(group(h, n).out) == 2000 for n in names)
+    saves = []
+    submit = h.core.consumer_store.submit
+    monkeypatch.setattr(h.core.consumer_store, "submit", lambda d, config, state: (
+        saves.append((h.now, config.name, 1 + len(state.outstanding))),
+        submit(d, config, state)))
+    start = h.now
+    for t in range(100):                            # 10 s of ticks, every consumer dirty
+        for i in range(4):
+            ack(h, b"m%d" % i, [t + 1])
+        h.now += 0.1
+        h.tick()
+    for now, _name, _cost in saves:                 # within the budget at every moment
+        spent = sum(cost for when, _n, cost in saves if when <= now)
+        assert spent <= 3000 + 1000 * (now - start)
+    order = [name for _t, name, _c in saves]
+    assert len(order) >= 5 and all(order.count(n) >= 1 for n in names)
+    assert all(order[i] != order[i + 1] for i in range(len(order) - 1))   # in turn
+
+
 def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
     h = core
     setup(h, 0, flags=c.CONSUMER_KEY_ORDER)

@@ -9,7 +9,12 @@ Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which 
   stream administration does) and stay in memory until the stream is deleted.
 * **Saving.** A consumer whose state changed is handed to ``consumer_store`` at most every
   :data:`~zeps.broker.groups.SAVE_INTERVAL`: the shell's :class:`zeps.journal.consumers.Saver`
-  writes it off the loop (in-process tests use the synchronous store).
+  writes it off the loop (in-process tests use the synchronous store). A save costs in
+  proportion to the consumer's outstanding messages (up to 65,536, each ACK of one of them
+  makes it due), so saves are paid from a budget of :data:`SAVE_RATE` outstanding messages a
+  second over all consumers, the longest unsaved first: what the loop and the Saver spend on
+  saving does not grow with the consumers and their pending messages; a big consumer is saved
+  less often (a crash then gives more of its messages again).
 * **Handing out.** In the round's pump step, each consumer with members and work (messages due
   again, or the journal past its cursor) hands out up to ``CONSUMER_STEP`` messages: due ones
   first, in sequence order, then new ones read from the journal at its cursor. A message goes to
@@ -33,10 +38,17 @@ from zeps.protocol.headers import encode_block
 from zeps.protocol.reasons import Reason
 from zeps.matching.patterns import REGEX_MARKER
 
-from .groups import CONSUMER_STEP, MAX_ACK_PENDING, MAX_CONSUMERS, MAX_MEMBERS, Group
+from .groups import (CONSUMER_STEP, MAX_ACK_PENDING, MAX_CONSUMERS, MAX_MEMBERS, MAX_PENDING,
+                     Group)
 from .headers import Headed, replay_frame
 from .session import DETACH_FRAME, Session, bad_stream_name
 from .stream import unsent_position
+
+#: Saves are paid from a budget: this many outstanding messages a second, over all consumers
+#: (each save costs 1 + its consumer's outstanding messages) ...
+SAVE_RATE = 100_000
+#: ... of which at most this many are saved up (at least the largest consumer's save).
+SAVE_BURST = 2 * (MAX_PENDING + 1)
 
 #: The least credit a message costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
@@ -483,14 +495,29 @@ class Consuming:
 
     # ------------------------------------------------------------------ timers
     def consumer_timers(self, now: float) -> None:
-        """Ack deadlines and NAK delays that passed; save the consumers whose state changed."""
+        """Ack deadlines and NAK delays that passed; save the consumers whose state changed,
+        as far as the budget goes (:data:`SAVE_RATE`), the longest unsaved first."""
+        dirty = []
         for gs in self.consumers.values():
             for g in gs.values():
                 if g.next_deadline() <= now:
                     if g.expire(now) or g.has_ready(now):
                         g.asleep = False
                 if g.dirty:
-                    self._save(g)
+                    dirty.append(g)
+        if not dirty:
+            return
+        tokens = min(SAVE_BURST, self.save_tokens + (now - self.save_tokens_at) * SAVE_RATE)
+        self.save_tokens_at = now
+        dirty.sort(key=lambda g: g.saved_at)
+        for g in dirty:
+            cost = 1 + len(g.out)
+            if cost > tokens:
+                break                   # it is next: the budget grows until it can pay
+            tokens -= cost
+            g.saved_at = now
+            self._save(g)
+        self.save_tokens = tokens
 
     def consumer_deadline(self) -> float:
         t = float("inf")

@@ -84,6 +84,7 @@ class Group:
             self.counters.update({k: v for k, v in counters.items() if k in self.counters})
         self.skipped = skipped
         self.dirty = False
+        self.saved_at = float("-inf")               # when consumer_timers last saved it
         self.asleep = False                         # nothing to do until woken (consuming.py)
         for seq, n in sorted((outstanding or {}).items()):
             self.out[seq] = Out(n)
@@ -358,9 +359,10 @@ class Group:
         """Messages held by members, not acknowledged."""
         return sum(len(m.held) for m in self.members.values())
 
-    def outstanding(self) -> Dict[int, int]:
-        """sequence -> deliveries, of every outstanding message (what is saved)."""
-        return {seq: o.deliveries for seq, o in self.out.items()}
+    def outstanding(self) -> Dict[int, Out]:
+        """sequence -> its record, of every outstanding message (what is saved: a copy of the
+        dict, made at C speed on the loop; the Saver's thread reads the delivery counts)."""
+        return dict(self.out)
 
     def trim(self, first: int) -> int:
         """Retention removed everything below ``first``: the cursor moves up to it and the

@@ -19,11 +19,15 @@ module only keeps it on disk, with no sockets and no clock:
   records the newest state of a consumer (so a consumer whose state changes every round costs
   one write per the thread's turn, not one per change) and returns at once.
 
-The file (JSON): ``{"version": 1, "config": {...}, "state": {"next": N, "outstanding":
-[[seq, deliveries], ...] (sorted), "skipped": N, "counters": {...}}}``. Every integer is
-``0 <= v < 2**64``. Files are written only under a stream directory that exists: a Saver that
-writes for a stream deleted in the meantime fails (counted in :attr:`Saver.errors`) instead of
-making the stream's directory again.
+The file (JSON): ``{"version": 2, "config": {...}, "state": {"next": N, "outstanding":
+[[seq, deliveries], [seq, deliveries, count], ...] (sorted), "skipped": N, "counters":
+{...}}}``: an entry of three is ``count`` consecutive sequences from ``seq`` with the same
+delivery count (a consumer's outstanding messages are mostly such runs: 65,536 messages handed
+out once and not acknowledged are one entry, and were 65,536, some 100 ms of encoding a save).
+Version 1 files (pairs only) are read too. Every integer is ``0 <= v < 2**64``; a file names at
+most :data:`MAX_OUTSTANDING` outstanding messages. Files are written only under a stream
+directory that exists: a Saver that writes for a stream deleted in the meantime fails (counted
+in :attr:`Saver.errors`) instead of making the stream's directory again.
 """
 from __future__ import annotations
 
@@ -44,7 +48,11 @@ log = logging.getLogger("zeps.journal")
 DIR = "consumers"
 SUFFIX = ".json"
 TMP_SUFFIX = ".json.tmp"
-VERSION = 1
+VERSION = 2
+#: The versions read: 1 (each outstanding message a pair), 2 (runs).
+VERSIONS = (1, 2)
+#: The most outstanding messages a file may name (the broker holds at most 65,536 a consumer).
+MAX_OUTSTANDING = 1 << 17
 #: The largest consumer file read (checked before reading) or written: 16 MiB.
 MAX_FILE = 16 << 20
 #: The counters every state has (0 when a file does not name one).
@@ -119,7 +127,10 @@ def _zero_counters() -> Dict[str, int]:
 class ConsumerState:
     """What is saved of a running consumer."""
     next: int                      # the next sequence the consumer reads from the journal
-    outstanding: Dict[int, int]    # sequence -> deliveries so far, handed out, not acknowledged
+    #: sequence -> deliveries so far, of the messages handed out and not acknowledged: an int,
+    #: or a record whose ``deliveries`` is read when the state is written (the broker hands a
+    #: copy of its dict of records, so its loop does not build this one entry at a time)
+    outstanding: Dict[int, object]
     skipped: int = 0               # messages lost to retention not yet reported
     counters: Dict[str, int] = field(default_factory=_zero_counters)
 
@@ -128,10 +139,28 @@ class ConsumerState:
         return ConsumerState(self.next, dict(self.outstanding), self.skipped,
                              dict(self.counters))
 
+    def deliveries(self) -> Dict[int, int]:
+        """``outstanding`` with every value a delivery count."""
+        return {s: n if type(n) is int else n.deliveries for s, n in self.outstanding.items()}
+
     def to_json(self) -> dict:
-        return {"next": self.next, "outstanding": [[s, n] for s, n in
-                                                   sorted(self.outstanding.items())],
-                "skipped": self.skipped, "counters": dict(self.counters)}
+        runs: list = []
+        first = last = n = -1
+        out = self.outstanding
+        for seq in sorted(out):                   # ints: mostly in order already, a fast sort
+            got = out[seq]
+            d = got if type(got) is int else got.deliveries
+            if seq == last + 1 and d == n:
+                last = seq
+                continue
+            if first >= 0:
+                runs.append([first, n] if last == first else [first, n, last - first + 1])
+            first = last = seq
+            n = d
+        if first >= 0:
+            runs.append([first, n] if last == first else [first, n, last - first + 1])
+        return {"next": self.next, "outstanding": runs, "skipped": self.skipped,
+                "counters": dict(self.counters)}
 
     @classmethod
     def from_json(cls, d: object) -> "ConsumerState":
@@ -145,15 +174,21 @@ class ConsumerState:
         pairs = d["outstanding"]
         if not isinstance(pairs, list):
             raise ValueError("outstanding must be a list of [sequence, deliveries]")
-        outstanding: Dict[int, int] = {}
+        outstanding: Dict[int, object] = {}
         for p in pairs:
-            if not isinstance(p, list) or len(p) != 2:
-                raise ValueError(f"an outstanding entry must be [sequence, deliveries], "
-                                 f"not {p!r}")
+            if not isinstance(p, list) or len(p) not in (2, 3):
+                raise ValueError(f"an outstanding entry must be [sequence, deliveries] or "
+                                 f"[sequence, deliveries, count], not {p!r}")
             seq = _uint(p[0], "an outstanding sequence")
-            if seq in outstanding:
-                raise ValueError(f"sequence {seq} is outstanding twice")
-            outstanding[seq] = _uint(p[1], "a delivery count")
+            n = _uint(p[1], "a delivery count")
+            count = _uint(p[2], "a run's count") if len(p) == 3 else 1
+            if not 1 <= count <= MAX_OUTSTANDING - len(outstanding):
+                raise ValueError(f"a run of {count} outstanding messages (at most "
+                                 f"{MAX_OUTSTANDING} in all)")
+            for s in range(seq, seq + count):
+                if s in outstanding:
+                    raise ValueError(f"sequence {s} is outstanding twice")
+                outstanding[s] = n
         raw = d["counters"]
         if not isinstance(raw, dict):
             raise ValueError("counters must be a JSON object")
@@ -194,8 +229,8 @@ def decode(data: bytes) -> Tuple[ConsumerConfig, ConsumerState]:
         raise ValueError(f"not JSON: {e}") from None
     if not isinstance(d, dict):
         raise ValueError("not a JSON object")
-    if d.get("version") != VERSION:
-        raise ValueError(f"version {d.get('version')!r}, not {VERSION}")
+    if d.get("version") not in VERSIONS:
+        raise ValueError(f"version {d.get('version')!r}, not one of {VERSIONS}")
     return ConsumerConfig.from_json(d.get("config")), ConsumerState.from_json(d.get("state"))
 
 

@@ -339,6 +339,27 @@ def test_saves_are_paid_from_a_budget_the_longest_unsaved_first(core, monkeypatc
     assert all(order[i] != order[i + 1] for i in range(len(order) - 1))   # in turn
 
 
+def test_a_save_queued_for_a_deleted_stream_does_not_bring_its_consumer_back(core):
+    """A consumer's save still queued in the Saver when its stream is deleted and made again
+    under the same name wrote the old consumer into the new stream (its old cursor with it)."""
+    from zeps.journal.consumers import Saver, load_all
+    h = core
+    saver = h.core.consumer_store = Saver(sync=False)
+    setup(h, 3)
+    member(h, b"a")
+    h.drain()
+    saver.flush(10)
+    with saver._cond:                               # the Saver's thread waits meanwhile
+        ack(h, b"a", [1])
+        h.now += 1
+        h.tick()                                    # a save of "g" is queued
+        h.send(b"admin", c.StreamDelete("s"), c.Attach("s"))     # deleted, made again
+        assert [type(m) for m in h.take(b"admin")][-2:] == [c.StreamDeleteOk, c.AttachOk]
+    assert saver.flush(10)
+    saver.close()
+    assert load_all(h.datadir.stream_path("s")) == {}
+
+
 def test_per_key_order_one_message_of_a_key_out_at_a_time(core):
     h = core
     setup(h, 0, flags=c.CONSUMER_KEY_ORDER)

@@ -208,7 +208,11 @@ class StreamAdministration(Compacting):
             return
         self.catalogue.remove(cmd.stream)
         self._forget_compaction(cmd.stream)
-        self.consumers.pop(cmd.stream, None)             # their files went with the directory
+        # Their files went with the directory; a save still queued in the consumer store is
+        # taken back, so that it cannot write an old consumer into a stream made again under
+        # the same name before the store's thread ran.
+        for name, g in self.consumers.pop(cmd.stream, {}).items():
+            self.consumer_store.remove(g.stream_dir, name)
         self.streams_deleted += 1
         self.messages_deleted += held
         self.log("stream_deleted", stream=cmd.stream)

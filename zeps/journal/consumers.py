@@ -135,13 +135,9 @@ class ConsumerState:
     counters: Dict[str, int] = field(default_factory=_zero_counters)
 
     def copy(self) -> "ConsumerState":
-        """A copy sharing nothing mutable (what :meth:`Saver.submit` is given)."""
+        """A copy sharing nothing mutable but the records ``outstanding`` may hold."""
         return ConsumerState(self.next, dict(self.outstanding), self.skipped,
                              dict(self.counters))
-
-    def deliveries(self) -> Dict[int, int]:
-        """``outstanding`` with every value a delivery count."""
-        return {s: n if type(n) is int else n.deliveries for s, n in self.outstanding.items()}
 
     def to_json(self) -> dict:
         runs: list = []
@@ -357,7 +353,8 @@ class Saver:
             self._cond.notify_all()
 
     def submit(self, stream_dir, config: ConsumerConfig, state_copy: ConsumerState) -> None:
-        """Write this state of the consumer (a copy the caller will not change) soon; returns
+        """Write this state of the consumer (a copy the caller will not change, but for the
+        delivery counts of records in ``outstanding``, read when it is written) soon; returns
         at once. RuntimeError once closed."""
         self._put((os.fspath(stream_dir), config.name), (config, state_copy))
 

@@ -19,12 +19,13 @@ def sent(link):
     return out
 
 
-def attach(link, last=0, now=0.0):
+def attach(link, last=0, now=0.0, incarnation=7):
     """Walk ``link`` to LIVE with a stream whose last sequence is ``last``; what it sent."""
     link.tick(now)
     out = sent(link)
     link.on_frame(encode(c.AttachOk()), now)
     out += sent(link)
+    link.on_frame(encode(c.StreamIdOk(incarnation)), now)
     link.on_frame(encode(c.StreamInfoOk(1 if last else 0, last, 0, 0, 0)), now)
     out += sent(link)
     link.on_frame(encode(c.SubscribeOk()), now)
@@ -58,8 +59,8 @@ def test_a_snapshot_link_reads_every_keys_latest_message_then_subscribes_from_th
     out += sent(link)
     link.on_frame(encode(c.StreamInfoOk(1, 9, 0, 0, 0)), 0.0)
     out += sent(link)
-    assert out == [c.HeadersSelect(), c.Attach("kv"), c.DeliverTimestamps(), c.StreamInfo(),
-                   c.Credit(1 << 20), c.Snapshot(("",))]
+    assert out == [c.HeadersSelect(), c.Attach("kv"), c.DeliverTimestamps(), c.StreamId(),
+                   c.StreamInfo(), c.Credit(1 << 20), c.Snapshot(("",))]
     assert link.attached and not link.live and not link.caught_up
     assert link.on_frame(snapshot_entry(7, "a", headers=H), 0.0) == Delivered(
         7, "a", b"v", 5, H, snapshot=True)
@@ -163,6 +164,30 @@ def test_a_refused_attach_is_retried_and_a_refused_publish_counted():
     link.on_frame(encode(c.Invalid("PUBLISH rejected: too large")), 2.0)
     assert link.live and link.counters["zeps.refused"] == 1
     assert link.last_refusal == "PUBLISH rejected: too large"
+
+
+@pytest.mark.parametrize("snapshot", [True, False])
+def test_a_stream_made_again_with_more_messages_is_known_by_its_incarnation(snapshot):
+    """Deleted and made again, with more messages than the link had taken by the time it
+    attached again: the last sequence (9 > 5) did not tell, and the link read on from 5."""
+    link = Link("kv", snapshot=snapshot)
+    attach(link, last=0)
+    if snapshot:
+        link.on_frame(encode(c.SnapshotEnd(0, 0)), 0.0)
+        link.on_frame(encode(c.SubscribeOk()), 0.0)
+    for seq in range(1, 6):
+        link.on_frame(deliver_ts(seq), 0.0)
+    link.on_frame(encode(c.Detach()), 1.0)
+    out = attach(link, last=9, now=1.0, incarnation=8)
+    assert link.reset and link.counters["zeps.stream reset"] == 1
+    assert c.StreamId() in out
+    assert out[-1] == (c.Snapshot(("",)) if snapshot else c.Credit(link.window))
+    if not snapshot:
+        assert c.Subscribe("", 9) in out                  # as at start: from the new end
+    link.reset = False
+    link.on_frame(encode(c.Detach()), 2.0)
+    attach(link, last=9, now=2.0, incarnation=8)           # the same stream: no reset
+    assert not link.reset and link.counters["zeps.stream reset"] == 1
 
 
 def test_a_stream_made_again_is_snapshotted_again():

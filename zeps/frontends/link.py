@@ -8,7 +8,7 @@ to anyone), speaking the wire protocol directly (``docs/protocol.md``):
    under ``--auto-create yes`` it is created; under ``no`` a missing one is retried every
    ``retry`` seconds);
 2. on ``ATTACH-OK``: ``DELIVER-TIMESTAMPS`` (so that a message without headers carries its
-   journal timestamp too), ``STREAM-INFO``;
+   journal timestamp too), ``STREAM-ID`` (the stream's incarnation), ``STREAM-INFO``;
 3. on ``STREAM-INFO-OK``: ``SUBSCRIBE "" latest`` and ``CREDIT window``. ``latest`` is the last
    sequence taken (a re-attach resumes without a gap or a repeat), else the stream's last
    sequence (BUS: live from here; the snapshot socket reads the journal itself). A front end
@@ -25,8 +25,10 @@ PING goes out every ``ping_interval`` seconds so the broker never expires the pe
 ``DETACH`` from the broker (expiry, a deleted stream) or an INVALID before the subscription is
 in place starts over at step 1; an INVALID while attached answers a publish (the broker refused
 it: counted, its reason kept for the log). A stream whose last sequence is below the position
-taken was deleted and made again: the position is dropped (:attr:`Link.reset` is set for the
-shell) and the new stream is read as at start.
+taken, or whose incarnation (STREAM-ID-OK) is not the one the link read before, was deleted and
+made again: the position is dropped (:attr:`Link.reset` is set for the shell) and the new
+stream is read as at start. (The last sequence alone missed a stream made again that had more
+messages than the position by the time the link attached again.)
 """
 from __future__ import annotations
 
@@ -48,6 +50,7 @@ _PLAIN_OVERHEAD = 7
 _HEADERS_SELECT = encode(c.HeadersSelect())
 _TIMESTAMPS = encode(c.DeliverTimestamps())
 _STREAM_INFO = encode(c.StreamInfo())
+_STREAM_ID = encode(c.StreamId())
 _PING = encode(c.Ping())
 
 
@@ -100,6 +103,8 @@ class Link:
         self.head: Optional[int] = None
         #: set when the stream was deleted and made again (the shell clears it)
         self.reset = False
+        #: the incarnation of the stream the position is of (STREAM-ID-OK; None: not known)
+        self.incarnation: Optional[int] = None
         #: the broker's last refusal (INVALID's reason), for the log
         self.last_refusal: Optional[str] = None
         self.outbox: List[bytes] = []
@@ -160,7 +165,11 @@ class Link:
             return None
         if isinstance(cmd, c.AttachOk) and state == ATTACHING:
             self.state = INFO
-            self.outbox += [_TIMESTAMPS, _STREAM_INFO]
+            self.outbox += [_TIMESTAMPS, _STREAM_ID, _STREAM_INFO]
+        elif isinstance(cmd, c.StreamIdOk) and state == INFO:
+            if self.incarnation is not None and cmd.incarnation != self.incarnation:
+                self._made_again()
+            self.incarnation = cmd.incarnation
         elif isinstance(cmd, c.StreamInfoOk) and state == INFO:
             self._subscribe(cmd.last)
         elif isinstance(cmd, c.SubscribeOk) and state == SUBSCRIBING:
@@ -177,12 +186,18 @@ class Link:
                 self._down(now, self.retry)
         return None
 
+    def _made_again(self) -> None:
+        """The stream was deleted and made again: nothing of the new one is taken yet."""
+        if self.position is None:
+            return
+        self.position = None
+        self.reset = True
+        self.counters.add("zeps.stream reset")
+        self.counters.set("zeps.position", 0)
+
     def _subscribe(self, last: int) -> None:
         if self.position is not None and self.position > last:
-            self.position = None                 # the stream was deleted and made again
-            self.reset = True
-            self.counters.add("zeps.stream reset")
-            self.counters.set("zeps.position", 0)    # nothing of the new stream taken yet
+            self._made_again()
         self._consumed = 0
         if self.position is None and self.snapshot:
             self.state = SNAPSHOTTING            # SNAPSHOT-END subscribes (credit given now)

@@ -271,6 +271,46 @@ def test_ack_none_a_message_its_members_pipe_did_not_take_goes_again(core):
     assert g.counters["delivered"] == g.counters["acked"] == 3 and g.floor == 3
 
 
+def test_ack_none_with_key_order_goes_on_after_unsent_messages_and_a_restart(tmp_path):
+    """ACK_NONE holds nothing, so per-key order holds nothing back; the messages its member's
+    pipe did not take went again with no key known, and the consumer read nothing new after a
+    restart (the count of unknown keys never came back to 0)."""
+    h = Core(tmp_path / "d")
+    setup(h, 3, ack=c.ACK_NONE, flags=c.CONSUMER_KEY_ORDER)
+    member(h, b"a")
+    h.pipe[b"a"] = 1
+    h.drain()
+    first = seqs(h, b"a")
+    h.now += 1
+    h.tick()                                        # saved with the unsent ones outstanding
+    h.close()
+    h = Core(tmp_path / "d")
+    h.publish("k.3", "k.4")
+    member(h, b"b")
+    for _ in range(3):
+        h.now += 1
+        h.tick()
+        h.drain()
+    assert sorted(first + seqs(h, b"b")) == [1, 2, 3, 4, 5]
+    h.close()
+
+
+def test_an_existing_consumer_is_added_again_whatever_its_dead_letter_stream(make):
+    """CONSUMER-ADD of an existing consumer with its settings is idempotent (a client restart
+    adds it again), even once its dead-letter stream could no longer be created."""
+    h = make(max_total_streams=2)
+    add = c.ConsumerAdd("g", max_deliver=3, dead_letter="dl")
+    h.send(b"admin", c.Attach("s"), add)
+    assert [type(m) for m in h.take(b"admin")] == [c.AttachOk, c.ConsumerAddOk]
+    h.send(b"other", c.Attach("t"))                 # another stream takes the last room
+    assert [type(m) for m in h.take(b"other")] == [c.AttachOk]
+    h.send(b"again", c.Attach("s"), add)
+    assert [type(m) for m in h.take(b"again")] == [c.AttachOk, c.ConsumerAddOk]
+    h.send(b"again", c.ConsumerAdd("new", dead_letter="dl"))
+    got = h.take(b"again")[-1]
+    assert isinstance(got, c.Invalid) and "stores at most 2 streams" in got.reason
+
+
 def test_per_key_order_holds_across_a_restart(tmp_path):
     """The consumer's saved state has its outstanding messages, not their keys: after a restart
     all of them went out at once, several of one key to different members."""
@@ -305,11 +345,8 @@ def test_saves_are_paid_from_a_budget_the_longest_unsaved_first(core, monkeypatc
     messages (up to 65,536 each, 1,024 consumers a stream): four consumers of 2,000 pending
     messages, each acked once every tick, are saved within the budget (scaled down here to
     1,000 messages a second, 3,000 saved up), and each in turn."""
-    from zeps.broker import consuming
-    monkeypatch.setattr(consuming, "SAVE_RATE", 1000)
-    monkeypatch.setattr(consuming, "SAVE_BURST", 3000)
     h = core
-    h.core.save_tokens = 3000.0
+    scaled_budget(h, monkeypatch)
     names = [f"g{i}" for i in range(4)]
     h.send(b"admin", c.Attach("s"), *[c.ConsumerAdd(n, max_ack_pending=2000,
                                                     ack_wait_ms=3_600_000) for n in names])
@@ -333,10 +370,53 @@ def test_saves_are_paid_from_a_budget_the_longest_unsaved_first(core, monkeypatc
         h.tick()
     for now, _name, _cost in saves:                 # within the budget at every moment
         spent = sum(cost for when, _n, cost in saves if when <= now)
-        assert spent <= 3000 + 1000 * (now - start)
+        assert spent <= 3000 + 250 + (1000 + 250) * (now - start)
     order = [name for _t, name, _c in saves]
     assert len(order) >= 5 and all(order.count(n) >= 1 for n in names)
     assert all(order[i] != order[i + 1] for i in range(len(order) - 1))   # in turn
+
+
+def scaled_budget(h: Core, monkeypatch) -> None:
+    """The save budget scaled down: 1,000 a second, 3,000 saved up; 250 for the others."""
+    from zeps.broker import consuming
+    monkeypatch.setattr(consuming, "SAVE_RATE", 1000)
+    monkeypatch.setattr(consuming, "SAVE_BURST", 3000)
+    monkeypatch.setattr(consuming, "SIDE_RATE", 250)
+    h.core.save_tokens, h.core.save_side_tokens = 3000.0, 250.0
+
+
+def test_a_large_consumer_waiting_for_its_save_does_not_hold_back_the_small_ones(core,
+                                                                                  monkeypatch):
+    """The longest unsaved consumer, too large to pay yet, stopped every save behind it: a
+    consumer of one pending message was saved only when the large one was."""
+    h = core
+    scaled_budget(h, monkeypatch)
+    h.send(b"admin", c.Attach("s"), c.ConsumerAdd("big", max_ack_pending=2000,
+                                                  ack_wait_ms=3_600_000),
+           c.ConsumerAdd("small", max_ack_pending=1, ack_wait_ms=3_600_000))
+    h.publish(*[f"k.{i}" for i in range(2100)])
+    member(h, b"b", name="big")
+    member(h, b"s", name="small")
+    for _ in range(20):
+        h.drain()
+    saves = []
+    submit = h.core.consumer_store.submit
+    monkeypatch.setattr(h.core.consumer_store, "submit", lambda d, config, state: (
+        saves.append((round(h.now - t0, 1), config.name)), submit(d, config, state)))
+    t0 = h.now
+    for _ in range(50):                             # 5 s: both acked every tick
+        ack(h, b"b", [seqs_held(h, "big")[0]])
+        ack(h, b"s", seqs_held(h, "small"))
+        h.drain()
+        h.now += 0.1
+        h.tick()
+    small = [when for when, name in saves if name == "small"]
+    assert len(small) == 50                         # every tick
+    assert 2 <= len([1 for _w, name in saves if name == "big"]) <= 4   # ~1.3 s apart
+
+
+def seqs_held(h: Core, name: str) -> list:
+    return sorted(group(h, name).out)
 
 
 def test_a_save_queued_for_a_deleted_stream_does_not_bring_its_consumer_back(core):

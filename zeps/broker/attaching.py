@@ -99,6 +99,8 @@ class Attachment:
             self.dead_letter_opens.discard(name)
             if error is not None:
                 self.dead_letter_failed[name] = error
+        if error is None:
+            self.dead_letter_failed.pop(name, None)       # a failure noted before is over
         for s, cmd, expect in self.opening.pop(name, ()):
             if self.sessions.get(s.identity) is not s:
                 continue                                  # forgotten meanwhile

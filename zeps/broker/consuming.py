@@ -12,7 +12,8 @@ Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which 
   writes it off the loop (in-process tests use the synchronous store). A save costs in
   proportion to the consumer's outstanding messages (up to 65,536, each ACK of one of them
   makes it due), so saves are paid from a budget of :data:`SAVE_RATE` outstanding messages a
-  second over all consumers, the longest unsaved first: what the loop and the Saver spend on
+  second over all consumers, the longest unsaved first (and while it waits for that budget,
+  the others from a second one, :data:`SIDE_RATE`): what the loop and the Saver spend on
   saving does not grow with the consumers and their pending messages; a big consumer is saved
   less often (a crash then gives more of its messages again).
 * **Handing out.** In the round's pump step, each consumer with members and work (messages due
@@ -47,8 +48,12 @@ from .stream import unsent_position
 #: Saves are paid from a budget: this many outstanding messages a second, over all consumers
 #: (each save costs 1 + its consumer's outstanding messages) ...
 SAVE_RATE = 100_000
-#: ... of which at most this many are saved up (at least the largest consumer's save).
+#: ... of which at most this many are saved up (at least the largest consumer's save) ...
 SAVE_BURST = 2 * (MAX_PENDING + 1)
+#: ... and while the longest unsaved consumer waits for that budget, the others behind it are
+#: paid from a second one of this many a second (so that one large consumer does not hold back
+#: the saves of small ones), with as many saved up.
+SIDE_RATE = SAVE_RATE // 4
 
 #: The least credit a message costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
@@ -154,8 +159,6 @@ class Consuming:
         if why is None and cmd.dead_letter and self.acl is not None \
                 and not self.acl.may_publish(s.user, cmd.dead_letter):
             why = Reason.not_allowed(self.acl.who(s.user), "publish", cmd.dead_letter)
-        if why is None and cmd.dead_letter:
-            why = self._dead_letter_refusal(cmd.dead_letter)
         if why is not None:
             self._invalid(s.identity, why)
             return
@@ -171,6 +174,10 @@ class Consuming:
             return
         if len(gs) >= MAX_CONSUMERS:
             self._invalid(s.identity, Reason.limit("max_consumers", MAX_CONSUMERS))
+            return
+        why = self._dead_letter_refusal(cmd.dead_letter) if cmd.dead_letter else None
+        if why is not None:                  # a new consumer's: an existing one's was checked
+            self._invalid(s.identity, why)
             return
         if st.queued_publishes:
             st.append_queued()
@@ -507,17 +514,26 @@ class Consuming:
                     dirty.append(g)
         if not dirty:
             return
-        tokens = min(SAVE_BURST, self.save_tokens + (now - self.save_tokens_at) * SAVE_RATE)
+        elapsed = now - self.save_tokens_at
         self.save_tokens_at = now
+        tokens = min(SAVE_BURST, self.save_tokens + elapsed * SAVE_RATE)
+        side = min(SIDE_RATE, self.save_side_tokens + elapsed * SIDE_RATE)
+        head_waits = False
         dirty.sort(key=lambda g: g.saved_at)
         for g in dirty:
             cost = 1 + len(g.out)
-            if cost > tokens:
-                break                   # it is next: the budget grows until it can pay
-            tokens -= cost
+            if not head_waits and cost <= tokens:
+                tokens -= cost
+            elif not head_waits:
+                head_waits = True       # it is next: the budget grows until it can pay
+                continue
+            elif cost <= side:
+                side -= cost
+            else:
+                continue
             g.saved_at = now
             self._save(g)
-        self.save_tokens = tokens
+        self.save_tokens, self.save_side_tokens = tokens, side
 
     def consumer_deadline(self) -> float:
         t = float("inf")

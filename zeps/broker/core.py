@@ -42,7 +42,7 @@ from .admin import StreamAdministration
 from .attaching import MAX_WAITING, Attachment
 from .catalogue import StreamCatalogue
 from .congestion import Congestion
-from .consuming import SAVE_BURST, Consuming, SyncStore
+from .consuming import SAVE_BURST, SIDE_RATE, Consuming, SyncStore
 from .headers import HeadersHandling
 from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
@@ -179,6 +179,7 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.dead_letter_failed: Dict[str, BaseException] = {}
         self._next_consumer_tick = float("-inf")
         self.save_tokens = float(SAVE_BURST)             # consumers' saves (consuming.py)
+        self.save_side_tokens = float(SIDE_RATE)
         self.save_tokens_at = 0.0
 
     # ------------------------------------------------------------------ input

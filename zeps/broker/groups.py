@@ -76,8 +76,10 @@ class Group:
         self.parked: Dict[str, Deque[int]] = {}     # key -> later messages behind it
         self.busy: Dict[str, int] = {}              # key -> its messages held or ready
         self.unknown_keys = 0                       # restored, key not read yet
-        self.key_order = bool(config.flags & c.CONSUMER_KEY_ORDER)
         self.ack_none = config.ack == c.ACK_NONE
+        # Per-key order holds nothing back under ACK_NONE: nothing is held (each message is
+        # done as it is handed out, so a key's messages go in sequence order anyway).
+        self.key_order = bool(config.flags & c.CONSUMER_KEY_ORDER) and not self.ack_none
         self.counters = {"acked": 0, "redelivered": 0, "dead_lettered": 0, "bad_acks": 0,
                          "delivered": 0, "dropped": 0}
         if counters:

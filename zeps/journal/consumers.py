@@ -24,7 +24,8 @@ The file (JSON): ``{"version": 2, "config": {...}, "state": {"next": N, "outstan
 {...}}}``: an entry of three is ``count`` consecutive sequences from ``seq`` with the same
 delivery count (a consumer's outstanding messages are mostly such runs: 65,536 messages handed
 out once and not acknowledged are one entry, and were 65,536, some 100 ms of encoding a save).
-Version 1 files (pairs only) are read too. Every integer is ``0 <= v < 2**64``; a file names at
+A state with no run longer than one message is written as version 1, which has pairs only (an
+older broker reads it); both are read. Every integer is ``0 <= v < 2**64``; a file names at
 most :data:`MAX_OUTSTANDING` outstanding messages. Files are written only under a stream
 directory that exists: a Saver that writes for a stream deleted in the meantime fails (counted
 in :attr:`Saver.errors`) instead of making the stream's directory again.
@@ -181,6 +182,8 @@ class ConsumerState:
             if not 1 <= count <= MAX_OUTSTANDING - len(outstanding):
                 raise ValueError(f"a run of {count} outstanding messages (at most "
                                  f"{MAX_OUTSTANDING} in all)")
+            if seq + count > _U64:
+                raise ValueError(f"a run from {seq} of {count} passes 2**64-1")
             for s in range(seq, seq + count):
                 if s in outstanding:
                     raise ValueError(f"sequence {s} is outstanding twice")
@@ -209,8 +212,11 @@ def _path(stream_dir, name: str) -> str:
 
 def encode(config: ConsumerConfig, state: ConsumerState) -> bytes:
     """The file's bytes; ValueError if they would be over :data:`MAX_FILE` (never loaded)."""
-    data = json.dumps({"version": VERSION, "config": config.to_json(),
-                       "state": state.to_json()}, separators=(",", ":")).encode("utf-8")
+    st = state.to_json()
+    # Version 1 where no run is longer than one message: a broker before runs reads it.
+    version = VERSION if any(len(r) == 3 for r in st["outstanding"]) else 1
+    data = json.dumps({"version": version, "config": config.to_json(), "state": st},
+                      separators=(",", ":")).encode("utf-8")
     if len(data) > MAX_FILE:
         raise ValueError(f"consumer {config.name!r}: its file would be {len(data)} bytes, "
                          f"more than {MAX_FILE}")

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from zeps.clients.snapshot import SnapshotReader
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode
+from zeps.protocol.consumer import DEAD_LETTER_HEADERS
 from zeps.protocol.deliver import message_cost
 
 from .property_examples import examples
@@ -21,9 +22,11 @@ MAX_CREDIT = 64 << 20
 
 def run(window: int, max_message: int, sizes) -> SnapshotReader:
     """The reader against the model broker until SNAPSHOT-END or a stall (nothing to send,
-    nothing to receive): returns the reader (``done`` says which)."""
+    nothing to receive): returns the reader (``done`` says which). A size over
+    ``max_message`` (by at most DEAD_LETTER_HEADERS) stands for a dead-lettered message, whose
+    headers the broker added beyond the limit."""
     r = SnapshotReader("s", ("",), window)
-    entries = [(f"k{i:05}", b"x" * n) for i, n in enumerate(sizes)]
+    entries = [(f"k{i:05}".ljust(255, "k"), b"x" * n) for i, n in enumerate(sizes)]
     credit = 0
     seq = 0
     for cmd in (c.ReasonsSelectOk(), c.HeadersSelectOk(255, 65536), c.StreamExpectOk(), c.AttachOk(),
@@ -58,6 +61,14 @@ def test_an_entry_of_half_the_window_then_a_largest_one_does_not_stall():
     assert r.done and r.count == 2
 
 
+def test_a_dead_lettered_entry_over_the_limit_by_its_headers_does_not_stall():
+    """The front end's window, an entry that leaves just over the largest publish's cost in
+    the broker, then a dead-lettered one: the broker added its headers beyond the limit."""
+    max_message = 1 << 20
+    r = run(max_message + (64 << 10) + 1024, max_message, [65_736, max_message + 400])
+    assert r.done and r.count == 2
+
+
 def test_a_window_smaller_than_the_largest_entry_grows():
     r = run(4 << 20, 8 << 20, [5_000_000, 8 << 20, 10])
     assert r.done and r.count == 3 and r.window >= 2 * (8 << 20)
@@ -67,6 +78,17 @@ def test_a_window_smaller_than_the_largest_entry_grows():
        data=st.data())
 @settings(max_examples=examples(200), deadline=None)
 def test_no_sizes_stall_a_snapshot(window, max_message, data):
-    sizes = data.draw(st.lists(st.integers(0, max_message), min_size=1, max_size=12))
+    sizes = data.draw(st.lists(st.integers(0, max_message + DEAD_LETTER_HEADERS), min_size=1,
+                               max_size=12))
     r = run(window, max_message, sizes)
     assert r.done and r.count == len(sizes)
+
+
+def test_the_headers_a_dead_letter_adds_are_within_their_bound():
+    """What ``consuming._dead_letter`` adds at most: a 255-byte stream name, a consumer name of
+    MAX_CONSUMER_NAME, two 20-digit numbers, and the block's head."""
+    from zeps.protocol.consumer import MAX_CONSUMER_NAME
+    from zeps.protocol.headers import encode_block
+    most = encode_block([("zeps-stream", b"s" * 255), ("zeps-consumer", b"c" * MAX_CONSUMER_NAME),
+                         ("zeps-sequence", b"9" * 20), ("zeps-deliveries", b"9" * 20)])
+    assert len(most) <= DEAD_LETTER_HEADERS

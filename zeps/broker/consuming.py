@@ -490,7 +490,7 @@ class Consuming:
                     self.dead_letter_opens.add(name)
                 return False
             dst = self.stream(name)
-        headers = list(rec.headers)
+        headers = list(rec.headers)               # what it adds: DEAD_LETTER_HEADERS at most
         headers += [("zeps-stream", st.name.encode()), ("zeps-consumer", g.config.name.encode()),
                     ("zeps-sequence", str(rec.sequence).encode()),
                     ("zeps-deliveries", str(deliveries).encode())]

@@ -23,6 +23,7 @@ from typing import Deque, List, Optional, Sequence
 from zeps.protocol import ProtocolError, decode, encode
 from zeps.protocol import commands as c
 from zeps.protocol.headers import NO_HEADERS, Headers
+from zeps.protocol.consumer import DEAD_LETTER_HEADERS
 from zeps.protocol.reasons import Reason
 from zeps.protocol.snapshot import parse_entry
 
@@ -118,11 +119,11 @@ class SnapshotReader:
             self.error = ZepsError("the broker sent DETACH during the snapshot")
 
     def _limits(self, max_message: int, max_credit: int) -> None:
-        """The broker's limits: the largest entry costs what its largest message does. A window
-        smaller grows to twice that (CREDIT of the difference; the broker refuses none it can
-        hold), and credit goes back early enough that the broker holds that much again once
-        everything was taken."""
-        largest = largest_cost(max_message)
+        """The broker's limits: the largest entry costs what its largest message does, or a
+        dead-lettered one (with the headers the broker adds). A window smaller grows to twice
+        that (CREDIT of the difference; the broker refuses none it can hold), and credit goes
+        back early enough that the broker holds that much again once everything was taken."""
+        largest = largest_cost(max_message) + DEAD_LETTER_HEADERS
         if largest > self.window:
             grown = window_for(self.window, largest, max_credit)
             if grown is None:        # over what the broker ever holds: it will say so

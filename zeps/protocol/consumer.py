@@ -14,6 +14,11 @@ from typing import Iterable, List, Tuple
 MAX_ACK_RANGES = 1024
 #: A consumer name: 1 to 64 bytes of letters, digits, ``.``, ``_`` and ``-``.
 MAX_CONSUMER_NAME = 64
+#: The most bytes of headers the broker adds to a message it dead-letters (``zeps-stream``, a
+#: stream name of up to 255 bytes; ``zeps-consumer``; ``zeps-sequence`` and
+#: ``zeps-deliveries``, up to 20 digits each; a block's head where the message had none: 429):
+#: so much more credit a dead-lettered message may cost than the largest a client may publish.
+DEAD_LETTER_HEADERS = 512
 
 _PAIR = struct.Struct(">QQ")
 

@@ -312,15 +312,25 @@ class FrontEndShell:
         return True
 
     def _snapshot_send(self, ident: bytes, frames: List[bytes]) -> Optional[bool]:
-        try:
-            self.snapshot.send_multipart([ident, *frames], _NB)
-        except zmq.Again:
-            return False
-        except zmq.ZMQError as exc:
-            if exc.errno == errno.EHOSTUNREACH:
-                return None
-            raise
-        return True
+        """Send a snapshot's message: True sent, False the peer's pipe is full, None it is
+        gone. A refusal is asked again once after ZMQ_EVENTS: libzmq counts a pipe's room from
+        what its I/O thread last reported, and a send reads those reports at most about once a
+        millisecond, so with a pipe of 2 messages a reader that had long taken them was found
+        full (``SNAPSHOT_PIPE_BYTES``; the client SDK's publisher meets the same)."""
+        sock = self.snapshot
+        for again in (True, False):
+            try:
+                sock.send_multipart([ident, *frames], _NB)
+                return True
+            except zmq.Again:
+                if not again:
+                    return False
+                sock.getsockopt(zmq.EVENTS)          # reads the I/O thread's reports
+            except zmq.ZMQError as exc:
+                if exc.errno == errno.EHOSTUNREACH:
+                    return None
+                raise
+        return False
 
     def publish(self, key: str, body: bytes, headers=()) -> bool:
         """Publish on the stream through the link (held if the DEALER is full)."""

@@ -4,6 +4,7 @@ front end."""
 from __future__ import annotations
 
 import math
+from decimal import Decimal
 
 import pytest
 from hypothesis import given, settings
@@ -21,14 +22,15 @@ from .property_examples import examples
     (1_234_567, "1234567"),                 # f"{x:g}" wrote 1.23457e+06, 1,234,570 s
     (0.00005, "0.00005"),                   # f"{x:g}" wrote 5e-05
     (1e-9, "0.000000001"), (9_999_999_999, "9999999999"),
-    (1234567.123456789, "1234567.123456789")])
+    (1234567.123456789, "1234567.123456789"), (Decimal("2.50"), "2.5")])
 def test_a_ttl_is_written_as_plain_decimal_seconds(seconds, text):
     assert ttl_text(seconds) == text
     assert TTL_TEXT.fullmatch(text)
     assert chp_codec.decode_properties(f"ttl={text}\n".encode()) == (("ttl", text),)
 
 
-@pytest.mark.parametrize("seconds", [0, -1, math.nan, math.inf, 1e10, 1e-10, 1e300, True, "5"])
+@pytest.mark.parametrize("seconds", [0, -1, math.nan, math.inf, 1e10, 1e-10, 1e300, True, "5",
+                                     Decimal("NaN"), Decimal("-1")])
 def test_a_ttl_that_cannot_be_written_is_a_value_error(seconds):
     with pytest.raises(ValueError, match="ttl"):
         ttl_text(seconds)

@@ -36,12 +36,17 @@ def ttl_text(seconds: Union[int, float]) -> str:
     """``seconds`` as the header's text (:data:`TTL_TEXT`), rounded to the nanosecond.
     ValueError if it is not a positive number that rounds to at least a nanosecond and at most
     :data:`MAX_TTL`."""
-    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real):
+    if isinstance(seconds, bool) or not isinstance(seconds, (numbers.Real, Decimal)):
         raise ValueError(f"ttl must be a number of seconds, not {seconds!r}")
-    if not seconds > 0 or not math.isfinite(seconds):
+    finite = seconds.is_finite() if isinstance(seconds, Decimal) else math.isfinite(seconds)
+    if not finite or not seconds > 0:
         raise ValueError(f"ttl must be a positive number of seconds, not {seconds!r}")
-    exact = (Decimal(int(seconds)) if isinstance(seconds, numbers.Integral)
-             else Decimal(repr(float(seconds))))
+    if isinstance(seconds, Decimal):
+        exact = seconds
+    elif isinstance(seconds, numbers.Integral):
+        exact = Decimal(int(seconds))
+    else:
+        exact = Decimal(repr(float(seconds)))
     try:
         value = exact.quantize(_NANOSECOND)
     except InvalidOperation:                       # more digits than a Decimal context holds

@@ -62,6 +62,22 @@ def test_a_rejected_message_fails_its_receipt_only(start_broker, tmp_path):
         assert (ok1.result(5), ok2.result(5)) == (1, 2)
 
 
+def test_a_rejected_message_is_told_from_a_stored_one_of_a_longer_frame(start_broker, tmp_path):
+    """The rejected publish was taken to be the one of the longest frame: a stored one with a
+    200-byte key and a body at the limit failed, and the rejected one, a byte over with a
+    1-byte key, resolved to the stored one's sequence. The rejection names the body's size."""
+    b = start_broker(tmp_path / "d", "--max-message", "1000")
+    with Client(b.endpoint, "s", confirms=True, **FAST) as c:
+        stored = c.publish("k" * 200, b"a" * 1000)
+        rejected = c.publish("z", b"b" * 1001)
+        plain = c.publish("h", b"c" * 1001, headers={"x": "y"})      # over with headers too
+        assert stored.result(5) == 1
+        for r in (rejected, plain):
+            with pytest.raises(InvalidError, match="over the broker's limit of 1000"):
+                r.result(5)
+    assert journal_bodies(b, "s") == {1: b"a" * 1000}
+
+
 def test_a_receipt_times_out_then_fails_when_the_client_closes(start_broker, tmp_path):
     b = start_broker(tmp_path / "d", "--fsync-interval-ms", "600000")   # no CONFIRM in this test
     c = Client(b.endpoint, "s", confirms=True, **FAST)

@@ -22,10 +22,17 @@ tracker and does the sending.
 """
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Deque, List, Optional, Tuple
 
+from ..protocol import ProtocolError, decode
+from ..protocol import commands as c
 from .producer import runs
+
+#: A rejection for size: "body of N bytes is over ...", or for a PUBLISH-H "body of N bytes
+#: and headers of M bytes (N + M) are over ..." (zeps/broker/publishing.py, headers.py).
+_SIZES = re.compile(r"\bbody of (\d+) bytes(?: and headers of (\d+) bytes)?")
 
 __all__ = ["ConfirmTracker"]
 
@@ -115,16 +122,21 @@ class ConfirmTracker:
                 if r.pseq > self.producer_confirmed:
                     self.producer_confirmed = r.pseq
 
-    def reject_one(self, error: Exception) -> None:
+    def reject_one(self, error: Exception, reason: str = "") -> None:
         """The broker rejected one of the unconfirmed publishes (and does not count it). Which
-        one is not on the wire; rejections are by body size (``--max-message``), so the one
-        with the largest body is the one: the count of CONFIRMs stays right in any case."""
+        one is not on the wire. A rejection for size names the body's (and the headers')
+        bytes: the oldest unconfirmed publish of those sizes is the one (the broker answers in
+        the order it reads them). Otherwise the one with the largest frame is taken. (That
+        guess alone failed a stored publish with a long key and a body at the limit, and
+        resolved the rejected one as stored, in its place.)"""
         unconfirmed = self.unconfirmed
         if not unconfirmed:
             return
-        biggest = max(range(len(unconfirmed)), key=lambda i: len(unconfirmed[i].frame))
-        r = unconfirmed[biggest]
-        del unconfirmed[biggest]
+        i = _sized(unconfirmed, reason)
+        if i is None:
+            i = max(range(len(unconfirmed)), key=lambda i: len(unconfirmed[i].frame))
+        r = unconfirmed[i]
+        del unconfirmed[i]
         r._fail(error)
 
     def fail_all(self, error: Exception) -> None:
@@ -166,3 +178,24 @@ class ConfirmTracker:
         elif self.next_pseq > last + 1:
             self.next_pseq = last + 1
         return runs(dups) + [(self.next_pseq - len(new), new)]
+
+
+def _sized(unconfirmed, reason: str) -> Optional[int]:
+    """The index of the oldest receipt in ``unconfirmed`` whose body (and headers block) have
+    the sizes a size rejection's ``reason`` names, or None."""
+    m = _SIZES.search(reason)
+    if m is None:
+        return None
+    body = int(m.group(1))
+    block = int(m.group(2)) if m.group(2) is not None else None
+    for i, r in enumerate(unconfirmed):
+        try:
+            cmd = decode(r.frame)
+        except ProtocolError:
+            continue
+        if type(cmd) is c.Publish and block is None and len(cmd.body) == body:
+            return i
+        if type(cmd) is c.PublishHeaders and len(cmd.body) == body and (
+                block is None or len(cmd.block) == block):
+            return i
+    return None

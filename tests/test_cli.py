@@ -277,12 +277,25 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["replay", "s", "--endpoint", "tcp://127.0.0.1:1", "--data-dir", "x"],
     ["stats", "--data-dir", "/nonexistent/zeps-data"],
     ["broker", "--fsync", "sometimes"],
+    # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
+    ["top", "--once", "--interval", "1e308"],
+    ["stats", "--connect-timeout", "inf"],
+    ["consumer", "add", "s", "g", "--ack-wait", "1e300"],
+    ["top", "--once", "--clients", "200000"],
 ])
 def test_bad_arguments_exit_2_with_one_line(args):
     r = zeps(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("zeps"), r.stderr
     assert "error" in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+
+
+def test_a_bad_zeps_monitor_is_an_error_of_top_alone():
+    """$ZEPS_MONITOR was parsed when the parser was made: every command died of it."""
+    env = dict(ENV, ZEPS_MONITOR="bogus:xx")
+    assert zeps("publish", "--help", env=env).returncode == 0
+    r = zeps("top", "--once", env=env)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "bad port" in r.stderr
 
 
 def test_unknown_stream_in_data_dir_exits_2(broker):

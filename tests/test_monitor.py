@@ -626,6 +626,11 @@ def test_monitoring_port_serves_json_metrics_and_clear_errors(start_broker):
     assert get(url + "/healthz")[0] == 200
     for path, code, reason in (("/nosuch", 404, "no page '/nosuch'"),
                                ("/connz?limit=lots", 400, "limit must be a whole number"),
+                               # a digit that int() refuses, and more digits than it reads:
+                               # each was a 500 and an error line in the broker's log
+                               ("/connz?limit=%C2%B2", 400, "limit must be a whole number"),
+                               ("/connz?offset=" + "0" * 5000, 400,
+                                "offset must be a whole number"),
                                ("/connz?sort=age", 400, "sort must be one of"),
                                ("/streamz?verbose=1", 400, "unknown parameter 'verbose'")):
         status, headers, body = get(url + path)

@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import socket
 import time
 from http.client import HTTPException
@@ -81,6 +82,7 @@ BUDGET = 0.25
 MAX_RATE = 100.0
 BURST = 20
 MAX_LIMIT = 100_000
+_DIGITS = re.compile(r"[0-9]{1,7}")
 
 _STATIC = {
     "/": ("dashboard.html", "text/html; charset=utf-8"),
@@ -111,7 +113,9 @@ def _int_arg(query: Dict[str, list], name: str, default: Optional[int]) -> Optio
     if not values:
         return default
     v = values[-1]
-    if not v.isdigit() or int(v) > MAX_LIMIT:
+    # ASCII digits only, and few of them, before int(): str.isdigit() takes "²", and int()
+    # refuses more than 4,300 digits (both were a 500 and an error in the log)
+    if not _DIGITS.fullmatch(v) or int(v) > MAX_LIMIT:
         raise BadRequest(f"{name} must be a whole number from 0 to {MAX_LIMIT}, not {v!r}")
     return int(v)
 

@@ -64,7 +64,12 @@ def _positive_int(text: str) -> int:
     return v
 
 
-def _seconds(text: str) -> float:
+#: The longest time in seconds an option takes (about 115 days): a finite wait that
+#: time.sleep and the sockets' timeouts can hold.
+MAX_SECONDS = 10_000_000
+
+
+def _seconds(text: str, most: float = MAX_SECONDS) -> float:
     try:
         v = float(text.rstrip("s")) if text.endswith("s") and not text.endswith("ms") else (
             float(text[:-2]) / 1000 if text.endswith("ms") else float(text))
@@ -72,7 +77,26 @@ def _seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be more than zero seconds: {text!r}")
+    if not v <= most:                                # inf too
+        raise argparse.ArgumentTypeError(f"must be at most {most:g} seconds: {text!r}")
     return v
+
+
+def _seconds_upto(most: float):
+    """An option's type: seconds (as :func:`_seconds`), at most ``most``."""
+    def parse(text: str) -> float:
+        return _seconds(text, most)
+    return parse
+
+
+def _int_upto(most: int):
+    """An option's type: a whole number from 1 to ``most``."""
+    def parse(text: str) -> int:
+        v = _positive_int(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")
+        return v
+    return parse
 
 
 def _separator(text: str) -> bytes:

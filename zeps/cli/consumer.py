@@ -16,7 +16,7 @@ import sys
 from zeps.units import TIME_FORMS
 
 from .common import (UsageError, _add_common, _add_endpoint, _iso, _pattern, _positive_int,
-                     _say, _seconds, _seq, _stream_name, connection_reporter, message_json,
+                     _say, _seconds, _seconds_upto, _seq, _stream_name, connection_reporter, message_json,
                      message_line, parse_time)
 
 _ACK_NAMES = {0: "explicit", 1: "all", 2: "none"}
@@ -77,7 +77,8 @@ def add_parser(sub) -> None:
     a.add_argument("--ack", choices=("explicit", "all", "none"), default="explicit",
                    help="explicit: each message; all: an ack covers every earlier one the "
                         "member holds; none: acknowledged when handed out (default explicit)")
-    a.add_argument("--ack-wait", type=_seconds, default=30.0, metavar="S",
+    a.add_argument("--ack-wait", type=_seconds_upto((2**32 - 1) / 1000), default=30.0,
+                   metavar="S",                     # the wire's field (the broker takes a day)
                    help="a message not acknowledged S seconds after it was handed out is "
                         "given again (default 30)")
     a.add_argument("--max-deliver", type=_count, default=0, metavar="N",

@@ -23,7 +23,7 @@ from urllib.parse import urlsplit
 from zeps.broker.monitor import MODES, read_token
 from zeps.units import DEFAULT_MONITOR
 
-from .common import _add_common, _positive_int, _seconds, monitor_address
+from .common import _add_common, _int_upto, _seconds, monitor_address
 from .stats import _human_size
 
 _MODE_NAMES = {"live": "live", "catching_up": "catching up", "historical": "historical",
@@ -55,14 +55,20 @@ def monitor_url(text: str) -> str:
     return t.rstrip("/")
 
 
+#: The most clients ``--clients`` lists (the monitoring port's largest page, ``/connz?limit``).
+MAX_CLIENTS_SHOWN = 100_000
+
+
 def add_parser(sub) -> None:
     p = sub.add_parser("top", help="watch a broker's streams and clients live (needs "
                        "'zeps broker --monitor')",
                        description="Show a broker's streams (head, size, rates) and clients "
                        "(mode, credit, lag), refreshed every --interval seconds, from its "
                        "monitoring port (zeps broker --monitor HOST:PORT). Ctrl-C quits.")
+    # The default is parsed as an argument only when 'top' runs (argparse converts a string
+    # default): a bad $ZEPS_MONITOR is then top's one-line error, not every command's traceback.
     p.add_argument("--monitor", metavar="ADDRESS", type=monitor_url,
-                   default=monitor_url(os.environ.get("ZEPS_MONITOR", DEFAULT_MONITOR)),
+                   default=os.environ.get("ZEPS_MONITOR", DEFAULT_MONITOR),
                    help=f"the broker's monitoring address: PORT, HOST:PORT or a URL, as "
                         f"'zeps broker --monitor' takes it (default $ZEPS_MONITOR or "
                         f"http://{DEFAULT_MONITOR})")
@@ -70,7 +76,7 @@ def add_parser(sub) -> None:
                    help="seconds between refreshes (default 1)")
     p.add_argument("--once", action="store_true",
                    help="print one frame (rates over one --interval) and exit")
-    p.add_argument("--clients", type=_positive_int, default=20, metavar="N",
+    p.add_argument("--clients", type=_int_upto(MAX_CLIENTS_SHOWN), default=20, metavar="N",
                    help="clients listed, most behind first (default 20)")
     p.add_argument("--monitor-token", metavar="FILE",
                    default=os.environ.get("ZEPS_MONITOR_TOKEN_FILE"),

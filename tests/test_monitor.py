@@ -512,6 +512,22 @@ def test_making_documents_has_a_budget_per_second(core):
     assert w.get("/connz?offset=9")[0] == 200              # a new second, a new budget
 
 
+def test_a_document_slower_than_the_budget_is_paid_back_and_its_last_copy_served(core):
+    """A document that took 0.6 s of a 0.25 s budget: the budget was a second's, so the next
+    second made it again at once (a broker with many clients spent 40% of its time on them),
+    and a query over budget got 503 though its last copy was there."""
+    w = Wsgi(core.core, cost=0.6, budget=0.25)
+    status, _h, first = w.get("/connz?offset=0")
+    assert status == 200
+    w.now += 0.3                                           # past the refresh, over budget
+    assert w.get("/connz?offset=0")[::2] == (200, first)   # the last copy, not made again
+    assert w.get("/connz?offset=1")[0] == 503              # nothing to give
+    w.now += 1.0                                           # 0.6 - 1.3 x 0.25 > 0.25 still
+    assert w.get("/connz?offset=1")[0] == 503
+    w.now += 0.5                                           # paid back
+    assert w.get("/connz?offset=1")[0] == 200
+
+
 def test_requests_beyond_the_rate_wait_their_turn(core):
     """A burst of 20 is served at once; each request after it sleeps one more 1/max_rate."""
     w = Wsgi(core.core, max_rate=100, burst=20)

@@ -22,8 +22,10 @@ HTTP clients can cost the broker's ZeroMQ clients is bounded:
   :data:`BURST`): the others sleep until their turn before anything is done for them;
 * a document is made at most once per :data:`MIN_REFRESH` seconds for a given query (clients
   polling in a loop get the same snapshot);
-* making documents may take at most :data:`BUDGET` of each second (a flood of distinct queries
-  gets ``503`` with ``Retry-After: 1`` beyond that);
+* making documents may take at most :data:`BUDGET` of each second, on average (a document
+  that took longer is paid from the next seconds'); beyond that a query is answered with its
+  last document, however old, or ``503`` with ``Retry-After: 1`` if there is none (a flood
+  of distinct queries);
 * the whole head of a request (request line and headers, at most :data:`MAX_HEAD` bytes) must
   arrive within :data:`HEAD_TIMEOUT` seconds of the server starting to wait for it (from the
   connection, or from the previous answer on a kept-alive one), however steadily its bytes
@@ -337,8 +339,8 @@ class MonitorServer:
         self.min_refresh = min_refresh
         self.budget = budget
         self._cache: Dict[tuple, Tuple[float, bytes]] = {}
-        self._second = float("-inf")          # start of the current budget second
-        self._spent = 0.0                     # seconds spent making documents in it
+        self._second = float("-inf")          # when the budget was last counted
+        self._spent = 0.0                     # seconds spent making documents, not paid back
         self.interval = 1.0 / max_rate
         self.burst = burst
         self.sleep = sleep
@@ -511,15 +513,20 @@ class MonitorServer:
 
     def _cached(self, key: tuple, make: Callable[[], bytes]) -> bytes:
         """The document for ``key``, made again only if the last one is older than
-        ``min_refresh`` seconds (at most 64 keys are remembered) and if this second's
-        ``budget`` is not spent (:class:`Busy` otherwise)."""
+        ``min_refresh`` seconds (at most 64 keys are remembered) and if the ``budget`` of
+        seconds a second is not spent; else the last one, however old, or :class:`Busy` if
+        there is none. The budget is a bucket: a document that took longer than a second's
+        budget is paid from the next seconds' (one slow document a second took 0.5 s of
+        each, and the next request met a spent budget and no fresh copy: 503s only)."""
         now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and now - hit[0] < self.min_refresh:
             return hit[1]
-        if now - self._second >= 1.0:
-            self._second, self._spent = now, 0.0
+        self._spent = max(0.0, self._spent - (now - self._second) * self.budget)
+        self._second = now
         if self._spent >= self.budget:
+            if hit is not None:
+                return hit[1]
             raise Busy(f"the broker spent its {self.budget:g} s per second on monitoring "
                        f"documents already: retry in a second")
         t0 = self.timer()
@@ -527,5 +534,5 @@ class MonitorServer:
         self._spent += self.timer() - t0
         if len(self._cache) >= 64:
             self._cache.clear()
-        self._cache[key] = (now, body)
+        self._cache[key] = (self.clock(), body)        # as old as it is once made
         return body

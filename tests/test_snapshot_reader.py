@@ -29,8 +29,8 @@ def run(window: int, max_message: int, sizes) -> SnapshotReader:
     entries = [(f"k{i:05}".ljust(255, "k"), b"x" * n) for i, n in enumerate(sizes)]
     credit = 0
     seq = 0
-    for cmd in (c.ReasonsSelectOk(), c.HeadersSelectOk(255, 65536), c.StreamExpectOk(), c.AttachOk(),
-                c.LimitsOk(max_message, MAX_CREDIT)):
+    for cmd in (c.ReasonsSelectOk(), c.HeadersSelectOk(255, 65536), c.StreamExpectOk(),
+                c.AttachOk(), c.LimitsOk(max_message, MAX_CREDIT)):
         r.receive(encode(cmd))
     while True:
         for frame in r.outgoing:                 # what the reader sent: its CREDITs count

@@ -15,9 +15,9 @@ import sys
 
 from zeps.units import TIME_FORMS
 
-from .common import (UsageError, _add_common, _add_endpoint, _iso, _pattern, _positive_int,
-                     _say, _seconds, _seconds_upto, _seq, _stream_name, connection_reporter, message_json,
-                     message_line, parse_time)
+from .common import (UsageError, _add_common, _add_endpoint, _iso, _pattern, _positive_int, _say,
+                     _seconds, _seconds_upto, _seq, _stream_name, connection_reporter,
+                     message_json, message_line, parse_time)
 
 _ACK_NAMES = {0: "explicit", 1: "all", 2: "none"}
 _START_NAMES = {0: "all", 1: "sequence", 2: "time", 3: "new"}

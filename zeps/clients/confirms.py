@@ -23,16 +23,11 @@ tracker and does the sending.
 from __future__ import annotations
 
 import re
-import struct
 from collections import deque
 from typing import Deque, List, Optional, Tuple
 
-from ..protocol import commands as c
-from ..protocol.headers import BLOCK_HEAD_SIZE, PUBLISH_H_ID
+from ..protocol.codec import publish_sizes
 from .producer import runs
-
-PUBLISH_ID = c.Publish.ID
-_U32 = struct.Struct(">I")
 
 #: A rejection for size: "body of N bytes is over ...", or for a PUBLISH-H "body of N bytes
 #: and headers of M bytes (N + M) are over ..." (zeps/broker/publishing.py, headers.py).
@@ -193,21 +188,7 @@ def _sized(unconfirmed, reason: str) -> Optional[int]:
         return None
     want = (int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None)
     for i, r in enumerate(unconfirmed):
-        if _frame_sizes(r.frame) == want:
+        if publish_sizes(r.frame) == want:
             return i
     return None
 
-
-def _frame_sizes(frame) -> Optional[Tuple[int, Optional[int]]]:
-    """A PUBLISH frame's body length, and None; a PUBLISH-H's body and headers block lengths
-    (as the broker's rejection counts them); None for another or a short frame."""
-    try:
-        if frame[2] == PUBLISH_ID:
-            return _U32.unpack_from(frame, 4 + frame[3])[0], None
-        if frame[2] == PUBLISH_H_ID:
-            block = BLOCK_HEAD_SIZE + _U32.unpack_from(frame, 3)[0]
-            k = 3 + block
-            return _U32.unpack_from(frame, k + 1 + frame[k])[0], block
-    except (IndexError, struct.error):
-        pass
-    return None

@@ -528,6 +528,41 @@ def test_a_document_slower_than_the_budget_is_paid_back_and_its_last_copy_served
     assert w.get("/connz?offset=1")[0] == 200
 
 
+def test_streamz_has_a_default_page_as_connz_has(core):
+    """``/streamz`` without ``limit`` lists at most 1024 streams, as ``/connz`` and
+    ``/consumerz`` do (it listed every open stream, each one's journal stat'ed)."""
+    for name in ("a", "b", "c"):
+        core.send(b"c-" + name.encode(), c.Attach(name))
+    w = Wsgi(core.core)
+    doc = json.loads(w.get("/streamz")[2])
+    assert (doc["limit"], doc["total"], len(doc["streams"])) == (1024, 3, 3)
+    doc = json.loads(w.get("/streamz?limit=2&offset=1")[2])
+    assert [st["name"] for st in doc["streams"]] == ["b", "c"]
+
+
+def test_the_remembered_documents_are_bounded_in_bytes(core):
+    """Documents are remembered up to ``cache_bytes`` in all besides the newest, the oldest
+    made forgotten first (64 were kept whatever their size); a forgotten one is made again,
+    a remembered one is served free."""
+    for i in range(12):
+        core.send(b"c%02d" % i, c.Attach("s"))
+    w = Wsgi(core.core, cost=0.001, budget=10.0, cache_bytes=4000)
+    sizes = {}
+    for i in range(12):
+        status, _h, body = w.get(f"/connz?offset={i}")
+        assert status == 200
+        sizes[i] = len(body)
+        assert w.server._cache_bytes == sum(len(b) for _t, b in w.server._cache.values())
+        assert w.server._cache_bytes - len(body) <= 4000
+    kept = [k[-1] for k in w.server._cache]               # connz keys end with the offset
+    assert kept == list(range(12 - len(kept), 12)) and 1 < len(kept) < 12
+    made = w.ticks
+    w.get(f"/connz?offset={kept[0]}")
+    assert w.ticks == made                                # remembered: not made again
+    w.get("/connz?offset=0")
+    assert w.ticks == made + 2                            # forgotten: made again
+
+
 def test_requests_beyond_the_rate_wait_their_turn(core):
     """A burst of 20 is served at once; each request after it sleeps one more 1/max_rate."""
     w = Wsgi(core.core, max_rate=100, burst=20)
@@ -536,6 +571,33 @@ def test_requests_beyond_the_rate_wait_their_turn(core):
     w.now += 1.0                                           # the schedule caught up: no wait
     w.get("/healthz")
     assert len(w.slept) == 4
+
+
+def test_requests_without_the_token_do_not_take_the_turns_of_those_with_it(core):
+    """With a token, a flood without it (refused, or for the open pages) waits in a schedule
+    of its own: the token's holder is served at once, and the flood is still held to the
+    rate. (The token was checked after the wait: each refused request pushed back the
+    holder's turn.)"""
+    token = b"t" * 32
+    w = Wsgi(core.core, max_rate=100, burst=20, token=token)
+    for _ in range(20):
+        assert w.get("/varz")[0] == 401
+        assert w.get("/healthz")[0] == 200
+    assert len(w.slept) == 20                     # 40 requests: 20 beyond the burst waited
+
+    def get_with_token(path):
+        target, _, qs = path.partition("?")
+        answer = {}
+        body = b"".join(w.server.app({"REQUEST_METHOD": "GET", "PATH_INFO": target,
+                                      "QUERY_STRING": qs,
+                                      "HTTP_AUTHORIZATION": "Bearer " + token.decode()},
+                                     lambda status, headers: answer.update(status=status)))
+        return int(answer["status"].split()[0]), body
+
+    assert get_with_token("/varz")[0] == 200
+    assert len(w.slept) == 20                     # no wait behind the flood
+    assert w.get("/varz")[0] == 401
+    assert w.slept[-1] == pytest.approx(0.21)     # the flood's own schedule went on
 
 
 def _snapshot(page: bytes):

@@ -6,7 +6,7 @@ broker's process, beside the ZeroMQ loop.
                the page comes with its first poll's documents, :mod:`zeps.broker.dashboard`)
 ``/varz``      the broker (JSON, :func:`zeps.broker.monitor.varz`)
 ``/connz``     its clients; ``?sort=lag|client|stream|idle|credit&limit=N&offset=N&stream=S``
-``/streamz``   its open streams; ``?limit=N&offset=N``
+``/streamz``   its open streams; ``?limit=N&offset=N`` (limit 1024 unless given)
 ``/consumerz`` the durable consumers of its open streams; ``?sort=lag|pending|stream&limit=N&``
                ``offset=N&stream=S`` (:func:`zeps.broker.monitor.consumerz`)
 ``/metrics``   Prometheus (:mod:`zeps.broker.metrics`)
@@ -19,9 +19,11 @@ meanwhile (with 10,000 clients: ~10 ms for ``/connz?limit=200``, ~30 ms for ``/m
 HTTP clients can cost the broker's ZeroMQ clients is bounded:
 
 * requests are served at most :data:`MAX_RATE` per second (beyond a burst of
-  :data:`BURST`): the others sleep until their turn before anything is done for them;
+  :data:`BURST`): the others sleep until their turn before anything is done for them
+  but the token's check; with a token, those that carry it have a schedule of their own;
 * a document is made at most once per :data:`MIN_REFRESH` seconds for a given query (clients
-  polling in a loop get the same snapshot);
+  polling in a loop get the same snapshot); at most :data:`CACHE_KEYS` documents of
+  :data:`CACHE_BYTES` in all (besides the newest) are remembered;
 * making documents may take at most :data:`BUDGET` of each second, on average (a document
   that took longer is paid from the next seconds'); beyond that a query is answered with its
   last document, however old, or ``503`` with ``Retry-After: 1`` if there is none (a flood
@@ -84,6 +86,8 @@ BUDGET = 0.25
 MAX_RATE = 100.0
 BURST = 20
 MAX_LIMIT = 100_000
+CACHE_KEYS = 64
+CACHE_BYTES = 32 << 20
 _DIGITS = re.compile(r"[0-9]{1,7}")
 
 _STATIC = {
@@ -322,6 +326,7 @@ class MonitorServer:
                  head_timeout: float = HEAD_TIMEOUT,
                  idle_timeout: float = IDLE_TIMEOUT, min_refresh: float = MIN_REFRESH,
                  budget: float = BUDGET, max_rate: float = MAX_RATE, burst: int = BURST,
+                 cache_bytes: int = CACHE_BYTES,
                  sleep: Callable[[float], None] = gevent.sleep,
                  timer: Callable[[], float] = time.perf_counter,
                  token: Optional[bytes] = None, redact: Optional[monitor.Redactor] = None):
@@ -338,7 +343,9 @@ class MonitorServer:
         self.started = clock()
         self.min_refresh = min_refresh
         self.budget = budget
-        self._cache: Dict[tuple, Tuple[float, bytes]] = {}
+        self._cache: Dict[tuple, Tuple[float, bytes]] = {}   # the oldest made first
+        self._cache_bytes = 0                 # the bodies' bytes in _cache
+        self.cache_bytes = cache_bytes
         self._second = float("-inf")          # when the budget was last counted
         self._spent = 0.0                     # seconds spent making documents, not paid back
         self.interval = 1.0 / max_rate
@@ -346,6 +353,7 @@ class MonitorServer:
         self.sleep = sleep
         self.timer = timer                    # measures the work of making documents
         self._next_turn = float("-inf")       # when the next request may be served
+        self._next_trusted = float("-inf")    # the same, for requests with the token
         self.sampler = dashboard.TrafficSampler(self.started, monitor.traffic(core))
         self.server = _Server((host, port), self.app, max_connections=max_connections,
                               head_timeout=head_timeout, idle_timeout=idle_timeout,
@@ -365,21 +373,29 @@ class MonitorServer:
         self.server.stop(timeout=1)
 
     # ------------------------------------------------------------------ WSGI
-    def _wait_turn(self) -> None:
+    def _wait_turn(self, trusted: bool) -> None:
         """Serve at most ``max_rate`` requests per second beyond a burst: each request takes
-        the next turn, one ``interval`` after the previous one, and sleeps until it."""
+        the next turn, one ``interval`` after the previous one, and sleeps until it. With a
+        token, the requests that carry it have a schedule of their own: a flood without it
+        (refused, or for the open pages) waits in the other one and delays no holder of the
+        token (it was checked after the wait: each request without the token pushed back
+        the turns of those with it)."""
         now = self.clock()
-        turn = max(self._next_turn, now - (self.burst - 1) * self.interval)
-        self._next_turn = turn + self.interval
+        which = "_next_trusted" if trusted else "_next_turn"
+        turn = max(getattr(self, which), now - (self.burst - 1) * self.interval)
+        setattr(self, which, turn + self.interval)
         if turn - now > 1e-6:               # (not a rounding error's worth)
             self.sleep(turn - now)
 
     def app(self, environ, start_response):
-        """The WSGI application: one request, one answer (JSON errors with a reason)."""
-        self._wait_turn()
+        """The WSGI application: one request, one answer (JSON errors with a reason). The
+        token is checked before the request waits for its turn (:meth:`_wait_turn`)."""
         method = environ.get("REQUEST_METHOD", "GET")
         path = environ.get("PATH_INFO", "/")
-        if self.token is not None and path not in _OPEN and not self._authorized(environ):
+        closed = self.token is not None and path not in _OPEN
+        authorized = closed and self._authorized(environ)
+        self._wait_turn(authorized)
+        if closed and not authorized:
             return self._reply(start_response, "401 Unauthorized", self._error(
                 "this page needs the monitoring token: Authorization: Bearer TOKEN"), _JSON,
                 extra=[("WWW-Authenticate", 'Bearer realm="zeps"')], head=method == "HEAD")
@@ -456,7 +472,7 @@ class MonitorServer:
                               stream=stream, redact=self.redact))), _JSON
         if path == "/streamz":
             _check_args(query, ("limit", "offset"))
-            limit = _int_arg(query, "limit", None)
+            limit = _int_arg(query, "limit", 1024)
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(("streamz", limit, offset), lambda: self._json(
                 monitor.streamz(self.core, limit=limit, offset=offset,
@@ -493,8 +509,8 @@ class MonitorServer:
             return html
         try:
             varz = self._cached(("varz",), self._varz)
-            streamz = self._cached(("streamz", None, 0), lambda: self._json(
-                monitor.streamz(self.core, limit=None, offset=0, redact=self.redact)))
+            streamz = self._cached(("streamz", 1024, 0), lambda: self._json(
+                monitor.streamz(self.core, limit=1024, offset=0, redact=self.redact)))
             connz = self._cached(("connz", "lag", None, dashboard.CLIENT_ROWS, 0),
                                  lambda: self._json(monitor.connz(
                                      self.core, self.clock(), sort="lag",
@@ -513,11 +529,15 @@ class MonitorServer:
 
     def _cached(self, key: tuple, make: Callable[[], bytes]) -> bytes:
         """The document for ``key``, made again only if the last one is older than
-        ``min_refresh`` seconds (at most 64 keys are remembered) and if the ``budget`` of
-        seconds a second is not spent; else the last one, however old, or :class:`Busy` if
-        there is none. The budget is a bucket: a document that took longer than a second's
+        ``min_refresh`` seconds and if the ``budget`` of seconds a second is not spent; else
+        the last one, however old, or :class:`Busy` if there is none. The budget is a
+        bucket: a document that took longer than a second's
         budget is paid from the next seconds' (one slow document a second took 0.5 s of
-        each, and the next request met a spent budget and no fresh copy: 503s only)."""
+        each, and the next request met a spent budget and no fresh copy: 503s only).
+
+        At most :data:`CACHE_KEYS` documents are remembered, of at most ``cache_bytes`` in all
+        besides the newest; the oldest made is forgotten first (a ``/connz`` page may list
+        100,000 clients, and 64 such pages were kept whatever their size)."""
         now = self.clock()
         hit = self._cache.get(key)
         if hit is not None and now - hit[0] < self.min_refresh:
@@ -532,7 +552,13 @@ class MonitorServer:
         t0 = self.timer()
         body = make()
         self._spent += self.timer() - t0
-        if len(self._cache) >= 64:
-            self._cache.clear()
-        self._cache[key] = (self.clock(), body)        # as old as it is once made
+        cache = self._cache
+        old = cache.pop(key, None)
+        if old is not None:
+            self._cache_bytes -= len(old[1])
+        while cache and (len(cache) >= CACHE_KEYS
+                         or self._cache_bytes + len(body) > self.cache_bytes):
+            self._cache_bytes -= len(cache.pop(next(iter(cache)))[1])
+        cache[key] = (self.clock(), body)              # as old as it is once made
+        self._cache_bytes += len(body)
         return body

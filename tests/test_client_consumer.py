@@ -107,9 +107,9 @@ def test_messages_carry_what_came_and_credit_goes_back_at_the_top_up():
 
 
 def test_more_than_the_credit_loses_the_peering():
-    m = joined(window=300)                       # grown to 728 by LIMITS-OK (100-byte bodies)
-    assert m.window == 728
-    for seq in range(1, 9):
+    m = joined(window=300)          # grown by LIMITS-OK (100-byte bodies, a dead letter's headers)
+    assert m.window == 2 * (9 + 255 + 100 + 512) == 1752
+    for seq in range(1, 17):                     # 16 x 113 > 1752
         deliver(m, seq, body=b"b" * 100)
     assert m.need_rejoin and "credit" in m.need_rejoin and not m.buffered
 

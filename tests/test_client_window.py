@@ -14,6 +14,7 @@ from zeps.clients.peering import LOST, RECONNECTED
 from zeps.clients.requests import RequestKind
 from zeps.clients.window import advised_cost, largest_cost, topup_for, window_for
 from zeps.protocol import commands as c
+from zeps.protocol.consumer import DEAD_LETTER_HEADERS
 from zeps.protocol.deliver import deliver_cost, message_cost
 from zeps.protocol.reasons import PATTERN_REMOVED, WINDOW_TOO_SMALL
 
@@ -30,7 +31,7 @@ def test_limits_ok_grows_the_window_to_the_largest_message_and_grants_the_differ
     p.start_delivery()
     assert credit_sent(p) == 1000
     feed(p, c.LimitsOk(16 * MB, 64 * MB))
-    largest = deliver_cost(255, 16 * MB)
+    largest = deliver_cost(255, 16 * MB) + DEAD_LETTER_HEADERS    # a dead letter's headers
     assert p.credit_window == 2 * largest            # room for it, and for the top-up slack
     assert credit_sent(p) == 2 * largest - 1000      # the broker now holds the whole window
     feed(p, c.SubscribeOk())                         # the subscribe still gets its answer
@@ -49,6 +50,32 @@ def test_the_credit_held_back_never_keeps_the_largest_message_out():
     assert window_for(1000, 1000, 1500) == 1500
     assert window_for(1000, 2000, 1500) is None
     assert window_for(5000, 1000, 1500) == 5000      # never shrinks: the broker caps it
+
+
+def test_a_dead_letter_at_the_limit_always_finds_the_credit_it_costs():
+    """A dead-letter stream's messages carry up to 429 bytes of headers the broker added to a
+    message that was at the limit: whatever the application took and the peering has not
+    granted back yet, the broker holds the credit for such a message. (The window counted
+    only the largest message the broker accepts: after 1,000 bytes taken, the broker held
+    1,528 of the 1,693 a dead letter at the limit costs, and both sides waited for good.)"""
+    dead_letter = deliver_cost(255, 1000) + 429       # the most the headers add (consumer.py)
+    for taken in (1, 500, 1000, 1264, 1500, 1775, 2500, 4000):
+        p = peering(window=1000)
+        sent(p)
+        feed(p, c.AttachOk())
+        p.subscribe("", 0, False, 0.0)
+        p.start_delivery()
+        feed(p, c.LimitsOk(1000, 1 << 20))
+        feed(p, c.SubscribeOk())
+        granted, spent, seq = credit_sent(p), 0, 0
+        while spent < taken:                        # messages of up to 200 bytes of credit
+            seq += 1
+            body = b"x" * (min(200, taken - spent + 9) - 10)
+            deliver(p, seq, body=body)
+            spent += message_cost("k", body)
+            assert [m.sequence for m in p.take()] == [seq]
+            granted += credit_sent(p)
+            assert granted - spent >= dead_letter, (taken, spent)
 
 
 def test_the_window_never_goes_above_max_credit_nor_shrinks():
@@ -104,7 +131,7 @@ def test_window_too_small_beyond_max_credit_is_an_error_for_the_application():
     p = peering(window=1000)
     sent(p)
     feed(p, c.AttachOk())
-    feed(p, c.LimitsOk(500, 2000))
+    feed(p, c.LimitsOk(500, 3000))
     reason = f"{WINDOW_TOO_SMALL}message 3 needs 5000 bytes of credit, more than ... (1000)"
     assert p.credit_window == 2 * largest_cost(500)
     feed(p, c.Invalid(reason))

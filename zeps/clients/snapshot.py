@@ -23,7 +23,6 @@ from typing import Deque, List, Optional, Sequence
 from zeps.protocol import ProtocolError, decode, encode
 from zeps.protocol import commands as c
 from zeps.protocol.headers import NO_HEADERS, Headers
-from zeps.protocol.consumer import DEAD_LETTER_HEADERS
 from zeps.protocol.reasons import Reason
 from zeps.protocol.snapshot import parse_entry
 
@@ -123,7 +122,7 @@ class SnapshotReader:
         dead-lettered one (with the headers the broker adds). A window smaller grows to twice
         that (CREDIT of the difference; the broker refuses none it can hold), and credit goes
         back early enough that the broker holds that much again once everything was taken."""
-        largest = largest_cost(max_message) + DEAD_LETTER_HEADERS
+        largest = largest_cost(max_message)
         if largest > self.window:
             grown = window_for(self.window, largest, max_credit)
             if grown is None:        # over what the broker ever holds: it will say so

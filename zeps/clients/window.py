@@ -6,7 +6,10 @@ stalls the subscription at that message for ever. The peering therefore asks the
 ``LIMITS`` after every ATTACH and sizes its window for the largest message the broker accepts
 (``max_message`` bytes of body under a 255-byte key). A broker that does not know ``LIMITS``
 (older ones) still says ``credit window too small: message N needs X bytes ...``
-(:data:`zeps.protocol.reasons.WINDOW_TOO_SMALL`): the window is then sized for X.
+(:data:`zeps.protocol.reasons.WINDOW_TOO_SMALL`): the window is then sized for X. The largest
+message a broker delivers is a dead-lettered one at the limit: a durable consumer's dead-letter
+stream gets the message with up to :data:`~zeps.protocol.consumer.DEAD_LETTER_HEADERS` bytes of
+headers added (docs/consumers.md), and its readers' windows count them.
 
 Sized for a largest cost L means: twice L (not above the broker's ``max_credit``, the most it
 ever holds; never smaller than the window asked for), and credit granted back once
@@ -22,6 +25,7 @@ import re
 from typing import Optional
 
 from ..protocol.codec import MAX_STRING
+from ..protocol.consumer import DEAD_LETTER_HEADERS
 from ..protocol.deliver import deliver_cost
 
 __all__ = ["largest_cost", "advised_cost", "window_for", "topup_for"]
@@ -30,8 +34,10 @@ _NEEDS = re.compile(r"needs (\d+) bytes")
 
 
 def largest_cost(max_message: int) -> int:
-    """The credit cost of the largest message a broker with ``max_message`` accepts."""
-    return deliver_cost(MAX_STRING, max_message)
+    """The credit cost of the largest message a broker with ``max_message`` delivers: the
+    largest it accepts, with the headers a dead letter gets (a window sized for the largest
+    it accepts stalled on such a message, the credit it held short of its cost)."""
+    return deliver_cost(MAX_STRING, max_message) + DEAD_LETTER_HEADERS
 
 
 def advised_cost(reason: str, window: int) -> int:

@@ -24,7 +24,7 @@ from zeps.protocol.batch import entry_key
 
 #: JournalConfig fields a test may set through :class:`Core` (everything else is CoreConfig's).
 _JOURNAL_FIELDS = ("segment_bytes", "retention_bytes", "max_record_bytes", "index_interval_bytes",
-                   "key_index")
+                   "key_index", "max_producers")
 
 
 def messages_of(m: c.Command) -> list[tuple]:

@@ -439,3 +439,62 @@ def test_one_connection_registers_a_bounded_number_of_producer_ids(make):
     assert isinstance(got[-2], c.Invalid) and got[-1] == c.ProducerOk(0)
     h.send(b"another", c.Attach("s"), c.Producer("id-9", 1))
     assert h.take(b"another")[-1] == c.ProducerOk(0), "the limit is per connection"
+
+
+def test_a_key_that_reconnects_evicts_only_its_own_producer_ids(make):
+    """With CurveZMQ keys, a key that reconnects to pass the per-connection limit of ids
+    (``max_producer_ids``) filled the journal's table (``max_producers``, least recently used
+    dropped) and so pushed out the state of every other key's producers: a victim's retry was
+    then stored twice. Each key keeps at most ``max_producer_ids_per_key`` ids on a stream; a
+    new one takes the place of the key's own least recently used id. The victim's state stays,
+    the hostile key's newest ids keep theirs, and its oldest are forgotten."""
+    h = make(fsync="always", max_producers=8, max_producer_ids=2, max_producer_ids_per_key=3)
+    victim, hostile = b"victim", b"hostile"
+    secured(h, (victim, WRITER))
+    h.send(victim, c.Attach("s"), c.ConfirmSelect(), c.Producer("orders", 1),
+           c.Publish("k", b"1"))
+    h.round()
+    assert h.take(victim)[-1] == c.Confirm(1, 1)
+    h.send(victim, c.Detach())
+    for n in range(10):                               # 10 connections, 2 new ids each
+        ident = b"hostile-%d" % n
+        h.core.identify(ident, OTHER)
+        h.send(ident, c.Attach("s"), c.ConfirmSelect())
+        for i in (2 * n, 2 * n + 1):
+            h.send(ident, c.Producer(f"h-{i}", 1), c.Publish("k", b"x"))
+            h.round()
+        assert h.take(ident)[-1] == c.Confirm(2, 2 * n + 3)
+        h.send(ident, c.Detach())
+        h.core.gone(ident)
+    journal = h.core.streams["s"].journal
+    assert journal.producers_bound_to(OTHER) == (3, "h-17")
+    assert set(journal.producers()) == {"orders", "h-17", "h-18", "h-19"}
+    h.send(victim, c.Attach("s"), c.ConfirmSelect(), c.Producer("orders", 1))
+    assert h.take(victim)[-1] == c.ProducerOk(1), "the victim's state was kept"
+    h.send(victim, c.Publish("k", b"1"))              # its retry: confirmed, not stored again
+    h.round()
+    assert h.take(victim)[-1] == c.Confirm(1, 1) and stored(h) == 21
+    h.core.identify(hostile, OTHER)
+    h.send(hostile, c.Attach("s"), c.Producer("h-2", 1))
+    assert h.take(hostile)[-1] == c.ProducerOk(0), "forgotten: its own old id"
+
+
+def test_a_key_whose_oldest_id_is_in_use_is_refused_a_new_one(make):
+    """The key's least recently used id is owned by a peering now: forgetting it would lose
+    that peering's state, so the new id is refused (``limit: ``), and nothing is forgotten."""
+    h = make(fsync="always", max_producer_ids_per_key=2)
+    a, b, c2 = b"a", b"b", b"c"
+    secured(h, (a, WRITER), (b, WRITER), (c2, WRITER))
+    for ident, pid in ((a, "p-a"), (b, "p-b")):
+        h.send(ident, c.Attach("s"), c.ConfirmSelect(), c.Producer(pid, 1),
+               c.Publish("k", b"x"))
+        h.round()
+        assert isinstance(h.take(ident)[-1], c.Confirm)
+    h.send(c2, c.Attach("s"), c.Producer("p-c", 1))
+    [r] = h.take(c2)[-1:]
+    assert isinstance(r, c.Invalid) and r.reason.startswith("limit: a key keeps at most 2 "), r
+    assert set(h.core.streams["s"].journal.producers()) == {"p-a", "p-b"}
+    h.send(a, c.Detach())                             # p-a's owner leaves: its place is free
+    h.send(c2, c.Producer("p-c", 1))
+    assert h.take(c2)[-1] == c.ProducerOk(0)
+    assert h.core.streams["s"].journal.producer("p-a") is None

@@ -19,6 +19,7 @@ from zeps.journal import DataDir, JournalReader
 from zeps.journal.names import stream_dir_name
 from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c
+from zeps.protocol.codec import decode, encode
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PRODUCER_REFUSED, PUBLISH_REJECTED
 
 from .measure import percentile, wait_for
@@ -288,3 +289,54 @@ def test_one_client_cannot_evict_another_producers_state(start_broker):
     rows = [m for m in _stored(b.data_dir, "orders") if m[0] == "k"]
     assert len(rows) == 100, f"{len(rows)} rows stored for 100 published (and retried)"
     _report("eviction flood", refused=refused, rows_stored=len(rows))
+
+
+def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(start_broker, keys,
+                                                                        tmp_path):  # noqa: F811
+    """With CurveZMQ, bob reconnects 640 times, each connection registering its 16 ids (the
+    per-connection limit) with one PUBLISH each: 10,240 ids, past the 10,000 a stream keeps.
+    They pushed alice's producer state out, and her retry of 20 messages was stored twice.
+    Each key now keeps at most ``--max-producer-ids-per-key`` ids on a stream (here 100): bob's
+    new ids take the places of his own oldest, alice's state stays, and her retry (a new
+    client under the same id) stores nothing twice."""
+    keydir, allow = keys
+    acl = tmp_path / "acl" / "acl.toml"
+    acl.parent.mkdir()
+    acl.write_text(ACL)
+    b = start_broker(None, "--curve-secret", str(keydir / "broker.key_secret"),
+                     "--allow", str(allow), "--acl", str(acl),
+                     "--max-producer-ids-per-key", "100")
+    alice_keys = CurveKeys.from_files(str(keydir / "broker.key"),
+                                      str(keydir / "alice.key_secret"))
+    first = Client(b.endpoint, "orders", confirms=True, producer_id="alice-7", timeout=10,
+                   curve=alice_keys)
+    try:
+        for i in range(20):
+            first.publish("k", b"row%d" % i)
+        first.wait_for_confirms(10)
+    finally:
+        first.close()
+    for n in range(640):
+        bob = Peer(b.endpoint, keydir, "bob")
+        try:
+            assert isinstance(bob.ask(c.Attach("orders"), timeout=10), c.AttachOk)
+            for i in range(16):
+                bob.sock.send(encode(c.Producer(f"bob-{n}-{i}", 1)))
+                bob.sock.send(encode(c.Publish("f", b"")))
+            r = bob.ask(c.Ping(), timeout=10)
+            while isinstance(r, c.ProducerOk):
+                r = decode(bob.sock.recv()) if bob.sock.poll(10_000) else None
+            assert isinstance(r, c.PingOk), r
+        finally:
+            bob.close()
+    retry = Client(b.endpoint, "orders", confirms=True, producer_id="alice-7", timeout=10,
+                   curve=alice_keys)
+    try:
+        got = [retry.publish("k", b"row%d" % i) for i in range(20)]
+        retry.wait_for_confirms(10)
+        assert all(r.duplicate for r in got)
+    finally:
+        retry.close()
+    rows = [m for m in _stored(b.data_dir, "orders") if m[0] == "k"]
+    assert len(rows) == 20, f"{len(rows)} rows stored for 20 published (and retried)"
+    _report("per-key producer ids", bob_ids=640 * 16, rows_stored=len(rows))

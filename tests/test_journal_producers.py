@@ -429,3 +429,38 @@ def test_a_version_1_snapshot_is_still_read(tmp_path):
     assert st.get("y", now_ns=782) is not None and st.get("y", now_ns=783) is None
     again = ProducerState.decode(st.encode(10), 10, 100)
     assert again.get("x") == (4, 3, 777, None)
+
+
+@given(ops=st.lists(st.one_of(
+    st.tuples(st.just("append"), st.integers(0, 9), st.integers(0, 40), st.sampled_from("AB-")),
+    st.tuples(st.just("forget"), st.integers(0, 9)),
+    st.tuples(st.just("expire"), st.integers(0, 60)),
+    st.tuples(st.just("reload"),)), max_size=60),
+    limit=st.integers(1, 6))
+@settings(max_examples=examples(200), deadline=None)
+def test_the_ids_bound_to_each_key_follow_every_change_of_the_state(ops, limit):
+    """``bound_to(key)`` (what the broker's per-key bound asks, O(1)) always counts the ids of
+    the state bound to the key and names the least recently used of them, whatever was
+    appended (and bound, as the broker binds an id after its first record, or by a client
+    without a key), forgotten, dropped as least recently used or by age, or reloaded from a
+    snapshot."""
+    from zeps.journal.producers import ProducerState
+    state = ProducerState(limit, max_age_ns=20)
+    seq = ts = 0
+    for op in ops:
+        if op[0] == "append":
+            seq += 1
+            ts = max(ts, op[2])
+            state.observe(f"p{op[1]}", seq, seq, ts)
+            if op[3] != "-":
+                state.bind(f"p{op[1]}", op[3])
+        elif op[0] == "forget":
+            state.forget(f"p{op[1]}")
+        elif op[0] == "expire":
+            state.expire(op[1])
+        else:
+            state = ProducerState.decode(state.encode(seq + 1), seq + 1, limit, 20)
+        entries = list(state._d.items())
+        for key in "AB":
+            ids = [pid for pid, e in entries if e[3] == key]
+            assert state.bound_to(key) == (len(ids), ids[0] if ids else None)

@@ -147,7 +147,8 @@ class Attachment:
                         replay_batch_bytes=self.config.replay_batch_bytes,
                         regex_strikes=self.config.regex_strikes, log=self.log,
                         invalids=self.invalids, settings=self.datadir.settings(name),
-                        work=self.work)
+                        work=self.work,
+                        max_producer_ids_per_key=self.config.max_producer_ids_per_key)
             self.streams[name] = st
             self.catalogue.add(name)
             if len(self.streams) > self.config.max_open_streams:

@@ -95,6 +95,7 @@ class CoreConfig:
     max_regex_subscriptions: int = 16     # regex patterns per client
     max_regex_per_stream: int = 128       # distinct regexes matched per published key on a stream
     max_producer_ids: int = 16            # distinct producer ids one connection may register
+    max_producer_ids_per_key: int = 1000  # producer ids bound to one CurveZMQ key per stream
     max_credit: int = 64 << 20            # the credit window the broker advises (LIMITS-OK)
     regex_strikes: int = 3                # timeouts before a regex subscription is removed
     max_message: int = 1 << 20            # largest body accepted in a PUBLISH (a stream may lower it)

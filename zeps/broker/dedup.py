@@ -45,8 +45,9 @@ class ProducerDedup:
     ``owners``: producer id -> the session of its newest PRODUCER on this stream;
     ``duplicates_total``: producer retries not stored again, since the stream was opened."""
 
-    def __init__(self, journal):
+    def __init__(self, journal, max_per_key: int = 1000):
         self.journal = journal
+        self.max_per_key = max_per_key
         self.owners: Dict[str, Session] = {}
         self.duplicates_total = 0
         self._marks: Dict[int, Tuple[str, int]] = {}   # queued publish index -> (producer, pseq)
@@ -75,6 +76,10 @@ class ProducerDedup:
                                  or (entry is not None and entry[3] is not None
                                      and entry[3] != user)):
             return Reason.producer_bound(producer, f"key {user}"), 0
+        if user is not None and entry is None and owner is None:
+            refusal = self._room_for(user)
+            if refusal is not None:
+                return refusal, 0
         if owner is not None and owner is not session:
             owner.producer_refusal = Reason.producer_fenced(producer)
         old = session.producer
@@ -87,6 +92,21 @@ class ProducerDedup:
         session.producer_refusal = (Reason.producer_out_of_order(producer, last, first)
                                     if first > last + 1 else None)
         return None, last
+
+    def _room_for(self, user: str) -> Optional[Reason]:
+        """A new id for key ``user``: beyond ``max_per_key`` ids bound to that key, the key's
+        least recently used one is forgotten, so one key's ids never push out another's (the
+        journal keeps ``max_producers`` ids in all, least recently used dropped: a key that
+        reconnected to pass the per-connection limit evicted every other producer's state).
+        Refused (``limit: max_producer_ids_per_key``) if that id is owned by a peering now.
+        O(1)."""
+        count, oldest = self.journal.producers_bound_to(user)
+        if count < self.max_per_key:
+            return None
+        if oldest in self.owners:
+            return Reason.limit("max_producer_ids_per_key", self.max_per_key)
+        self.journal.forget_producer(oldest)
+        return None
 
     def forget(self, session: Session) -> None:
         """The session leaves the stream: it owns its producer id no more."""

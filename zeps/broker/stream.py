@@ -80,7 +80,7 @@ class Stream:
                  replay_batch_records: int = 1000, replay_batch_bytes: int = 1 << 20,
                  regex_strikes: int = 3, log: Optional[Callable[..., None]] = None,
                  invalids: Optional[Counter] = None, settings=None,
-                 work: Optional[Worklists] = None):
+                 work: Optional[Worklists] = None, max_producer_ids_per_key: int = 1000):
         from zeps.matching import SubscriptionIndex
 
         self.name = name
@@ -102,7 +102,7 @@ class Stream:
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
         # the core's lists of streams with work (worklists.py), shared by its streams
         self.work = Worklists() if work is None else work
-        self.dedup = ProducerDedup(journal)                    # idempotent producers
+        self.dedup = ProducerDedup(journal, max_producer_ids_per_key)   # idempotent producers
         self.published_total = 0
         self.delivered_total = 0
         self.published_bytes = 0

@@ -114,6 +114,10 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-producer-ids", type=_positive(int), default=16,
                         help="distinct idempotent producer ids one connection may register "
                              "(PRODUCER; default 16)")
+    limits.add_argument("--max-producer-ids-per-key", type=_positive(int), default=1000,
+                        help="with --curve-secret, producer ids one client key keeps per stream: "
+                             "beyond it a new id of the key takes the place of its least "
+                             "recently used one (default 1000)")
     limits.add_argument("--producer-max-age", type=_positive(parse_duration), default=86400.0,
                         help="an idempotent producer whose last message is older than this is "
                              "forgotten: its retries are no longer de-duplicated (default 1d; "
@@ -274,6 +278,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_regex_subscriptions=args.max_regex_subscriptions,
                              max_regex_per_stream=args.max_regex_per_stream,
                              max_producer_ids=args.max_producer_ids,
+                             max_producer_ids_per_key=args.max_producer_ids_per_key,
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              admin_rate=args.admin_rate,

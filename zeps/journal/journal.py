@@ -266,6 +266,17 @@ class Journal(StreamView, KeyValues, Retention):
         client whose records made it); kept in the snapshots (:mod:`.producers`)."""
         self._producers.bind(pid, key)
 
+    def producers_bound_to(self, key: str) -> Tuple[int, Optional[str]]:
+        """``(how many producer ids are bound to key, the least recently used of them or
+        None)``. O(1)."""
+        return self._producers.bound_to(key)
+
+    def forget_producer(self, pid: str) -> None:
+        """Forget a producer id, as if it had been dropped as least recently used (a retry of
+        it is not deduplicated). Kept from the next snapshot on: after a crash before it, the
+        id may be known again."""
+        self._producers.forget(pid)
+
     # ------------------------------------------------------------------ appending
 
     def append(self, key: str, body: bytes) -> Record:

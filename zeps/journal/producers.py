@@ -89,15 +89,26 @@ class ProducerState:
     record is older than ``max_age_ns`` (None: no age limit) are dropped. Pure: no files; the
     time is the records' timestamps, or the ``now_ns`` a lookup is given."""
 
-    __slots__ = ("_d", "max_producers", "max_age_ns")
+    __slots__ = ("_d", "_by_key", "max_producers", "max_age_ns")
 
     def __init__(self, max_producers: int, max_age_ns: Optional[int] = None):
         self._d: "OrderedDict[str, Entry]" = OrderedDict()
+        # key -> the ids bound to it, least recently used first (the order of _d)
+        self._by_key: "Dict[str, OrderedDict[str, None]]" = {}
         self.max_producers = max_producers
         self.max_age_ns = max_age_ns
 
     def __len__(self) -> int:
         return len(self._d)
+
+    def _unbind(self, pid: str, entry: "Entry") -> None:
+        """``pid`` (its entry ``entry``) left the state: it leaves its key's ids."""
+        key = entry[3]
+        if key is not None:
+            ids = self._by_key[key]
+            del ids[pid]
+            if not ids:
+                del self._by_key[key]
 
     def observe(self, pid: str, pseq: int, seq: int, ts: int = 0) -> None:
         """The record ``seq`` (timestamp ``ts``) was appended by ``pid`` with ``pseq``: it
@@ -106,9 +117,12 @@ class ProducerState:
         ``ts``, are dropped (O(1) per id dropped)."""
         d = self._d
         old = d.pop(pid, None)
-        d[pid] = (pseq, seq, ts, None if old is None else old[3])
+        key = None if old is None else old[3]
+        d[pid] = (pseq, seq, ts, key)
+        if key is not None:
+            self._by_key[key].move_to_end(pid)
         if len(d) > self.max_producers:
-            d.popitem(last=False)
+            self._unbind(*d.popitem(last=False))
         if self.max_age_ns is not None:
             self.expire(ts)
 
@@ -124,7 +138,7 @@ class ProducerState:
             pid = next(iter(d))
             if d[pid][2] >= oldest:
                 break
-            del d[pid]
+            self._unbind(pid, d.pop(pid))
             n += 1
         return n
 
@@ -143,6 +157,21 @@ class ProducerState:
         e = self._d.get(pid)
         if e is not None and e[3] is None:
             self._d[pid] = (e[0], e[1], e[2], key)
+            # the key's newest (the broker binds an id just after its first records: the
+            # order differs from _d's only among the ids appended in one batch)
+            self._by_key.setdefault(key, OrderedDict())[pid] = None
+
+    def bound_to(self, key: str) -> Tuple[int, Optional[str]]:
+        """``(how many ids are bound to key, the least recently used of them or None)``: the
+        broker bounds the ids of one key (``--max-producer-ids-per-key``). O(1)."""
+        ids = self._by_key.get(key)
+        return (0, None) if not ids else (len(ids), next(iter(ids)))
+
+    def forget(self, pid: str) -> None:
+        """Drop ``pid`` (as the least recently used beyond ``max_producers`` is dropped)."""
+        e = self._d.pop(pid, None)
+        if e is not None:
+            self._unbind(pid, e)
 
     def observe_records(self, records: Iterable) -> None:
         """:meth:`observe` each record that has a producer, in order: a
@@ -221,6 +250,9 @@ class ProducerState:
         if p != end:
             raise ValueError("bytes after the last entry")
         state.max_age_ns = max_age_ns
+        for pid, e in d.items():
+            if e[3] is not None:
+                state._by_key.setdefault(e[3], OrderedDict())[pid] = None
         return state
 
 

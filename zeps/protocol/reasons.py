@@ -127,6 +127,8 @@ _LIMITS = {
     "admin_rate": "at most {} listing and stream administration commands a second per client",
     "max_message": "a stream's max_message is at most the broker's --max-message, {}",
     "max_producer_ids": "at most {} producer ids per connection",
+    "max_producer_ids_per_key": ("a key keeps at most {} producer ids on a stream, and its "
+                                 "least recently used one is in use"),
     "max_waiting": "at most {} commands are held while a stream opens",
 }
 _RIGHTS = {

@@ -291,8 +291,8 @@ def test_one_client_cannot_evict_another_producers_state(start_broker):
     _report("eviction flood", refused=refused, rows_stored=len(rows))
 
 
-def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(start_broker, keys,
-                                                                        tmp_path):  # noqa: F811
+def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(
+        start_broker, keys, tmp_path):  # noqa: F811  (keys: the fixture)
     """With CurveZMQ, bob reconnects 640 times, each connection registering its 16 ids (the
     per-connection limit) with one PUBLISH each: 10,240 ids, past the 10,000 a stream keeps.
     They pushed alice's producer state out, and her retry of 20 messages was stored twice.

@@ -452,3 +452,34 @@ def test_a_second_compaction_waits_for_none(tmp_path):
         assert compaction.run(str(path), sealed(path)) is None
     finally:
         os.close(lock)
+
+
+def test_the_writers_size_is_its_files_and_a_sealed_file_is_stat_ed_once(tmp_path,
+                                                                         monkeypatch):
+    """``info()`` stat'ed every unloaded sealed segment each time it was asked (for each
+    stream of ``/streamz``, and for each consumer of ``/consumerz``, which now asks only
+    ``newest_ts``). The writer stats each sealed file once; the size it reports is still the
+    files', after a compaction rewrote them (``reload_segments``) and after appends."""
+    path = tmp_path / "s"
+    model, clock = make_stream(path)
+    j = Journal.open(path, cfg(), clock)
+
+    def on_disk():
+        return sum(os.path.getsize(path / n) for n in os.listdir(path) if n.endswith(".log"))
+
+    assert j.info().size_bytes == on_disk() and len(j.segment_seqs()) > 10
+    stats = []
+    real_stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda p, *a, **k: stats.append(p) or real_stat(p, *a, **k))
+    size = j.info().size_bytes
+    monkeypatch.setattr(os, "stat", real_stat)
+    assert size == on_disk() and stats == []
+    res = compaction.compact(str(path), j.segment_seqs()[:-1], now_ns=clock.t)
+    j.reload_segments(res.segments)
+    assert j.info().size_bytes == on_disk() < size
+    for i in range(50):
+        j.append(f"k.{i % 4}", b"after%d" % i)
+    assert j.info().size_bytes == on_disk()
+    newest = j.info().newest_ts
+    assert j.newest_ts == newest > 0
+    j.close()

@@ -335,7 +335,7 @@ def consumer_doc(core, st: Stream, g, head: Optional[int] = None,
     lag_seconds = 0.0
     if head is not None and floor < head:
         try:
-            newest = st.journal.info().newest_ts
+            newest = st.journal.newest_ts
             recs = st.journal.read_batch(max(floor + 1, st.first_seq), max_records=1)
         except Exception:             # a broken journal or record: no age to tell
             recs = None

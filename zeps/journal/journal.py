@@ -231,6 +231,16 @@ class Journal(StreamView, KeyValues, Retention):
     def _newest_ts(self) -> int:
         return self._last_ts
 
+    def _seg_bytes(self, seg: Segment) -> int:
+        """A sealed segment's size is stat'ed once, and again after a compaction rewrote it
+        (``info`` stat'ed every unloaded one each time it was asked)."""
+        if seg is self._active:
+            return super()._seg_bytes(seg)
+        n = seg.sealed_bytes
+        if n is None:
+            n = seg.sealed_bytes = super()._seg_bytes(seg)
+        return n
+
     def _load(self, seg: Segment) -> None:
         load_sealed(seg, self._interval, persist=True)
 

@@ -142,6 +142,8 @@ class KeyValues:
         n = 0
         wanted = set(first_seqs)
         for seg in self._segs[:-1]:
+            if seg.first_seq in wanted:
+                seg.sealed_bytes = None               # its size is the new file's
             if seg.first_seq in wanted and seg.loaded and seg is not self._active:
                 with self._sync_lock:   # the old file needs no fdatasync any more
                     if seg in self._unsynced:

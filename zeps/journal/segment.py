@@ -105,6 +105,8 @@ class Segment:
         self.fd = -1
         self.index = None          # MemIndex | FileIndex
         self.size: Optional[int] = None   # known byte size (writer / sealed); None: fstat
+        # the writer's: a sealed log's byte size, kept when it is unloaded (Journal.info)
+        self.sealed_bytes: Optional[int] = None
         self.loaded = False
         self.sealed = False
         self.last_ts: Optional[int] = None    # newest record's timestamp, once known

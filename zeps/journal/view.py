@@ -231,6 +231,14 @@ class StreamView:
         self._check_open()
         return self._retry(self._info)
 
+    @property
+    def newest_ts(self) -> int:
+        """The newest record's timestamp (ns; 0: none), as :meth:`info` says it, without
+        looking at the segments (O(1) in the writer)."""
+        self._check_open()
+        self._refresh()
+        return self._newest_ts() if self._end_seq() > self.first_seq else 0
+
     # ------------------------------------------------------------------ segments
 
     def _open_segments(self) -> OpenSegments:

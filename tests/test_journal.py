@@ -472,6 +472,36 @@ def test_retention_by_bytes(tmp_path):
         assert r.read_batch(1, 3)[0].sequence == info.first_seq
 
 
+def test_purge_and_retention_after_a_restart_delete_segments_never_read(tmp_path):
+    """After an open, sealed segments are loaded only when used (at most 32 stay open). A
+    purge of segments nobody had read since failed (fstat of no descriptor, EBADF), and so
+    did every retention pass with more than 32 segments due (the 33rd pushed the first out
+    of the open ones), and an append that rolled, which applies retention: the stream then
+    grew without bound and that publish was refused."""
+    cfg = JournalConfig(segment_bytes=1000, fsync="never")
+    path = tmp_path / "s"
+    with Journal.open(path, cfg) as j:
+        for i in range(400):
+            j.append(f"k{i}", b"x" * 100)
+    with Journal.open(path, cfg) as j:
+        assert j.drop_before(30) > 0 and j.first_seq <= 30
+        kept = j.first_seq
+    on_disk = sum(os.path.getsize(path / n) for n in os.listdir(path) if n.endswith(".log"))
+    assert on_disk > 20_000
+    small = JournalConfig(segment_bytes=1000, fsync="never", retention_bytes=2000)
+    with Journal.open(path, small) as j:
+        assert j.apply_retention() > 32 and j.info().size_bytes <= 2000
+    with Journal.open(path, cfg) as j:                  # a roll applies retention too
+        for i in range(20):
+            j.append("more", b"y" * 100)
+    with Journal.open(path, JournalConfig(segment_bytes=1000, fsync="never",
+                                          retention_bytes=3000)) as j:
+        first = j.first_seq
+        for i in range(20):
+            j.append("new", b"z" * 100)
+        assert j.first_seq > first > kept and j.info().size_bytes <= 3000 + 1000
+
+
 def test_retention_by_age_never_deletes_active(tmp_path):
     cfg = JournalConfig(segment_bytes=2048, fsync="never", retention_ms=60_000)
     clock = FakeClock()

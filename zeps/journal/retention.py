@@ -10,7 +10,6 @@ meets neither condition stops the pass (retention never leaves a hole between ke
 from __future__ import annotations
 
 import logging
-import os
 from typing import Iterable, List, Optional, Tuple
 
 log = logging.getLogger("zeps.journal")
@@ -51,7 +50,7 @@ class Retention:
         if rb is None and rm is None:
             return 0
         now = self._clock() if now_ns is None else now_ns
-        total = sum(s.limit() if s.fd >= 0 else os.stat(s.log_path).st_size for s in self._segs)
+        total = sum(self._seg_bytes(s) for s in self._segs)
         sealed = self._segs[:-1]
 
         def sizes_and_ages():
@@ -74,7 +73,10 @@ class Retention:
 
     def _delete_oldest(self, reasons: List[str]) -> None:
         for oldest, why in zip(self._segs[:len(reasons)], reasons):
-            size = oldest.limit()
+            # (not oldest.limit(): a segment not open, never read since the journal was opened
+            # or pushed out of the open ones, has no size nor descriptor, and fstat(-1) failed
+            # every purge after a restart and, past 32 segments due, every retention pass)
+            size = self._seg_bytes(oldest)
             with self._sync_lock:
                 self._segs.pop(0)
                 self._firsts.pop(0)

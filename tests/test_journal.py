@@ -492,12 +492,12 @@ def test_purge_and_retention_after_a_restart_delete_segments_never_read(tmp_path
     with Journal.open(path, small) as j:
         assert j.apply_retention() > 32 and j.info().size_bytes <= 2000
     with Journal.open(path, cfg) as j:                  # a roll applies retention too
-        for i in range(20):
+        for _ in range(20):
             j.append("more", b"y" * 100)
     with Journal.open(path, JournalConfig(segment_bytes=1000, fsync="never",
                                           retention_bytes=3000)) as j:
         first = j.first_seq
-        for i in range(20):
+        for _ in range(20):
             j.append("new", b"z" * 100)
         assert j.first_seq > first > kept and j.info().size_bytes <= 3000 + 1000
 

@@ -483,3 +483,38 @@ def test_the_writers_size_is_its_files_and_a_sealed_file_is_stat_ed_once(tmp_pat
     newest = j.info().newest_ts
     assert j.newest_ts == newest > 0
     j.close()
+
+
+def test_retention_waits_while_a_compaction_runs(tmp_path, monkeypatch):
+    """A compaction runs in another process while the writer appends; a roll applies
+    retention. Retention deleted a segment the compaction had read, and the compaction then
+    put its files back: records retention had removed were read again (the writer's first
+    sequence 28, on disk from 1). Retention now waits while the compaction holds its lock,
+    and deletes at its next pass."""
+    path = tmp_path / "s"
+    os.makedirs(path)
+    stream_settings.write(str(path), stream_settings.StreamSettings(compact=True))
+    clock = Clock()
+    j = Journal.open(path, cfg(segment_bytes=300, retention_bytes=1500), clock)
+    for i in range(20):
+        j.append("same", b"v%03d" % i)
+    sealed = j.segment_seqs()[:-1]
+    real_step = compaction._step
+
+    def step(name):                     # the writer appends meanwhile (here, in its middle)
+        if name == "map":
+            for i in range(20, 60):
+                j.append(f"other{i}", b"w%03d" % i)
+        real_step(name)
+
+    monkeypatch.setattr(compaction, "_step", step)
+    res = compaction.compact(str(path), sealed, now_ns=clock.t)
+    monkeypatch.setattr(compaction, "_step", real_step)
+    j.reload_segments(res.segments)
+    on_disk = sorted(int(n[:20]) for n in os.listdir(path) if n.endswith(".log"))
+    assert on_disk == j.segment_seqs()                    # nothing put back
+    assert j.apply_retention() > 0                        # its next pass
+    assert j.info().size_bytes <= 1500 + 300
+    on_disk = sorted(int(n[:20]) for n in os.listdir(path) if n.endswith(".log"))
+    assert on_disk == j.segment_seqs()
+    j.close()

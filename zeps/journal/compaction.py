@@ -224,6 +224,27 @@ def _take_lock(stream_dir: str) -> int:
     return fd
 
 
+def lock_unless_running(stream_dir: str, create: bool) -> Optional[int]:
+    """The compaction lock, taken without waiting, by the writer's retention for its deletion
+    of segments: a compaction that had read a segment retention then deleted put its files
+    back (``_rewrite``). The descriptor to close afterwards; None if a compaction holds the
+    lock (retention waits for its next pass); -1 if the stream has no lock file and
+    ``create`` is false (a stream that is not compacted: nothing runs to hold it)."""
+    flags = os.O_RDWR | _CLOEXEC | (os.O_CREAT if create else 0)
+    try:
+        fd = os.open(os.path.join(stream_dir, LOCK_FILE), flags, 0o644)
+    except FileNotFoundError:
+        return -1
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+            return None
+        raise
+    return fd
+
+
 def read_checkpoint(stream_dir: str) -> int:
     """``cleaned_to``: the first sequence not covered by the last compaction (1: none)."""
     try:

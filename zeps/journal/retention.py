@@ -10,7 +10,10 @@ meets neither condition stops the pass (retention never leaves a hole between ke
 from __future__ import annotations
 
 import logging
+import os
 from typing import Iterable, List, Optional, Tuple
+
+from .compaction import lock_unless_running
 
 log = logging.getLogger("zeps.journal")
 
@@ -44,11 +47,23 @@ class Retention:
         """Delete whole old segments (never the active one) while the stream is over
         ``retention_bytes``, or while the oldest segment's newest record is older than
         ``retention_ms`` at ``now_ns`` (the journal's clock if None). Returns how many segments
-        were deleted."""
+        were deleted. Nothing is deleted while a compaction of the stream runs (in another
+        process): it would put back the files of a segment it had read."""
         self._check_open()
         rb, rm = self.config.retention_bytes, self.config.retention_ms
         if rb is None and rm is None:
             return 0
+        lock = lock_unless_running(self._dir, self._gaps)
+        if lock is None:
+            return 0
+        try:
+            return self._apply_retention(rb, rm, now_ns)
+        finally:
+            if lock >= 0:
+                os.close(lock)
+
+    def _apply_retention(self, rb: Optional[int], rm: Optional[int],
+                         now_ns: Optional[int]) -> int:
         now = self._clock() if now_ns is None else now_ns
         total = sum(self._seg_bytes(s) for s in self._segs)
         sealed = self._segs[:-1]

@@ -518,3 +518,40 @@ def test_retention_waits_while_a_compaction_runs(tmp_path, monkeypatch):
     on_disk = sorted(int(n[:20]) for n in os.listdir(path) if n.endswith(".log"))
     assert on_disk == j.segment_seqs()
     j.close()
+
+
+def test_a_deleted_key_stays_deleted_in_the_index_rebuilt_after_a_crash(tmp_path):
+    """A key's tombstone after the last-value checkpoint, removed by compaction (older than
+    the delete retention): the index rebuilt after a crash from that checkpoint still held the
+    key (``latest_seq``, the snapshot's keys, ``key_count``), and its next checkpoint kept it
+    for good. Compaction keeps the tombstones a checkpoint on disk has not seen."""
+    import shutil
+    path = tmp_path / "s"
+    os.makedirs(path)
+    stream_settings.write(str(path), stream_settings.StreamSettings(compact=True,
+                                                                    delete_retention_ms=1))
+    clock = Clock()
+    config = cfg(segment_bytes=300, index_interval_bytes=100)
+    j = Journal.open(path, config, clock)
+    j.append("K", b"value-of-K")
+    for i in range(10):
+        j.append(f"f{i}", b"filler%d" % i)
+    j.close()                                   # a clean close: a key checkpoint
+    clock.t += 10**12
+    j = Journal.open(path, config, clock)
+    j.append("K", b"")                          # K deleted, after the checkpoint
+    for i in range(30):
+        j.append(f"g{i}", b"filler%d" % i)
+    res = compaction.compact(str(path), j.segment_seqs()[:-1], now_ns=clock.t + 10**12)
+    j.reload_segments(res.segments)
+    assert res.removed > 0 and j.latest_seq("K") is None
+    crashed = tmp_path / "crashed"               # the files as a crash leaves them
+    shutil.copytree(path, crashed, ignore=shutil.ignore_patterns("LOCK"))
+    j.close()
+    j = Journal.open(crashed, config, clock)
+    try:
+        assert j.latest_seq("K") is None and j.latest("K") is None
+        assert [k for k, _ in j.snapshot("K")] == []
+        assert j.key_count() == 40
+    finally:
+        j.close()

@@ -7,13 +7,16 @@ first. Then each cleanable segment, oldest first, is rewritten keeping a record 
 latest message of one of its keys, except a tombstone (an empty body: the key was deleted) older
 than ``delete_retention_ms`` (by its record's timestamp against the injected clock), which goes
 once no older message of its key is left anywhere (as Kafka's ``delete.retention.ms``: readers
-of the log have that long to see a deletion). Records are copied verbatim (their bytes, whatever
-extensions they carry: producer, headers), so sequences never change: the segment keeps its
-name and first sequence and now has gaps, which every reader accepts in a compacted stream
-(``parse_records(gaps=)``; a read of a removed sequence returns the next kept one). A batch
-record is the unit: it is kept whole if any of its messages is kept (its superseded messages
-stay readable; the index and compaction still know the latest), dropped only if none is. A
-segment whose every record goes stays, empty (merging small segments is left for later).
+of the log have that long to see a deletion), and once no last-value checkpoint on disk is older
+than it (:mod:`.lastvalue`: the index rebuilt from that checkpoint after a crash applies the
+records after it, and a key deleted there would stay in it). Records are copied verbatim
+(their bytes, whatever extensions they carry: producer, headers), so sequences never change:
+the segment keeps its name and first sequence and now has gaps, which every reader accepts in a
+compacted stream (``parse_records(gaps=)``; a read of a removed sequence returns the next kept
+one). A batch record is the unit: it is kept whole if any of its messages is kept (its
+superseded messages stay readable; the index and compaction still know the latest), dropped
+only if none is. A segment whose every record goes stays, empty (merging small segments is left
+for later).
 
 Oldest first makes every state in between safe: a superseded message goes no earlier than the
 segment holding it is rewritten, and a tombstone goes only once every older message of its key is
@@ -72,7 +75,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from .errors import CorruptionError, JournalError, JournalLockedError
 from .index import encode_entries, entries_for, read_index_files
-from .lastvalue import message_keys
+from .lastvalue import list_checkpoints, message_keys
 from .record import END, LIMIT
 from .segment import (INDEX_SUFFIX, LOG_SUFFIX, TIME_SUFFIX, Segment, fsync_dir,
                       list_segment_seqs, segment_base)
@@ -131,13 +134,15 @@ def should_compact(segments: Sequence[Tuple[int, int, Optional[int]]], cleaned_t
 
 
 def keep(latest: int, seq: int, tombstone: bool, ts: int, horizon_ns: int,
-         older_kept: bool) -> bool:
+         older_kept: bool, pinned: bool = False) -> bool:
     """Whether compaction keeps message ``seq`` of a key whose latest message is ``latest``:
-    only the latest, and a tombstone only while it is not older than ``horizon_ns`` or an
-    older message of its key is still kept somewhere (``older_kept``). Pure."""
+    only the latest, and a tombstone only while it is not older than ``horizon_ns``, or an
+    older message of its key is still kept somewhere (``older_kept``), or it is at or above
+    a last-value checkpoint on disk (``pinned``: the key index rebuilt after a crash from that
+    checkpoint, which may still hold the key, learns of the delete by reading it). Pure."""
     if seq < latest:
         return False
-    return not tombstone or ts >= horizon_ns or older_kept
+    return not tombstone or ts >= horizon_ns or older_kept or pinned
 
 
 # ----------------------------------------------------------------------------- crash points
@@ -361,8 +366,12 @@ def _compact(stream_dir: str, bounds: List[Tuple[int, int]], horizon: int, inter
         result.keys = len(latest)
         _step("map")
         older_kept: Set[bytes] = set()       # keys with a superseded message still kept
+        # Tombstones from the oldest last-value checkpoint on are kept: a rebuild after a crash
+        # starts from a checkpoint and applies the records after it (a tombstone removed
+        # there left its key in the index, deleted, for good: it is checkpointed again).
+        pin = min(list_checkpoints(stream_dir), default=None)
         for seg, (_, bound) in zip(segs, bounds):
-            plan = _plan(seg, bound, latest, horizon, older_kept, interval)
+            plan = _plan(seg, bound, latest, horizon, older_kept, interval, pin)
             if plan is None:
                 continue
             ranges, entries, removed, tombs = plan
@@ -387,7 +396,7 @@ def _compact(stream_dir: str, bounds: List[Tuple[int, int]], horizon: int, inter
 
 
 def _plan(seg: Segment, bound: int, latest: Dict[bytes, int], horizon: int,
-          older_kept: Set[bytes], interval: int):
+          older_kept: Set[bytes], interval: int, pin: Optional[int] = None):
     """What to keep of one segment: ``(byte ranges to copy, index entries of the new file,
     messages removed, tombstones removed)``, or None if it keeps everything. Updates
     ``older_kept`` with the keys of superseded messages it keeps (inside kept batch records)."""
@@ -398,8 +407,8 @@ def _plan(seg: Segment, bound: int, latest: Dict[bytes, int], horizon: int,
     removed = tombs = 0
     for r, pos in _records(seg, bound):
         msgs = message_keys(r)
-        verdicts = [keep(latest[k], s, t, r.timestamp, horizon, k in older_kept)
-                    for k, s, t in msgs]
+        verdicts = [keep(latest[k], s, t, r.timestamp, horizon, k in older_kept,
+                         pin is not None and s >= pin) for k, s, t in msgs]
         if any(verdicts):
             for k, s, _ in msgs:
                 if s < latest[k]:

@@ -51,10 +51,11 @@ Decisions and known limits (details in each module's docstring):
   will cut); before it, it is corruption. Both readers - :class:`JournalReader` and the
   columnar one - follow these rules through the same read loop, and are tested against the
   same damaged journals (tests/test_journal_damage.py).
-* A failed batch is truncated away. A reader in *another* process that happened to read the
-  failed batch's first whole records in the instant between the failed ``write()`` and the
-  truncation could have seen sequences that are later reused; the writer's own reads never can.
-  (Closing that window would need a commit marker in the format, which is fixed by the contract.)
+* A failed batch is truncated away. A reader in *another* process that read the failed
+  batch's whole records between the failed ``write()`` and the truncation could have seen
+  sequences that are later reused; the writer's own reads never can. Under ``fsync="always"``
+  that window is the whole failed ``fdatasync`` (the batch is whole in the file meanwhile).
+  (Closing it would need a commit marker in the format, which is fixed by the contract.)
 * At most ``open_segments.MAX_OPEN_SEALED`` (32) sealed segments per Journal/JournalReader keep
   their files open (LRU), so long replays and long-running followers do not run out of
   descriptors.

@@ -80,3 +80,68 @@ def test_a_subscriber_waiting_for_its_next_message_hears_the_connection_lost_and
         m = sub.next(timeout=10)
         assert (m.sequence, m.body) == (2, b"2")
         assert [e.kind for e in events] == [LOST, RECONNECTED]
+
+
+def test_poll_0_hands_a_message_already_in_the_socket(start_broker, monkeypatch):
+    """``sub.poll(0)`` with a message in the client's socket returns it. (It read nothing:
+    the frame waited for the next service of the socket, up to ``SERVICE_SPACING``, here made
+    an hour, so a loop of ``poll(0)`` saw arrivals every 50 ms at best.)"""
+    import zmq
+    monkeypatch.setattr(transport, "SERVICE_SPACING", 3600.0)
+    b = start_broker(None)
+    with Client(b.endpoint, "s", create=True) as c, Client(b.endpoint, "s") as pub:
+        sub = c.subscribe(live=True)
+        for i in range(5):
+            pub.publish("k", b"%d" % i)
+            pub.flush()
+            assert c._conn.sock.poll(10_000, zmq.POLLIN), "the DELIVER did not arrive"
+            m = sub.poll(0)
+            assert m is not None and m.body == b"%d" % i
+
+
+def test_wait_for_confirms_with_everything_confirmed_answers_while_reconnecting(
+        start_broker, tmp_path):
+    """Everything published is confirmed, and the broker is down: ``wait_for_confirms`` says
+    so at once (it waited for the client to attach again, and raised ZepsTimeout "0 published
+    message(s) not confirmed"); a request's timeout names the seconds it was given."""
+    b = start_broker(tmp_path / "data")
+    events = []
+    with Client(b.endpoint, "s", create=True, confirms=True, on_connection=events.append,
+                **FAST) as c:
+        seq = c.publish("k", b"x").result(10)
+        assert c.wait_for_confirms(timeout=10) == seq
+        b.kill()
+        deadline = time.monotonic() + 10
+        while not events and time.monotonic() < deadline:   # until the client knows
+            with pytest.raises(ZepsTimeout):
+                c.flush(timeout=0.1)
+        assert [e.kind for e in events] == [LOST]
+        assert c.wait_for_confirms(timeout=0.5) == seq
+        with pytest.raises(ZepsTimeout, match=r"within 0\.5s"):
+            c.info(timeout=0.5)
+
+
+def test_publish_batch_on_a_closed_client_is_client_closed(start_broker):
+    """A client closed without the broker's DETACH-OK (the broker stopped reading) keeps the
+    frames it could not send; ``publish_batch`` then raised ``TypeError`` where ``publish``
+    raises ``ClientClosed``."""
+    import os
+    import signal
+    from zeps.clients import ClientClosed
+    b = start_broker(None)
+    c = Client(b.endpoint, "s", create=True, timeout=1)
+    c.publish("k", b"x")
+    c.flush()
+    os.kill(b.proc.pid, signal.SIGSTOP)
+    try:
+        with pytest.raises(ZepsTimeout):
+            for _ in range(100_000):
+                c.publish("k", b"y" * 1000)
+        c.close(timeout=0.3)
+        assert c.closed and c._p.outbox
+        with pytest.raises(ClientClosed):
+            c.publish_batch([("k", b"z")] * 3)
+        with pytest.raises(ClientClosed):
+            c.publish("k", b"z")
+    finally:
+        os.kill(b.proc.pid, signal.SIGCONT)

@@ -259,6 +259,8 @@ class Client(ops.FrontEnd, Driver):
         confirmed); :meth:`wait_for_confirms` waits for all of them.
         """
         p = self._p
+        if p.state is CLOSED:            # (its connection is gone: the batch path would read
+            raise p.closed_as()          # the socket's events, TypeError, not ClientClosed)
         if p.state is ABSENT:            # the first publish creates the stream: batches after it
             self._attach_to_publish()
         if p.queue.max_batch is None:                    # a ZEPS/1 broker

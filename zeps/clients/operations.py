@@ -245,7 +245,9 @@ def join(front, create: bool, deadline: float, what: str):
                           f"{front.timeout:g}s")
 
 
-def wait_attached(front, deadline: float, what: str):
+def wait_attached(front, deadline: float, what: str, t: Optional[float] = None):
+    """Wait until attached (``t``: the seconds the caller gave, for the error's text; the
+    client's timeout if None)."""
     p = front._p
     p.check()
     if p.state is ABSENT:                # a read of a stream that did not exist: look again
@@ -254,7 +256,8 @@ def wait_attached(front, deadline: float, what: str):
                 deadline)
     p.check()
     if not ok:
-        raise ZepsTimeout(f"{what}: not attached to {front.endpoint} within {front.timeout:g}s "
+        t = front.timeout if t is None else t
+        raise ZepsTimeout(f"{what}: not attached to {front.endpoint} within {t:g}s "
                           f"(reconnecting)")
 
 
@@ -277,7 +280,7 @@ def request(front, cmd: c.Command, kind: RequestKind, timeout: Optional[float], 
     deadline = _monotonic() + t
     while True:
         if not (unattached and front._p.state is ABSENT):
-            yield from wait_attached(front, deadline, cmd.NAME)
+            yield from wait_attached(front, deadline, cmd.NAME, t)
         r = front._p.request(cmd, kind, _monotonic())
         front._send_queued()
         yield from wait_request(front, r, deadline, t)
@@ -323,9 +326,10 @@ def wait_for_confirms(front, timeout: Optional[float]):
     p.check()
     t = front.timeout if timeout is None else timeout
     unconfirmed = p.tracker.unconfirmed
-    ok = yield (lambda: (p.attached and not unconfirmed and p.confirm_ready)
-                or (p.state is ABSENT and not unconfirmed)       # nothing was published
-                or p.error is not None or p.fatal is not None, _monotonic() + t)
+    # Nothing unconfirmed is an answer at once, attached or not (while the client reconnected,
+    # a call with everything confirmed waited for the ATTACH, and timed out on a broker down).
+    ok = yield (lambda: not unconfirmed or p.error is not None or p.fatal is not None,
+                _monotonic() + t)
     p.check()
     if not ok:
         raise ZepsTimeout(f"{len(unconfirmed)} published message(s) not confirmed within {t:g}s")

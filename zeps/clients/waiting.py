@@ -64,7 +64,9 @@ class Driver:
             if self._blocking and not batches and not p.buffer and p.streaming:
                 conn = self._conn
                 now = _monotonic()
-                if now < conn.service_due and (timeout is None or timeout > 0):
+                if now < conn.service_due:             # poll(0): a read that does not wait
+                    # (poll(0) read nothing here: a frame already in the socket waited for the
+                    # next service, up to SERVICE_SPACING, 50 ms)
                     frame = conn.recv_within(READ_SPACING_MS if timeout is None
                                              else read_ms(timeout))
                     if frame is not None:

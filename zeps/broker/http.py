@@ -531,9 +531,9 @@ class MonitorServer:
         """The document for ``key``, made again only if the last one is older than
         ``min_refresh`` seconds and if the ``budget`` of seconds a second is not spent; else
         the last one, however old, or :class:`Busy` if there is none. The budget is a
-        bucket: a document that took longer than a second's
-        budget is paid from the next seconds' (one slow document a second took 0.5 s of
-        each, and the next request met a spent budget and no fresh copy: 503s only).
+        bucket: a document that took longer than a second's budget is paid from the next
+        seconds' (one slow document a second took 0.5 s of each, and the next request met a
+        spent budget and no fresh copy: 503s only).
 
         At most :data:`CACHE_KEYS` documents are remembered, of at most ``cache_bytes`` in all
         besides the newest; the oldest made is forgotten first (a ``/connz`` page may list

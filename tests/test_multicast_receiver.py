@@ -561,6 +561,24 @@ def test_a_forged_sequence_2_64_minus_1_is_not_handed_and_does_not_stall_the_rec
     assert r.stats.multicast == 3 and r.stats.unicast == 0
 
 
+def test_a_forged_entry_that_comes_while_the_feed_is_open_does_not_keep_it_open():
+    """A forged entry far ahead arrives while the feed fetches the history (or repairs): it
+    counted as a gap, so the feed stayed wanted for good (no head check runs while it is, and
+    the feed never reaches the forged sequence): a lasting fallback to unicast. It now waits
+    for a head check, once the feed has closed, which drops it."""
+    msgs = journal(3)
+    r = receiver(start_after=0, head=3)                     # history to fetch: the feed opens
+    assert r.want_feed
+    r.on_datagram(forged_data([(10**9, 10**9 - 1, False)]), 0.001)
+    now = serve(r, msgs, 0.002, lambda: r.position == 3)
+    assert seqs(r) == [1, 2, 3]
+    now = serve(r, msgs, now, lambda: not r.want_feed and r.stats.forged == 1)
+    send(r, live_bridge(3), journal(5)[3:], now + 0.01)      # the bridge goes on
+    serve(r, journal(5), now + 0.01, lambda: r.position == 5)  # (checks spaced after a forgery)
+    assert seqs(r) == [4, 5] and not r.want_feed
+    assert (r.stats.unicast, r.stats.multicast) == (3, 2)
+
+
 def test_a_forged_entry_50_ahead_skips_nothing():
     msgs = journal(60)
     r = receiver(start_after=10, head=10)

@@ -182,8 +182,10 @@ class Receiver:
     def want_check(self) -> bool:
         """True when the receiver needs the stream's last sequence from the broker (STREAM-INFO):
         call :meth:`check_started`, then :meth:`on_broker_head` with the answer (or
-        :meth:`check_failed`). Never while the feed is wanted: its messages confirm."""
-        return (self.mode is MULTICAST and not self.want_feed and self._check_mark is None
+        :meth:`check_failed`). Also while the feed is wanted: its messages confirm what it
+        reaches, but a forged entry far ahead, which it never reaches, counted as a gap and
+        kept it wanted for good (a lasting fallback to unicast) until a check dropped it."""
+        return (self.mode is MULTICAST and self._check_mark is None
                 and self._now >= self._check_after and self._needs_check())
 
     def next_deadline(self) -> float:

@@ -357,6 +357,49 @@ def test_streaming_sink(spark, mbroker, tmp_path):
     assert Counter((m.key, m.body) for m in got) == Counter(items)
 
 
+def test_two_writes_to_one_stream_in_foreach_batch_store_every_row(spark, mbroker, tmp_path):
+    """``foreachBatch`` with two batch writes to one stream: the second write's tasks took the
+    producer ids of the first's (the query's id and micro-batch id), and the broker dropped
+    its 100 rows as retries, with no error. Each batch write has its own ids now."""
+    items = [("eu.%d" % i if i % 2 else "us.%d" % i, b"v%d" % i) for i in range(200)]
+    _publish(mbroker.endpoint, "fb-in", items)
+
+    def each(df, _batch_id):
+        for prefix in ("eu.", "us."):
+            (df.filter(df.key.startswith(prefix)).select("key", "body").write.format("zeps")
+             .option("endpoint", mbroker.endpoint).option("stream", "fb-out")
+             .mode("append").save())
+    q = (spark.readStream.format("zeps").option("endpoint", mbroker.endpoint)
+         .option("stream", "fb-in").load().writeStream.foreachBatch(each)
+         .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    q.awaitTermination(120)
+    assert q.exception() is None
+    got = _fetch(mbroker.endpoint, "fb-out", len(items))
+    assert Counter((m.key, m.body) for m in got) == Counter(items)
+
+
+def test_a_batch_write_run_again_with_its_write_id_stores_nothing_twice(spark, mbroker):
+    """Option ``writeId`` names a batch write's rows: the same write run again (a job re-run,
+    or a micro-batch ``foreachBatch`` runs again after a restart) stores none of them twice;
+    another ``writeId`` is another write."""
+    df = spark.createDataFrame([(f"k{i}", b"w%d" % i) for i in range(50)], "key string, body binary")
+
+    def write(write_id):
+        df.coalesce(2).write.format("zeps").option("endpoint", mbroker.endpoint) \
+            .option("stream", "wid").option("writeId", write_id).mode("append").save()
+    write("nightly-2026-11-30")
+    write("nightly-2026-11-30")
+    assert len(_fetch(mbroker.endpoint, "wid", 50)) == 50
+    write("nightly-2026-12-01")
+    assert len(_fetch(mbroker.endpoint, "wid", 100)) == 100
+    msg = _error(lambda: df.write.format("zeps").option("endpoint", mbroker.endpoint)
+                 .option("stream", "wid").option("writeId", "").mode("append").save())
+    assert "option 'writeId'" in msg
+    msg = _error(lambda: _read(spark, endpoint=mbroker.endpoint, stream="wid",
+                               writeId="x").count())
+    assert "option 'writeId' only applies to writing" in msg
+
+
 def test_example_pipeline_end_to_end(spark, tmp_path):
     from examples.pipeline import publisher
     from examples.pipeline.run import pipeline

@@ -69,8 +69,9 @@ def run_job(spark, endpoint: str, checkpoint: str, source: str = "orders",
             F.date_format("window.end", "yyyy-MM-dd'T'HH:mm:ss'Z'").alias("window_end"),
             "region", "orders", "revenue")).alias("body"))
     def publish(batch_df, batch_id):
+        # writeId: a micro-batch run again after a restart publishes none of its rows twice
         (batch_df.write.format("zeps").option("endpoint", endpoint).option("stream", sink)
-         .mode("append").save())
+         .option("writeId", "order-stats").mode("append").save())
 
     writer = (out.writeStream.foreachBatch(publish)
               .option("checkpointLocation", checkpoint)

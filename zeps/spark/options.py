@@ -27,7 +27,7 @@ OPTION_NAMES = (
     "path", "endpoint", "stream", "pattern",
     "startingSequence", "endingSequence", "startingTime", "endingTime",
     "maxRecordsPerTrigger", "bodyFormat", "bodySchema",
-    "verifyCrc", "maxRecordsPerPartition", "timeout", "serverKey", "clientKey",
+    "verifyCrc", "maxRecordsPerPartition", "timeout", "serverKey", "clientKey", "writeId",
 )
 _CANON = {n.lower(): n for n in OPTION_NAMES}
 # Spark itself may pass these to a streaming sink / source; they are not ours to refuse
@@ -53,6 +53,7 @@ class ZepsOptions:
     verify_crc: bool = True
     records_per_partition: int = DEFAULT_RECORDS_PER_PARTITION
     timeout: float = 10.0
+    write_id: Optional[str] = None  # writeId: a batch write's own producer ids (writer.py)
     curve: object = None          # zeps.clients.CurveKeys from serverKey + clientKey, or None
 
 
@@ -127,7 +128,20 @@ def parse_options(options: Mapping[str, str], mode: str) -> ZepsOptions:
                      if n.lower() in opts]
         if read_only:
             raise ZepsSparkError(f"option '{read_only[0]}' only applies to reading; the zeps "
-                                 "sink takes endpoint, stream, timeout, serverKey and clientKey")
+                                 "sink takes endpoint, stream, timeout, serverKey, clientKey "
+                                 "and writeId")
+        write_id = opts.get("writeid")
+        if write_id is not None:
+            o.write_id = str(write_id)
+            try:
+                size = len(o.write_id.encode("utf-8"))
+            except UnicodeEncodeError:
+                size = 0
+            if not 0 < size <= 128 or not o.write_id.isprintable():
+                raise ZepsSparkError(f"option 'writeId': {o.write_id[:40]!r} is not a write id "
+                                     "(1 to 128 bytes of printable UTF-8)")
+    elif "writeid" in opts:
+        raise ZepsSparkError("option 'writeId' only applies to writing (df.write)")
     else:
         if o.path and o.endpoint:
             raise ZepsSparkError("options 'path' and 'endpoint' exclude each other: read a "

@@ -75,21 +75,39 @@ _QUERY_ID = "sql.streaming.queryId"
 _BATCH_ID = "streaming.sql.batchId"
 
 
-def task_producer_id(write_id: str, task) -> str:
+def task_producer_id(write_id: str, task, streaming: bool = True,
+                     given: Optional[str] = None) -> str:
     """The producer id of one write task (exactly-once publishing, docs/spark.md): the same for
     every attempt of the task, different for every other task. ``task`` is the task's
-    ``pyspark.TaskContext``. Made of the query id (a streaming query's, which its checkpoint
-    keeps across restarts; else ``write_id``, made once per write on the driver), the epoch (the
-    micro-batch id; 0 for a batch write) and the partition id -- not the attempt number."""
-    query = task.getLocalProperty(_QUERY_ID) or write_id
-    epoch = task.getLocalProperty(_BATCH_ID) or "0"
-    return f"spark:{query}:{epoch}:{task.partitionId()}"
+    ``pyspark.TaskContext``; the partition id ends it (not the attempt number).
+
+    * A streaming sink's (``streaming``): the query id (which its checkpoint keeps across
+      restarts; else ``write_id``, made once per write on the driver) and the epoch (the
+      micro-batch id).
+    * A batch write's: ``write_id``, made once per write on the driver, and epoch 0. (It took a
+      streaming query's ids where it ran in one, in ``foreachBatch``: two writes to one stream
+      in a micro-batch then had the same producer ids, and the second one's rows were taken
+      for retries of the first's and dropped.) With option ``writeId`` (``given``), that id
+      instead, after the query's id and epoch in ``foreachBatch``: the same for a re-run of the
+      write, or of the micro-batch, so its rows land once."""
+    if streaming:
+        query = task.getLocalProperty(_QUERY_ID) or write_id
+        epoch = task.getLocalProperty(_BATCH_ID) or "0"
+        return f"spark:{query}:{epoch}:{task.partitionId()}"
+    if given is None:
+        return f"spark:{write_id}:0:{task.partitionId()}"
+    query = task.getLocalProperty(_QUERY_ID)
+    if query:
+        return f"spark:{query}:{task.getLocalProperty(_BATCH_ID) or '0'}:{given}:" \
+               f"{task.partitionId()}"
+    return f"spark:w:{given}:{task.partitionId()}"
 
 
-def _this_task_producer_id(write_id: str) -> Optional[str]:
+def _this_task_producer_id(write_id: str, streaming: bool = True,
+                           given: Optional[str] = None) -> Optional[str]:
     from pyspark import TaskContext
     task = TaskContext.get()
-    return None if task is None else task_producer_id(write_id, task)
+    return None if task is None else task_producer_id(write_id, task, streaming, given)
 
 
 def _publish_with_headers(c, items, headers) -> None:
@@ -171,7 +189,8 @@ class ZepsWriter(DataSourceArrowWriter):
         self.write_id = uuid.uuid4().hex        # made on the driver: every task attempt sees it
 
     def write(self, iterator) -> ZepsCommitMessage:
-        return publish_batches(self.o, iterator, _this_task_producer_id(self.write_id))
+        return publish_batches(self.o, iterator,
+                               _this_task_producer_id(self.write_id, False, self.o.write_id))
 
     def commit(self, messages) -> None:
         n = sum(m.count for m in messages if isinstance(m, ZepsCommitMessage))
@@ -186,6 +205,9 @@ class ZepsStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, options, schema: T.StructType, overwrite: bool):
         self.o = parse_options(options, "write")
+        if self.o.write_id is not None:
+            raise ZepsSparkError("option 'writeId' applies to df.write: a streaming query's "
+                                 "rows are named by its checkpoint's query id")
         check_sink_schema(schema)
         self.write_id = uuid.uuid4().hex        # used only if Spark names no query id
 

@@ -13,7 +13,7 @@ import base64
 import json
 import re
 from datetime import date, datetime, timezone
-from decimal import Decimal, InvalidOperation
+from decimal import Context, Decimal, InvalidOperation, localcontext
 from typing import Any, Callable, List, Optional
 
 import pyarrow as pa
@@ -204,11 +204,13 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
             if isinstance(v, bytes):
                 return v.decode("utf-8", "replace")
             if isinstance(v, (dict, list)):
-                return json.dumps(v, separators=(",", ":"))
+                return json.dumps(v, separators=(",", ":"), default=float)   # Decimals within
             if isinstance(v, bool):
                 return "true" if v else "false"
             if isinstance(v, (int, float)):
                 return json.dumps(v)
+            if isinstance(v, Decimal):               # a JSON number, as written
+                return str(v)
             return _BAD
         return f
     if type(dt) in _INT_RANGES:
@@ -220,6 +222,8 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
                 return _BAD
             if isinstance(v, float) and v.is_integer():
                 v = int(v)
+            if isinstance(v, Decimal):
+                v = int(v) if v.is_finite() and v == v.to_integral_value() else _BAD
             if isinstance(v, str):
                 try:
                     v = int(v.strip())
@@ -233,7 +237,7 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
         def f(v):
             if isinstance(v, bool):
                 return _BAD
-            if isinstance(v, (int, float)):
+            if isinstance(v, (int, float, Decimal)):
                 return float(v)
             if isinstance(v, str):
                 try:
@@ -252,12 +256,16 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
         return f
     if isinstance(dt, T.DecimalType):
         q = Decimal(1).scaleb(-dt.scale)
+        # Spark's decimals have up to 38 digits; Python's default context has 28 (quantize
+        # raised past it: a value a DECIMAL(38, s) holds was null)
+        context = Context(prec=max(dt.precision, 28) + 2)
 
         def f(v):
             if isinstance(v, bool) or not isinstance(v, (int, float, str, Decimal)):
                 return _BAD
             try:
-                d = Decimal(str(v)).quantize(q)
+                with localcontext(context):
+                    d = Decimal(str(v)).quantize(q)
             except (InvalidOperation, ValueError):
                 return _BAD
             if len(d.as_tuple().digits) > dt.precision:
@@ -270,6 +278,8 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
         def f(v):
             if isinstance(v, bool):
                 return _BAD
+            if isinstance(v, Decimal):
+                v = float(v)
             if isinstance(v, (int, float)):          # seconds since the epoch, as Spark casts
                 try:
                     d = datetime.fromtimestamp(v, tz=timezone.utc)
@@ -358,12 +368,30 @@ def _coercer(dt: T.DataType) -> Callable[[Any], Any]:
     raise ZepsSparkError(f"option 'bodySchema': type {dt.simpleString()} is not supported")
 
 
+def _has_decimal(dt) -> bool:
+    """Does the type ``dt`` hold a DecimalType anywhere?"""
+    if isinstance(dt, T.DecimalType):
+        return True
+    if isinstance(dt, T.ArrayType):
+        return _has_decimal(dt.elementType)
+    if isinstance(dt, T.MapType):
+        return _has_decimal(dt.keyType) or _has_decimal(dt.valueType)
+    if isinstance(dt, T.StructType):
+        return any(_has_decimal(f.dataType) for f in dt.fields)
+    return False
+
+
 def make_decoder(fmt: str, body_type: Optional[T.StructType]):
     """A picklable-by-construction description is kept by the caller; this builds the function
     (called in each partition reader)."""
     if fmt in ("json", "msgpack"):
         coerce = _coercer(body_type)
-        if fmt == "json":
+        if fmt == "json" and _has_decimal(body_type):
+            # JSON numbers read as Decimal, not binary floats: a DECIMAL keeps every digit
+            # (123456789012345678.91 became ...680.00); the other types take Decimal too
+            def loads(b):
+                return json.loads(b, parse_float=Decimal)
+        elif fmt == "json":
             loads = json.loads
         else:
             import msgpack

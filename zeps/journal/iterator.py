@@ -98,6 +98,12 @@ class RecordIterator:
         while True:
             if self._i < len(self._buf):
                 r = self._buf[self._i]
+                if self.end_seq is not None and r.sequence > self.end_seq:
+                    # a compacted stream's gap: the records asked for (as many as the range
+                    # has sequences) came from beyond it, and were yielded
+                    self._done = True
+                    self._buf = []
+                    raise StopIteration
                 self._i += 1
                 if r.sequence != self.next_seq:
                     self._jump(r.sequence)

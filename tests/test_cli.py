@@ -282,12 +282,45 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["stats", "--connect-timeout", "inf"],
     ["consumer", "add", "s", "g", "--ack-wait", "1e300"],
     ["top", "--once", "--clients", "200000"],
+    # numbers past the wire's 2^64-1 (epoch milliseconds given as seconds): codec tracebacks
+    ["subscribe", "s", "--from-time", "1714564800000"],
+    ["replay", "s", "--endpoint", "tcp://127.0.0.1:1", "--to-time", "1714564800000"],
+    ["subscribe", "s", "--from-seq", "99999999999999999999999"],
 ])
 def test_bad_arguments_exit_2_with_one_line(args):
     r = zeps(*args)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("zeps"), r.stderr
     assert "error" in r.stderr and "Traceback" not in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("args", [
+    ["subscribe", b"s\xff", "--all", "--endpoint", "tcp://127.0.0.1:1"],
+    ["publish", b"\xff", "k", "b", "--endpoint", "tcp://127.0.0.1:1"],
+    ["subscribe", "s", "--all", b"~\xff", "--endpoint", "tcp://127.0.0.1:1"],
+    ["replay", b"\xff", "--data-dir", "."],
+    ["kv", "get", "s", b"k\xff", "--endpoint", "tcp://127.0.0.1:1"],
+])
+def test_arguments_that_are_not_utf8_exit_2_with_one_line(args):
+    """Bytes that do not decode (a stream name, a pattern, a key): a UnicodeEncodeError
+    traceback where they were sent, or exit status 1."""
+    r = subprocess.run([sys.executable, "-m", "zeps", *args], capture_output=True, text=True,
+                       timeout=30, cwd=str(REPO), env=ENV)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert len(r.stderr.splitlines()) == 1 and "not valid UTF-8" in r.stderr, r.stderr
+
+
+def test_publish_goes_on_past_a_line_no_broker_reads(broker):
+    """A line over the broker's --max-message by more than the 64 KiB it reads beyond it is
+    refused by the client before it is sent: that was a traceback, and the lines after it were
+    not published. It is reported as its line, and the others are published."""
+    lines = b"a\n" + b"y" * (1 << 20) + b"z" * 70_000 + b"\nb\n"
+    r = zeps_bytes("publish", "big", "k", "--confirm", "--endpoint", broker.endpoint, input=lines)
+    assert r.returncode == 1, r.stderr
+    err = r.stderr.decode()
+    assert "Traceback" not in err and "line 2: " in err and "max-message" in err, err
+    r = zeps("replay", "big", "--endpoint", broker.endpoint, "--format", "raw")
+    assert r.returncode == 0 and r.stdout.split() == ["a", "b"], r.stderr
 
 
 def test_a_bad_zeps_monitor_is_an_error_of_top_alone():

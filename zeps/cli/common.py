@@ -28,12 +28,23 @@ class Parser(argparse.ArgumentParser):
 
 # --------------------------------------------------------------------------- argument types
 
+#: The largest number the wire carries (``number-8``): sequences, times in ns.
+MAX_NUMBER = (1 << 64) - 1
+
+
 def parse_time(text: str, now_ns: Optional[int] = None) -> int:
-    """A time argument -> ns since the epoch (forms: :data:`zeps.units.TIME_FORMS`)."""
+    """A time argument -> ns since the epoch (forms: :data:`zeps.units.TIME_FORMS`), within
+    what the wire carries (a traceback at the codec otherwise: epoch milliseconds given as
+    seconds are past the year 2554)."""
     try:
-        return units.parse_time(text, now_ns)
+        v = units.parse_time(text, now_ns)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    if not 0 <= v <= MAX_NUMBER:
+        raise argparse.ArgumentTypeError(
+            f"time {text!r} is out of range: from 1970 to the year 2554 (a bare number is "
+            f"seconds since the epoch; milliseconds take the unit: {text}ms)")
+    return v
 
 
 def _endpoint(text: str) -> str:
@@ -51,6 +62,8 @@ def _seq(text: str) -> int:
         raise argparse.ArgumentTypeError(f"not a sequence number: {text!r}") from None
     if v < 0:
         raise argparse.ArgumentTypeError(f"sequence must be >= 0: {text!r}")
+    if v > MAX_NUMBER:                 # (the codec's traceback otherwise)
+        raise argparse.ArgumentTypeError(f"sequence must be at most 2^64-1: {text[:40]!r}")
     return v
 
 
@@ -106,15 +119,33 @@ def _separator(text: str) -> bytes:
         raise argparse.ArgumentTypeError(f"bad --raw-separator {text!r}: {e}") from None
 
 
+def _utf8(text: str, what: str) -> bytes:
+    """``text`` as UTF-8; an argument that is not (bytes that do not decode reach Python as
+    lone surrogates, which no encoder takes: a traceback where they were sent) is a usage
+    error."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        shown = text.encode("utf-8", "surrogateescape")[:40]
+        raise argparse.ArgumentTypeError(f"{what} {shown!r} is not valid UTF-8") from None
+
+
 def _stream_name(text: str) -> str:
-    raw = text.encode("utf-8", "surrogateescape")
+    raw = _utf8(text, "stream name")
     if not text or len(raw) > 255 or "\x00" in text:
         raise argparse.ArgumentTypeError(f"bad stream name {text!r}: 1 to 255 bytes, no NUL")
     return text
 
 
+def _key(text: str) -> str:
+    """A routing key: at most 255 bytes of UTF-8."""
+    if len(_utf8(text, "key")) > 255:
+        raise argparse.ArgumentTypeError(f"key longer than 255 bytes: {text[:40]!r}...")
+    return text
+
+
 def _pattern(text: str) -> str:
-    if len(text.encode("utf-8", "surrogateescape")) > 255:
+    if len(_utf8(text, "pattern")) > 255:
         raise argparse.ArgumentTypeError(f"pattern longer than 255 bytes: {text[:40]!r}...")
     from zeps.matching import PatternError, compile_pattern
     try:

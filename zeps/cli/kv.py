@@ -18,8 +18,8 @@ import json
 import sys
 
 from ..protocol.ttl import TTL_HEADER, ttl_text
-from .common import (UsageError, _add_common, _add_endpoint, _escape, _positive_int, _seconds,
-                     _stream_name, connection_reporter, message_json)
+from .common import (UsageError, _add_common, _add_endpoint, _escape, _key, _positive_int,
+                     _seconds, _stream_name, connection_reporter, message_json)
 
 
 def _ttl(text: str) -> str:
@@ -46,7 +46,7 @@ def add_parser(sub) -> None:
         a = actions.add_parser(name, help=help_)
         a.add_argument("stream", metavar="STREAM", type=_stream_name)
         if key:
-            a.add_argument("key", metavar="KEY")
+            a.add_argument("key", metavar="KEY", type=_key)
         if value:
             a.add_argument("value", metavar="VALUE", nargs="?",
                            help="the value (UTF-8); '-' or absent: stdin, byte for byte")
@@ -62,11 +62,11 @@ def add_parser(sub) -> None:
                     help="readers hide the key S seconds after it was stored (a 'ttl' header)")
     action("del", "delete a key (a tombstone); prints its sequence")
     ls = action("ls", "list the keys (under PREFIX) with a value", key=False)
-    ls.add_argument("prefix", metavar="PREFIX", nargs="?", default="")
+    ls.add_argument("prefix", metavar="PREFIX", nargs="?", default="", type=_key)
     ls.add_argument("--values", action="store_true", help="print 'KEY VALUE' lines")
     ls.add_argument("--json", action="store_true", help="one JSON message per key and line")
     w = action("watch", "print the current values, then every change", key=False)
-    w.add_argument("prefix", metavar="PREFIX", nargs="?", default="")
+    w.add_argument("prefix", metavar="PREFIX", nargs="?", default="", type=_key)
     w.add_argument("--no-current", action="store_true",
                    help="only the changes after now, not the current values")
     w.add_argument("--count", type=_positive_int, metavar="N", help="stop after N lines")

@@ -169,12 +169,18 @@ def _publish_all(client, items: Iterable[Tuple[str, bytes]]) -> Tuple[int, list,
     failed: list = []
     n = 0
     for n, (key, body) in enumerate(items, 1):
+        receipt = None
         while True:
             try:
                 receipt = client.publish(key, body)
                 break
             except InvalidError:
                 _settle(pending, failed, everything=True)
+            except ValueError as e:    # over what the broker reads at all: not sent (it was a
+                failed.append((n, e))  # traceback, and the lines after it were not published)
+                break
+        if receipt is None:
+            continue
         pending.append((n, receipt))
         if len(pending) > _KEEP:
             _settle(pending, failed)

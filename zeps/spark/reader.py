@@ -513,12 +513,16 @@ class ZepsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _head(self) -> int:
         """The next sequence after the last readable one, capped by the ending options and
         by the AvailableNow target."""
+        return self._first_and_head()[1]
+
+    def _first_and_head(self) -> Tuple[int, int]:
+        """The first sequence kept, and :meth:`_head`."""
         src = self._source()
         first, last = src.first_last()
         head = _resolve_end(self.o, src, last) + 1
         if self._target is not None:
             head = min(head, self._target)
-        return head
+        return first, head
 
     def initialOffset(self) -> dict:
         src = self._source()
@@ -544,15 +548,19 @@ class ZepsStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return v
 
     def latestOffset(self, start: dict = None, limit: ReadLimit = None) -> dict:
-        head = self._head()
+        first, head = self._first_and_head()
         if start is None:              # pre-4.2 signature
             return {self.o.stream: head}
         s = self._start_of(start)
         end = max(head, s)
+        # The rows a limit counts start at the first kept sequence: from an offset retention
+        # has passed, maxRecordsPerTrigger stepped through the deleted ones, an empty
+        # micro-batch for each maxRecordsPerTrigger of them.
+        kept = max(s, first)
         if isinstance(limit, ReadMaxRows):
-            end = min(end, s + max(int(limit.max_rows), 1))
+            end = min(end, kept + max(int(limit.max_rows), 1))
         elif isinstance(limit, ReadMinRows):
-            if end - s < int(limit.min_rows) and self._target is None:
+            if end - kept < int(limit.min_rows) and self._target is None:
                 end = s
         return {self.o.stream: end}
 

@@ -98,12 +98,12 @@ class ProducerDedup:
         least recently used one is forgotten, so one key's ids never push out another's (the
         journal keeps ``max_producers`` ids in all, least recently used dropped: a key that
         reconnected to pass the per-connection limit evicted every other producer's state).
-        Refused (``limit: max_producer_ids_per_key``) if that id is owned by a peering now.
-        O(1)."""
+        Refused (``limit: max_producer_ids_per_key``) if that id is owned by a peering now, or
+        has publishes queued this round. O(1)."""
         count, oldest = self.journal.producers_bound_to(user)
         if count < self.max_per_key:
             return None
-        if oldest in self.owners:
+        if oldest in self.owners or oldest in self._queued:
             return Reason.limit("max_producer_ids_per_key", self.max_per_key)
         self.journal.forget_producer(oldest)
         return None

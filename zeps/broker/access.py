@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from zeps.protocol.reasons import NOT_ALLOWED, Reason
+from zeps.protocol.reasons import Reason
 
 
 class Access:
@@ -54,17 +54,38 @@ class Access:
         self.invalids[reason.label] += 1
 
     def set_acl(self, acl) -> None:
-        """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients:
-        a client that lost the right to read loses its subscriptions, with INVALID; nobody is
-        disconnected."""
+        """New access rules (at start, or reloaded on SIGHUP) apply at once to attached clients,
+        each told with one INVALID; nobody is disconnected:
+
+        * a client left with no right on its stream is detached (it was still answered
+          STREAM-INFO, SEQ-AT and STREAM-ID);
+        * a client that lost the right to read loses its subscriptions, its membership of a
+          durable consumer (what it held goes to the other members) and its SNAPSHOT under way
+          (a member and a snapshot went on being fed), and its DELIVERs not sent yet are
+          dropped."""
         self.acl = acl
         for s in list(self.sessions.values()):
             if s.stream is None:
                 continue
             self._set_rights(s)
-            if not s.may_subscribe and s.subscriptions:
-                st = self.streams.get(s.stream)
+            who, name = acl.who(s.user), s.stream
+            st = self.streams.get(name)
+            if not (s.may_subscribe or s.may_publish):
                 if st is not None:
-                    st.unsubscribe_all(s)
-                self._invalid(s.identity, f"{NOT_ALLOWED}{acl.who(s.user)} may no longer read "
-                                          f"stream {s.stream!r}: subscriptions removed")
+                    st.detach(s)
+                else:
+                    s.detached()
+                self._end_peering(s)
+                self._invalid(s.identity, Reason.not_allowed(who, "attach", name, "detached"))
+                continue
+            if s.may_subscribe or not (s.subscriptions or s.consumer or s.snapshot):
+                continue
+            if st is not None:
+                st.unsubscribe_all(s)
+            if s.consumer is not None:
+                self.member_left(s)
+            s.snapshot = None
+            self.snapshotting.pop(s.identity, None)
+            self._end_peering(s)
+            self._invalid(s.identity, Reason.not_allowed(
+                who, "subscribe", name, "subscriptions, consumer and snapshot ended"))

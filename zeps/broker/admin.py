@@ -6,6 +6,8 @@ check the name and the ACL's ``admin`` right, then act on the data directory and
 """
 from __future__ import annotations
 
+import secrets
+
 from zeps.journal.settings import (DEFAULT_DELETE_RETENTION_MS, DEFAULT_DIRTY_RATIO,
                                    StreamSettings)
 from zeps.protocol import commands as c, encode
@@ -64,12 +66,16 @@ class StreamAdministration(Compacting):
     def _exists(self, name: str) -> bool:
         return name in self.catalogue
 
-    def _no_stream(self, s: Session, name: str) -> bool:
+    def _no_stream(self, s: Session, name: str, admin: bool = False) -> bool:
+        """INVALID unless stream ``name`` exists and this client may know it: it may attach to
+        it, or (``admin``: PURGE and DELETE, whose ``admin`` right was checked first) administer
+        it (an ``admin``-only client was told its own stream did not exist)."""
         why = bad_stream_name(name)
         if why:
             self._invalid(s.identity, why)
             return True
-        if self._exists(name) and (self.acl is None or self.acl.may_attach(s.user, name)):
+        if self._exists(name) and (self.acl is None or admin
+                                   or self.acl.may_attach(s.user, name)):
             if name in self.opening:         # its journal is being opened off the loop
                 self._invalid(s.identity, f"stream {name!r} is being opened: retry")
                 return True
@@ -145,8 +151,25 @@ class StreamAdministration(Compacting):
         if cmd.stream == "":
             self._describe_defaults(s)
             return
-        if self._no_stream(s, cmd.stream) or self._over_budget(s):
+        if self._no_stream(s, cmd.stream) or self._over_budget(s) or self._open_first(s, cmd):
             return
+        self._describe(s, cmd)
+
+    def _open_first(self, s: Session, cmd) -> bool:
+        """A stream whose journal is not open is opened off the loop first, as for ATTACH (its
+        recovery costs what its segments do: STREAM-DESCRIBE, PURGE and DELETE of closed
+        streams ran it on the loop, tens of ms each for thousands of segments, and every
+        client waited); the command is finished once it is open (:meth:`opened_for`)."""
+        if cmd.stream in self.streams or self.datadir.is_open(cmd.stream):
+            return False
+        self._open_later(s, cmd, None)
+        return True
+
+    def opened_for(self, s: Session, cmd) -> None:
+        """Finish an administration command that waited for its stream's journal to open."""
+        _AFTER_OPEN[type(cmd)](self, s, cmd)
+
+    def _describe(self, s: Session, cmd: c.StreamDescribe) -> None:
         st = self.stream(cmd.stream)
         info, own = st.info(), st.settings
         self.outbox.append((s.identity, encode(c.StreamDescribeOk(
@@ -165,8 +188,13 @@ class StreamAdministration(Compacting):
             self.config.max_message, base.segment_bytes))))
 
     def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
-        if (self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream)
-                or self._being_compacted(s, cmd.stream)):
+        if (self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream, True)
+                or self._open_first(s, cmd)):
+            return
+        self._purge(s, cmd)
+
+    def _purge(self, s: Session, cmd: c.StreamPurge) -> None:
+        if self._being_compacted(s, cmd.stream):
             return
         st = self.stream(cmd.stream)
         st.append_queued()
@@ -181,8 +209,13 @@ class StreamAdministration(Compacting):
         self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
 
     def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
-        if (self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream)
-                or self._being_compacted(s, cmd.stream)):
+        if (self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream, True)
+                or self._open_first(s, cmd)):
+            return
+        self._delete(s, cmd)
+
+    def _delete(self, s: Session, cmd: c.StreamDelete) -> None:
+        if self._being_compacted(s, cmd.stream):
             return
         held = 0
         try:                # its journal is opened if it is not: how many messages it held
@@ -227,10 +260,25 @@ class StreamAdministration(Compacting):
         self.outbox.append((s.identity, encode(c.ListStreamsOk(names))))
 
     def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage) -> None:
+        """A page; ``next`` is the last name looked at when the client may read it, else a
+        token (NUL and 16 hex digits: no stream name holds NUL) that this session's next page
+        turns back into that name. (It was the name: a page of names the ACL hid from the
+        client named the last of them.)"""
         if self._over_budget(s):
             return
-        names, after = self._list_page(s, cmd.after)
-        self.outbox.append((s.identity, encode(c.ListStreamsPageOk(names, after))))
+        after = cmd.after
+        if after.startswith("\x00"):
+            if s.list_cursor is None or s.list_cursor[0] != after:
+                self._invalid(s.identity, "LIST-STREAMS-PAGE: not this connection's last "
+                                          "cursor: list again from the beginning ('')")
+                return
+            after = s.list_cursor[1]
+        names, nxt = self._list_page(s, after)
+        if nxt and self.acl is not None and not self.acl.may_subscribe(s.user, nxt):
+            token = "\x00" + secrets.token_hex(8)
+            s.list_cursor = (token, nxt)
+            nxt = token
+        self.outbox.append((s.identity, encode(c.ListStreamsPageOk(names, nxt))))
 
     def _list_page(self, s: Session, after: str):
         """From the catalogue in memory, never the disk: the names after ``after`` the client may
@@ -248,3 +296,9 @@ class StreamAdministration(Compacting):
             return False
         self._invalid(s.identity, Reason.limit("admin_rate", cfg.admin_rate))
         return True
+
+
+#: What an administration command does once its stream's journal is open (``opened_for``).
+_AFTER_OPEN = {c.StreamDescribe: StreamAdministration._describe,
+               c.StreamPurge: StreamAdministration._purge,
+               c.StreamDelete: StreamAdministration._delete}

@@ -105,7 +105,9 @@ class Attachment:
             if self.sessions.get(s.identity) is not s:
                 continue                                  # forgotten meanwhile
             held, s.waiting = s.waiting or [], None
-            if error is None:
+            if error is None and type(cmd) is not c.Attach:
+                self.opened_for(s, cmd)                   # STREAM-DESCRIBE, PURGE, DELETE
+            elif error is None:
                 s.expect = expect
                 self._on_attach(s, cmd)                   # the journal is open: no wait now
             else:

@@ -266,8 +266,14 @@ class Consuming:
         if g is None:
             return
         st = self.streams[s.stream]
+        info = self.consumer_info(st, g)
+        dead = info["config"].get("dead_letter")
+        if dead and self.acl is not None and not self.acl.may_attach(s.user, dead):
+            # a stream the ACL hides from this client's listing is not named to it here either
+            info["config"]["dead_letter"] = ""
+            info["config"]["dead_letter_hidden"] = True
         self.outbox.append((s.identity, encode(c.ConsumerInfoOk(
-            json.dumps(self.consumer_info(st, g), separators=(",", ":"))))))
+            json.dumps(info, separators=(",", ":"))))))
 
     def consumer_info(self, st, g: Group) -> dict:
         """What CONSUMER-INFO, /varz and the metrics say of a consumer."""

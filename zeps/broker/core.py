@@ -147,6 +147,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.congestion_ends: List[Tuple[float, int, bytes]] = []
         self._congestion_order = itertools.count()
         self._to_free: List[Session] = []                 # detached: freed by sent()
+        # a freed session's admin budget and producer ids, until its connection is gone
+        self._spent: Dict[bytes, tuple] = {}
         self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key
@@ -227,6 +229,10 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
                 return
             session = self.sessions[identity] = Session(identity, now)
             session.user = self.users.get(identity)
+            if self._spent:
+                spent = self._spent.pop(identity, None)
+                if spent is not None:
+                    session.budget, session.budget_at, session.producer_ids = spent
         elif session.state is ATTACHED and (type(cmd) is c.Publish or type(cmd) is c.PublishBatch):
             session.last_seen = now                   # hot path: the grammar allows it
             if type(cmd) is c.Publish:
@@ -447,10 +453,16 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
             if s.stream is None and not s.held and not s.congested_until \
                     and s.waiting is None and self.sessions.get(s.identity) is s:
                 del self.sessions[s.identity]
+                if s.producer_ids or s.budget < self.config.admin_burst:
+                    # what the connection spent stays its own: a session made again after a
+                    # DETACH started with a full admin budget and no producer ids (a client
+                    # bypassed --admin-rate and --max-producer-ids by ATTACH and DETACH)
+                    self._spent[s.identity] = (s.budget, s.budget_at, s.producer_ids)
 
     # ------------------------------------------------------------------ connections
     def gone(self, identity: bytes) -> None:
         """The shell learnt that the client's connection is gone."""
+        self._spent.pop(identity, None)
         self.users.pop(identity, None)
         self.revoked.pop(identity, None)
         self.forget(identity)

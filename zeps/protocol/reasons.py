@@ -239,10 +239,11 @@ class Reason:
                                                      f"{pattern[1:]!r} timed out {strikes} times")
 
     @classmethod
-    def not_allowed(cls, who: str, right: str, stream: str, revoked: bool = False) -> "Reason":
+    def not_allowed(cls, who: str, right: str, stream: str, revoked: str = "") -> "Reason":
         """The ACL does not give ``who`` the ``right`` (a key of ``_RIGHTS``) on ``stream``;
-        ``revoked``: it had it until the ACL was reloaded (its subscriptions were removed)."""
-        text = (f"{who} may no longer read stream {stream!r}: subscriptions removed" if revoked
+        ``revoked``: it had it until the ACL was reloaded, and what that ended."""
+        lost = "read" if right == "subscribe" else "use"
+        text = (f"{who} may no longer {lost} stream {stream!r}: {revoked}" if revoked
                 else _RIGHTS[right].format(who, stream))
         return cls(Code.NOT_ALLOWED, (right, stream), NOT_ALLOWED + text)
 

@@ -21,11 +21,13 @@ $(PY):
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 
 # `make run` needs only the runtime; `make test` adds pytest, hypothesis, pyspark and pyarrow.
-$(RUN_STAMP): $(PY) setup.cfg setup.py pyproject.toml zeps/protocol/_batchc.c zeps/journal/_journalc.c
+$(RUN_STAMP): $(PY) setup.cfg setup.py pyproject.toml zeps/protocol/_batchc.c zeps/journal/_journalc.c \
+		zeps/broker/_sockc.c
 	$(PY) -m pip install -q -e .
 	touch $(RUN_STAMP)
 
-$(TEST_STAMP): $(PY) setup.cfg setup.py pyproject.toml zeps/protocol/_batchc.c zeps/journal/_journalc.c
+$(TEST_STAMP): $(PY) setup.cfg setup.py pyproject.toml zeps/protocol/_batchc.c zeps/journal/_journalc.c \
+		zeps/broker/_sockc.c
 	$(PY) -m pip install -q -e '.[test]'
 	touch $(TEST_STAMP) $(RUN_STAMP)
 

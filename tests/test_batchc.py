@@ -151,6 +151,23 @@ def test_offsets_that_are_not_the_frames_are_refused_not_read(offsets):
         batchc.key_body_columns(frame, offsets)
 
 
+def test_build_rows_takes_first_as_an_int_only():
+    """An int subclass's ``__add__`` ran inside the C loop, over the borrowed offsets: one
+    that emptied them made the loop read freed memory (a segfault)."""
+    items = [(b"k%d" % i, b"v" * 10) for i in range(200)]
+    frame = _entries(items)
+    offsets = B.walk(frame, 0, len(frame), len(items))
+
+    class Evil(int):
+        def __add__(self, other):
+            offsets.clear()
+            return 0
+
+    with pytest.raises(TypeError):
+        batchc.build_rows(Message, frame, offsets, Evil(-1), None, None, NO_HEADERS)
+    assert len(batchc.build_rows(Message, frame, offsets, -1, None, None, NO_HEADERS)) == 200
+
+
 def test_build_rows_takes_only_a_tuple_subclass_without_fields():
     frame = _entries([(b"k", b"body")])
 

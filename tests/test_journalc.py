@@ -394,6 +394,20 @@ def _outcome(d, block_bytes, verify=True, first=1, last=None):
     return rows, err
 
 
+def test_read_columns_takes_any_u64_bound_as_the_numpy_loops_do(tmp_path):
+    """The C pass takes signed 64-bit sequences: ``last = 2**64 - 1`` ("to the end") or any
+    bound past 2**63 raised OverflowError, where the numpy loops return the rows."""
+    d = tmp_path / "s"
+    j = Journal.open(d, JournalConfig(fsync="never"))
+    j.append_batch([("k", b"v%d" % i) for i in range(5)])
+    j.close()
+    for first, last in ((1, 2**63), (1, 2**64 - 1), (2**63, None)):
+        got = _outcome(d, 1 << 20, first=first, last=last)
+        with numpy_loops():
+            assert got == _outcome(d, 1 << 20, first=first, last=last)
+        assert [r[0] for r in got[0]] == ([] if first > 5 else [1, 2, 3, 4, 5])
+
+
 @settings(max_examples=examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(group_st, min_size=1, max_size=12), damage_st.filter(bool), st.integers(0, 40),
        st.sampled_from([1 << 20, 700, 64]), st.booleans(),
@@ -461,6 +475,13 @@ def test_positions_that_are_not_records_are_refused():
             journalc.check_plain(buf, bad.astype(np.int64), 5, None, True)
     with pytest.raises(ValueError):
         journalc.kinds(buf, np.array([len(buf)], dtype=np.int64))
+    # a position near 2**63: position + header wrapped (the interpreter's -fwrapv) and passed
+    # the bounds check, and the read segfaulted
+    huge = np.array([2**63 - 8], dtype=np.int64)
+    with pytest.raises(ValueError):
+        journalc.kinds(buf, huge)
+    with pytest.raises(ValueError):
+        journalc.first_bad_crc(buf, huge, len(buf))
     # records with headers (which the reader never hands to check_plain) at the very end of
     # the buffer, their length field forged: the run stops, nothing is read past the buffer
     for items in ([("k", b"v", encode_block([("h", b"x")]))],

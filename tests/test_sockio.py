@@ -254,6 +254,16 @@ def test_wrong_arguments_are_python_errors_not_crashes(ctx):
         pair.loops.drain(5, 10, 100, 0, False)                      # known is no container
     with pytest.raises(ValueError):
         _c.readable(0)                                              # a null handle
+    with pytest.raises(ValueError):
+        pair.loops.send_all([(b"client-0", b"x")], -1, None)        # read before the list
+    # a membership test that empties the list: the pair it looked at was borrowed, and freed
+    out = [(b"client-0" * 50, bytearray(b"frame")) for _ in range(3)]
+
+    class Emptying:
+        def __contains__(self, ident):
+            out.clear()
+            return False
+    pair.loops.send_all(out, 0, Emptying())
     pair.close()
 
 

@@ -310,6 +310,10 @@ static PyObject *sockc_send_all(PyObject *self, PyObject *const *args, Py_ssize_
     Py_ssize_t i = PyLong_AsSsize_t(args[2]);
     if (i == -1 && PyErr_Occurred())
         return NULL;
+    if (i < 0) {
+        PyErr_SetString(PyExc_ValueError, "send_all: start must be >= 0");
+        return NULL;
+    }
     PyObject *blocked = args[3];
     int err = 0;
     for (; i < PyList_GET_SIZE(out); i++) {
@@ -318,21 +322,23 @@ static PyObject *sockc_send_all(PyObject *self, PyObject *const *args, Py_ssize_
             PyErr_SetString(PyExc_TypeError, "send_all: out holds (identity, frame) pairs");
             return NULL;
         }
+        Py_INCREF(pair);     /* held: the membership test below may run Python code */
         PyObject *ident = PyTuple_GET_ITEM(pair, 0);
+        int stop = 0, failed = 0;
         if (blocked != Py_None) {
             int in = PySequence_Contains(blocked, ident);
-            if (in < 0)
-                return NULL;
-            if (in)
-                break;
+            failed = in < 0;
+            stop = in > 0;
         }
-        if (send_one(h, ident, Z_DONTWAIT | Z_SNDMORE, &err) < 0)
+        if (!failed && !stop) {
+            failed = send_one(h, ident, Z_DONTWAIT | Z_SNDMORE, &err) < 0;
+            if (!failed && !err)
+                failed = send_one(h, PyTuple_GET_ITEM(pair, 1), Z_DONTWAIT, &err) < 0;
+        }
+        Py_DECREF(pair);
+        if (failed)
             return NULL;
-        if (err)
-            break;
-        if (send_one(h, PyTuple_GET_ITEM(pair, 1), Z_DONTWAIT, &err) < 0)
-            return NULL;
-        if (err)
+        if (stop || err)
             break;
     }
     return Py_BuildValue("(ni)", i, err);

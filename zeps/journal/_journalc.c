@@ -238,7 +238,7 @@ jc_kinds(PyObject *self, PyObject *args)
     char *out;
     PyObject *res = NULL;
     for (Py_ssize_t i = 0; i < n; i++)
-        if (pos[i] < 0 || pos[i] + HEADER_SIZE > len) {
+        if (pos[i] < 0 || pos[i] > len - HEADER_SIZE) {    /* (no sum: it could wrap) */
             PyErr_SetString(PyExc_ValueError, "a position is not a record's in the buffer");
             goto done;
         }
@@ -452,7 +452,7 @@ jc_first_bad_crc(PyObject *self, PyObject *args)
     PyObject *res = NULL;
     for (i = 0; i < n; i++) {
         Py_ssize_t e = i + 1 < n ? pos[i + 1] : after;
-        if (pos[i] < 0 || e > len || pos[i] + HEADER_SIZE > e) {
+        if (pos[i] < 0 || e > len || pos[i] > e - HEADER_SIZE) {   /* (no sum: it could wrap) */
             PyErr_SetString(PyExc_ValueError, "positions are not records of the buffer");
             goto done;
         }

@@ -190,6 +190,9 @@ def fused_columns(buf, limit: int, expect_seq: int, last_ts: Optional[int], veri
             + tuple(o.slice(0, u) for o, u in zip(outs, used)))
 
 
+_I64 = (1 << 63) - 1
+
+
 def fused_run(buf, seq: int, want_seq: int, last_ts: Optional[int], verify_crc: bool,
               last: Optional[int]):
     """The leading run of a block's records without extensions, plain (one DELIVER each: most
@@ -202,10 +205,13 @@ def fused_run(buf, seq: int, want_seq: int, last_ts: Optional[int], verify_crc: 
     on. None when the run is empty (the block does not start with such a record), or when a
     key is not UTF-8 (the general path then says which). Returns ``(bytes used, next seq,
     last timestamp, Columns or None if no row, whether the run ended at last)``."""
-    if journalc is None:
-        return None
+    if journalc is None or seq > _I64:
+        return None                      # (the C pass takes signed 64-bit sequences)
+    # a bound past what the C pass takes (2**64 - 1 for "to the end") means the same there:
+    # it raised OverflowError where the general path returned the rows
     (n, used, nseq, last_t, stopped, seqs, ts, koffs, keys, boffs, bodies) = fused_columns(
-        buf, len(buf), seq, last_ts, verify_crc, want_seq, -1 if last is None else last)
+        buf, len(buf), seq, last_ts, verify_crc, min(want_seq, _I64),
+        -1 if last is None else min(last, _I64))
     rows = len(seqs) // 8
     if not n and not rows:
         return None

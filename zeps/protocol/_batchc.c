@@ -168,9 +168,15 @@ static PyObject *
 batchc_build_rows(PyObject *self, PyObject *args)
 {
     PyObject *cls, *frame, *offsets, *first_obj, *ts, *stream, *headers;
-    if (!PyArg_ParseTuple(args, "OOOO!OOO", &cls, &frame, &offsets, &PyLong_Type, &first_obj,
-                          &ts, &stream, &headers))
+    if (!PyArg_ParseTuple(args, "OOOOOOO", &cls, &frame, &offsets, &first_obj, &ts, &stream,
+                          &headers))
         return NULL;
+    if (!PyLong_CheckExact(first_obj)) {
+        /* an int subclass's __add__ would run Python code in the loop below, over the
+         * borrowed offsets (it could empty them) */
+        PyErr_SetString(PyExc_TypeError, "first: an int");
+        return NULL;
+    }
     /* u64 (the wire's): sequences in C up to 2**64 - 1; else (negative, past u64) only
      * Python arithmetic */
     unsigned long long first = PyLong_AsUnsignedLongLong(first_obj);

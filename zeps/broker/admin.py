@@ -188,10 +188,18 @@ class StreamAdministration(Compacting):
             self.config.max_message, base.segment_bytes))))
 
     def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
-        if (self._admin_refused(s, cmd.stream, "purge") or self._no_stream(s, cmd.stream, True)
+        self._administer(s, cmd, "purge")
+
+    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
+        self._administer(s, cmd, "delete")
+
+    def _administer(self, s: Session, cmd, right: str) -> None:
+        """PURGE or DELETE: the ``right`` (and the budget), the stream, its journal open (off
+        the loop if it is not), then the command."""
+        if (self._admin_refused(s, cmd.stream, right) or self._no_stream(s, cmd.stream, True)
                 or self._open_first(s, cmd)):
             return
-        self._purge(s, cmd)
+        self.opened_for(s, cmd)
 
     def _purge(self, s: Session, cmd: c.StreamPurge) -> None:
         if self._being_compacted(s, cmd.stream):
@@ -207,12 +215,6 @@ class StreamAdministration(Compacting):
         st.purged(self.datadir.settings(cmd.stream))
         self.log("stream_purged", stream=cmd.stream, upto=cmd.upto, first=first)
         self.outbox.append((s.identity, encode(c.StreamPurgeOk(first))))
-
-    def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
-        if (self._admin_refused(s, cmd.stream, "delete") or self._no_stream(s, cmd.stream, True)
-                or self._open_first(s, cmd)):
-            return
-        self._delete(s, cmd)
 
     def _delete(self, s: Session, cmd: c.StreamDelete) -> None:
         if self._being_compacted(s, cmd.stream):

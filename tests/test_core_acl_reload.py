@@ -85,10 +85,12 @@ def test_a_client_left_with_no_right_on_its_stream_is_detached(make):
 
 def test_the_listing_cursor_names_no_stream_the_client_may_not_read(make):
     """A page of names the ACL hides ended with the last of them as its ``next``: one hidden
-    name per page. It is a token now, that only this connection's next page takes, and the
-    listing still reaches the names the client may read."""
+    name per page. It is a token now, that a page of the same key takes on any connection (the
+    SDK asks each page on a connection of its own), and the listing still reaches the names the
+    client may read; another key's page refuses it."""
     h = make(fsync="never", admin_burst=100_000, max_total_streams=10**6)
     secured(h, 'subscribe=["public.*"]', b"r", b"r2")
+    h.core.identify(b"admin2", ADMIN)
     names = [f"a-secret.payroll-{i:04d}" for i in range(LIST_SCAN)] + ["public.z"]
     for name in names:
         h.core.receive(b"admin", [encode(c.StreamCreate(name, 0, 0, 0, 0))], h.now)
@@ -96,10 +98,10 @@ def test_the_listing_cursor_names_no_stream_the_client_may_not_read(make):
     h.send(b"r", c.ListStreamsPage(""))
     [page] = h.take(b"r")
     assert page.streams == () and page.next.startswith("\x00") and "secret" not in page.next
-    h.send(b"r2", c.ListStreamsPage(page.next))        # another connection: refused
-    assert isinstance(h.take(b"r2")[0], c.Invalid)
-    h.send(b"r", c.ListStreamsPage(page.next))
-    [page] = h.take(b"r")
+    h.send(b"admin2", c.ListStreamsPage(page.next))    # another key: refused
+    assert isinstance(h.take(b"admin2")[0], c.Invalid)
+    h.send(b"r2", c.ListStreamsPage(page.next))        # the same key, another connection
+    [page] = h.take(b"r2")
     assert page.streams == ("public.z",) and page.next == ""
 
 
@@ -177,3 +179,34 @@ def test_describe_purge_and_delete_of_a_closed_stream_open_it_off_the_loop(make)
         h.collect()
         assert [type(m) for m in h.take(b"ops")] == [ok]
         h.publish("k", ident=b"p-" + ok.NAME.encode(), stream=ok.NAME)   # closes "s" again
+
+
+def test_admin_commands_waiting_for_an_open_join_it_and_are_judged_again(make):
+    """Two STREAM-DESCRIBEs of a closed stream: the second was told to retry while the first
+    one's open ran (the SDK does not retry). Both wait for it now. A DELETE waiting for the
+    open is judged again once it is open: an ACL reload meanwhile took the admin right away,
+    and the DELETE ran all the same."""
+    h = make(fsync="never", max_open_streams=1)
+    secured(h, 'admin=["*"]\nsubscribe=["*"]', b"x", b"y", b"r")
+    for ident in (b"p2", b"p3"):
+        h.core.identify(ident, ADMIN)
+    h.publish("k", ident=b"pub")
+    h.send(b"pub", c.Detach())
+    h.publish("k", ident=b"p2", stream="other")        # "s" is closed now
+    for ident in (b"x", b"y"):
+        h.core.receive(ident, [encode(c.StreamDescribe("s"))], h.now)
+    assert h.core.take_opens() == ["s"]
+    h.datadir.journal("s")
+    h.core.opened("s", None, h.now)
+    h.collect()
+    assert [type(m) for m in h.take(b"x") + h.take(b"y")] == [c.StreamDescribeOk] * 2
+    h.publish("k", ident=b"p3", stream="third")        # closes "s" again
+    h.core.receive(b"r", [encode(c.StreamDelete("s"))], h.now)
+    assert h.core.take_opens() == ["s"]
+    h.core.set_acl(acl('subscribe=["*"]'))             # r may no longer administer
+    h.datadir.journal("s")
+    h.core.opened("s", None, h.now)
+    h.collect()
+    [refused] = h.take(b"r")
+    assert isinstance(refused, c.Invalid) and refused.reason.startswith("not allowed: ")
+    assert "s" in h.core.catalogue

@@ -479,9 +479,9 @@ def test_a_key_that_reconnects_evicts_only_its_own_producer_ids(make):
     assert h.take(hostile)[-1] == c.ProducerOk(0), "forgotten: its own old id"
 
 
-def test_a_key_whose_oldest_id_is_in_use_is_refused_a_new_one(make):
-    """The key's least recently used id is owned by a peering now: forgetting it would lose
-    that peering's state, so the new id is refused (``limit: ``), and nothing is forgotten."""
+def test_a_key_whose_ids_are_all_in_use_is_refused_a_new_one(make):
+    """Every id of the key is owned by a peering now: forgetting one would lose that peering's
+    state, so the new id is refused (``limit: ``), and nothing is forgotten."""
     h = make(fsync="always", max_producer_ids_per_key=2)
     a, b, c2 = b"a", b"b", b"c"
     secured(h, (a, WRITER), (b, WRITER), (c2, WRITER))
@@ -498,3 +498,24 @@ def test_a_key_whose_oldest_id_is_in_use_is_refused_a_new_one(make):
     h.send(c2, c.Producer("p-c", 1))
     assert h.take(c2)[-1] == c.ProducerOk(0)
     assert h.core.streams["s"].journal.producer("p-a") is None
+
+
+def test_an_idle_owner_does_not_keep_its_key_from_new_ids(make):
+    """The key's least recently used id is owned by a peering that stays attached and idle:
+    every new id of the key was refused, though others were free to forget. An id in use is
+    passed over; the oldest free one goes."""
+    h = make(fsync="always", max_producer_ids_per_key=3)
+    idle, p1, p2, new = b"idle", b"p1", b"p2", b"new"
+    secured(h, (idle, WRITER), (p1, WRITER), (p2, WRITER), (new, WRITER))
+    for ident, pid in ((idle, "p-idle"), (p1, "p-1"), (p2, "p-2")):
+        h.send(ident, c.Attach("s"), c.ConfirmSelect(), c.Producer(pid, 1),
+               c.Publish("k", b"x"))
+        h.round()
+        assert isinstance(h.take(ident)[-1], c.Confirm)
+    h.send(p1, c.Detach())
+    h.send(p2, c.Detach())
+    journal = h.core.streams["s"].journal
+    assert journal.producers_bound_to(WRITER) == (3, "p-idle")
+    h.send(new, c.Attach("s"), c.Producer("p-new", 1))
+    assert h.take(new)[-1] == c.ProducerOk(0)
+    assert journal.producer("p-idle") is not None and journal.producer("p-1") is None

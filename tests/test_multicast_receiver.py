@@ -579,6 +579,29 @@ def test_a_forged_entry_that_comes_while_the_feed_is_open_does_not_keep_it_open(
     assert (r.stats.unicast, r.stats.multicast) == (3, 2)
 
 
+def test_head_checks_while_the_feed_is_open_are_spaced():
+    """While the feed fetches 2,000 messages of history over 0.2 s, the bridge sends 500 live
+    ones: each asked for a head check once checks ran while the feed was open (one round trip
+    each, on the subscriber's loop). They are spaced by a second there; the feed confirms what
+    it brings."""
+    history, live_n = 2000, 500
+    msgs = journal(history + live_n)
+    r = receiver(start_after=0, head=history)
+    bridge = live_bridge(history)
+    now, live, fed = 0.0, history, 0
+    while r.want_feed and fed < 10_000:
+        r.on_feed_message(next(m for m in msgs if m.sequence >= r.feed_from), now)
+        fed += 1
+        if fed % 4 == 0 and live < history + live_n:        # live data meanwhile
+            live += 1
+            m = msgs[live - 1]
+            bridge.add(m.sequence, m.key, m.body, m.timestamp)
+            r.on_datagram(bridge.flush(), now)
+        broker(r, live, now)
+        now += 0.0001
+    assert r.stats.checks <= 2 and [m.sequence for m in r.ready] == list(range(1, live + 1))
+
+
 def test_a_forged_entry_50_ahead_skips_nothing():
     msgs = journal(60)
     r = receiver(start_after=10, head=10)

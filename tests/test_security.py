@@ -227,3 +227,27 @@ def test_sdk_cli_and_admin_talk_curve(secure_broker):
     assert r.returncode == 2 and "needs both" in r.stderr
     with pytest.raises(ValueError, match="holds no secret key"):
         CurveKeys.from_files(str(keydir / "broker.key"), str(keydir / "alice.key"))
+
+
+def test_the_sdk_lists_past_a_page_of_streams_the_acl_hides(start_broker, keys, tmp_path):
+    """1,100 streams alice may not read sort before hers: the listing's first page names none
+    and ends with a token, not the last hidden name. The SDK asks each page on a connection of
+    its own: the token holds for any connection of alice's key (a per-connection one refused
+    the second page), and the listing reaches her stream."""
+    from zeps.clients import CurveKeys, list_streams
+    from zeps.journal import DataDir, JournalConfig
+    keydir, allow = keys
+    d = tmp_path / "data"
+    dd = DataDir(str(d), JournalConfig(fsync="never"))
+    for i in range(1100):
+        dd.journal(f"a-secret-{i:04d}")
+    dd.journal("alice.z")
+    dd.close()
+    acl = tmp_path / "acl" / "acl.toml"
+    acl.parent.mkdir()
+    acl.write_text('[clients]\nalice = "../keys/alice.key"\n[[allow]]\nclients = ["alice"]\n'
+                   'subscribe = ["alice.*"]\n')
+    b = start_broker(d, "--curve-secret", str(keydir / "broker.key_secret"),
+                     "--allow", str(allow), "--acl", str(acl))
+    curve = CurveKeys.from_files(str(keydir / "broker.key"), str(keydir / "alice.key_secret"))
+    assert list_streams(b.endpoint, curve=curve, timeout=10) == ("alice.z",)

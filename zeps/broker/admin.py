@@ -7,6 +7,7 @@ check the name and the ACL's ``admin`` right, then act on the data directory and
 from __future__ import annotations
 
 import secrets
+from collections import OrderedDict
 
 from zeps.journal.settings import (DEFAULT_DELETE_RETENTION_MS, DEFAULT_DIRTY_RATIO,
                                    StreamSettings)
@@ -21,6 +22,7 @@ from .stream import COUNTERS
 #: A listing page looks at this many names at most, and fits in one frame.
 LIST_SCAN = 1024               # ~0.35 ms to page and encode (4096: 1.4 ms)
 LIST_BYTES = 65535 - 16
+LIST_TOKENS = 64               # LIST-STREAMS-PAGE tokens kept per key (the newest)
 
 
 def x_settings(cmd: c.StreamCreateX) -> StreamSettings:
@@ -66,17 +68,20 @@ class StreamAdministration(Compacting):
     def _exists(self, name: str) -> bool:
         return name in self.catalogue
 
-    def _no_stream(self, s: Session, name: str, admin: bool = False) -> bool:
+    def _no_stream(self, s: Session, name: str, admin: bool = False,
+                   waits: bool = False) -> bool:
         """INVALID unless stream ``name`` exists and this client may know it: it may attach to
         it, or (``admin``: PURGE and DELETE, whose ``admin`` right was checked first) administer
-        it (an ``admin``-only client was told its own stream did not exist)."""
+        it (an ``admin``-only client was told its own stream did not exist). A command that
+        ``waits`` (DESCRIBE, PURGE, DELETE: :meth:`_open_first`) joins an open under way;
+        others are told to retry."""
         why = bad_stream_name(name)
         if why:
             self._invalid(s.identity, why)
             return True
         if self._exists(name) and (self.acl is None or admin
                                    or self.acl.may_attach(s.user, name)):
-            if name in self.opening:         # its journal is being opened off the loop
+            if name in self.opening and not waits:   # being opened off the loop
                 self._invalid(s.identity, f"stream {name!r} is being opened: retry")
                 return True
             return False
@@ -151,7 +156,8 @@ class StreamAdministration(Compacting):
         if cmd.stream == "":
             self._describe_defaults(s)
             return
-        if self._no_stream(s, cmd.stream) or self._over_budget(s) or self._open_first(s, cmd):
+        if (self._no_stream(s, cmd.stream, waits=True) or self._over_budget(s)
+                or self._open_first(s, cmd)):
             return
         self._describe(s, cmd)
 
@@ -166,7 +172,20 @@ class StreamAdministration(Compacting):
         return True
 
     def opened_for(self, s: Session, cmd) -> None:
-        """Finish an administration command that waited for its stream's journal to open."""
+        """Finish an administration command that waited for its stream's journal to open: its
+        rights and the stream are looked at again (an ACL reload, or a DELETE, may have come
+        meanwhile), not its budget (paid)."""
+        acl, name = self.acl, cmd.stream
+        if acl is not None:
+            describe = type(cmd) is c.StreamDescribe
+            if not (acl.may_attach(s.user, name) if describe else acl.may_admin(s.user, name)):
+                self._invalid(s.identity, Reason.no_stream(name) if describe else
+                              Reason.not_allowed(acl.who(s.user), cmd.NAME.split("-")[-1].lower(),
+                                                 name))
+                return
+        if not self._exists(name):
+            self._invalid(s.identity, Reason.no_stream(name))
+            return
         _AFTER_OPEN[type(cmd)](self, s, cmd)
 
     def _describe(self, s: Session, cmd: c.StreamDescribe) -> None:
@@ -196,10 +215,10 @@ class StreamAdministration(Compacting):
     def _administer(self, s: Session, cmd, right: str) -> None:
         """PURGE or DELETE: the ``right`` (and the budget), the stream, its journal open (off
         the loop if it is not), then the command."""
-        if (self._admin_refused(s, cmd.stream, right) or self._no_stream(s, cmd.stream, True)
-                or self._open_first(s, cmd)):
+        if (self._admin_refused(s, cmd.stream, right)
+                or self._no_stream(s, cmd.stream, True, waits=True) or self._open_first(s, cmd)):
             return
-        self.opened_for(s, cmd)
+        _AFTER_OPEN[type(cmd)](self, s, cmd)
 
     def _purge(self, s: Session, cmd: c.StreamPurge) -> None:
         if self._being_compacted(s, cmd.stream):
@@ -263,22 +282,29 @@ class StreamAdministration(Compacting):
 
     def _on_list_streams_page(self, s: Session, cmd: c.ListStreamsPage) -> None:
         """A page; ``next`` is the last name looked at when the client may read it, else a
-        token (NUL and 16 hex digits: no stream name holds NUL) that this session's next page
-        turns back into that name. (It was the name: a page of names the ACL hid from the
-        client named the last of them.)"""
+        token (NUL and 16 hex digits: no stream name holds NUL) that any connection of the
+        same key turns back into that name (the SDK asks each page on a connection of its
+        own), among the key's newest :data:`LIST_TOKENS`. (It was the name: a page of names
+        the ACL hid from the client named the last of them.) Only an ACL hides names, and an
+        ACL names keys, so the tokens are bounded by the keys it names."""
         if self._over_budget(s):
             return
         after = cmd.after
+        tokens = self.list_tokens.get(s.user) if s.user is not None else None
         if after.startswith("\x00"):
-            if s.list_cursor is None or s.list_cursor[0] != after:
-                self._invalid(s.identity, "LIST-STREAMS-PAGE: not this connection's last "
-                                          "cursor: list again from the beginning ('')")
+            if tokens is None or after not in tokens:
+                self._invalid(s.identity, "LIST-STREAMS-PAGE: an unknown or old cursor: list "
+                                          "again from the beginning ('')")
                 return
-            after = s.list_cursor[1]
+            after = tokens[after]
         names, nxt = self._list_page(s, after)
         if nxt and self.acl is not None and not self.acl.may_subscribe(s.user, nxt):
+            if tokens is None:
+                tokens = self.list_tokens[s.user] = OrderedDict()
             token = "\x00" + secrets.token_hex(8)
-            s.list_cursor = (token, nxt)
+            tokens[token] = nxt
+            if len(tokens) > LIST_TOKENS:
+                tokens.popitem(last=False)
             nxt = token
         self.outbox.append((s.identity, encode(c.ListStreamsPageOk(names, nxt))))
 

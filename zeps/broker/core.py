@@ -24,7 +24,7 @@ and message headers (``headers.py``).
 from __future__ import annotations
 
 import itertools
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tuple
 
@@ -149,6 +149,9 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self._to_free: List[Session] = []                 # detached: freed by sent()
         # a freed session's admin budget and producer ids, until its connection is gone
         self._spent: Dict[bytes, tuple] = {}
+        # LIST-STREAMS-PAGE tokens for names a key may not read: key -> {token: name}, the
+        # newest LIST_TOKENS of each key (admin.py)
+        self.list_tokens: Dict[str, "OrderedDict[str, str]"] = {}
         self._recovering: Dict[bytes, Session] = {}        # uncongested, backoff not yet reset
         self.acl = None                                    # zeps.broker.acl.Acl; None = open
         self.users: Dict[bytes, str] = {}                  # routing id -> authenticated key

@@ -16,6 +16,10 @@ from .batching import batch_tail
 from .session import Session
 
 
+#: Ids in use a new id of a key passes over before it is refused (dedup._room_for).
+IN_USE_LOOKS = 64
+
+
 class Duplicate(NamedTuple):
     """``count`` messages ``publisher`` queued that its producer had already stored (a retry),
     queued just before kept publish ``before`` (an index into the kept publishes).
@@ -98,15 +102,21 @@ class ProducerDedup:
         least recently used one is forgotten, so one key's ids never push out another's (the
         journal keeps ``max_producers`` ids in all, least recently used dropped: a key that
         reconnected to pass the per-connection limit evicted every other producer's state).
-        Refused (``limit: max_producer_ids_per_key``) if that id is owned by a peering now, or
-        has publishes queued this round. O(1)."""
-        count, oldest = self.journal.producers_bound_to(user)
+        An id a peering owns now, or with publishes queued this round, is in use: it goes to
+        the back of the key's order and the next is looked at (one idle owner refused every
+        new id of its key), up to :data:`IN_USE_LOOKS` of them; past that, refused (``limit:
+        max_producer_ids_per_key``). O(1) each."""
+        journal = self.journal
+        count, oldest = journal.producers_bound_to(user)
         if count < self.max_per_key:
             return None
-        if oldest in self.owners or oldest in self._queued:
-            return Reason.limit("max_producer_ids_per_key", self.max_per_key)
-        self.journal.forget_producer(oldest)
-        return None
+        for _ in range(min(count, IN_USE_LOOKS)):
+            if oldest not in self.owners and oldest not in self._queued:
+                journal.forget_producer(oldest)
+                return None
+            journal.producer_in_use(user, oldest)
+            oldest = journal.producers_bound_to(user)[1]
+        return Reason.limit("max_producer_ids_per_key", self.max_per_key)
 
     def forget(self, session: Session) -> None:
         """The session leaves the stream: it owns its producer id no more."""

@@ -69,7 +69,7 @@ class Session:
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
                  "headers", "snapshot", "consumer",
-                 "batches", "budget", "budget_at", "waiting", "list_cursor")
+                 "batches", "budget", "budget_at", "waiting")
 
     def __init__(self, identity: bytes, now: float):
         self.identity = identity
@@ -92,8 +92,6 @@ class Session:
         self.budget = float("inf")      # see spend(): starts full
         self.producer_ids: set = set()  # producer ids registered on this connection (capped)
         self.budget_at = now
-        #: LIST-STREAMS-PAGE's last token for a name the client may not read, and that name
-        self.list_cursor: Optional[tuple] = None
         #: While its ATTACH waits for the stream's journal to open (off the loop): the messages
         #: it sent since, handled in order once the ATTACH is answered (bounded); else None.
         self.waiting: Optional[List[List[bytes]]] = None

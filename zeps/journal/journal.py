@@ -277,14 +277,15 @@ class Journal(StreamView, KeyValues, Retention):
         self._producers.bind(pid, key)
 
     def producers_bound_to(self, key: str) -> Tuple[int, Optional[str]]:
-        """``(how many producer ids are bound to key, the least recently used of them or
-        None)``. O(1)."""
+        """``(ids bound to key, the least recently used of them or None)``. O(1)."""
         return self._producers.bound_to(key)
 
+    def producer_in_use(self, key: str, pid: str) -> None:
+        """``pid`` (bound to ``key``) is in use: the last of the key's ids. O(1)."""
+        self._producers.to_back(key, pid)
+
     def forget_producer(self, pid: str) -> None:
-        """Forget a producer id, as if it had been dropped as least recently used (a retry of
-        it is not deduplicated). Kept from the next snapshot on: after a crash before it, the
-        id may be known again."""
+        """Forget ``pid`` as if dropped as least recently used (from the next snapshot on)."""
         self._producers.forget(pid)
 
     # ------------------------------------------------------------------ appending

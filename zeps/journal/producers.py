@@ -167,6 +167,13 @@ class ProducerState:
         ids = self._by_key.get(key)
         return (0, None) if not ids else (len(ids), next(iter(ids)))
 
+    def to_back(self, key: str, pid: str) -> None:
+        """Make ``pid`` the most recently used of the ids bound to ``key`` (the broker: an id a
+        peering owns is in use, whenever it last published). O(1)."""
+        ids = self._by_key.get(key)
+        if ids is not None and pid in ids:
+            ids.move_to_end(pid)
+
     def forget(self, pid: str) -> None:
         """Drop ``pid`` (as the least recently used beyond ``max_producers`` is dropped)."""
         e = self._d.pop(pid, None)

@@ -85,6 +85,9 @@ _MAX_INTERVAL = 60.0
 _INTERVAL_MEMORY = 60.0
 #: Seconds before a head check that got no answer is tried again.
 _CHECK_RETRY = 1.0
+#: Head checks while the feed is open, at most one per this many seconds: the feed confirms what
+#: it brings; a check is for an entry it never reaches (a forged one far ahead).
+_FEED_CHECK_SPACING = 1.0
 #: HEAD and REF claims beyond the confirmed head kept for the next check (the oldest go first).
 _MAX_CLAIMS = 64
 #: Sequences kept per window to judge multicast while in fallback.
@@ -144,6 +147,7 @@ class Receiver:
         self._claims: deque[tuple[int, int, bool]] = deque()        # (arrival, seq, urgent)
         self._check_mark: int | None = None
         self._check_after = now
+        self._feed_check_after = now
         # The HEAD or REF claim being repaired, and its clock.
         self._claim = 0
         self._claim_pos = start_after
@@ -186,7 +190,8 @@ class Receiver:
         reaches, but a forged entry far ahead, which it never reaches, counted as a gap and
         kept it wanted for good (a lasting fallback to unicast) until a check dropped it."""
         return (self.mode is MULTICAST and self._check_mark is None
-                and self._now >= self._check_after and self._needs_check())
+                and self._now >= self._check_after and self._needs_check()
+                and (not self.want_feed or self._now >= self._feed_check_after))
 
     def next_deadline(self) -> float:
         """The time by which :meth:`tick` must be called (a timer may fire then)."""
@@ -195,8 +200,9 @@ class Receiver:
             t = min(t, self._gap_since + self.config.reorder_wait)
         if self.mode is MULTICAST:
             t = min(t, self._last_datagram + self._silence())
-            if self._check_mark is None and self._check_after > self._now and self._needs_check():
-                t = min(t, self._check_after)
+            due = max(self._check_after, self._feed_check_after if self.want_feed else 0.0)
+            if self._check_mark is None and due > self._now and self._needs_check():
+                t = min(t, due)
         if self._claim > self.position:
             t = min(t, self._claim_deadline)
         return t
@@ -284,6 +290,8 @@ class Receiver:
         received so far)."""
         self._now = now
         self._check_mark = self._arrivals
+        if self.want_feed:
+            self._feed_check_after = now + _FEED_CHECK_SPACING
 
     def on_broker_head(self, last: int, now: float) -> None:
         """The broker's answer to the head check: the stream's last sequence is ``last``."""

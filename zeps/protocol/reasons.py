@@ -128,7 +128,7 @@ _LIMITS = {
     "max_message": "a stream's max_message is at most the broker's --max-message, {}",
     "max_producer_ids": "at most {} producer ids per connection",
     "max_producer_ids_per_key": ("a key keeps at most {} producer ids on a stream, and its "
-                                 "least recently used one is in use"),
+                                 "least recently used ones are in use"),
     "max_waiting": "at most {} commands are held while a stream opens",
 }
 _RIGHTS = {

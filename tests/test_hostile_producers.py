@@ -256,13 +256,7 @@ def test_one_client_cannot_evict_another_producers_state(start_broker):
     INVALIDs the flooder gets), so the table keeps the producer, and its retry (a new client
     under the same id, the same 100 messages) stores nothing twice."""
     b = start_broker(None)
-    first = Client(b.endpoint, "orders", confirms=True, producer_id="task-7", timeout=10)
-    try:
-        for i in range(100):
-            first.publish("k", b"row%d" % i)
-        first.wait_for_confirms(10)
-    finally:
-        first.close()
+    _publish_rows(b, "task-7", 100)
     flooder = RawClient(b.endpoint, zmq.Context()).attach("orders")
     try:
         refused = 0
@@ -279,16 +273,35 @@ def test_one_client_cannot_evict_another_producers_state(start_broker):
         assert refused == 10_000 - 16
     finally:
         flooder.close()
-    retry = Client(b.endpoint, "orders", confirms=True, producer_id="task-7", timeout=10)
+    _retry_stores_nothing_twice(b, "task-7", 100, "eviction flood", refused=refused)
+
+
+def _publish_rows(b, producer_id: str, n: int, curve=None) -> None:
+    """``n`` rows to "orders" under ``producer_id``, each confirmed."""
+    first = Client(b.endpoint, "orders", confirms=True, producer_id=producer_id, timeout=10,
+                   curve=curve)
     try:
-        got = [retry.publish("k", b"row%d" % i) for i in range(100)]
+        for i in range(n):
+            first.publish("k", b"row%d" % i)
+        first.wait_for_confirms(10)
+    finally:
+        first.close()
+
+
+def _retry_stores_nothing_twice(b, producer_id: str, n: int, what: str, curve=None, **report):
+    """A new client under ``producer_id`` publishes again the ``n`` rows its producer stored
+    in "orders": every one is confirmed as a duplicate, and the stream holds each once."""
+    retry = Client(b.endpoint, "orders", confirms=True, producer_id=producer_id, timeout=10,
+                   curve=curve)
+    try:
+        got = [retry.publish("k", b"row%d" % i) for i in range(n)]
         retry.wait_for_confirms(10)
         assert all(r.duplicate for r in got)
     finally:
         retry.close()
     rows = [m for m in _stored(b.data_dir, "orders") if m[0] == "k"]
-    assert len(rows) == 100, f"{len(rows)} rows stored for 100 published (and retried)"
-    _report("eviction flood", refused=refused, rows_stored=len(rows))
+    assert len(rows) == n, f"{len(rows)} rows stored for {n} published (and retried)"
+    _report(what, rows_stored=len(rows), **report)
 
 
 def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(
@@ -308,14 +321,7 @@ def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(
                      "--max-producer-ids-per-key", "100")
     alice_keys = CurveKeys.from_files(str(keydir / "broker.key"),
                                       str(keydir / "alice.key_secret"))
-    first = Client(b.endpoint, "orders", confirms=True, producer_id="alice-7", timeout=10,
-                   curve=alice_keys)
-    try:
-        for i in range(20):
-            first.publish("k", b"row%d" % i)
-        first.wait_for_confirms(10)
-    finally:
-        first.close()
+    _publish_rows(b, "alice-7", 20, curve=alice_keys)
     for n in range(640):
         bob = Peer(b.endpoint, keydir, "bob")
         try:
@@ -329,14 +335,5 @@ def test_a_key_that_reconnects_to_register_more_ids_forgets_only_its_own(
             assert isinstance(r, c.PingOk), r
         finally:
             bob.close()
-    retry = Client(b.endpoint, "orders", confirms=True, producer_id="alice-7", timeout=10,
-                   curve=alice_keys)
-    try:
-        got = [retry.publish("k", b"row%d" % i) for i in range(20)]
-        retry.wait_for_confirms(10)
-        assert all(r.duplicate for r in got)
-    finally:
-        retry.close()
-    rows = [m for m in _stored(b.data_dir, "orders") if m[0] == "k"]
-    assert len(rows) == 20, f"{len(rows)} rows stored for 20 published (and retried)"
-    _report("per-key producer ids", bob_ids=640 * 16, rows_stored=len(rows))
+    _retry_stores_nothing_twice(b, "alice-7", 20, "per-key producer ids", curve=alice_keys,
+                                bob_ids=640 * 16)

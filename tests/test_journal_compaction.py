@@ -425,12 +425,17 @@ def test_the_writers_index_across_a_compaction(tmp_path):
     j.close()
 
 
-def test_retention_deletes_a_segment_compaction_emptied(tmp_path):
-    path = tmp_path / "s"
+def open_compacted(path, **config):
+    """A new compacted stream's writer at ``path`` (``config``: :func:`cfg`'s), and its clock."""
     os.makedirs(path)
     stream_settings.write(str(path), stream_settings.StreamSettings(compact=True))
     clock = Clock()
-    j = Journal.open(path, cfg(segment_bytes=300, retention_ms=50), clock)
+    return Journal.open(path, cfg(**config), clock), clock
+
+
+def test_retention_deletes_a_segment_compaction_emptied(tmp_path):
+    path = tmp_path / "s"
+    j, clock = open_compacted(path, segment_bytes=300, retention_ms=50)
     for i in range(40):
         j.append("same", b"v%d" % i)
     res = compaction.compact(str(path), j.segment_seqs()[:-1], now_ns=clock.t)
@@ -492,10 +497,7 @@ def test_retention_waits_while_a_compaction_runs(tmp_path, monkeypatch):
     sequence 28, on disk from 1). Retention now waits while the compaction holds its lock,
     and deletes at its next pass."""
     path = tmp_path / "s"
-    os.makedirs(path)
-    stream_settings.write(str(path), stream_settings.StreamSettings(compact=True))
-    clock = Clock()
-    j = Journal.open(path, cfg(segment_bytes=300, retention_bytes=1500), clock)
+    j, clock = open_compacted(path, segment_bytes=300, retention_bytes=1500)
     for i in range(20):
         j.append("same", b"v%03d" % i)
     sealed = j.segment_seqs()[:-1]

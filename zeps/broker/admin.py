@@ -52,9 +52,9 @@ class StreamAdministration(Compacting):
     streams_deleted = 0
     messages_deleted = 0
 
-    def _admin_refused(self, s: Session, name: str, what: str) -> bool:
-        """Rights first (cheap, and a client without them spends nothing), then the client's
-        budget for administration commands."""
+    def _admin_refused(self, s: Session, name: str, what: str, pay: bool = True) -> bool:
+        """Rights first (cheap, and a client without them spends nothing), then (``pay``) the
+        client's budget for administration commands."""
         why = bad_stream_name(name)
         if why:
             self._invalid(s.identity, why)
@@ -63,7 +63,7 @@ class StreamAdministration(Compacting):
         if acl is not None and not acl.may_admin(s.user, name):
             self._invalid(s.identity, Reason.not_allowed(acl.who(s.user), what, name))
             return True
-        return self._over_budget(s)
+        return pay and self._over_budget(s)
 
     def _exists(self, name: str) -> bool:
         return name in self.catalogue
@@ -175,16 +175,9 @@ class StreamAdministration(Compacting):
         """Finish an administration command that waited for its stream's journal to open: its
         rights and the stream are looked at again (an ACL reload, or a DELETE, may have come
         meanwhile), not its budget (paid)."""
-        acl, name = self.acl, cmd.stream
-        if acl is not None:
-            describe = type(cmd) is c.StreamDescribe
-            if not (acl.may_attach(s.user, name) if describe else acl.may_admin(s.user, name)):
-                self._invalid(s.identity, Reason.no_stream(name) if describe else
-                              Reason.not_allowed(acl.who(s.user), cmd.NAME.split("-")[-1].lower(),
-                                                 name))
-                return
-        if not self._exists(name):
-            self._invalid(s.identity, Reason.no_stream(name))
+        admin = _ADMIN_RIGHT.get(type(cmd))
+        if ((admin is not None and self._admin_refused(s, cmd.stream, admin, pay=False))
+                or self._no_stream(s, cmd.stream, admin is not None, waits=True)):
             return
         _AFTER_OPEN[type(cmd)](self, s, cmd)
 
@@ -207,15 +200,15 @@ class StreamAdministration(Compacting):
             self.config.max_message, base.segment_bytes))))
 
     def _on_stream_purge(self, s: Session, cmd: c.StreamPurge) -> None:
-        self._administer(s, cmd, "purge")
+        self._administer(s, cmd)
 
     def _on_stream_delete(self, s: Session, cmd: c.StreamDelete) -> None:
-        self._administer(s, cmd, "delete")
+        self._administer(s, cmd)
 
-    def _administer(self, s: Session, cmd, right: str) -> None:
-        """PURGE or DELETE: the ``right`` (and the budget), the stream, its journal open (off
-        the loop if it is not), then the command."""
-        if (self._admin_refused(s, cmd.stream, right)
+    def _administer(self, s: Session, cmd) -> None:
+        """PURGE or DELETE: its right (and the budget), the stream, its journal open (off the
+        loop if it is not), then the command."""
+        if (self._admin_refused(s, cmd.stream, _ADMIN_RIGHT[type(cmd)])
                 or self._no_stream(s, cmd.stream, True, waits=True) or self._open_first(s, cmd)):
             return
         _AFTER_OPEN[type(cmd)](self, s, cmd)
@@ -326,6 +319,8 @@ class StreamAdministration(Compacting):
         return True
 
 
+#: The ACL right PURGE and DELETE need (DESCRIBE needs the right to attach).
+_ADMIN_RIGHT = {c.StreamPurge: "purge", c.StreamDelete: "delete"}
 #: What an administration command does once its stream's journal is open (``opened_for``).
 _AFTER_OPEN = {c.StreamDescribe: StreamAdministration._describe,
                c.StreamPurge: StreamAdministration._purge,

@@ -51,11 +51,11 @@ class Attachment:
                 return
             if self._too_many_streams(s):
                 return
-        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
-            self._release_idle_streams(self.config.max_streams - 1)
-        if cmd.stream not in self.streams and len(self.streams) >= self.config.max_streams:
-            self._invalid(s.identity, Reason.limit("max_streams", self.config.max_streams))
-            return
+        if cmd.stream not in self.streams:
+            full = self._no_room_to_open()
+            if full is not None:
+                self._invalid(s.identity, full)
+                return
         if cmd.stream not in self.streams and not self.datadir.is_open(cmd.stream):
             self._open_later(s, cmd, expect)     # the disk may be slow: not on the loop
             return
@@ -156,6 +156,15 @@ class Attachment:
             if len(self.streams) > self.config.max_open_streams:
                 self._release_idle_streams(self.config.max_open_streams, spare=name)
         return st
+
+    def _no_room_to_open(self) -> Optional[Reason]:
+        """One more stream may be in use (``max_streams``), once idle ones are closed if need
+        be: None; else why not."""
+        if len(self.streams) >= self.config.max_streams:
+            self._release_idle_streams(self.config.max_streams - 1)
+            if len(self.streams) >= self.config.max_streams:
+                return Reason.limit("max_streams", self.config.max_streams)
+        return None
 
     def _release_idle_streams(self, keep: int, spare: Optional[str] = None) -> None:
         """Close the least recently used streams that nobody uses (no client, nothing pending

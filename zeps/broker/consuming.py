@@ -481,10 +481,8 @@ class Consuming:
             failed = self.dead_letter_failed.pop(name, None)
             if why is None and failed is not None:
                 why = Reason.failed(f"cannot open stream {name!r}", failed)
-            if why is None and len(self.streams) >= self.config.max_streams:
-                self._release_idle_streams(self.config.max_streams - 1)
-                if len(self.streams) >= self.config.max_streams:
-                    why = Reason.limit("max_streams", self.config.max_streams)
+            if why is None:
+                why = self._no_room_to_open()
             if why is not None:
                 self.log("consumer_dead_letter_dropped", stream=st.name, consumer=g.config.name,
                          sequence=rec.sequence, to=name, reason=why.text)

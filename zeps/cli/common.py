@@ -137,10 +137,20 @@ def _stream_name(text: str) -> str:
     return text
 
 
+def key_problem(text: str, what: str = "key") -> Optional[str]:
+    """Why ``text`` is no routing key (at most 255 bytes of UTF-8), or None."""
+    try:
+        raw = _utf8(text, what)
+    except argparse.ArgumentTypeError as e:
+        return str(e)
+    return f"{what} longer than 255 bytes: {text[:40]!r}..." if len(raw) > 255 else None
+
+
 def _key(text: str) -> str:
-    """A routing key: at most 255 bytes of UTF-8."""
-    if len(_utf8(text, "key")) > 255:
-        raise argparse.ArgumentTypeError(f"key longer than 255 bytes: {text[:40]!r}...")
+    """A routing key argument (:func:`key_problem`)."""
+    why = key_problem(text)
+    if why is not None:
+        raise argparse.ArgumentTypeError(why)
     return text
 
 

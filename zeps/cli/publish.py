@@ -21,6 +21,7 @@ from .common import (  # noqa: F401
     _say,
     _stream_name,
     connection_reporter,
+    key_problem,
 )
 
 #: Receipts kept before the oldest settled ones are looked at (and let go of).
@@ -57,11 +58,9 @@ def add_parser(sub) -> None:
 
 
 def _check_key(key: str, where: str = "KEY") -> str:
-    try:
-        if len(key.encode("utf-8")) > 255:
-            raise UsageError(f"{where} longer than 255 bytes: {key[:40]!r}...")
-    except UnicodeEncodeError:
-        raise UsageError(f"{where} is not valid UTF-8: {key!r}") from None
+    why = key_problem(key, where)
+    if why is not None:
+        raise UsageError(why)
     return key
 
 

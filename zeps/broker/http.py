@@ -86,6 +86,7 @@ BUDGET = 0.25
 MAX_RATE = 100.0
 BURST = 20
 MAX_LIMIT = 100_000
+DEFAULT_LIMIT = 1024           # a page's entries unless ?limit= says otherwise
 CACHE_KEYS = 64
 CACHE_BYTES = 32 << 20
 _DIGITS = re.compile(r"[0-9]{1,7}")
@@ -465,14 +466,14 @@ class MonitorServer:
             if sort not in monitor.SORTS:
                 raise BadRequest(f"sort must be one of {', '.join(monitor.SORTS)}, not {sort!r}")
             stream = (query.get("stream") or [None])[-1]
-            limit = _int_arg(query, "limit", 1024)
+            limit = _int_arg(query, "limit", DEFAULT_LIMIT)
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(("connz", sort, stream, limit, offset), lambda: self._json(
                 monitor.connz(self.core, self.clock(), sort=sort, limit=limit, offset=offset,
                               stream=stream, redact=self.redact))), _JSON
         if path == "/streamz":
             _check_args(query, ("limit", "offset"))
-            limit = _int_arg(query, "limit", 1024)
+            limit = _int_arg(query, "limit", DEFAULT_LIMIT)
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(("streamz", limit, offset), lambda: self._json(
                 monitor.streamz(self.core, limit=limit, offset=offset,
@@ -484,7 +485,7 @@ class MonitorServer:
                 raise BadRequest(f"sort must be one of {', '.join(monitor.CONSUMER_SORTS)}, "
                                  f"not {sort!r}")
             stream = (query.get("stream") or [None])[-1]
-            limit = _int_arg(query, "limit", 1024)
+            limit = _int_arg(query, "limit", DEFAULT_LIMIT)
             offset = _int_arg(query, "offset", 0)
             return "200 OK", self._cached(
                 ("consumerz", sort, stream, limit, offset), lambda: self._json(
@@ -509,8 +510,8 @@ class MonitorServer:
             return html
         try:
             varz = self._cached(("varz",), self._varz)
-            streamz = self._cached(("streamz", 1024, 0), lambda: self._json(
-                monitor.streamz(self.core, limit=1024, offset=0, redact=self.redact)))
+            streamz = self._cached(("streamz", DEFAULT_LIMIT, 0), lambda: self._json(
+                monitor.streamz(self.core, limit=DEFAULT_LIMIT, offset=0, redact=self.redact)))
             connz = self._cached(("connz", "lag", None, dashboard.CLIENT_ROWS, 0),
                                  lambda: self._json(monitor.connz(
                                      self.core, self.clock(), sort="lag",

@@ -93,7 +93,8 @@ class ProducerState:
 
     def __init__(self, max_producers: int, max_age_ns: Optional[int] = None):
         self._d: "OrderedDict[str, Entry]" = OrderedDict()
-        # key -> the ids bound to it, least recently used first (the order of _d)
+        # key -> the ids bound to it, least recently used first (appended or bound, and
+        # to_back for an id the broker says is in use)
         self._by_key: "Dict[str, OrderedDict[str, None]]" = {}
         self.max_producers = max_producers
         self.max_age_ns = max_age_ns

@@ -1,8 +1,9 @@
-"""The journal encoder's one-record shortcut (``encode_batch`` of one plain ``(key, body)``
-without a producer; issue 20) against its definition, the encoder's loop (the same item with
-``producers=[None]``, which the shortcut leaves to the loop): the same bytes, the same record,
-the same errors, for any key and body, with the C loop ``plain_record`` and with its Python
-definition (``plain_record_py``); and the two against each other. Pure: no files."""
+"""The journal encoder's shortcut for plain records (a ``(key, body)`` pair without a producer,
+one call of ``encode_plain``; issue 20) against its definition, the encoder's general code,
+which encodes the triple ``(key, body, None)`` (no headers block): the same bytes, the same
+records, the same errors, for any batch of keys and bodies, with the C loop ``plain_record``
+and with its Python definition (``plain_record_py``); and the two against each other. Pure: no
+files."""
 from __future__ import annotations
 
 import pytest
@@ -32,19 +33,29 @@ def plain_record(request):
     encoder._plain_record = used
 
 
-@given(item=items, seq=st.integers(1, (1 << 64) - 1), ts=st.integers(0, (1 << 64) - 1))
-def test_one_plain_record_is_encoded_as_the_loop_encodes_it(plain_record, item, seq, ts):
+def _as_triple(item):
+    """The same item for the encoder's general code: a pair as ``(key, body, None)``."""
+    return (*item, None) if type(item) is tuple and len(item) == 2 else item
+
+
+@given(batch=st.lists(items, min_size=1, max_size=4), seq=st.integers(1, (1 << 64) - 1),
+       ts=st.integers(0, (1 << 64) - 1), with_producers=st.booleans())
+def test_plain_records_are_encoded_as_the_general_code_encodes_them(plain_record, batch, seq,
+                                                                     ts, with_producers):
+    producers = [None] * len(batch) if with_producers else None
+    general = [_as_triple(item) for item in batch]
     try:
-        parts, records = encode_batch((item,), seq, ts, MAX_RECORD, producers=[None])
+        parts, records = encode_batch(general, seq, ts, MAX_RECORD, producers=producers)
     except (KeyTooLongError, RecordTooLargeError, InvalidRecordError) as exc:
         with pytest.raises(type(exc)) as got:
-            encode_batch((item,), seq, ts, MAX_RECORD)
+            encode_batch(batch, seq, ts, MAX_RECORD, producers=producers)
         assert str(got.value) == str(exc)
         return
-    got_parts, got_records = encode_batch((item,), seq, ts, MAX_RECORD)
+    got_parts, got_records = encode_batch(batch, seq, ts, MAX_RECORD, producers=producers)
     assert b"".join(got_parts) == b"".join(parts)
     assert got_records == records
-    assert (got_records[0].key, got_records[0].body) == (records[0].key, records[0].body)
+    assert [(r.key, r.body, type(r)) for r in got_records] == [
+        (r.key, r.body, type(r)) for r in records]
 
 
 @given(key=st.binary(max_size=255), body=st.binary(max_size=2000),

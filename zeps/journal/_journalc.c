@@ -10,7 +10,7 @@
  *   first_bad_crc <- zeps.journal.blockcrc.first_bad_crc (record by record here)
  *   compact       <- zeps.journal.columnar._compact (offsets and one data buffer)
  *   plain_record  <- zeps.journal.record.encoder.plain_record_py (one plain record of an
- *                    append: encoder._one_plain's bytes)
+ *                    append: encoder.encode_plain's bytes)
  *   fused_columns <- walk, kinds, check_plain, BatchRun (zeps.journal.batchcols) and compact
  *                    of a block's leading run of unflagged plain and batch records, fused
  *                    into one pass
@@ -865,7 +865,7 @@ jc_valid_utf8(PyObject *self, PyObject *args)
 /* plain_record(seq, timestamp, key, body) -> (record, frame): one plain record (its 16-byte
  * header, then its DELIVER frame) and that DELIVER frame, as
  * zeps.journal.record.encoder.plain_record_py builds them in Python (the definition; the
- * journal's append of one plain PUBLISH per round, encoder._one_plain, issue 20). key and
+ * journal's plain PUBLISHes of a round, encoder.encode_plain, issue 20). key and
  * body are bytes; seq and timestamp fit in 64 bits; the key is at most 255 bytes. The caller
  * checks the record's size. */
 static PyObject *

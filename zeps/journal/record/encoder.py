@@ -72,12 +72,13 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     item is invalid (all or nothing). Frames are built by
     :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`.
 
-    One plain ``(key, body)`` without a producer, the broker's round of one PUBLISH, is encoded
-    straight (:func:`_one_plain`: the same bytes and record; issue 20), else by the loop."""
-    if producers is None and len(items) == 1:
-        one = _one_plain(items[0], first_seq, timestamp, max_record_bytes)
-        if one is not None:
-            return one
+    A plain ``(key, body)`` pair without a producer (most of a broker's round at a low rate:
+    a PUBLISH or two) is one call of :func:`encode_plain` (C where built; the same bytes and
+    record as the loop's general code gives the triple ``(key, body, None)``; issue 20)."""
+    if producers is None and len(items) == 1 and type(items[0]) is tuple and len(items[0]) == 2:
+        one = encode_plain(items[0][0], items[0][1], first_seq, timestamp, max_record_bytes)
+        if one is not None:                      # one plain record: not even the loop's setup
+            return [one[0]], [one[1]]
     ts_bytes = U64.pack(timestamp)
     ts_crc = _crc_value(ts_bytes)
     pack = HEADER.pack
@@ -86,6 +87,15 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     records: List = []
     seq = first_seq
     for i, (item, prod) in enumerate(zip(items, prods)):
+        if prod is None and type(item) is tuple and len(item) == 2:
+            one = encode_plain(item[0], item[1], seq, timestamp, max_record_bytes)
+            if one is not None:
+                parts.append(one[0])
+                records.append(one[1])
+                seq += 1
+                continue                         # else the general code encodes or refuses it
+        if seq >= 1 << 64:
+            raise InvalidRecordError("sequence would exceed 2^64-1")
         if isinstance(item, PublishBatch):
             batch = _batch_record(item, i, seq, timestamp, max_record_bytes)
             entries = item.entries
@@ -170,16 +180,6 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     if seq > 1 << 64:
         raise InvalidRecordError("sequence would exceed 2^64-1")
     return parts, records
-
-
-def _one_plain(item, seq: int, timestamp: int, max_record_bytes: int):
-    """``([record], [Record])`` of one valid plain ``(key, body)`` item, as the loop of
-    :func:`encode_batch` makes them; None for anything else (another kind of item or type, a key
-    or frame over its limit, a sequence past 2^64-1), which the loop encodes or refuses."""
-    if type(item) is not tuple or len(item) != 2:
-        return None
-    one = encode_plain(item[0], item[1], seq, timestamp, max_record_bytes)
-    return None if one is None else ([one[0]], [one[1]])
 
 
 def encode_plain(key, body, seq: int, timestamp: int, max_record_bytes: int

@@ -101,3 +101,18 @@ def test_administration_of_a_stream_being_opened_waits_until_it_is_open(core):
     assert described.last == 1
     assert core.take(b"other") == [c.StreamDeleteOk()]
     assert "s" not in core.core.catalogue
+
+
+def test_stream_settings_of_a_stream_being_opened_are_answered_at_once(core):
+    """STREAM-SETTINGS reads only what the stream's creation wrote: it is answered while an
+    ATTACH opens the stream (it was told to retry, which the SDK does not)."""
+    core.send(b"admin", c.StreamCreate("s", 0, 0, 4096, 0))
+    assert core.take(b"admin") == [c.StreamCreateOk()]
+    slow(core, A, c.Attach("s"))
+    assert "s" in core.core.opening and core.take(A) == []
+    slow(core, b"admin", c.StreamSettingsGet("s"))
+    [settings] = core.take(b"admin")
+    assert isinstance(settings, c.StreamCreateX) and settings.max_message == 4096, settings
+    core.open_streams()
+    core.collect()
+    assert core.take(A) == [c.AttachOk()]

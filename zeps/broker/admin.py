@@ -68,22 +68,18 @@ class StreamAdministration(Compacting):
     def _exists(self, name: str) -> bool:
         return name in self.catalogue
 
-    def _no_stream(self, s: Session, name: str, admin: bool = False,
-                   waits: bool = False) -> bool:
+    def _no_stream(self, s: Session, name: str, admin: bool = False) -> bool:
         """INVALID unless stream ``name`` exists and this client may know it: it may attach to
         it, or (``admin``: PURGE and DELETE, whose ``admin`` right was checked first) administer
-        it (an ``admin``-only client was told its own stream did not exist). A command that
-        ``waits`` (DESCRIBE, PURGE, DELETE: :meth:`_open_first`) joins an open under way;
-        others are told to retry."""
+        it (an ``admin``-only client was told its own stream did not exist). A stream being
+        opened off the loop exists: DESCRIBE, PURGE and DELETE join the open
+        (:meth:`_open_first`), STREAM-SETTINGS reads only the settings its creation wrote."""
         why = bad_stream_name(name)
         if why:
             self._invalid(s.identity, why)
             return True
         if self._exists(name) and (self.acl is None or admin
                                    or self.acl.may_attach(s.user, name)):
-            if name in self.opening and not waits:   # being opened off the loop
-                self._invalid(s.identity, f"stream {name!r} is being opened: retry")
-                return True
             return False
         self._invalid(s.identity, Reason.no_stream(name))
         return True
@@ -156,7 +152,7 @@ class StreamAdministration(Compacting):
         if cmd.stream == "":
             self._describe_defaults(s)
             return
-        if (self._no_stream(s, cmd.stream, waits=True) or self._over_budget(s)
+        if (self._no_stream(s, cmd.stream) or self._over_budget(s)
                 or self._open_first(s, cmd)):
             return
         self._describe(s, cmd)
@@ -177,7 +173,7 @@ class StreamAdministration(Compacting):
         meanwhile), not its budget (paid)."""
         admin = _ADMIN_RIGHT.get(type(cmd))
         if ((admin is not None and self._admin_refused(s, cmd.stream, admin, pay=False))
-                or self._no_stream(s, cmd.stream, admin is not None, waits=True)):
+                or self._no_stream(s, cmd.stream, admin is not None)):
             return
         _AFTER_OPEN[type(cmd)](self, s, cmd)
 
@@ -209,7 +205,7 @@ class StreamAdministration(Compacting):
         """PURGE or DELETE: its right (and the budget), the stream, its journal open (off the
         loop if it is not), then the command."""
         if (self._admin_refused(s, cmd.stream, _ADMIN_RIGHT[type(cmd)])
-                or self._no_stream(s, cmd.stream, True, waits=True) or self._open_first(s, cmd)):
+                or self._no_stream(s, cmd.stream, True) or self._open_first(s, cmd)):
             return
         _AFTER_OPEN[type(cmd)](self, s, cmd)
 

@@ -315,3 +315,18 @@ def test_a_sealed_segments_map_is_its_file(tmp_path, monkeypatch, window):
                     assert bytes(view) == bytes(bb.read(fd, size, pos)) == data[pos:pos + size]
         finally:
             os.close(fd)
+
+
+def test_a_journal_whose_sequences_pass_2_63_is_read_to_its_end(tmp_path):
+    """Sequences are u64 on disk and int64 in the columns (past 2^63-1 they wrap, as
+    test_journalc documents). A journal (forged: one segment based at 2^63-2) whose sequences
+    cross 2^63 was read again and again from its first record (the read went on at the wrapped,
+    negative, sequence): the columns end with its last record, once each (found by review)."""
+    from zeps.journal.record import encode_batch
+    first = (1 << 63) - 2
+    parts, _ = encode_batch([("k", b"v%d" % i) for i in range(4)], first, 1000, 1 << 20)
+    (tmp_path / "s").mkdir()
+    (tmp_path / "s" / f"{first:020d}.log").write_bytes(b"".join(parts))
+    with Journal.open(str(tmp_path / "s"), JournalConfig()) as j:
+        got = [s & 0xFFFF_FFFF_FFFF_FFFF for s, *_ in rows_of(read_columns(j, first))]
+        assert got == [x for x, *_ in rows_from_reader(j, first)] == list(range(first, first + 4))

@@ -110,7 +110,7 @@ class ColumnSink:
 
     def after(self) -> int:
         """The sequence after the last row collected (0 if none)."""
-        return int(self.out[-1].sequence[-1]) + 1 if self.out else 0
+        return _u64(self.out[-1].sequence[-1]) + 1 if self.out else 0
 
     def parse(self, seg: Segment, pos: int, seq: int, limit: int, want_seq: int,
               last_ts: Optional[int], exact: bool = False) -> ScanResult:
@@ -450,6 +450,11 @@ def _reason(buf: bytes, p: int, seq: int, last_ts: Optional[int], otherwise: str
     return res.info if res.status == BAD else otherwise
 
 
+def _u64(sequence) -> int:
+    """A sequence of a column (int64, the u64 on disk cast: past 2^63-1 it wraps) as on disk."""
+    return int(sequence) & 0xFFFF_FFFF_FFFF_FFFF
+
+
 def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bool = True,
                  block_bytes: int = BLOCK_BYTES) -> Iterator[Columns]:
     """Yield :class:`Columns` for the records ``first..last`` (inclusive; ``last=None``: to the
@@ -470,10 +475,10 @@ def read_columns(view, first: int, last: Optional[int] = None, *, verify_crc: bo
                 log.warning("journal %s: records %d..%d were deleted by retention",
                             view.stream_dir, seq, last)
             return
-        got = int(sink.out[0].sequence[0])
+        got = _u64(sink.out[0].sequence[0])
         kept = view._firsts[0] if view._firsts else got
         if got > seq and seq < kept:      # (the gaps of a compacted stream are no loss)
             log.warning("journal %s: records %d..%d were deleted by retention; continuing at %d",
                         view.stream_dir, seq, min(got, kept) - 1, got)
         yield from sink.out
-        seq = int(sink.out[-1].sequence[-1]) + 1
+        seq = _u64(sink.out[-1].sequence[-1]) + 1

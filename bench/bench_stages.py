@@ -236,6 +236,7 @@ def run_once(kind: str, rate: float, seconds: float, size: int, fsync: str) -> d
     res["cpu"] = {"publisher": pcpu / n, "broker": cpu / n, "subscriber": scpu / n}
     res["threads"] = per_message(threads_before, threads, n)
     res["preempted"] = preempted / n
+    res["rounds"] = broker.get("rounds", [])
     return res
 
 
@@ -273,7 +274,19 @@ def report(res: dict, title: str) -> str:
     lines.append("* the broker's CPU per message by thread (us): " + _threads_text(res["threads"]))
     lines.append(f"* the broker's loop lost the CPU to another thread (involuntary context "
                  f"switches of its thread): {res['preempted']:.2f} per message")
+    if res.get("rounds"):
+        lines.append("* " + _rounds_text(res["rounds"]))
     return "\n".join(lines)
+
+
+def _rounds_text(rounds: List[int]) -> str:
+    """How many messages the broker's rounds journalled at once (a round's one PUBLISH takes
+    ``zeps/broker/lone.py``'s way, more take the batch's)."""
+    sizes = [n for n in rounds if n]
+    share = lambda k: sum(1 for n in sizes if n == k) / len(sizes)     # noqa: E731
+    return (f"the broker's rounds that journalled messages: {len(sizes):,}, "
+            f"{sum(sizes) / len(sizes):.2f} messages each on average; one message: "
+            f"{share(1):.0%}, two: {share(2):.0%}, more: {1 - share(1) - share(2):.0%}")
 
 
 def _stalls_text(stalls: Tuple[int, int]) -> str:

@@ -59,7 +59,10 @@ def broker_child(argv: List[str]) -> int:
 
     append_queued = stream.Stream.append_queued
 
+    rounds = array("I")                   # messages of each journalling of a round (B3)
+
     def append_queued_stamped(self):
+        rounds.append(len(in_round))
         r = append_queued(self)
         t = mono()
         for s in in_round:
@@ -164,7 +167,7 @@ def broker_child(argv: List[str]) -> int:
         with open(out_file, "wb") as f:
             pickle.dump(dict(B1=first_times(b1), B2=first_times(b2), B3=first_times(b3),
                              B4=first_times(b4), wakes=list(wakes), syncs=syncs, gc=gcs,
-                             long_waits=long_waits), f)
+                             long_waits=long_waits, rounds=list(rounds)), f)
 
 
 def broker_options(environ=os.environ) -> List[str]:

@@ -291,3 +291,12 @@ def test_the_sdk_systems_give_their_clients_the_options_of_the_environment(tmp_p
     assert ("* environment: `ZEPS_BENCH_SDK_PUBLISHER=batching=False`, "
             "`ZEPS_BENCH_SDK_SUBSCRIBER=batching=False`\n") in report
     assert figures_of(report, "ZEPS SDK"), report
+
+
+def test_bench_stages_tells_how_many_messages_each_round_journalled():
+    """The stage report's line on the broker's rounds (the stamped broker records the messages
+    of each journalling): rounds that journalled nothing are not counted."""
+    from bench.bench_stages import _rounds_text
+    assert _rounds_text([0, 1, 2, 2, 5]) == (
+        "the broker's rounds that journalled messages: 4, 2.50 messages each on average; one "
+        "message: 25%, two: 50%, more: 25%")

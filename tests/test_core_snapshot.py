@@ -258,3 +258,52 @@ def test_snapshot_then_subscribe_from_seq_plus_one_is_the_current_state(tmp_path
         assert state == model
     finally:
         h.close()
+
+
+def _counting_looks(monkeypatch) -> list:
+    """How many keys the index is asked about (each key a snapshot looks at): a list holding
+    the count, reset by the caller."""
+    from zeps.journal import lastvalue
+    n = [0]
+    packed = lastvalue.KeyIndex.packed
+
+    def counting(self, key):
+        n[0] += 1
+        return packed(self, key)
+    monkeypatch.setattr(lastvalue.KeyIndex, "packed", counting)
+    return n
+
+
+def test_a_round_looks_at_a_bounded_number_of_keys_however_many_are_skipped(make, monkeypatch):
+    """Keys changed after the snapshot's sequence are skipped (their change is in the stream
+    after it). One round looked at every one of them (200,000 keys: 115 ms of the loop, every
+    client waiting), and a reader granting 9 bytes of credit at a time, short of the next
+    entry, had them all looked at again for each CREDIT (found by review): now a round looks
+    at SNAPSHOT_LOOKS keys at most, and a key skipped is not looked at again."""
+    from zeps.broker.snapshots import SNAPSHOT_LOOKS
+    h = indexed(make)
+    n = 3 * SNAPSHOT_LOOKS + 5
+    put(h, *[(f"k.{i:05d}", b"v1") for i in range(n)], ("z.last", b"x" * 1000))
+    h.send(R, c.Attach("s"), c.Snapshot(("",)))         # no credit yet
+    put(h, *[(f"k.{i:05d}", b"v2") for i in range(n)])   # every k.* changed after seq
+    looks = _counting_looks(monkeypatch)
+
+    def rounds_looking() -> list:
+        """The keys looked at in each round until the snapshot waits or ends."""
+        per_round = []
+        while True:
+            looks[0] = 0
+            more = h.round()
+            per_round.append(looks[0])
+            if not more:
+                return per_round
+    h.core.receive(R, [c_encode(c.Credit(9))], h.now)   # short of z.last's entry
+    first = rounds_looking()
+    assert max(first) <= SNAPSHOT_LOOKS and sum(first) >= n, first
+    for _ in range(3):                                   # each CREDIT: z.last alone again
+        h.core.receive(R, [c_encode(c.Credit(9))], h.now)
+        assert sum(rounds_looking()) <= 2
+    h.core.receive(R, [c_encode(c.Credit(1 << 20))], h.now)
+    rounds_looking()
+    got = h.take(R)
+    assert [e.key for e in entries(got)] == ["z.last"] and got[-1] == c.SnapshotEnd(n + 1, 1)

@@ -16,8 +16,11 @@ gap, no duplicate (:mod:`zeps.journal.lastvalue` explains why the index never ne
 * **Bounded memory.** The broker keeps a cursor per snapshot (:class:`SnapshotCursor`: which
   prefix, the last key sent, ``seq``, the count: O(1)), never the answer. Entries are produced in
   the round's pump step, at most :data:`SNAPSHOT_STEP` per session a round, each read from the
-  journal as it is sent, and only while the client has credit for it (an entry costs what the
-  same message costs as a DELIVER, or DELIVER-H for -H) and its pipe is not congested. A reader
+  journal as it is sent, looking at most :data:`SNAPSHOT_LOOKS` keys (keys skipped, changed
+  after ``seq`` or gone with retention, count too, and the cursor passes them: a round's work is
+  bounded however many keys are skipped, and none is looked at twice), and only while the
+  client has credit for it (an entry costs what the same message costs as a DELIVER, or
+  DELIVER-H for -H) and its pipe is not congested. A reader
   that grants no credit, or stops reading, costs its cursor and nothing else: an entry its full
   pipe does not take is taken back as a DELIVER is (:meth:`Snapshots.snapshot_unsent`: its
   credit returned, the cursor rewound to its key, nothing held), and SNAPSHOT-END is produced
@@ -50,6 +53,9 @@ ENTRY_KEY = 19
 
 #: The most entries one session is sent in one round.
 SNAPSHOT_STEP = 256
+#: The most keys one session's step looks at in one round, entries and keys skipped (changed
+#: after the snapshot's sequence, dropped by retention or a purge) together.
+SNAPSHOT_LOOKS = 4 * SNAPSHOT_STEP
 #: The least credit an entry costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
 
@@ -140,9 +146,11 @@ class Snapshots:
             self.snapshotting[s.identity] = s.snapshot
 
     def _snapshot_step(self, s, st, cur: SnapshotCursor) -> bool:
-        """Send up to :data:`SNAPSHOT_STEP` entries within the credit; SNAPSHOT-END when done.
-        True if the step stopped at its bound with credit left."""
-        budget = SNAPSHOT_STEP
+        """Send up to :data:`SNAPSHOT_STEP` entries within the credit, looking at up to
+        :data:`SNAPSHOT_LOOKS` keys (a skipped key moves the cursor past it: a step that stops
+        for credit does not look at it again); SNAPSHOT-END when done. True if the step stopped
+        at a bound with credit left."""
+        budget, looks = SNAPSHOT_STEP, SNAPSHOT_LOOKS
         ident = s.identity
         outbox = self.outbox
         purged_to = st.purged_to
@@ -157,15 +165,16 @@ class Snapshots:
             while cur.i < len(cur.prefixes):
                 snap = st.journal.snapshot(cur.prefixes[cur.i], cur.after)
                 snap.seq = cur.seq                # consistent at the SNAPSHOT's sequence
-                for rec in snap.records():
-                    if budget == 0:
-                        return True
-                    budget -= 1
-                    if rec.sequence <= purged_to:
-                        cur.after = rec.key
-                        continue
-                    if not self._send_entry(s, st, cur, rec):
+                for key, rec in snap.steps():
+                    looks -= 1
+                    if rec is None or rec.sequence <= purged_to:
+                        cur.after = key.decode("utf-8")
+                    elif self._send_entry(s, st, cur, rec):
+                        budget -= 1
+                    else:
                         return False              # wait for CREDIT
+                    if budget == 0 or looks == 0:
+                        return True
                 cur.i += 1
                 cur.after = None
             if budget < SNAPSHOT_STEP:            # END in a round that sends no entry: it

@@ -300,13 +300,22 @@ class KeySnapshot:
         """The messages themselves (:class:`~zeps.journal.Record`), in key order: each read
         at the position the index keeps (checked; through the sparse index if it moved). A
         message compacted away since (the key changed after ``seq``) is skipped."""
-        read = self._read_at
-        for _, v in self._entries():
-            rec = read(v >> SHIFT, v & POS_MASK)
+        for _, rec in self.steps():
             if rec is not None:
                 yield rec
 
-    def _entries(self) -> Iterator[Tuple[bytes, int]]:
+    def steps(self) -> Iterator[Tuple[bytes, object]]:
+        """Every key under the prefix looked at, in key order, as ``(key, record)``: its message
+        as :meth:`records` reads it, or None for a key skipped (its latest message is above
+        ``seq`` or below the stream's first sequence, or was compacted away since). A reader
+        that pages through a snapshot (the broker) counts the skipped keys too, so that a step
+        of it looks at a bounded number of keys however many are skipped."""
+        read = self._read_at
+        for k, v in self._entries(True):
+            yield k, None if v is None else read(v >> SHIFT, v & POS_MASK)
+
+    def _entries(self, skipped: bool = False) -> Iterator[Tuple[bytes, Optional[int]]]:
+        """``(key, packed)`` of the keys kept; with ``skipped``, ``(key, None)`` for the others."""
         p = self._p
         start, inclusive = (p, True) if self._after is None or self._after < p \
             else (self._after, False)
@@ -323,6 +332,8 @@ class KeySnapshot:
                 v = index.packed(k)           # now, not when the chunk was taken
                 if v is not None and first <= v >> SHIFT <= top:
                     yield k, v
+                elif skipped:
+                    yield k, None
             start, inclusive = chunk[-1], False
 
 

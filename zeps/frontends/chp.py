@@ -10,7 +10,7 @@ The shell owns the three sockets and the stream's ZEPS side, and calls:
 * the stream's live feed: :meth:`~ChpFrontEnd.on_live` with every message, in sequence order;
   it returns the KVPUB to send on the PUB socket and keeps the ttl schedule;
 * timers: :meth:`~ChpFrontEnd.expired` (the deletes to publish for ttls that are due) and
-  :meth:`~ChpFrontEnd.hugz` (a HUGZ when the PUB socket was idle a second), woken at
+  :meth:`~ChpFrontEnd.hugz` (a HUGZ every second, updates or not), woken at
   :meth:`~ChpFrontEnd.next_deadline`.
 
 The snapshot source (``source(subtree)``, the shell's: SNAPSHOT on a peering of its own with
@@ -38,7 +38,10 @@ Source = Callable[[str], Tuple[Union[int, Callable[[], int]], Iterable[Any]]]
 
 
 class Heartbeat:
-    """HUGZ: due when nothing went out on the PUB socket for ``interval`` seconds."""
+    """HUGZ: due every ``interval`` seconds, updates or not. A client of a subtree sees only
+    its subtree's KVPUBs: HUGZ sent only when the PUB socket was idle never reached a client of
+    a quiet subtree while another was busy, and the Guide's clients take 5 s without a HUGZ
+    for a dead server (they failed over and asked a snapshot again; found by review)."""
     __slots__ = ("interval", "last")
 
     def __init__(self, interval: float = 1.0, now: float = 0.0):
@@ -161,7 +164,6 @@ class ChpFrontEnd:
             self.counters.add("ttl.full")
         if replayed:
             return None
-        self.heartbeat.activity(now)
         self.counters.add("publisher.kvpub")
         return codec.encode_kvpub(msg)
 

@@ -4,7 +4,7 @@ one stream, on :class:`~zeps.frontends.shell.FrontEndShell`.
 * snapshot ROUTER on ``P``: ICANHAZ? -> one KVSYNC per live key under the subtree, then
   KTHXBAI with the sequence ``S`` the snapshot is consistent at (:mod:`.chp`);
 * publisher PUB on ``P+1``: a KVPUB per message of the stream, with its ZEPS sequence, and a
-  HUGZ after a second without one;
+  HUGZ every second (a client of a quiet subtree hears it while others are busy);
 * collector on ``P+2``: a SUB, as the RFC says (default), or a PULL (``--chp-collector pull``)
   for the Guide's Python Clone client, whose ``clone.py`` connects a PUSH there. Each KVSET
   is published on the stream, its UUID and properties as headers (:func:`.chp_codec.to_headers`).
@@ -105,7 +105,8 @@ class BrokerSnapshot:
                 try:
                     frame = self.sock.recv(zmq.NOBLOCK)
                 except zmq.Again:
-                    self.waiting = True
+                    self._flush()                # the CREDIT take() freed, before waiting for
+                    self.waiting = True          # what it lets the broker send
                     yield WAIT
                     self.waiting = False
                     continue

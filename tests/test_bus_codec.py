@@ -102,7 +102,7 @@ def test_iso8601_as_javascript_writes_it():
     ([b"SYNCSTART", b"", b"-1"], "bad sequence"),
     ([b"SYNCSTART", b"", b"18446744073709551616"], "bad sequence"),
     ([b"SYNCSTART", b"", b"1" * 21], "bad sequence"),
-    ([b"SYNCSTART", b"/a;" * 64, b"0"], "too many subtrees"),
+    ([b"SYNCSTART", b"/a;" * 64, bytes(8)], "too many subtrees"),
     ([b"SYNCSTART", b"," * 64, b"0"], "too many subtrees"),
     ([b"SYNCSTART", b"/" * 16385, b"0"], "subtrees too large"),
     ([b"SYNCSTART", b"/" * 256, b"0"], "subtree too large"),
@@ -225,3 +225,28 @@ def test_a_plain_zeps_message_as_an_event():
         "0123456789abcdef"
     assert bus.to_headers(EVENT) == (("producer", b"producer"), ("timestamp", TS.encode()),
                                      ("uuid", UUID.encode()))
+
+
+def test_syncstart_splits_subtrees_by_its_senders_dialect():
+    """The sequence's form tells the dialect: 8 bytes, the RFC's ``;``; decimal (or empty), the
+    reference's ``,``. A subtree may hold the other separator: "/a,b/" from an RFC client was
+    split into "/a" and "b/", and the client got events outside its subtree (found by review)."""
+    rfc = bus.decode_syncstart([b"SYNCSTART", b"/a,b/", bytes(8)])
+    assert rfc == bus.SyncStart(("/a,b/",), 0)
+    assert bus.decode_syncstart([b"SYNCSTART", b"/a,b/;/c/", bytes(7) + b"\5"]).subtrees == (
+        "/a,b/", "/c/")
+    ref = bus.decode_syncstart([b"SYNCSTART", b"/a;b/,/c/", b"12"])
+    assert ref == bus.SyncStart(("/a;b/", "/c/"), 12)
+    assert bus.decode_syncstart([b"SYNCSTART", b"/a;b/", b""]).subtrees == ("/a;b/",)
+
+
+def test_a_zeps_publishers_headers_a_pub_could_not_carry_are_not_passed_on():
+    """A PUBLISH-H with ``timestamp=yesterday`` and a 20-byte UUID of control characters went
+    out as a BROADCAST the front end's own decoder refuses (a client's ``new Date(ts)`` fails):
+    the journal's timestamp, and no UUID, instead (found by review)."""
+    ev = bus.from_message(3, "/h", b"x", 1479479809007_000_000,
+                          [("timestamp", b"yesterday"), ("uuid", b"\x01" * 20)])
+    assert (ev.timestamp, ev.uuid) == (TS, "")
+    assert bus.decode_broadcast(bus.encode_broadcast(ev)) == ev
+    ok = bus.from_message(3, "/h", b"x", 0, [("timestamp", TS.encode()), ("uuid", b"u-1")])
+    assert (ok.timestamp, ok.uuid) == (TS, "u-1")

@@ -14,11 +14,13 @@ Strings are UTF-8; ``timestamp`` is ISO-8601 (``2016-11-18T14:36:49.007Z``); ``d
 **Two dialects.** The RFC joins several subtrees with ``;`` and sends sequences as 8 bytes in
 network order. The reference implementation (Node) joins subtrees with ``,`` and sends
 sequences as decimal strings (``String(n)``; its publisher, which sets no sequence, sends the
-four letters ``null``). Input accepts both: a subtree frame holding a ``;`` is split on ``;``
-(a ``,`` is then part of a subtree), otherwise on ``,``; a sequence frame of 1 to 20 ASCII
-digits is decimal, one of 8 other bytes is network order, an empty one is 0. (An 8-byte binary
-sequence whose every byte is an ASCII digit is at least 0x3030303030303030, about 3.5 * 10^18:
-no stream gets there.) Output speaks one :class:`Dialect`: :data:`RFC` (the default) or
+four letters ``null``). Input accepts both: a sequence frame of 1 to 20 ASCII digits is
+decimal, one of 8 other bytes is network order, an empty one is 0; SYNCSTART's subtrees are
+split by its sequence's form, on ``;`` after an 8-byte one (the RFC's), on ``,`` after a decimal
+or empty one (the other separator is then part of a subtree); a list whose sender's form
+nothing else tells (SYNCEND, read by a client) on ``;`` if it holds one, otherwise on ``,``.
+(An 8-byte binary sequence whose every byte is an ASCII digit is at least 0x3030303030303030,
+about 3.5 * 10^18: no stream gets there.) Output speaks one :class:`Dialect`: :data:`RFC` (the default) or
 :data:`REFERENCE`, which the Node subscriber needs (it compares sequences as decimal text).
 
 An empty subtree matches every topic (the reference's ``"".split(",")`` is ``[""]``, and every
@@ -102,12 +104,14 @@ def decode_sequence(frame: Buffer) -> int:
     raise Malformed("bad sequence", f"{len(frame)} bytes, neither 8 nor decimal digits")
 
 
-def decode_subtrees(frame: Buffer, limits: Limits = DEFAULT_LIMITS) -> Tuple[str, ...]:
+def decode_subtrees(frame: Buffer, limits: Limits = DEFAULT_LIMITS,
+                    separator: Optional[bytes] = None) -> Tuple[str, ...]:
     """``;``-joined (RFC) or ``,``-joined (reference) subtrees; sizes and count checked before
-    the frame is split."""
+    the frame is split. ``separator``: the one the sender's dialect uses (None: ``;`` if the
+    frame holds one, else ``,``, for a frame whose dialect nothing else tells)."""
     check_size(frame, limits.max_subtrees_bytes, "subtrees")
     raw = bytes(frame)
-    sep = b";" if b";" in raw else b","
+    sep = separator if separator is not None else b";" if b";" in raw else b","
     if raw.count(sep) >= limits.max_subtrees:
         raise Malformed("too many subtrees", f"{raw.count(sep) + 1}, at most {limits.max_subtrees}")
     return tuple(text(part, "subtree", MAX_KEY) for part in raw.split(sep))
@@ -147,8 +151,12 @@ def decode_syncstart(frames: Sequence[Buffer], limits: Limits = DEFAULT_LIMITS) 
     if not frames or len(frames[0]) != len(SYNCSTART) or bytes(frames[0]) != SYNCSTART:
         raise Malformed("bad command")
     check_count(frames, 3, "SYNCSTART")
-    subtrees = decode_subtrees(frames[1], limits)
-    return SyncStart(subtrees, decode_sequence(frames[2]))
+    sequence = decode_sequence(frames[2])
+    # The sequence's form tells the dialect, and so the separator: a subtree may hold the
+    # other one ("/a,b/" from an RFC client was split into "/a" and "b/"; found by review).
+    rfc = len(frames[2]) == 8 and decode_decimal(frames[2]) is None
+    return SyncStart(decode_subtrees(frames[1], limits, RFC.separator.encode() if rfc
+                                     else REFERENCE.separator.encode()), sequence)
 
 
 def _event(frames: Sequence[Buffer], limits: Limits, sequence: int) -> Event:
@@ -232,6 +240,12 @@ def to_headers(event: Event) -> Tuple[Tuple[str, bytes], ...]:
         (UUID_HEADER, event.uuid)) if value)
 
 
+#: What a PUB's timestamp and UUID must be (:func:`check_timestamp`, :func:`check_uuid`): a
+#: ZEPS publisher's headers that are not (``timestamp=yesterday``) are not passed on, where a
+#: client reading them as the RFC's would fail (found by review).
+_FIELD_OK = {TIMESTAMP_HEADER: _ISO8601.fullmatch, UUID_HEADER: lambda v: not _CONTROL.search(v)}
+
+
 def from_message(sequence: int, key: str, value: bytes, timestamp_ns: int,
                  headers: Iterable[Tuple[str, bytes]] = ()) -> Event:
     """The event of a message of the stream: producer, timestamp and UUID from its headers (the
@@ -249,6 +263,8 @@ def from_message(sequence: int, key: str, value: bytes, timestamp_ns: int,
             field = None
         if name == UUID_HEADER and len(raw) == 16 and (field is None or _CONTROL.search(field)):
             field = str(_uuid.UUID(bytes=bytes(raw)))
+        elif field is not None and name != PRODUCER_HEADER and not _FIELD_OK[name](field):
+            field = None                 # what a PUB could not carry: the journal's, or none
         if field is not None:
             fields[name] = field
     return Event(key, sequence, fields.get(PRODUCER_HEADER, ""),

@@ -6,8 +6,9 @@ created with ``zeps stream create --key-index`` or ``--compact``, or the broker 
 ``--key-index``); ``watch``
 prints them, then every change after the snapshot's sequence (no gap, no duplicate);
 ``history`` replays one key's messages. A value is a message body; an empty body deletes the
-key (a tombstone: ``del``). ``put --ttl S`` publishes a ``ttl`` header: readers such as
-:class:`zeps.clients.KVMap` hide the key once S seconds passed (the broker keeps the message).
+key (a tombstone: ``del``). ``put --ttl S`` publishes a ``ttl`` header: readers (``get``,
+``ls``, ``watch``'s current values, :class:`zeps.clients.KVMap`) hide the key once S seconds
+passed since it was stored (the broker keeps the message).
 Readers (``get``, ``ls``, ``watch``, ``history``) never create a stream; ``put`` and ``del`` do,
 as ``zeps publish`` does.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 
 from ..protocol.ttl import TTL_HEADER, ttl_text
 from .common import (UsageError, _add_common, _add_endpoint, _escape, _key, _positive_int,
@@ -81,6 +83,22 @@ def _client(args, publisher: bool = False):
                   curve=args.curve, create=publisher, on_connection=connection_reporter(args))
 
 
+def _asked(prefix: str) -> str:
+    """The prefix to ask the broker for ``prefix``: a key starting with ``~`` is a regular
+    expression to the broker (SNAPSHOT refuses one, SUBSCRIBE matches by it), so such a key or
+    prefix is read from the whole stream's, filtered here (it could be written, not read)."""
+    return "" if prefix.startswith("~") else prefix
+
+
+def alive(msg, now: float) -> bool:
+    """Is ``msg`` (a current value) still shown at ``now`` (seconds since the epoch)? Not once
+    its ``ttl`` header's seconds passed since it was stored, as :class:`zeps.clients.KVMap`
+    hides it (get, ls and watch printed it on)."""
+    from zeps.clients.kv import ttl_of
+    ttl = ttl_of(msg)
+    return ttl is None or not msg.timestamp or msg.timestamp / 1e9 + ttl > now
+
+
 def _change(args, msg) -> str:
     if args.json:
         return json.dumps(message_json(args.stream, msg))
@@ -110,10 +128,13 @@ def run(args) -> int:
         return 0
     opts = {"timeout": args.connect_timeout, "curve": args.curve}
     if action == "get":
-        it = iter(SnapshotIterator(args.endpoint, args.stream, args.key, **opts))
+        it = iter(SnapshotIterator(args.endpoint, args.stream, _asked(args.key), **opts))
+        want = args.key.encode("utf-8")
         msg = next(it, None)                  # the key itself comes first under its prefix
+        while msg is not None and msg.key.encode("utf-8") < want:       # (asked from "")
+            msg = next(it, None)
         it.close()                            # the rest is not wanted: its socket closes
-        if msg is None or msg.key != args.key:
+        if msg is None or msg.key != args.key or not alive(msg, time.time()):
             sys.stderr.write(f"zeps: {args.stream}: no value for key {args.key!r}\n")
             return 1
         if args.json:
@@ -122,7 +143,10 @@ def run(args) -> int:
             out.buffer.write(msg.body + b"\n")
         return 0
     if action == "ls":
-        for msg in SnapshotIterator(args.endpoint, args.stream, args.prefix, **opts):
+        now = time.time()
+        for msg in SnapshotIterator(args.endpoint, args.stream, _asked(args.prefix), **opts):
+            if not alive(msg, now) or not msg.key.startswith(args.prefix):
+                continue
             if args.json:
                 out.write(json.dumps(message_json(args.stream, msg)) + "\n")
             elif args.values:
@@ -133,15 +157,18 @@ def run(args) -> int:
     if action == "watch":
         n = 0
         with _client(args) as c:
-            snap = SnapshotIterator(args.endpoint, args.stream, args.prefix, **opts)
+            snap = SnapshotIterator(args.endpoint, args.stream, _asked(args.prefix), **opts)
+            now = time.time()
             for msg in snap:
-                if not args.no_current:
+                if not args.no_current and alive(msg, now) and msg.key.startswith(args.prefix):
                     out.write(_change(args, msg) + "\n")
                     n += 1
                     if args.count and n >= args.count:
                         return 0
             out.flush()
-            for msg in c.subscribe(args.prefix, from_seq=snap.seq + 1):
+            for msg in c.subscribe(_asked(args.prefix), from_seq=snap.seq + 1):
+                if not msg.key.startswith(args.prefix):
+                    continue
                 out.write(_change(args, msg) + "\n")
                 out.flush()
                 n += 1
@@ -149,14 +176,27 @@ def run(args) -> int:
                     return 0
         return 0
     if action == "history":
+        from zeps.clients import ZepsTimeout
         with _client(args) as c:
             last = c.info().last
             if last == 0:
                 return 0
-            for msg in c.subscribe(args.key, from_seq=0):
+            # Every message, filtered here (as zeps replay): with the key as the pattern, no
+            # message after the key's last one came to say that the end was passed, and the
+            # command waited for ever unless that key had the stream's last message.
+            sub = c.subscribe("", from_seq=0)
+            idle = max(30.0, args.connect_timeout)
+            seq = 0
+            while seq < last:
+                try:
+                    msg = sub.next(timeout=idle)
+                except ZepsTimeout:
+                    raise ZepsTimeout(f"history stalled at sequence {seq}: no message from "
+                                      f"{args.endpoint} for {idle:g}s") from None
+                seq = msg.sequence
+                if seq > last:
+                    break
                 if msg.key == args.key:
                     out.write(_change(args, msg) + "\n")
-                if msg.sequence >= last:
-                    break
         return 0
     raise UsageError(f"unknown action {action!r}")

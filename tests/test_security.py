@@ -251,3 +251,22 @@ def test_the_sdk_lists_past_a_page_of_streams_the_acl_hides(start_broker, keys, 
                      "--allow", str(allow), "--acl", str(acl))
     curve = CurveKeys.from_files(str(keydir / "broker.key"), str(keydir / "alice.key_secret"))
     assert list_streams(b.endpoint, curve=curve, timeout=10) == ("alice.z",)
+
+
+def test_a_new_secret_key_is_private_from_its_creation(tmp_path, monkeypatch):
+    """The secret key file was written readable by all (umask 022) and made private by a chmod
+    after it; and a dangling symbolic link at its name was written through (found by review).
+    Here no chmod runs: the file must have been created private; the public key is readable."""
+    from zeps.broker import security
+    old = os.umask(0o022)
+    try:
+        monkeypatch.setattr(security.os, "chmod", lambda path, mode: None)
+        public, secret = security.new_keys(str(tmp_path / "k"), "alice")
+    finally:
+        os.umask(old)
+    assert os.stat(secret).st_mode & 0o777 == 0o600
+    assert load_public(public) == load_secret(secret)[0]
+    (tmp_path / "k" / "bob.key_secret").symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(security.SecurityError, match="exists"):
+        security.new_keys(str(tmp_path / "k"), "bob")
+    assert not (tmp_path / "elsewhere").exists() and not (tmp_path / "k" / "bob.key").exists()

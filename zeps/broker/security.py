@@ -51,15 +51,22 @@ def load_public(path: str) -> bytes:
 
 def new_keys(directory: str, name: str) -> Tuple[str, str]:
     """Write ``NAME.key`` (public) and ``NAME.key_secret`` in ZeroMQ's certificate format;
-    refuse to overwrite. Returns the two paths."""
+    refuse to overwrite (a symbolic link at either name too, dangling or not: the file would be
+    written where it points). The secret is private from its creation (umask 077 while the
+    files are written; it was readable by all, under umask 022, until a chmod after it: found
+    by review); the public one is then made readable as the umask allows."""
     if not name or "/" in name or name.startswith("."):
         raise SecurityError(f"bad key name {name!r}: a plain file name")
     os.makedirs(directory, exist_ok=True)
     for suffix in (".key", ".key_secret"):
-        if os.path.exists(os.path.join(directory, name + suffix)):
+        if os.path.lexists(os.path.join(directory, name + suffix)):
             raise SecurityError(f"{os.path.join(directory, name + suffix)} exists: not overwritten")
-    public, secret = zmq.auth.create_certificates(directory, name)
-    os.chmod(secret, 0o600)
+    umask = os.umask(0o077)
+    try:
+        public, secret = zmq.auth.create_certificates(directory, name)
+    finally:
+        os.umask(umask)
+    os.chmod(public, 0o644 & ~umask)
     return public, secret
 
 

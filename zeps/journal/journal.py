@@ -59,7 +59,7 @@ from .errors import InvalidRecordError, JournalError, JournalFullError, JournalN
 from .index import FileIndex, MemIndex, encode_entries, entries_for
 from .lock import release_lock, take_lock
 from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
-from .kv import KEY_CHECKPOINT_MIN, KeyValues
+from .kv import KEY_CHECKPOINT_MIN, KeyCheckpointWriter, KeyValues
 from .record import Record, encode_batch, encode_plain
 from .recovery import load_sealed, recover
 from .retention import Retention
@@ -100,7 +100,7 @@ class Journal(StreamView, KeyValues, Retention):
             lastvalue.KeyIndex() if config.key_index or self._gaps
             or stream_settings.has_key_index(stream_dir) else None)
         self._keys_upto = 0           # the sequence before which the last checkpoint is
-        self._key_writer = lastvalue.Writer(stream_dir)
+        self._key_writer = KeyCheckpointWriter(stream_dir)
 
     # ------------------------------------------------------------------ opening
 
@@ -514,7 +514,7 @@ class Journal(StreamView, KeyValues, Retention):
         if self.config.retention_bytes is not None or self.config.retention_ms is not None:
             self.apply_retention()
         k = self._keys
-        if k is not None and self._next_seq - self._keys_upto >= max(len(k), KEY_CHECKPOINT_MIN):
+        if k is not None and self._next_seq - self._keys_upto >= max(k.kept, KEY_CHECKPOINT_MIN):
             if self._key_writer.start(k, self._next_seq, self._firsts[0]):
                 self._keys_upto = self._next_seq
 

@@ -1,6 +1,7 @@
 """The writer's current-state API (issue 18, item 1): what :class:`~zeps.journal.Journal` answers
 from its last-value index (:mod:`.lastvalue`) - a key's latest message, the live keys under a
-prefix in key order, the sequence that answer is consistent at - and its checkpoint at close.
+prefix in key order, the sequence that answer is consistent at - and its checkpoints: at close,
+and at a roll by a thread (:class:`KeyCheckpointWriter`, which also finds the dead entries).
 
 A mixin of :class:`~zeps.journal.Journal` (which owns ``_keys``, the index, and the read loop);
 kept apart so that the journal module stays about appending and files.
@@ -8,8 +9,10 @@ kept apart so that the journal module stays about appending and files.
 from __future__ import annotations
 
 import logging
+import os
+import threading
 from bisect import bisect_right
-from typing import Iterable, List, Optional
+from typing import Iterable, List, Optional, Tuple
 
 from . import lastvalue
 from .errors import JournalError
@@ -17,8 +20,8 @@ from .record import BatchRecord, Record, expand
 
 log = logging.getLogger("zeps.journal")
 
-#: A checkpoint is due at a roll once this many messages (or as many as the index has keys,
-#: if more) were appended since the last one.
+#: A checkpoint is due at a roll once this many messages (or as many as the last checkpoint
+#: held keys, if more: ``KeyIndex.kept``) were appended since the last one.
 KEY_CHECKPOINT_MIN = 4096
 
 
@@ -47,8 +50,9 @@ class KeyValues:
         return self._next_seq - 1
 
     def key_count(self) -> int:
-        """How many live keys the index holds (including those whose latest message retention
-        deleted since the last open: they are not served)."""
+        """How many keys the index holds: the live ones, and those whose latest message
+        retention (or a purge) deleted that are not pruned yet (they are not served; at most
+        about two checkpoint periods' messages of them: see :mod:`.lastvalue`)."""
         return len(self._key_index())
 
     def latest_seq(self, key: str) -> Optional[int]:
@@ -152,3 +156,58 @@ class KeyValues:
                 seg.unload()
                 n += 1
         return n
+
+
+class KeyCheckpointWriter:
+    """The checkpoint written by a thread of its own from a copy of the index (at a roll):
+    :meth:`start` takes the copy on the caller's thread and returns at once. When encoded, the
+    thread sets the index's ``kept`` (the keys it holds) and hands it the entries it left out
+    (``dead``: below ``first_seq``) to prune (see :mod:`.lastvalue`, "Retention")."""
+
+    def __init__(self, stream_dir: str):
+        self.stream_dir = stream_dir
+        self._thread: Optional[threading.Thread] = None
+        self.written: Optional[int] = None     # upto of the last checkpoint written
+        self.error: Optional[BaseException] = None
+
+    def busy(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self, index: lastvalue.KeyIndex, upto: int, first_seq: int) -> bool:
+        """Write the checkpoint of ``index`` before ``upto`` in the background; False if the
+        previous one is still being written (this one is skipped)."""
+        if self.busy():
+            return False
+        keys, d = index.copy_state()
+        index.dead, index._at = None, 0       # the new one finds what is left of them again
+        t = threading.Thread(target=self._run, args=(upto, keys, d, first_seq, index),
+                             name=f"zeps-keys-{os.path.basename(self.stream_dir)}",
+                             daemon=True)
+        self._thread = t
+        t.start()
+        return True
+
+    def _run(self, upto: int, keys: List[bytes], d: dict, first_seq: int, index) -> None:
+        try:
+            dead: Tuple[List[bytes], List[int]] = ([], [])
+            gen = lastvalue.encode_steps(upto, keys, d, first_seq, dead)
+            while True:
+                try:
+                    next(gen)
+                except StopIteration as stop:
+                    data = stop.value
+                    break
+            index.kept = len(keys) - len(dead[0])     # the copy's d has every key
+            index.dead = dead if dead[0] else None     # its last act on the index
+            lastvalue.write_file(self.stream_dir, upto, data, False)
+            self.written = upto
+        except BaseException as e:  # noqa: BLE001 - reported by the owner; the log is the truth
+            self.error = e
+            log.warning("journal %s: cannot write the key index checkpoint: %s",
+                        self.stream_dir, e)
+
+    def join(self) -> None:
+        t = self._thread
+        if t is not None:
+            t.join()
+            self._thread = None

@@ -28,7 +28,18 @@ index (and the live view); compaction keeps the tombstone record itself for
 ``delete_retention_ms`` (:mod:`.compaction`) so that readers of the log see the deletion.
 
 **Retention.** A key whose latest message retention (or a purge) deleted is not served: every
-read checks ``seq >= first_seq``; the entry itself goes at the next checkpoint or open.
+read checks ``seq >= first_seq``. Its entry is removed without any pass over the keys on the
+owner's thread (the one that appends), in three steps: the checkpoint writer thread (below),
+which walks every entry of its copy anyway, leaves it out of the file and, when done, hands the
+entries below the ``first_seq`` of its roll to the index (:attr:`KeyIndex.dead`); then each
+append removes up to twice as many of them as it has messages (:meth:`KeyIndex.prune`), each
+only if its value is still the one handed over (a key written again since is live, as
+``first_seq`` never decreases); the entries still queued when the next checkpoint starts leave
+the queue, and that checkpoint finds them again. Retention kills about one key per message
+appended at most (the key of each message it deletes, if that was the key's latest), so
+pruning keeps up, and catches up after a purge. The index so holds the live keys and, in the
+steady state, at most about two checkpoint periods' messages of dead ones, not every key ever
+published; opening a stream loads the live keys only.
 
 **Snapshots (prefix iteration) and their sequence.** :class:`KeySnapshot` iterates the live
 keys under a prefix in key order, a bounded chunk at a time (never the whole answer at once):
@@ -57,15 +68,19 @@ time - costs O(keys log keys) and the whole answer's memory per snapshot.)
     crc    u32       CRC-32C of everything before it
 
 The writer writes it at :meth:`~zeps.journal.Journal.close` (synced) and at a roll once as many
-messages were appended since the last one as the index has keys (so writing it costs O(1)
-amortised per message); the one at a roll is encoded and written by a short-lived thread from a
-copy taken at the roll (``dict.copy`` and the sorted keys: tens of ms at 10^6 keys), in chunks
-that let the owner's thread run. Opening a stream loads the newest valid checkpoint with
-``upto <= next_seq`` and applies the records from ``max(upto, first_seq)`` on (so at most as many
-records as keys plus one segment after a crash, none after a clean close); a torn, invalid or
-stale one (``upto`` past the recovered log) is ignored and deleted, and the index is rebuilt
-from the whole log. Same torn-tail rules as the log: the records applied are exactly those
-recovery kept.
+messages were appended since the last one as that one held keys (:attr:`KeyIndex.kept`, the
+live keys then; ``KEY_CHECKPOINT_MIN`` at least): writing one costs O(keys), and the index
+holds at most the live keys plus about two such periods' messages, so O(1) amortised per
+message. (Counting every key of the index, the dead ones not found yet included, made each
+period longer than the last under retention with ever-new keys, and the index grow with it.)
+The one at a roll is encoded and written by a short-lived thread
+(:class:`~zeps.journal.kv.KeyCheckpointWriter`) from a copy taken at the roll (``dict.copy``
+and the sorted keys: tens of ms at 10^6 keys), in chunks that let the owner's thread run.
+Opening a stream loads the newest valid checkpoint with ``upto <= next_seq`` and applies the
+records from ``max(upto, first_seq)`` on (so at most as many records as keys plus one segment
+after a crash, none after a clean close); a torn, invalid or stale one (``upto`` past the
+recovered log) is ignored and deleted, and the index is rebuilt from the whole log. Same
+torn-tail rules as the log: the records applied are exactly those recovery kept.
 """
 from __future__ import annotations
 
@@ -73,7 +88,6 @@ import logging
 import os
 import re
 import struct
-import threading
 from array import array
 from bisect import bisect_left, bisect_right, insort
 from itertools import accumulate, chain
@@ -207,11 +221,19 @@ class KeyIndex:
     """``key -> (latest sequence, position hint)`` over the messages observed, tombstoned keys
     left out, with the live keys kept sorted. Pure: no files."""
 
-    __slots__ = ("_d", "_sorted")
+    __slots__ = ("_d", "_sorted", "dead", "_at", "kept")
 
     def __init__(self, d: Optional[dict] = None, sorted_keys: Optional[SortedKeys] = None):
         self._d = d if d is not None else {}
         self._sorted = sorted_keys if sorted_keys is not None else SortedKeys()
+        #: None, or ``(keys, packed values)`` of entries whose message was below the first
+        #: sequence, to prune from ``_at`` on: set by the checkpoint writer thread as its last
+        #: act on the index, cleared by :meth:`~zeps.journal.kv.KeyCheckpointWriter.start`
+        #: before it starts the next one (so the owner never prunes while one may hand over)
+        self.dead: Optional[Tuple[List[bytes], List[int]]] = None
+        self._at = 0
+        #: how many keys the last checkpoint of this index held (the live ones then)
+        self.kept = len(self._d)
 
     def __len__(self) -> int:
         return len(self._d)
@@ -249,6 +271,21 @@ class KeyIndex:
                 for key, seq, tomb in message_keys(r):
                     self.observe(key, seq, p, tomb)
             pos += r.size
+        if self.dead is not None:
+            self.prune(2 * (records[-1].last_sequence - records[0].sequence + 1))
+
+    def prune(self, budget: int) -> None:
+        """Remove up to ``budget`` of the entries in :attr:`dead` (owner's thread), each only if
+        its value is unchanged (the key was not written again, nor deleted, since)."""
+        keys, vals = self.dead
+        d, sk, i = self._d, self._sorted, self._at
+        self._at = stop = min(i + budget, len(keys))
+        for j in range(i, stop):
+            if d.get(keys[j]) == vals[j]:
+                del d[keys[j]]
+                sk.discard(keys[j])
+        if stop == len(keys):
+            self.dead = None
 
     def get(self, key: bytes) -> Optional[Tuple[int, int]]:
         """``(sequence, position hint)`` of the key's latest message, or None."""
@@ -350,10 +387,13 @@ def list_checkpoints(stream_dir: str) -> List[int]:
     return found
 
 
-def encode_steps(upto: int, keys: List[bytes], d: dict, first_seq: int = 1):
+def encode_steps(upto: int, keys: List[bytes], d: dict, first_seq: int = 1,
+                 dead: Optional[Tuple[List[bytes], List[int]]] = None):
     """Encode the checkpoint of ``keys`` (sorted) over the mapping ``d``, keeping the entries
     at or above ``first_seq``: a generator yielding between chunks of :data:`CHUNK` keys (so
-    that a thread running it lets others run) and returning the file's bytes."""
+    that a thread running it lets others run) and returning the file's bytes. ``dead``: two
+    lists, to which the keys and values of the entries below ``first_seq`` are appended."""
+    dead_keys, dead_vals = dead if dead is not None else ([], [])
     lens = bytearray()
     seqs = array("Q")
     poss = array("Q")
@@ -367,6 +407,9 @@ def encode_steps(upto: int, keys: List[bytes], d: dict, first_seq: int = 1):
                 lens.append(len(k))
                 seqs.append(v >> SHIFT)
                 poss.append(v & POS_MASK)
+            elif v is not None:
+                dead_keys.append(k)
+                dead_vals.append(v)
         yield
     if _SWAP:
         seqs.byteswap()
@@ -433,55 +476,6 @@ def remove(stream_dir: str, upto: int) -> None:
         os.unlink(checkpoint_path(stream_dir, upto))
     except OSError:
         pass
-
-
-class Writer:
-    """The checkpoint written by a thread of its own from a copy of the index (at a roll):
-    :meth:`start` takes the copy on the caller's thread and returns at once."""
-
-    def __init__(self, stream_dir: str):
-        self.stream_dir = stream_dir
-        self._thread: Optional[threading.Thread] = None
-        self.written: Optional[int] = None     # upto of the last checkpoint written
-        self.error: Optional[BaseException] = None
-
-    def busy(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self, index: KeyIndex, upto: int, first_seq: int) -> bool:
-        """Write the checkpoint of ``index`` before ``upto`` in the background; False if the
-        previous one is still being written (this one is skipped)."""
-        if self.busy():
-            return False
-        keys, d = index.copy_state()
-        t = threading.Thread(target=self._run, args=(upto, keys, d, first_seq),
-                             name=f"zeps-keys-{os.path.basename(self.stream_dir)}",
-                             daemon=True)
-        self._thread = t
-        t.start()
-        return True
-
-    def _run(self, upto: int, keys: List[bytes], d: dict, first_seq: int) -> None:
-        try:
-            gen = encode_steps(upto, keys, d, first_seq)
-            while True:
-                try:
-                    next(gen)
-                except StopIteration as stop:
-                    data = stop.value
-                    break
-            write_file(self.stream_dir, upto, data, False)
-            self.written = upto
-        except BaseException as e:      # noqa: BLE001 - reported by the owner; the log is the truth
-            self.error = e
-            log.warning("journal %s: cannot write the key index checkpoint: %s",
-                        self.stream_dir, e)
-
-    def join(self) -> None:
-        t = self._thread
-        if t is not None:
-            t.join()
-            self._thread = None
 
 
 # ----------------------------------------------------------------------------- rebuilding

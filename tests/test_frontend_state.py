@@ -502,3 +502,78 @@ def test_chp_hugz_come_every_second_while_updates_flow():
         if front.hugz(now) is not None:
             hugz += 1
     assert hugz == 10
+
+
+class CountingLog(EventLog):
+    """An EventLog whose source counts the events it yields and the iterators it has open (what
+    a session holds of the journal: the shell's reads ahead)."""
+
+    def __init__(self):
+        super().__init__()
+        self.yielded = 0
+        self.open = 0
+        self.most_open = 0
+
+    def source(self, subtrees, after):
+        def events():
+            self.open += 1
+            self.most_open = max(self.most_open, self.open)
+            try:
+                for e in self.events[after:]:
+                    self.yielded += 1
+                    yield e
+            finally:
+                self.open -= 1
+        return len(self.events), events()
+
+
+def test_bus_scans_that_match_nothing_take_turns_with_a_calm_request():
+    """40 SYNCSTARTs whose subtree matches nothing scan the whole stream without sending: they
+    never block, so they held the 8 slots to their end and a client asking for the last ten
+    events was answered after all 40 whole scans (400,010 events looked at; 111 s with 200,000
+    events in the review). Now a scan gives its slot up after each turn while others wait: the
+    calm request is answered after about a turn per request ahead of it (3,018 events), every
+    scan still gets its SYNCEND, and a parked scan holds no iterator of the source."""
+    log, n, turn = CountingLog(), 10_000, 64
+    for i in range(n):
+        log.publish(bc.Event("/f/%d" % (i % 7), timestamp=TS.decode(), data=b"d"))
+    front = BusFrontEnd(log.source, turn=turn, max_active=8)
+    peer = Peer()
+    for i in range(40):
+        assert front.on_snapshot(b"h%d" % i, [b"SYNCSTART", b"/none/", bytes(8)], 0.0)
+    assert front.on_snapshot(b"calm", [b"SYNCSTART", b"/f/1", (n - 10).to_bytes(8, "big")],
+                             0.0)
+    for _ in range(100_000):
+        if peer.got.get(b"calm") and peer.got[b"calm"][-1][0] == b"SYNCEND":
+            break
+        front.pump_snapshots(peer.send, 0.0)
+    assert log.yielded <= (40 + 1) * (turn + 64) + 10     # a turn each, and what it read ahead
+    got = [bc.decode_snapshot_reply(f) for f in peer.got[b"calm"]]
+    assert [e.sequence for e in got] == [n - 9, n - 2, n]    # /f/1: sequences 2, 9, ...
+    drain(front, peer)
+    assert all(peer.got[b"h%d" % i] == [[b"SYNCEND", b"/none/", n.to_bytes(8, "big")]]
+               for i in range(40))
+    assert front.counters["snapshot.served"] == 41 and log.most_open <= 8 and log.open == 0
+
+
+def test_bus_parked_scans_resume_where_they_stopped():
+    """Scans parked after every turn of 3 events still send each event of their subtrees once,
+    in order, and SYNCEND with the sequence of their start."""
+    log = EventLog()
+    topics = ["/a/1", "/b/1", "/c/1"]
+    for i in range(100):
+        log.publish(bc.Event(topics[i % 3], timestamp=TS.decode(), data=b"%d" % i))
+    front = BusFrontEnd(log.source, turn=3, round_budget=7, max_active=2)
+    peer = Peer()
+    asks = {b"a": b"/a/", b"b": b"/b/;/c/", b"all": b"", b"late": b"/c/"}
+    for ident, subtrees in asks.items():
+        after = 90 if ident == b"late" else 5
+        front.on_snapshot(ident, [b"SYNCSTART", subtrees, after.to_bytes(8, "big")], 0.0)
+    drain(front, peer)
+    for ident, subtrees in asks.items():
+        after = 90 if ident == b"late" else 5
+        wanted = tuple(subtrees.decode().split(";")) if subtrees else ("",)
+        expect = [e.sequence for e in log.events if e.sequence > after
+                  and e.topic.startswith(wanted)]
+        got = [bc.decode_snapshot_reply(f) for f in peer.got[ident]]
+        assert [e.sequence for e in got[:-1]] == expect and got[-1].sequence == 100

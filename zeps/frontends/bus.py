@@ -16,6 +16,11 @@ out topics outside the subtrees; those left in are skipped here). The snapshot h
 event above the client's sequence under any of its subtrees, not only the latest per topic, as
 the reference implementation's does; SYNCEND carries ``S``, the highest sequence the snapshot
 reflects, as the reference's carries its own sequence.
+
+A session's SYNCs come from a :class:`Scan`, a cursor over the source that can park: between
+its turns, while other requests wait, it holds its cursor only and opens the source again after
+it (:mod:`.snapshots`), so a SYNCSTART that scans the whole journal for subtrees that match
+nothing takes turns with the others instead of holding a slot to its end.
 """
 from __future__ import annotations
 
@@ -35,6 +40,62 @@ def prefixes(subtrees: Sequence[str]) -> Tuple[str, ...]:
     if "" in subtrees:
         return ("",)
     return tuple(dict.fromkeys(subtrees))
+
+
+class Scan:
+    """The SYNCs of one SYNCSTART: per event of the source above ``after`` up to ``last``, its
+    SYNC or None (another subtree). :meth:`park` closes the source's iterator (the shell's holds
+    records read ahead) and keeps the last sequence examined; the next entry opens the source
+    again after it. So a parked session costs a cursor, and a turn at most one read ahead that
+    is read again."""
+
+    __slots__ = ("_source", "_wanted", "_after", "_last", "_events", "_dialect", "_done")
+
+    def __init__(self, source: Source, wanted: Tuple[str, ...], after: int, last: int,
+                 events: Optional[Iterable[codec.Event]], dialect: codec.Dialect):
+        self._source = source
+        self._wanted = wanted
+        self._after = after                  # the last sequence examined (or asked above)
+        self._last = last
+        self._events: Optional[Iterator[codec.Event]] = (
+            iter(events) if events is not None else None)
+        self._dialect = dialect
+        self._done = False
+
+    def __iter__(self) -> "Scan":
+        return self
+
+    def __next__(self) -> Optional[Frames]:
+        if self._done:
+            raise StopIteration
+        if self._events is None:
+            if self._after >= self._last:
+                self.close()
+                raise StopIteration
+            self._events = iter(self._source(self._wanted, self._after)[1])
+        event = next(self._events, None)
+        if event is None or event.sequence > self._last:
+            self.close()
+            raise StopIteration
+        if event.sequence <= self._after:
+            return None
+        self._after = event.sequence
+        if not event.topic.startswith(self._wanted):
+            return None
+        return codec.encode_sync(event, self._dialect)
+
+    def park(self) -> None:
+        self._drop_events()
+
+    def close(self) -> None:
+        self._done = True
+        self._drop_events()
+
+    def _drop_events(self) -> None:
+        events, self._events = self._events, None
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()
 
 
 class BusFrontEnd:
@@ -64,23 +125,7 @@ class BusFrontEnd:
         wanted = prefixes(req.subtrees)
         sequence, events = self.source(wanted, req.sequence)
         end = codec.encode_syncend(req.subtrees, sequence, self.dialect)
-        return self._syncs(wanted, req.sequence, sequence, events), end
-
-    def _syncs(self, wanted: Tuple[str, ...], after: int, last: int,
-               events: Iterable[codec.Event]) -> Iterator[Optional[Frames]]:
-        dialect = self.dialect
-        try:
-            for event in events:
-                if event.sequence > last:
-                    return
-                if event.sequence <= after or not event.topic.startswith(wanted):
-                    yield None
-                else:
-                    yield codec.encode_sync(event, dialect)
-        finally:
-            close = getattr(events, "close", None)
-            if close is not None:
-                close()
+        return Scan(self.source, wanted, req.sequence, sequence, events, self.dialect), end
 
     # ------------------------------------------------------------------ collector
     def on_collect(self, frames: Sequence[Buffer], now: float) -> Optional[codec.Event]:

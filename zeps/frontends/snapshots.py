@@ -31,6 +31,17 @@ never read it, and clients may ask for many at once. So:
   ignored: ``snapshot.busy``); beyond the FIFO a request is dropped (``snapshot.refused``; the
   Guide's clients ask again after a silence). A waiting request holds no iterator; an open
   session holds its iterator's state and one message.
+* A session whose iterator can **park** (has ``park()``: it lets go of what it read ahead and
+  takes it again from its cursor when next asked, as the BUS front end's journal scans do) gives
+  its slot up after each turn it spent whole while requests wait: it goes, parked, to the back
+  of the FIFO and the request at its head is opened. So the ``max_active`` slots go round all
+  the requests, not to the first ``max_active`` until they end: a SYNCSTART whose subtrees match
+  nothing scans the whole journal without ever sending (so it never blocks and always counts as
+  making progress), and a few of them held every slot for minutes while a client that asked
+  for ten events waited behind them (found by review). A request now waits at most a turn
+  (``turn`` entries) per request ahead of it in the FIFO; a parked session holds its cursor
+  and end message only, and counts in the FIFO against ``max_waiting``. An iterator that
+  cannot park (CHP's: a SNAPSHOT peering with the broker each) keeps its slot to its end.
 """
 from __future__ import annotations
 
@@ -119,6 +130,15 @@ class Session:
                 self._entries = None
                 return DONE, used
 
+    def park(self) -> bool:
+        """Let the iterator go of what it read ahead, if it can and no head is held: True if
+        parked (the session can wait in the FIFO holding its cursor only)."""
+        park = getattr(self._entries, "park", None)
+        if park is None or self._head is not None:
+            return False
+        park()
+        return True
+
     def close(self) -> None:
         entries, self._entries = self._entries, None
         close = getattr(entries, "close", None)
@@ -146,7 +166,8 @@ class Snapshots:
         self.stall_timeout = stall_timeout
         self.retry = retry
         self.first_retry = min(first_retry, retry)
-        self._waiting: Deque[Tuple[bytes, Any]] = deque()
+        #: requests not opened yet, (ident, request), and parked sessions, in turn order
+        self._waiting: Deque[Any] = deque()
         self._active: "OrderedDict[bytes, Session]" = OrderedDict()
         self._idents: Dict[bytes, None] = {}           # active or waiting
 
@@ -186,7 +207,11 @@ class Snapshots:
                 victim = min((s for s in self._active.values() if s.blocked_since is not None),
                              key=lambda s: s.blocked_since)
                 self._drop(victim, "snapshot.abandoned")
-            ident, request = self._waiting.popleft()
+            item = self._waiting.popleft()
+            if isinstance(item, Session):                # parked: its turn again
+                self._active[item.ident] = item
+                continue
+            ident, request = item
             try:
                 entries, end = self._opener(request)
             except Exception:                            # the source failed: no snapshot
@@ -202,7 +227,9 @@ class Snapshots:
         for ident in list(self._active):
             if budget <= 0:
                 break
-            s = self._active[ident]
+            s = self._active.get(ident)
+            if s is None:                                # dropped to make room this round
+                continue
             since = s.blocked_since if s.blocked_since is not None else s.waiting_since
             if since is not None and now - since >= self.stall_timeout:
                 self._end(s, "snapshot.abandoned")
@@ -227,7 +254,12 @@ class Snapshots:
             elif state == GONE:
                 self._end(s, "snapshot.gone")
             elif state == MORE:
-                self._active.move_to_end(ident)          # round robin across calls
+                if self._waiting and s.park():           # others wait: to the FIFO's back
+                    del self._active[ident]
+                    self._waiting.append(s)
+                    self._open()
+                else:
+                    self._active.move_to_end(ident)      # round robin across calls
         return self.next_deadline(now) == now
 
     def _drop(self, s: Session, outcome: str) -> None:
@@ -263,8 +295,9 @@ class Snapshots:
         return deadline
 
     def close(self) -> None:
-        for s in self._active.values():
-            s.close()
+        for s in [*self._active.values(), *self._waiting]:
+            if isinstance(s, Session):
+                s.close()
         self._active.clear()
         self._waiting.clear()
         self._idents.clear()

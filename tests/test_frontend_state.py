@@ -577,3 +577,23 @@ def test_bus_parked_scans_resume_where_they_stopped():
                   and e.topic.startswith(wanted)]
         got = [bc.decode_snapshot_reply(f) for f in peer.got[ident]]
         assert [e.sequence for e in got[:-1]] == expect and got[-1].sequence == 100
+
+
+def test_chp_sequences_go_on_increasing_when_the_stream_is_made_again():
+    """A stream deleted and made again starts its sequences from 1: connected clients, which
+    take an update only above the last they applied (RFC 12), kept the deleted keys and missed
+    every update (found by review). Its sequences are sent above every one sent before."""
+    old = Stream()
+    front = ChpFrontEnd(old.source)
+    for i in range(11):
+        assert front.on_live(old.publish(cc.KvMsg(f"/old/{i}", value=b"o")), 0.0) is not None
+    new = Stream()
+    front.source = new.source
+    front.stream_made_again()
+    pubs = [front.on_live(new.publish(cc.KvMsg(k, value=b"n")), 1.0) for k in ("/n/k", "/n/j")]
+    assert [int.from_bytes(p[1], "big") for p in pubs] == [12, 13]
+    peer = Peer()
+    assert front.on_snapshot(b"c", [b"ICANHAZ?", b""], 1.0)
+    drain(front, peer)
+    assert [(f[0], int.from_bytes(f[1], "big")) for f in peer.got[b"c"]] == [
+        (b"/n/k", 12), (b"/n/j", 13), (b"KTHXBAI", 13)]

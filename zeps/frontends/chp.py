@@ -24,6 +24,7 @@ snapshot holds (the Guide's servers send their sequence the same way).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 from . import chp_codec as codec
@@ -68,6 +69,11 @@ class ChpFrontEnd:
         self.snapshots = Snapshots(self._open, self.counters, **snapshot_options)
         self.heartbeat = Heartbeat(hugz_interval, now)
         self.ttl = TtlSchedule(max_ttl_keys)
+        #: Added to every sequence sent (KVSYNC, KTHXBAI, KVPUB): the highest one sent before
+        #: the stream was deleted and made again (:meth:`stream_made_again`), 0 until then.
+        self.base = 0
+        #: The highest sequence sent so far.
+        self.sent = 0
 
     # ------------------------------------------------------------------ snapshot ROUTER
     def on_snapshot(self, ident: bytes, frames: Sequence[Buffer], now: float) -> bool:
@@ -84,13 +90,17 @@ class ChpFrontEnd:
 
     def _open(self, req: codec.IcanHaz) -> Tuple[Iterator[Optional[Frames]], Any]:
         sequence, entries = self.source(req.subtree)
-        subtree = req.subtree
+        subtree, base = req.subtree, self.base
         if callable(sequence):
-            return (self._kvsyncs(subtree, entries),
-                    lambda: codec.encode_kthxbai(sequence(), subtree))
-        return self._kvsyncs(subtree, entries), codec.encode_kthxbai(sequence, subtree)
+            return (self._kvsyncs(subtree, entries, base),
+                    lambda: self._kthxbai(sequence() + base, subtree))
+        return self._kvsyncs(subtree, entries, base), self._kthxbai(sequence + base, subtree)
 
-    def _kvsyncs(self, subtree: str, entries) -> Iterator[Optional[Frames]]:
+    def _kthxbai(self, sequence: int, subtree: str) -> Frames:
+        self.sent = max(self.sent, sequence)
+        return codec.encode_kthxbai(sequence, subtree)
+
+    def _kvsyncs(self, subtree: str, entries, base: int) -> Iterator[Optional[Frames]]:
         counters = self.counters
         try:
             for entry in entries:
@@ -104,7 +114,7 @@ class ChpFrontEnd:
                     counters.add("snapshot.reserved key")
                     yield None
                 else:
-                    yield codec.encode_kvsync(key, sequence, value)
+                    yield codec.encode_kvsync(key, sequence + base, value)
         finally:
             close = getattr(entries, "close", None)
             if close is not None:
@@ -165,6 +175,9 @@ class ChpFrontEnd:
         if replayed:
             return None
         self.counters.add("publisher.kvpub")
+        if self.base:
+            msg = replace(msg, sequence=msg.sequence + self.base)
+        self.sent = max(self.sent, msg.sequence)
         return codec.encode_kvpub(msg)
 
     # ------------------------------------------------------------------ timers
@@ -189,9 +202,16 @@ class ChpFrontEnd:
                 deadline = d
         return deadline
 
-    def forget_ttls(self) -> None:
-        """The stream was deleted and made again: no key of the old one is due."""
+    def stream_made_again(self) -> None:
+        """The stream was deleted and made again: no key of the old one is due, and the new
+        stream's sequences, which start again from 1, are sent above every one sent so far.
+        RFC 12's sequences only increase: a connected client takes an update only above the
+        last it applied, so it kept the deleted keys and missed every update until the new
+        stream passed the old one's sequence, while HUGZ told it the server was alive (found
+        by review). (The base lives in this process only: after a broker restart the stream's
+        own sequences are sent again.)"""
         self.ttl = TtlSchedule(self.ttl.max_keys)
+        self.base = self.sent
 
     def close(self) -> None:
         self.snapshots.close()

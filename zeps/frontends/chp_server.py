@@ -172,7 +172,7 @@ class ChpServer(FrontEndShell):
 
     def stream_reset(self) -> None:
         super().stream_reset()
-        self.frontend.forget_ttls()
+        self.frontend.stream_made_again()
 
     # ------------------------------------------------------------------ the collector
     def collected(self, frames: List[bytes], now: float) -> None:

@@ -256,6 +256,7 @@ class StreamAdministration(Compacting):
         # the same name before the store's thread ran.
         for name, g in self.consumers.pop(cmd.stream, {}).items():
             self.consumer_store.remove(g.stream_dir, name)
+        self.journal_ends.pop(cmd.stream, None)
         self.streams_deleted += 1
         self.messages_deleted += held
         self.log("stream_deleted", stream=cmd.stream)

@@ -153,6 +153,8 @@ class Attachment:
                         max_producer_ids_per_key=self.config.max_producer_ids_per_key)
             self.streams[name] = st
             self.catalogue.add(name)
+            if name not in self.consumers:         # before anything is appended to it
+                self.journal_ends.setdefault(name, st.journal.next_seq)
             if len(self.streams) > self.config.max_open_streams:
                 self._release_idle_streams(self.config.max_open_streams, spare=name)
         return st

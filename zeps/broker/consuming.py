@@ -123,11 +123,30 @@ class Consuming:
         gs = self.consumers.get(st.name)
         if gs is None:
             gs = self.consumers[st.name] = {}
+            end = min(self.journal_ends.pop(st.name, st.journal.next_seq), st.journal.next_seq)
             for name, (config, state) in store.load_all(st.journal.stream_dir).items():
                 g = gs[name] = Group(st.name, config, state.next, state.outstanding,
                                      state.counters, state.skipped)
                 g.stream_dir = st.journal.stream_dir
+                self._rewind(st, g, end)
         return gs
+
+    def _rewind(self, st, g: Group, end: int) -> None:
+        """A consumer's file is synced at every save, the journal under ``fsync=interval``
+        only now and then: after a power loss the file may name a cursor past the journal's
+        end as recovered (``end``: when the broker first opened the stream, before anything
+        was appended since). New messages take those sequences again; the cursor comes back
+        to ``end`` so that they are delivered (:meth:`Group.rewind`; logged), but never
+        below the sequence the consumer was told to start at (``START_SEQUENCE`` past the
+        end: nothing was lost, it waits for that sequence)."""
+        if g.config.start == c.START_SEQUENCE:
+            end = max(end, g.config.start_value)
+        was = g.next
+        if was <= end:
+            return
+        dropped = g.rewind(end)
+        self.log("consumer_rewound", stream=st.name, consumer=g.config.name, next=was,
+                 to=end, outstanding_dropped=dropped)
 
     def _group(self, s: Session, name: str) -> Optional[Group]:
         """Consumer ``name`` of the client's stream (INVALID if there is none)."""

@@ -179,6 +179,10 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         #: ``consumer_store`` saves them (the shell's Saver, off the loop).
         self.consumers: Dict[str, dict] = {}
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
+        #: stream -> its journal's end (next sequence) when first opened since the broker
+        #: started, while its consumers are not loaded: a cursor past it was lost to a power
+        #: loss (consuming.py, ``_rewind``). One int a stream, dropped when they are loaded.
+        self.journal_ends: Dict[str, int] = {}
         self.dead_letter_publisher = Session(b"\x00dead-letter", 0.0)
         #: Dead-letter streams being opened for a consumer, and those whose open failed.
         self.dead_letter_opens: Set[str] = set()

@@ -384,6 +384,33 @@ class Group:
             self.dirty = True
         return lost
 
+    def rewind(self, end: int) -> int:
+        """The journal ends below the cursor: its next sequence is ``end``. A power loss under
+        ``fsync=interval`` takes the journal's unsynced tail while this consumer's file, synced
+        by every save, names the messages in it (acknowledged, outstanding). Those sequences
+        will be used again by new messages (a publisher sends again what was not confirmed), so
+        the cursor comes back to ``end`` and what is outstanding at or past it is dropped:
+        else the new messages would be skipped, or taken for the lost ones. The high-side twin
+        of :meth:`trim`; returns how many outstanding messages were dropped."""
+        if self.next <= end:
+            return 0
+        self.next = end
+        gone = [s for s in self.out if s >= end]
+        for seq in gone:
+            o = self.out[seq]
+            if o.member is not None and o.member in self.members:
+                _remove(self.members[o.member].held, seq)
+            self._done(seq)
+        # their timers and places in line go too (not left for the lazy heaps to find)
+        self.ready = [s for s in self.ready if s < end]
+        heapq.heapify(self.ready)
+        self.delayed = [e for e in self.delayed if e[1] < end]
+        heapq.heapify(self.delayed)
+        self.deadlines = [e for e in self.deadlines if e[1] < end]
+        heapq.heapify(self.deadlines)
+        self.dirty = True
+        return len(gone)
+
 
 def _remove(held: List[int], seq: int) -> None:
     i = bisect_left(held, seq)

@@ -11,7 +11,10 @@ sequence below which nothing is outstanding.
 Costs: each operation is O(log n) in the outstanding messages it touches, except an ACK range,
 which costs O(log held + messages it acknowledges); timers use lazy heaps (a stale entry is
 dropped when it comes up; an extended deadline is pushed again only then, so a PROGRESS flood
-adds nothing to them). The bounds (``MAX_*``) are the core's to check before calling.
+adds nothing to them). A message acknowledged leaves its entry behind until its time comes (an
+ack wait of up to a day), so a heap holding more than twice the outstanding messages (plus
+:data:`HEAP_SLACK`) is rebuilt from them: its size stays bounded by ``MAX_PENDING``, at an
+amortised O(1) an operation. The bounds (``MAX_*``) are the core's to check before calling.
 """
 from __future__ import annotations
 
@@ -34,6 +37,9 @@ MAX_CONSUMERS = 1024
 CONSUMER_STEP = 256
 #: How often a consumer whose state changed is saved (seconds).
 SAVE_INTERVAL = 0.1
+#: A timer heap is rebuilt once it holds more than twice the outstanding messages plus this
+#: many entries (stale ones of messages acknowledged since were pushed).
+HEAP_SLACK = 1024
 
 
 class Out:
@@ -153,6 +159,7 @@ class Group:
         if not o.timer:                           # one heap entry per message at a time
             o.timer = o.deadline
             heapq.heappush(self.deadlines, (o.deadline, seq))
+            self._tidy_timers()
         insort(member.held, seq)
         self.dirty = True
 
@@ -266,6 +273,7 @@ class Group:
         self.counters["redelivered"] += 1
         if delay > 0:
             heapq.heappush(self.delayed, (now + delay, seq))
+            self._tidy_timers()
         else:
             heapq.heappush(self.ready, seq)
         self.dirty = True
@@ -296,6 +304,27 @@ class Group:
             if o.key is None and self.key_order:
                 self.unknown_keys -= 1
             self._release(o.key)
+            self._tidy_timers()
+
+    def _tidy_timers(self) -> None:
+        """Rebuild a timer heap that holds more than twice the outstanding messages (plus
+        :data:`HEAP_SLACK`): the entries of messages acknowledged (or dropped) stay until
+        their deadline, a day at most, and would grow with the rate times the ack wait. Its
+        live entries are found from ``out``: a deadline is live if it is its message's
+        ``timer``, a NAK's delay if its message is outstanding and held by no one. At least
+        ``len(out) + HEAP_SLACK`` operations come between two rebuilds, each of which costs
+        O(heap): amortised O(1). In place: a caller may hold the list."""
+        bound = 2 * len(self.out) + HEAP_SLACK
+        out = self.out
+        dl = self.deadlines
+        if len(dl) > bound:
+            dl[:] = [(o.timer, seq) for seq, o in out.items() if o.timer]
+            heapq.heapify(dl)
+        delayed = self.delayed
+        if len(delayed) > bound:
+            delayed[:] = [(t, seq) for t, seq in delayed
+                          if seq in out and out[seq].member is None]
+            heapq.heapify(delayed)
 
     def _release(self, key: Optional[str]) -> None:
         """Per-key order: a message of ``key`` is done; the next one parked behind it may go."""

@@ -1,0 +1,75 @@
+"""What a durable consumer's bookkeeping costs the broker (docs/consumers.md "Bounds"), driven
+in-process (tests/core_harness.py) or on the pure group (zeps/broker/groups.py): the timers of
+messages acknowledged long before their deadline do not pile up."""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from tests.core_harness import Core, core_fixture  # noqa: F401
+from zeps.broker.groups import HEAP_SLACK, Group
+from zeps.journal.consumers import ConsumerConfig
+from zeps.protocol import commands as c
+from zeps.protocol.consumer import pack_ranges, ranges_of
+
+
+def setup(h: Core, **add) -> None:
+    """Stream "s", consumer "g" (settings ``add``), member "m" with all the credit it needs."""
+    h.send(b"admin", c.Attach("s"), c.ConsumerAdd("g", **add))
+    assert isinstance(h.take(b"admin")[1], c.ConsumerAddOk)
+    h.send(b"m", c.Attach("s"), c.Credit(1 << 30), c.Consume("g"))
+    assert isinstance(h.take(b"m")[1], c.ConsumeOk)
+
+
+def test_acknowledged_messages_leave_no_ack_deadlines_behind(core):
+    """An ack wait of a day, every message acknowledged at once: the heap of ack deadlines
+    stays within twice the outstanding messages plus HEAP_SLACK (it kept one entry per message
+    handed out, for a day: 5,000 here, rate times ack wait in a broker)."""
+    h = core
+    setup(h, ack_wait_ms=86_400_000, max_ack_pending=65_536)
+    g = h.core.consumers["s"]["g"]
+    delivered = []
+    for batch in range(10):
+        h.publish(*[f"k.{batch}.{i}" for i in range(500)])
+        h.drain()
+        got = [q for q, _ in h.delivered(b"m")]
+        delivered += got
+        assert len(g.deadlines) <= 2 * len(g.out) + HEAP_SLACK
+        h.send(b"m", c.Ack(pack_ranges(ranges_of(got))))
+        assert len(g.deadlines) <= 2 * len(g.out) + HEAP_SLACK
+        h.now += 1
+        h.tick()
+    assert delivered == list(range(1, 5001))
+    assert not g.out and g.floor == 5000
+    assert len(g.deadlines) <= HEAP_SLACK
+
+
+def test_an_ack_deadline_still_fires_after_its_heap_was_rebuilt(core):
+    """A message held while the others' stale entries are swept out goes again when its ack
+    wait passes, once."""
+    h = core
+    setup(h, ack_wait_ms=60_000, max_ack_pending=65_536)
+    g = h.core.consumers["s"]["g"]
+    h.publish(*[f"k.{i}" for i in range(3000)])
+    h.drain()
+    assert [q for q, _ in h.delivered(b"m")] == list(range(1, 3001))
+    h.send(b"m", c.Ack(pack_ranges(ranges_of(range(2, 3001)))))     # 1 is still held
+    assert len(g.deadlines) <= 2 * len(g.out) + HEAP_SLACK
+    h.now += 61
+    h.tick()
+    h.drain()
+    assert h.delivered(b"m") == [(1, "k.0")]
+
+
+def test_nak_delays_of_messages_dropped_since_do_not_pile_up():
+    """Messages NAKed with a day's delay, then removed by retention: their delays go too."""
+    g = Group("s", ConsumerConfig("g", max_ack_pending=65_536), 1)
+    g.join(SimpleNamespace(identity=b"m"))
+    m = g.members[b"m"]
+    for seq in range(1, 3001):
+        g.hand(seq, m, "k", 0.0)
+        assert g.nak(b"m", seq, 86_400.0, 0.0)
+    g.next = 3001                                   # the cursor is past them
+    assert len(g.delayed) == 3000
+    assert g.trim(3001) == 3000                     # retention removed them
+    assert not g.out and len(g.delayed) <= HEAP_SLACK
+    assert len(g.deadlines) <= HEAP_SLACK

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tests.core_harness import Core, core_fixture  # noqa: F401
-from zeps.broker.groups import HEAP_SLACK, Group
+from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401
+from zeps.broker.groups import HEAP_SLACK, Group, Member
 from zeps.journal.consumers import ConsumerConfig
-from zeps.protocol import commands as c
+from zeps.protocol import commands as c, encode
 from zeps.protocol.consumer import pack_ranges, ranges_of
 
 
@@ -73,3 +73,54 @@ def test_nak_delays_of_messages_dropped_since_do_not_pile_up():
     assert g.trim(3001) == 3000                     # retention removed them
     assert not g.out and len(g.delayed) <= HEAP_SLACK
     assert len(g.deadlines) <= HEAP_SLACK
+
+
+class Watched(Member):
+    """A member whose session is counted each time the pump looks at it (a visit)."""
+    __slots__ = ("_session",)
+    visits = 0
+
+    def __init__(self, m: Member):
+        self._session = m.session
+        self.held = m.held
+
+    @property
+    def session(self):
+        Watched.visits += 1
+        return self._session
+
+
+def test_idle_members_cost_a_round_one_visit_each_not_one_per_message(make):
+    """1,000 members that never grant credit beside two that take everything: a round looks at
+    each member once, plus once per message it hands out (it looked at every idle member for
+    every message: 256,000 visits a round), and the two share the messages in turn."""
+    idle = 1000
+    h = make(max_clients=idle + 10)
+    h.send(b"admin", c.Attach("s"), c.ConsumerAdd("g", max_ack_pending=65_536))
+    h.take(b"admin")
+    for i in range(idle):
+        h.core.receive(b"i%d" % i, [encode(c.Attach("s"))], h.now)
+        h.core.receive(b"i%d" % i, [encode(c.Consume("g"))], h.now)
+        if i in (300, 700):                          # the working ones, among the idle ones
+            ident = b"w%d" % i
+            h.core.receive(ident, [encode(c.Attach("s"))], h.now)
+            h.core.receive(ident, [encode(c.Credit(1 << 30))], h.now)
+            h.core.receive(ident, [encode(c.Consume("g"))], h.now)
+    h.collect()
+    g = h.core.consumers["s"]["g"]
+    g.members = {ident: Watched(m) for ident, m in g.members.items()}
+    h.publish(*[f"k.{i}" for i in range(2560)])
+    got = {b"w300": [], b"w700": []}
+    for _ in range(100):
+        Watched.visits = 0
+        more = h.round()
+        handed = 0
+        for ident, seqs in got.items():
+            new = [q for q, _ in h.delivered(ident)]
+            seqs += new
+            handed += len(new)
+        assert Watched.visits <= len(g.members) + 2 * handed, (Watched.visits, handed)
+        if not more and handed == 0:
+            break
+    assert sorted(got[b"w300"] + got[b"w700"]) == list(range(1, 2561))
+    assert len(got[b"w300"]) == len(got[b"w700"]) == 1280     # in turn

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 from tests.core_harness import Core, core_fixture, make_fixture  # noqa: F401
 from zeps.broker.groups import HEAP_SLACK, Group, Member
-from zeps.journal.consumers import ConsumerConfig
+from zeps.journal.consumers import ConsumerConfig, load_all
 from zeps.protocol import commands as c, encode
 from zeps.protocol.consumer import pack_ranges, ranges_of
 
@@ -124,3 +124,43 @@ def test_idle_members_cost_a_round_one_visit_each_not_one_per_message(make):
             break
     assert sorted(got[b"w300"] + got[b"w700"]) == list(range(1, 2561))
     assert len(got[b"w300"]) == len(got[b"w700"]) == 1280     # in turn
+
+
+def test_a_consumer_tick_visits_only_the_consumers_with_timers_or_changes(make, monkeypatch):
+    """1,024 consumers loaded, one of them busy: a tick looks at the busy one only (it looked
+    at every loaded consumer of every stream ever named, every 100 ms); that one's ack wait
+    still passes, its ACK is still saved, and once quiet it is not looked at either."""
+    h = make(admin_rate=1e9, admin_burst=1e9)
+    h.send(b"admin", c.Attach("s"), *[c.ConsumerAdd(f"g{j}", ack_wait_ms=1000)
+                                      for j in range(1024)])
+    assert sum(isinstance(m, c.ConsumerAddOk) for m in h.take(b"admin")) == 1024
+    looked = []
+    plain = Group.next_deadline
+    monkeypatch.setattr(Group, "next_deadline", lambda g: looked.append(g) or plain(g))
+
+    def tick() -> list:
+        looked.clear()
+        h.now += 0.2
+        h.tick()
+        h.drain()
+        return [g.config.name for g in looked]
+
+    assert tick() == []                              # each was saved when added: all quiet
+    h.publish("k.0")
+    h.send(b"m", c.Attach("s"), c.Credit(1 << 20), c.Consume("g7"))
+    h.take(b"m")
+    h.drain()
+    assert h.delivered(b"m") == [(1, "k.0")]
+    assert tick() == ["g7"]
+    for _ in range(5):                               # the ack wait (1 s) passes: it goes again
+        tick()
+    assert h.delivered(b"m") == [(1, "k.0")]
+    h.send(b"m", c.Ack(pack_ranges(ranges_of([1]))))
+    assert tick() == ["g7"]                          # saved, and quiet from now on
+    assert load_all(h.datadir.stream_path("s"))["g7"][1].next == 2
+    assert tick() == [] and tick() == []
+    h.send(b"admin", c.ConsumerDelete("g7"))         # deleted while busy: never saved again
+    h.send(b"m2", c.Attach("s"), c.Credit(1 << 20), c.Consume("g8"))
+    h.drain()
+    h.send(b"admin", c.ConsumerDelete("g8"))
+    assert tick() == [] and "g8" not in load_all(h.datadir.stream_path("s"))

@@ -6,7 +6,8 @@ Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which 
 
 * **Loading.** A stream's consumers are read from its directory the first time a consumer
   command names the stream (small files; administration touches the disk on the loop, as
-  stream administration does) and stay in memory until the stream is deleted.
+  stream administration does) and stay in memory until the stream is deleted; a timer tick
+  visits only those with timers or unsaved changes (``consumers_ticking``).
 * **Saving.** A consumer whose state changed is handed to ``consumer_store`` at most every
   :data:`~zeps.broker.groups.SAVE_INTERVAL`: the shell's :class:`zeps.journal.consumers.Saver`
   writes it off the loop (in-process tests use the synchronous store). A save costs in
@@ -130,6 +131,7 @@ class Consuming:
                 g = gs[name] = Group(st.name, config, state.next, state.outstanding,
                                      state.counters, state.skipped)
                 g.stream_dir = st.journal.stream_dir
+                g.ticking = self.consumers_ticking
                 self._rewind(st, g, end)
         return gs
 
@@ -212,6 +214,7 @@ class Consuming:
             start = st.first_seq
         g = gs[cmd.name] = Group(st.name, config, start)
         g.stream_dir = st.journal.stream_dir
+        g.ticking = self.consumers_ticking
         self._save(g)
         self.log("consumer_added", stream=st.name, consumer=cmd.name, start=start)
         self.outbox.append((s.identity, encode(c.ConsumerAddOk(start))))
@@ -530,17 +533,30 @@ class Consuming:
     # ------------------------------------------------------------------ timers
     def consumer_timers(self, now: float) -> None:
         """Ack deadlines and NAK delays that passed; save the consumers whose state changed,
-        as far as the budget goes (:data:`SAVE_RATE`), the longest unsaved first."""
+        as far as the budget goes (:data:`SAVE_RATE`), the longest unsaved first. Only the
+        consumers with timers or unsaved changes are visited (``consumers_ticking``; a
+        consumer leaves it once quiet): the loaded consumers of every stream a consumer
+        command ever named stay in memory, and a tick does not grow with them."""
         dirty = []
-        for gs in self.consumers.values():
-            for g in gs.values():
-                if g.next_deadline() <= now:
-                    if g.expire(now) or g.has_ready(now):
-                        g.asleep = False
-                if g.dirty:
-                    dirty.append(g)
-        if not dirty:
-            return
+        ticking = self.consumers_ticking
+        visited = list(ticking)
+        for g in visited:
+            if self.consumers.get(g.stream, {}).get(g.config.name) is not g:
+                del ticking[g]                              # deleted since: never saved again
+                continue
+            if g.next_deadline() <= now:
+                if g.expire(now) or g.has_ready(now):
+                    g.asleep = False
+            if g.dirty:
+                dirty.append(g)
+        if dirty:
+            self._save_dirty(dirty, now)
+        for g in visited:
+            if g in ticking and g.quiet():
+                del ticking[g]
+
+    def _save_dirty(self, dirty, now: float) -> None:
+        """Save the consumers ``dirty`` as far as the budgets go (see the module docstring)."""
         elapsed = now - self.save_tokens_at
         self.save_tokens_at = now
         tokens = min(SAVE_BURST, self.save_tokens + elapsed * SAVE_RATE)
@@ -564,10 +580,9 @@ class Consuming:
 
     def consumer_deadline(self) -> float:
         t = float("inf")
-        for gs in self.consumers.values():
-            for g in gs.values():
-                if g.members or g.out:
-                    t = min(t, g.next_deadline())
+        for g in self.consumers_ticking:
+            if g.members or g.out:
+                t = min(t, g.next_deadline())
         return t
 
     def save_consumers(self) -> None:

@@ -179,6 +179,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         #: ``consumer_store`` saves them (the shell's Saver, off the loop).
         self.consumers: Dict[str, dict] = {}
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
+        #: The consumers with timers or unsaved changes: all a consumer tick visits.
+        self.consumers_ticking: Dict[object, None] = {}
         #: stream -> its journal's end (next sequence) when first opened since the broker
         #: started, while its consumers are not loaded: a cursor past it was lost to a power
         #: loss (consuming.py, ``_rewind``). One int a stream, dropped when they are loaded.

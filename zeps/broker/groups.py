@@ -71,6 +71,9 @@ class Group:
                  counters: Optional[Dict[str, int]] = None, skipped: int = 0):
         self.stream = stream
         self.stream_dir = ""                        # where it is saved (set by its loader)
+        #: The core's groups with timers or unsaved changes (consuming.py visits only those
+        #: each tick): a change or a timer puts this group in it (None: no core).
+        self.ticking: Optional[Dict["Group", None]] = None
         self.config = config
         self.next = next_seq
         self.out: Dict[int, Out] = {}
@@ -91,7 +94,7 @@ class Group:
         if counters:
             self.counters.update({k: v for k, v in counters.items() if k in self.counters})
         self.skipped = skipped
-        self.dirty = False
+        self._dirty = False
         self.saved_at = float("-inf")               # when consumer_timers last saved it
         self.asleep = False                         # nothing to do until woken (consuming.py)
         for seq, n in sorted((outstanding or {}).items()):
@@ -100,6 +103,26 @@ class Group:
             if self.key_order:
                 self.unknown_keys += 1
         heapq.heapify(self.ready)
+
+    @property
+    def dirty(self) -> bool:
+        """The state changed since it was last saved."""
+        return self._dirty
+
+    @dirty.setter
+    def dirty(self, value: bool) -> None:
+        # every change that pushes a timer (hand, NAK) or must be saved comes here
+        self._dirty = value
+        if value and self.ticking is not None:
+            self.ticking[self] = None
+
+    def quiet(self) -> bool:
+        """Nothing for the timers: no unsaved change, no deadline or delay to wait for. With
+        nothing outstanding what the timer heaps still hold is stale; it goes."""
+        if not self.out:
+            self.deadlines.clear()
+            self.delayed.clear()
+        return not (self._dirty or self.deadlines or self.delayed)
 
     # ------------------------------------------------------------------ members
     def join(self, session) -> None:

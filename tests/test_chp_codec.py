@@ -208,3 +208,20 @@ def test_property_named_uuid_is_refused():
         chp.decode_kvset([b"k", b"\0" * 8, b"", b"uuid=1\n", b"v"])
     with pytest.raises(Malformed, match="bad properties"):
         chp.decode_kvset([b"k", b"\0" * 8, b"", b"n" * 256 + b"=1\n", b"v"])
+
+
+def test_a_zeps_messages_headers_make_properties_a_client_accepts():
+    """Headers that repeat a name, or more of them than a KVSET may carry, made a KVPUB the
+    codec's own reading refuses ("a name given twice", "too many properties"; found by review):
+    the first of each name is kept, up to the limits, the rest counted as left out."""
+    msg, dropped = chp.from_message(5, "/k", b"v", [("tag", b"1"), ("tag", b"2"), ("a", b"x")])
+    assert msg.properties == (("tag", "1"), ("a", "x")) and dropped == 1
+    assert chp.decode_kvmsg(chp.encode_kvpub(msg)) == msg
+    many = [(f"h{i}", b"v") for i in range(100)]
+    msg, dropped = chp.from_message(6, "/k", b"v", many)
+    assert len(msg.properties) == 64 and dropped == 36
+    assert chp.decode_kvmsg(chp.encode_kvpub(msg)) == msg
+    big = [(f"h{i}", b"v" * 1000) for i in range(10)]
+    msg, dropped = chp.from_message(7, "/k", b"v", big)
+    assert len(msg.properties) == 4 and dropped == 6
+    assert chp.decode_kvmsg(chp.encode_kvpub(msg)) == msg

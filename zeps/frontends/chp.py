@@ -141,7 +141,7 @@ class ChpFrontEnd:
         """A message of the stream as ZEPS delivers it (headers: ``(name, bytes)`` pairs):
         :meth:`on_live` of its CHP reading (:func:`~zeps.frontends.chp_codec.from_message`;
         headers CHP cannot carry are left out and counted)."""
-        msg, dropped = codec.from_message(sequence, key, value, headers)
+        msg, dropped = codec.from_message(sequence, key, value, headers, self.limits)
         if dropped and not replayed:
             self.counters.add("publisher.headers left out", dropped)
         return self.on_live(msg, now, replayed=replayed)

@@ -231,15 +231,21 @@ def _canonical_ttl(text: str) -> str:
 
 
 def from_message(sequence: int, key: str, value: bytes,
-                 headers: Iterable[Tuple[str, bytes]] = ()) -> Tuple[KvMsg, int]:
+                 headers: Iterable[Tuple[str, bytes]] = (),
+                 limits: Limits = DEFAULT_LIMITS) -> Tuple[KvMsg, int]:
     """The KVPUB of a message of the stream, and how many of its headers CHP cannot carry.
     The UUID is the first ``uuid`` header of 16 bytes (a UUID in text, as a BUS event keeps
     one, is converted); the other headers become properties when they can be written as
-    ``name=value`` lines (no ``=`` or newline in the name, UTF-8 without a newline in the
-    value); the rest are left out. A ``ttl`` written with an exponent is given in plain decimal
-    seconds (:func:`_canonical_ttl`). A plain ZEPS message has neither."""
+    ``name=value`` lines (a name of 1 to 255 bytes without ``=`` or newline, UTF-8 without a
+    newline in the value) within the rules :func:`decode_properties` holds a KVSET to (each
+    name once, ``limits.max_properties`` of them in ``limits.max_properties_bytes``: a ZEPS
+    message's repeated or many headers made KVPUBs a client's decoder refuses; found by
+    review); the rest are left out. A ``ttl`` written with an exponent is given in plain
+    decimal seconds (:func:`_canonical_ttl`). A plain ZEPS message has neither."""
     uuid = b""
     props: List[Tuple[str, str]] = []
+    seen = set()
+    size = 0
     dropped = 0
     for name, raw in headers:
         if name == UUID_HEADER and not uuid:
@@ -255,10 +261,17 @@ def from_message(sequence: int, key: str, value: bytes,
             text_value = bytes(raw).decode("utf-8")
         except UnicodeDecodeError:
             text_value = "\n"
-        if "=" in name or "\n" in name or "\n" in text_value or name == UUID_HEADER:
+        if ("=" in name or "\n" in name or "\n" in text_value or name == UUID_HEADER
+                or not name or len(name.encode("utf-8")) > MAX_KEY or name in seen):
             dropped += 1
             continue
         if name == TTL and not _ttl.TTL_TEXT.fullmatch(text_value):
             text_value = _canonical_ttl(text_value)
+        line = len(name.encode("utf-8")) + len(text_value.encode("utf-8")) + 2
+        if len(props) == limits.max_properties or size + line > limits.max_properties_bytes:
+            dropped += 1
+            continue
+        seen.add(name)
+        size += line
         props.append((name, text_value))
     return KvMsg(key, sequence, uuid, tuple(props), value), dropped

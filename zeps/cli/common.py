@@ -270,6 +270,28 @@ def message_line(msg) -> str:
     return f"{msg.sequence} {msg.key} {_escape(msg.body)}"
 
 
+def messages_upto(client, args, first: int, last: int, what: str):
+    """The messages of ``client``'s stream from ``first`` to ``last`` (a generator), every key:
+    the caller filters them. Subscribed with a pattern, no message after the last one it
+    matches comes to say that ``last`` was passed, and the command would wait for ever (as
+    ``zeps kv history`` did). :class:`~zeps.clients.ZepsTimeout` naming ``what`` if no message
+    comes for 30 s (or ``--connect-timeout``, if longer)."""
+    from zeps.clients import ZepsTimeout
+    sub = client.subscribe("", from_seq=first)
+    idle = max(30.0, args.connect_timeout)
+    seq = first - 1
+    while seq < last:
+        try:
+            msg = sub.next(timeout=idle)
+        except ZepsTimeout:
+            raise ZepsTimeout(f"{what} stalled at sequence {seq}: no message from "
+                              f"{args.endpoint} for {idle:g}s") from None
+        if msg.sequence > last:
+            return
+        seq = msg.sequence
+        yield msg
+
+
 def _matcher(patterns: List[str]) -> Callable[[str], bool]:
     if not patterns or "" in patterns:
         return lambda key: True

@@ -21,7 +21,7 @@ import time
 
 from ..protocol.ttl import TTL_HEADER, ttl_text
 from .common import (UsageError, _add_common, _add_endpoint, _escape, _key, _positive_int,
-                     _seconds, _stream_name, connection_reporter, message_json)
+                     _seconds, _stream_name, connection_reporter, message_json, messages_upto)
 
 
 def _ttl(text: str) -> str:
@@ -176,26 +176,9 @@ def run(args) -> int:
                     return 0
         return 0
     if action == "history":
-        from zeps.clients import ZepsTimeout
         with _client(args) as c:
             last = c.info().last
-            if last == 0:
-                return 0
-            # Every message, filtered here (as zeps replay): with the key as the pattern, no
-            # message after the key's last one came to say that the end was passed, and the
-            # command waited for ever unless that key had the stream's last message.
-            sub = c.subscribe("", from_seq=0)
-            idle = max(30.0, args.connect_timeout)
-            seq = 0
-            while seq < last:
-                try:
-                    msg = sub.next(timeout=idle)
-                except ZepsTimeout:
-                    raise ZepsTimeout(f"history stalled at sequence {seq}: no message from "
-                                      f"{args.endpoint} for {idle:g}s") from None
-                seq = msg.sequence
-                if seq > last:
-                    break
+            for msg in messages_upto(c, args, 1, last, "history") if last else ():
                 if msg.key == args.key:
                     out.write(_change(args, msg) + "\n")
         return 0

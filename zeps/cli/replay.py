@@ -20,6 +20,7 @@ from .common import (  # noqa: F401
     _stream_dir,
     _stream_name,
     message_json,
+    messages_upto,
     parse_time,
 )
 
@@ -151,7 +152,7 @@ def _replay_journal(args, match) -> int:
 
 
 def _replay_broker(args, match) -> int:
-    from zeps.clients import Client, ZepsTimeout
+    from zeps.clients import Client
 
     from .subscribe import _must_exist
     _must_exist(args)
@@ -175,18 +176,7 @@ def _replay_broker(args, match) -> int:
         last = start - 1
         try:
             if start <= end:
-                # Subscribe to everything and filter here: a message the pattern excludes must
-                # still tell us that the end was passed.
-                sub = client.subscribe("", from_seq=start)
-                idle = max(30.0, args.connect_timeout)
-                while last < end:
-                    try:
-                        msg = sub.next(timeout=idle)
-                    except ZepsTimeout:
-                        raise ZepsTimeout(f"replay stalled at sequence {last}: no message from "
-                                          f"{args.endpoint} for {idle:g}s") from None
-                    if msg.sequence > end:
-                        break
+                for msg in messages_upto(client, args, start, end, "replay"):
                     if match(msg.key):
                         out.write(msg)
                     if bar is not None:

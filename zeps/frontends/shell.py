@@ -24,11 +24,13 @@ BUS client sees what ZEPS clients publish. A round:
 4. the timers (CHP: HUGZ, ttl deletes).
 
 Then it yields (``gevent.sleep(0)``) if there is more to do, else it polls its sockets until the
-next deadline. Every read is capped: a message with more frames than the largest command has
-is read to its end but only its first frames are kept; libzmq drops a connection that sends a
-frame over the socket's ``MAXMSGSIZE``. What a peer sends that does not parse is ignored and
-counted (:class:`~zeps.frontends.counters.Counters`; shown in ``/varz`` under ``frontends``,
-and logged once per reason and at stop).
+next deadline. Every read is capped (:class:`~zeps.frontends.capped.CappedReader`): of a
+message with more frames than the largest command has, the first frames are handed on (and
+counted malformed) and the rest is discarded at most ``DISCARD_MAX`` frames a round, so one
+message of millions of frames never holds the broker's process; libzmq drops a connection
+that sends a frame over the socket's ``MAXMSGSIZE``. What a peer sends that does not parse is
+ignored and counted (:class:`~zeps.frontends.counters.Counters`; shown in ``/varz`` under
+``frontends``, and logged once per reason and at stop).
 """
 from __future__ import annotations
 
@@ -43,6 +45,7 @@ import zmq.green as zmq
 
 from zeps.journal import JournalConfig, JournalError, JournalReader, stream_dir_name
 
+from .capped import CappedReader
 from .counters import Counters
 from .link import Link, publish_size
 from .spec import FrontEndSpec, hosts_of
@@ -63,17 +66,6 @@ COLLECTOR_READ_AHEAD = 8 << 20
 IDLE_WAIT = 1.0
 
 _NB = zmq.NOBLOCK
-
-
-def _recv_capped(sock, cap: int) -> List[bytes]:
-    """One message, NOBLOCK (zmq.Again if none): at most ``cap`` frames kept, the rest read
-    and dropped (the message is delivered whole, so they are there)."""
-    frames = [sock.recv(_NB)]
-    while sock.getsockopt(zmq.RCVMORE):
-        frame = sock.recv(_NB)
-        if len(frames) < cap:
-            frames.append(frame)
-    return frames
 
 
 def snapshot_hwm(limits: Limits) -> int:
@@ -156,6 +148,12 @@ class FrontEndShell:
         except zmq.ZMQError:
             self.close()
             raise
+        counters = self.counters
+        self._link_in = CappedReader(self.dealer, 1, "zeps", counters)
+        self._collector_in = CappedReader(self.collector,
+                                          self.COLLECT_IDENT + self.COLLECT_FRAMES + 1,
+                                          "collector", counters)
+        self._snapshot_in = CappedReader(self.snapshot, 1 + 4, "snapshot", counters)
         return self
 
     def collector_type(self) -> int:
@@ -278,36 +276,44 @@ class FrontEndShell:
                 return
 
     def _read_link(self, now: float) -> bool:
-        dealer, link = self.dealer, self.link
+        """Each read below: zmq.Again when the socket is empty (done), None when the turn went
+        to discarding the rest of a message of too many frames (busy: yield, then go on)."""
+        reader, link = self._link_in, self.link
         for _ in range(READ_MAX):
             try:
-                frames = _recv_capped(dealer, 1)
+                frames = reader.recv()
             except zmq.Again:
                 return False
+            if frames is None:
+                return True
             d = link.on_frame(frames[0], now)
             if d is not None:
                 self.delivered(d, now)
         return True
 
     def _read_collector(self, now: float) -> bool:
-        sock, cap = self.collector, self.COLLECT_IDENT + self.COLLECT_FRAMES + 1
+        reader = self._collector_in
         for _ in range(READ_MAX):
             if self._pending:
                 return False
             try:
-                frames = _recv_capped(sock, cap)
+                frames = reader.recv()
             except zmq.Again:
                 return False
+            if frames is None:
+                return True
             self.collected(frames, now)
         return True
 
     def _read_snapshots(self, now: float) -> bool:
-        sock, frontend = self.snapshot, self.frontend
+        reader, frontend = self._snapshot_in, self.frontend
         for _ in range(READ_MAX):
             try:
-                frames = _recv_capped(sock, 1 + 4)
+                frames = reader.recv()
             except zmq.Again:
                 return False
+            if frames is None:
+                return True
             frontend.on_snapshot(frames[0], frames[1:], now)
         return True
 

@@ -10,7 +10,8 @@ ends"). The codecs (``chp_codec``, ``bus_codec``, with ``wire``), the per-front-
 (``chp``, ``bus``, with ``snapshots``, ``ttl`` and ``counters``), the front end's ZEPS
 peering with its broker (``link``) and the ``PORT:STREAM`` specs (``spec``) are pure: frames
 and ``now`` in, frames and decisions out, no socket, no event loop, no clock read. The I/O
-shells own the sockets and a greenlet each: ``shell`` (what both share), ``chp_server`` (with
-a SNAPSHOT peering per CHP snapshot) and ``bus_server``. Nothing is imported here, so
+shells own the sockets and a greenlet each: ``shell`` (what both share; it reads each socket
+through ``capped``), ``chp_server`` (with a SNAPSHOT peering per CHP snapshot) and
+``bus_server``. Nothing is imported here, so
 importing a codec loads no shell.
 """

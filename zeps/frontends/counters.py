@@ -1,9 +1,9 @@
 """The counters of a front end: what it served, and what it ignored and why.
 
 One flat mapping of ``"<socket>.<event>"`` names to integers, e.g. ``snapshot.served``,
-``snapshot.malformed.frame count``, ``collector.published``. The names are bounded: the events
-are fixed strings and the reasons those of :class:`~zeps.frontends.wire.Malformed`, never a
-peer's bytes.
+``snapshot.malformed.frame count``, ``snapshot.frames discarded`` (:mod:`.capped`),
+``collector.published``. The names are bounded: the events are fixed strings and the reasons
+those of :class:`~zeps.frontends.wire.Malformed`, never a peer's bytes.
 """
 from __future__ import annotations
 

@@ -23,15 +23,15 @@ BUS client sees what ZEPS clients publish. A round:
    which the wait polls while a session waits for it);
 4. the timers (CHP: HUGZ, ttl deletes).
 
-Then it yields (until the hub has polled its descriptors) if there is more to do, else it
-polls its sockets until the next deadline. Every read is capped
-(:class:`~zeps.frontends.capped.CappedReader`): of a message with more frames than the largest
-command has, the first frames are handed on (and counted malformed) and the rest is discarded
-at most ``DISCARD_MAX`` frames a round, so one message of millions of frames never holds the
-broker's process; libzmq drops a connection that sends a frame over the socket's
-``MAXMSGSIZE``. What a peer sends that does not parse is ignored and counted
-(:class:`~zeps.frontends.counters.Counters`; shown in ``/varz`` under ``frontends``, and
-logged once per reason and at stop).
+Then it yields (``gevent.sleep(0)``; while it discards, until the hub polled its descriptors:
+:meth:`FrontEndShell._serve`) if there is more to do, else it polls its sockets until the next
+deadline. Every read is capped (:class:`~zeps.frontends.capped.CappedReader`): of a message
+with more frames than the largest command has, the first frames are handed on (and counted
+malformed) and the rest is discarded at most ``DISCARD_MAX`` frames a round, so one message
+of millions of frames never holds the broker's process; libzmq drops a connection that sends
+a frame over the socket's ``MAXMSGSIZE``. What a peer sends that does not parse is ignored
+and counted (:class:`~zeps.frontends.counters.Counters`; shown in ``/varz`` under
+``frontends``, and logged once per reason and at stop).
 """
 from __future__ import annotations
 
@@ -209,20 +209,26 @@ class FrontEndShell:
 
     # ------------------------------------------------------------------ the loop
     def _serve(self) -> None:
-        """Rounds; after a busy one, the next waits on a zero timer, which fires once the hub
-        has polled its descriptors (as the broker's busy turns, ``zeps/broker/server.py``). A
-        ``gevent.sleep(0)`` queued it as a callback, and gevent runs 50 of those before it
-        looks at its descriptors: a front end discarding a message of very many frames ran 50
-        rounds of ``DISCARD_MAX`` frames in a row, and a ZEPS PING waited 0.7 s (median) for
-        its answer; 18 ms now."""
+        """Rounds; after a busy one, ``gevent.sleep(0)``, except while a socket's message of
+        too many frames is being discarded: then the next round waits on a zero timer, which
+        fires once the hub has polled its descriptors (as the broker's busy turns,
+        ``zeps/broker/server.py``). A ``gevent.sleep(0)`` is queued as a callback, and gevent
+        runs 50 of those before it looks at its descriptors: 50 rounds of ``DISCARD_MAX``
+        frames ran in a row, and a ZEPS PING waited 0.7 s (median) for its answer; 18 ms now.
+        The other busy rounds are as they were: they cost at most ``READ_MAX`` small messages
+        each, and yielding so for them too changed what a calm client meets in a flood of
+        SYNCSTARTs (``tests/test_bus_frontend.py``: it asked sooner, and waited longer)."""
         hub = gevent.get_hub()
         busy = hub.loop.timer(0.0)
+        readers = (self._link_in, self._collector_in, self._snapshot_in)
         try:
             while True:
-                if self._round(self.clock()):
+                if not self._round(self.clock()):
+                    self._wait()
+                elif any(r.discarding for r in readers):
                     hub.wait(busy)
                 else:
-                    self._wait()
+                    gevent.sleep(0)
         except gevent.GreenletExit:
             pass
         except Exception as exc:                      # a bug: say so, keep the broker up

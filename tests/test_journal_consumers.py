@@ -352,3 +352,27 @@ def test_close_writes_what_is_pending_and_refuses_more(tmp_path):
     with pytest.raises(RuntimeError):
         s.submit(tmp_path, config(), state(5))
     assert s.flush(timeout=0)
+
+
+def test_a_save_that_failed_is_tried_again_without_a_newer_submit(tmp_path, caplog):
+    """A consumer whose save failed (a full disk, an I/O error) and that then went quiet kept its
+    stale file: a restart handed out again what had been acknowledged (found by review). The
+    Saver tries it again until it is written; a stream deleted meanwhile is not made again."""
+    from tests.measure import wait_for
+    s = Saver(sync=False, retry_after=0.01)
+    try:
+        blocker = tmp_path / "consumers"
+        blocker.write_bytes(b"not a directory")          # every save fails while it is there
+        with caplog.at_level(logging.WARNING, logger="zeps.journal"):
+            s.submit(tmp_path, config(), state(7))
+            assert wait_for(lambda: s.errors, lambda n: n >= 3, 30) >= 3
+            blocker.unlink()                             # the disk is well again
+            assert wait_for(lambda: cs.load_all(tmp_path), bool, 30) == {
+                "orders": (config(), state(7))}
+        assert caplog.text.count("cannot save consumer 'orders'") == 1
+        assert "saved again" in caplog.text
+        gone = tmp_path / "deleted-stream"
+        s.submit(gone, config(), state(1))                # its directory is not there
+        assert s.flush(timeout=30) and not s._failed and not gone.exists()
+    finally:
+        s.close()

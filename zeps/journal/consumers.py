@@ -37,6 +37,7 @@ import json
 import logging
 import os
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Dict, Optional, Tuple
 
@@ -334,15 +335,25 @@ _REMOVE = None
 class Saver:
     """Writes consumers' files on a thread of its own, in order per consumer, coalescing: only
     the newest of a consumer's submits and removes not yet started is done (a submit then a
-    remove deletes the file; a remove then a submit writes it). :meth:`close` it (it flushes)."""
+    remove deletes the file; a remove then a submit writes it). :meth:`close` it (it flushes).
 
-    def __init__(self, sync: bool = True):
+    A write or remove that failed (a full disk, an I/O error) is tried again every
+    ``retry_after`` seconds until it succeeds or a newer one of the consumer replaces it (a
+    consumer that went quiet after it kept its stale file, and a broker restarted then handed
+    out again what had been acknowledged since; found by review), but not once its stream's
+    directory is gone (the stream was deleted: its file must not bring the directory back).
+    A consumer's first failure is logged, and its first success after."""
+
+    def __init__(self, sync: bool = True, retry_after: float = 1.0):
         self.sync = sync
-        self.errors = 0                  # writes/removes that failed (each logged)
+        self.retry_after = retry_after
+        self.errors = 0                  # writes/removes that failed (each counted)
         self.written = 0                 # writes/removes done (coalesced submits are not)
         self._cond = threading.Condition()
         # (stream_dir, name) -> (config, state), or _REMOVE; dicts keep insertion order
         self._pending: Dict[Tuple[str, str], Optional[Tuple[ConsumerConfig, ConsumerState]]] = {}
+        self._failed: Dict[Tuple[str, str], Optional[Tuple[ConsumerConfig, ConsumerState]]] = {}
+        self._retry_at = 0.0             # when the failed ones are tried again (monotonic)
         self._submitted = 0              # operations submitted
         self._done = 0                   # operations submitted before the last batch finished
         self._closed = False
@@ -354,6 +365,7 @@ class Saver:
             if self._closed:
                 raise RuntimeError("the consumer Saver is closed")
             self._pending.pop(key, None)
+            self._failed.pop(key, None)          # replaced: not tried again
             self._pending[key] = op
             self._submitted += 1
             self._cond.notify_all()
@@ -382,24 +394,51 @@ class Saver:
         self._thread.join()
 
     def _run(self) -> None:
+        failing = set()                  # the consumers whose last try failed (logged once)
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._pending or self._closed)
-                if not self._pending:       # closed, and nothing left
-                    return
+                wait = self._retry_at - time.monotonic() if self._failed else None
+                if wait is None or wait > 0:
+                    self._cond.wait_for(lambda: self._pending or self._closed, wait)
+                if self._failed and (self._closed or time.monotonic() >= self._retry_at):
+                    for key, op in self._failed.items():     # their time to be tried again
+                        self._pending.setdefault(key, op)
+                    self._failed = {}
+                if not self._pending:
+                    if self._closed:                # and nothing left
+                        return
+                    continue
                 batch, self._pending = self._pending, {}
                 upto = self._submitted
-            for (stream_dir, name), op in batch.items():
+            for key, op in batch.items():
+                stream_dir, name = key
                 try:
                     if op is _REMOVE:
                         remove(stream_dir, name, self.sync)
                     else:
                         save(stream_dir, op[0], op[1], self.sync)
                     self.written += 1
-                except Exception as e:      # noqa: BLE001 - counted and logged; the next submit retries
+                    if key in failing:
+                        failing.discard(key)
+                        log.warning("consumers of %s: consumer %r saved again", stream_dir, name)
+                except Exception as e:      # noqa: BLE001 - counted, logged, tried again
                     self.errors += 1
-                    log.warning("consumers of %s: cannot %s consumer %r: %s", stream_dir,
-                                "remove" if op is _REMOVE else "save", name, e)
+                    gone = not os.path.isdir(stream_dir)
+                    if key not in failing and not gone:
+                        failing.add(key)
+                        log.warning("consumers of %s: cannot %s consumer %r (tried again every "
+                                    "%gs): %s", stream_dir, "remove" if op is _REMOVE else "save",
+                                    name, self.retry_after, e)
+                    elif gone:
+                        failing.discard(key)
+                        log.warning("consumers of %s: cannot %s consumer %r: %s", stream_dir,
+                                    "remove" if op is _REMOVE else "save", name, e)
+                    if not gone and not self._closed:
+                        with self._cond:
+                            if key not in self._pending:
+                                if not self._failed:
+                                    self._retry_at = time.monotonic() + self.retry_after
+                                self._failed[key] = op
             with self._cond:
                 self._done = upto
                 self._cond.notify_all()

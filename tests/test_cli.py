@@ -277,6 +277,12 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["replay", "s", "--endpoint", "tcp://127.0.0.1:1", "--data-dir", "x"],
     ["stats", "--data-dir", "/nonexistent/zeps-data"],
     ["broker", "--fsync", "sometimes"],
+    # not finite, or more than the broker can take: tracebacks, or a broker that broke (review)
+    ["broker", "--admin-rate", "nan"],
+    ["broker", "--regex-timeout-ms", "inf"],
+    ["broker", "--client-queue", "3000000000"],
+    ["broker", "--max-message", "5T"],
+    ["broker", "--max-credit", "99999999999999T"],
     # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
     ["top", "--once", "--interval", "1e308"],
     ["stats", "--connect-timeout", "inf"],

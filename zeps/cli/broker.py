@@ -6,6 +6,7 @@ parsing live here.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import sys
@@ -21,6 +22,7 @@ from zeps.broker.scheduling import POLICIES
 from zeps.broker.security import CurveServer, SecurityError
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedError
+from zeps.journal.record import MAX_FRAME
 from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT, DEFAULT_MONITOR
 
 from .common import Parser, monitor_address
@@ -41,11 +43,21 @@ parse_size = _arg(units.parse_size)
 parse_duration = _arg(units.parse_duration)
 
 
-def _positive(parse):
+#: What a journal record holds beside a message's body (its key, headers block, frame head).
+RECORD_SLACK = 512
+
+
+def _positive(parse, most=None):
+    """A number more than zero, finite (``nan`` and ``inf`` passed, and broke the broker: a
+    traceback from ``--admin-rate nan``, every regex timing out at once with
+    ``--regex-timeout-ms inf``), and at most ``most`` where the broker cannot take more (a
+    traceback from ``--client-queue 3000000000``); found by review."""
     def check(text):
         value = parse(text)
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"must be more than zero: {text!r}")
+        if not math.isfinite(value) or value <= 0:
+            raise argparse.ArgumentTypeError(f"must be a number more than zero: {text!r}")
+        if most is not None and value > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")
         return value
     check.__name__ = parse.__name__
     return check
@@ -85,7 +97,8 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compaction-check", type=_positive(parse_duration), default=30.0,
                         help="look for compacted streams to compact this often (default 30s; "
                              "each is compacted once its dirty ratio says so)")
-    parser.add_argument("--max-message", type=_positive(parse_size), default=1 << 20,
+    parser.add_argument("--max-message", type=_positive(parse_size, MAX_FRAME - RECORD_SLACK),
+                        default=1 << 20,
                         help="largest message body accepted (default 1M)")
     parser.add_argument("--regex-timeout-ms", type=_positive(float), default=5.0,
                         help="time limit of one regex match (default 5)")
@@ -122,10 +135,11 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an idempotent producer whose last message is older than this is "
                              "forgotten: its retries are no longer de-duplicated (default 1d; "
                              "at most 10,000 producers per stream are kept in any case)")
-    limits.add_argument("--max-credit", type=_positive(parse_size), default=64 << 20,
+    limits.add_argument("--max-credit", type=_positive(parse_size, (1 << 64) - 1),
+                        default=64 << 20,
                         help="the largest credit window the broker advises clients (LIMITS); "
                              "memory per client is bounded by --client-queue (default 64M)")
-    limits.add_argument("--client-queue", type=_positive(int), default=1000,
+    limits.add_argument("--client-queue", type=_positive(int, (1 << 31) - 1), default=1000,
                         help="messages queued per client connection before it is switched to "
                              "replay from the journal (ZeroMQ SNDHWM; default 1000)")
     sec = parser.add_argument_group("security (docs/operations.md, Security)")
@@ -256,7 +270,7 @@ def run_from_args(args: argparse.Namespace) -> int:
             return 2
     jconf = JournalConfig(
         segment_bytes=args.segment_bytes, fsync=args.fsync,
-        max_record_bytes=args.max_message + 512,
+        max_record_bytes=args.max_message + RECORD_SLACK,
         retention_bytes=args.retention_bytes,
         retention_ms=int(args.retention_age * 1000) if args.retention_age else None,
         producer_max_age_ms=max(1, int(args.producer_max_age * 1000)),

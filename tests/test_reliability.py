@@ -609,3 +609,35 @@ def test_a_thousand_clients_some_hostile_keep_rss_bounded_and_lose_nothing(start
     ctx.term()
     assert b.running
     assert b.stop() == 0
+
+
+def test_a_stream_opens_on_a_full_disk_with_its_index_in_memory(small_disk):
+    """A restart on a full disk: the last segment's index lost its tail (an index write that
+    failed, or a crash), and recovery's rewrite of it failed with ENOSPC, so the stream could
+    not be opened at all, every ATTACH refused, until space was freed (found by review). It
+    opens with its index in memory, every record readable; the files are rebuilt later."""
+    from zeps.journal import Journal, JournalConfig
+    d = small_disk / "s"
+    with Journal.open(str(d), JournalConfig(fsync="never", index_interval_bytes=256)) as j:
+        for i in range(2000):
+            j.append("k", b"%d" % i)
+    for name in os.listdir(d):
+        if name.endswith((".index", ".timeindex")):
+            os.truncate(d / name, 0)
+    filler = small_disk / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT)
+    try:
+        while os.write(fd, b"\0" * 4096):
+            pass
+    except OSError:                                      # the disk is full
+        pass
+    finally:
+        os.close(fd)
+    with Journal.open(str(d), JournalConfig(fsync="never", index_interval_bytes=256)) as j:
+        assert [r.body for r in j.read_from(1)] == [b"%d" % i for i in range(2000)]
+        assert j.read_at(1500).body == b"1499"
+    filler.unlink()
+    with Journal.open(str(d), JournalConfig(fsync="never", index_interval_bytes=256)) as j:
+        assert j.read_at(1999).body == b"1998" and j.last_seq == 2000
+        j.append("k", b"more")
+    assert any(os.path.getsize(d / n) for n in os.listdir(d) if n.endswith(".index"))

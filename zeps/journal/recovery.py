@@ -20,6 +20,7 @@ the writer wrote.
 """
 from __future__ import annotations
 
+import errno
 import logging
 import os
 from typing import List
@@ -136,24 +137,44 @@ def recover(seg: Segment, interval: int) -> ScanResult:
         os.fsync(seg.fd)
     for e in entries:
         mem.append(*e)
-    # rewrite the index files in place: keep the k verified entries, append the rest
+    seg.index = mem
+    try:
+        _rewrite_index_tail(seg, k, entries)
+        seg.open_index_writers()
+    except OSError as e:
+        # A full disk: the stream is opened all the same, its index kept in memory (the files
+        # keep their k verified entries at most, and are rebuilt from the log at the next
+        # open), as an append whose index write fails goes on. It could not be opened at all
+        # (ATTACH refused: "No space left on device"), its records read by no one until space
+        # was freed (found by review).
+        seg.index_file_ok = False
+        for path in (seg.index_path, seg.time_path):
+            try:
+                os.truncate(path, min(os.path.getsize(path), k * ENTRY_SIZE))
+            except OSError:
+                pass
+        log.warning("journal recovery: cannot write the index of %s (%s); it is kept in memory "
+                    "and rebuilt from the log at the next open", seg.log_path, e)
+    seg.size = res.pos
+    seg.last_ts = res.last_ts
+    if len(mem):
+        seg.first_ts = mem.tss[0]
+    seg.loaded = True
+    return res
+
+
+def _rewrite_index_tail(seg: Segment, k: int, entries) -> None:
+    """Rewrite the index files in place: keep the ``k`` verified entries, append ``entries``."""
     ib, tb = encode_entries(entries)
     for path, data in ((seg.index_path, ib), (seg.time_path, tb)):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | _CLOEXEC, 0o644)
         try:
             os.ftruncate(fd, k * ENTRY_SIZE)
             if data:
-                os.pwrite(fd, data, k * ENTRY_SIZE)
+                if os.pwrite(fd, data, k * ENTRY_SIZE) != len(data):
+                    raise OSError(errno.ENOSPC, "short write of the index")
         finally:
             os.close(fd)
-    seg.index = mem
-    seg.size = res.pos
-    seg.last_ts = res.last_ts
-    if len(mem):
-        seg.first_ts = mem.tss[0]
-    seg.open_index_writers()
-    seg.loaded = True
-    return res
 
 
 def load_sealed(seg: Segment, interval: int, persist: bool) -> None:

@@ -219,6 +219,29 @@ def test_replay_through_broker_stops_at_last_sequence(broker):
     assert r.stdout == "1\n2\n"
 
 
+def test_one_damaged_stream_is_a_line_of_stats_and_list_not_the_end_of_them(start_broker):
+    """A stream whose settings are damaged cannot be opened: ``zeps stats`` and ``zeps stream
+    list`` stopped at it, printing nothing of the healthy streams (found by review). It is a
+    line saying why, the others are shown, and the exit status is 1."""
+    b = start_broker()
+    for name in ("good", "bad", "junk"):
+        assert zeps("publish", name, "k", "x", "--endpoint", b.endpoint).returncode == 0
+    b.stop()
+    (b.data_dir / "bad" / "SETTINGS.json").write_text("{not json")
+    b.start()
+    for args in (("stats",), ("stats", "--json"), ("stream", "list")):
+        r = zeps(*args, "--endpoint", b.endpoint)
+        assert r.returncode == 1, (args, r.stdout, r.stderr)
+        assert "good" in r.stdout and "junk" in r.stdout, (args, r.stdout)
+        assert "'bad'" in r.stderr or '"error"' in r.stdout, (args, r.stderr)
+    b.stop()
+    log = b.data_dir / "bad" / "00000000000000000001.log"     # the reader needs no settings:
+    log.unlink()                                             # a log it cannot open instead
+    log.mkdir()
+    r = zeps("stats", "--data-dir", b.data_dir)
+    assert r.returncode == 1 and "good" in r.stdout and "'bad'" in r.stderr, (r.stdout, r.stderr)
+
+
 def test_stats_by_endpoint_and_data_dir(broker):
     ep = broker.endpoint
     zeps("publish", "a", "k", "-", "--endpoint", ep, input="1\n2\n3\n")

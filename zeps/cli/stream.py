@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from zeps import units
 
@@ -183,14 +184,21 @@ def cmd_stream(args) -> int:
                 print(f"{sk:16} {shown}")
         return 0
     if args.action == "list":
+        from zeps.clients import InvalidError
         defaults = _defaults(ep, t, args.curve) if args.json else None
+        status = 0
         for name in list_streams(ep, timeout=t, curve=args.curve):
-            d = admin.describe_stream(ep, name, timeout=t, curve=args.curve)
+            try:
+                d = admin.describe_stream(ep, name, timeout=t, curve=args.curve)
+            except InvalidError as e:        # this stream's (damaged): the others are listed
+                print(f"zeps: stream {name!r}: {e.reason}", file=sys.stderr)
+                status = 1
+                continue
             if args.json:
                 print(json.dumps(_describe_json(d, defaults)))
             else:
                 print(f"{name}  {d.count} messages  {d.first}..{d.last}")
-        return 0
+        return status
     if args.action == "purge":
         first = admin.purge_stream(ep, args.stream, args.upto, timeout=t, curve=args.curve)
         print(f"stream {args.stream!r}: messages up to {args.upto} purged; the first kept is "

@@ -17,6 +17,13 @@ from .format import (HEADER, HEADERS_FLAG, MAX_KEY, MAX_PRODUCER_ID, MAX_PSEQ, P
                      BatchRecord, HeadersRecord, ProducerRecord, Record)
 
 _crc_value = google_crc32c.value
+
+#: The largest body a batch's plain record is one :func:`encode_plain` call for: that call
+#: makes the record (header and frame) as one string, the frame copied once more, and the
+#: batch's join copies it again; for a large body that copy costs more memory than the call
+#: saves time (a publisher of 1,000 KiB messages flat out took the broker 2 MiB past its bound,
+#: tests/test_isolation.py).
+PLAIN_CALL_MAX = 4096
 _crc_extend = google_crc32c.extend
 
 
@@ -72,9 +79,10 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     item is invalid (all or nothing). Frames are built by
     :func:`zeps.protocol.deliver.encode_deliver` and :func:`zeps.protocol.batch.deliver_batch_head`.
 
-    A plain ``(key, body)`` pair without a producer (most of a broker's round at a low rate:
-    a PUBLISH or two) is one call of :func:`encode_plain` (C where built; the same bytes and
-    record as the loop's general code gives the triple ``(key, body, None)``; issue 20)."""
+    A plain ``(key, body)`` pair without a producer and with a body of at most
+    :data:`PLAIN_CALL_MAX` bytes (most of a broker's round at a low rate: a PUBLISH or two) is
+    one call of :func:`encode_plain` (C where built; the same bytes and record as the loop's
+    general code gives the triple ``(key, body, None)``; issue 20)."""
     if producers is None and len(items) == 1 and type(items[0]) is tuple and len(items[0]) == 2:
         one = encode_plain(items[0][0], items[0][1], first_seq, timestamp, max_record_bytes)
         if one is not None:                      # one plain record: not even the loop's setup
@@ -87,7 +95,8 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     records: List = []
     seq = first_seq
     for i, (item, prod) in enumerate(zip(items, prods)):
-        if prod is None and type(item) is tuple and len(item) == 2:
+        if (prod is None and type(item) is tuple and len(item) == 2
+                and type(item[1]) is bytes and len(item[1]) <= PLAIN_CALL_MAX):
             one = encode_plain(item[0], item[1], seq, timestamp, max_record_bytes)
             if one is not None:
                 parts.append(one[0])

@@ -465,3 +465,27 @@ def _sigint_as_a_terminal_sends_it() -> None:
     KeyboardInterrupt even when this test run was started in the background (a shell without
     job control starts background commands with SIGINT ignored, and children inherit that)."""
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def test_the_broker_says_when_its_open_files_limit_is_too_low(tmp_path):
+    """At the open files limit the broker does not refuse a connection: libzmq tries accept()
+    again at once, its I/O thread at 100% CPU (found by review). The broker says at start that
+    the limit is below what its options may take."""
+    import resource
+
+    def low_limit():
+        resource.setrlimit(resource.RLIMIT_NOFILE, (256, 256))
+    for clients, warned in (("10000", True), ("100", False)):
+        p = subprocess.Popen([sys.executable, "-m", "zeps", "broker", "--endpoint",
+                              "tcp://127.0.0.1:*", "--data-dir", str(tmp_path / clients),
+                              "--max-clients", clients, "--max-open-streams", "10"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=str(REPO), env=ENV, preexec_fn=low_limit)
+        try:
+            assert "listening on" in p.stdout.readline()
+        finally:
+            p.send_signal(signal.SIGTERM)
+            _, err = p.communicate(timeout=30)
+        assert ("open_files_limit" in err) == warned, err
+        if warned:
+            assert "limit=256" in err and "ulimit -n" in err, err

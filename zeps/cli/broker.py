@@ -223,8 +223,15 @@ def configure_logging(json_lines: bool, level: str) -> None:
         cache_logger_on_first_use=True)
 
 
-def _raise_fd_limit() -> None:
-    """Open files: as many as the hard limit allows (streams and connections each need some)."""
+#: Open files an open stream takes (its log and two index files, one being read) and the
+#: broker itself (its sockets, libzmq's, the monitor's, the data directory's lock).
+FILES_PER_STREAM = 4
+FILES_OF_ITS_OWN = 64
+
+
+def _raise_fd_limit() -> int:
+    """Open files: as many as the hard limit allows (streams and connections each need some);
+    the limit now in force."""
     import resource
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if hard == resource.RLIM_INFINITY or soft < hard:
@@ -232,6 +239,12 @@ def _raise_fd_limit() -> None:
             resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 1 << 20), hard))
         except (ValueError, OSError):
             pass
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
+def files_needed(args) -> int:
+    """The open files ``--max-clients`` connections and ``--max-open-streams`` streams take."""
+    return (args.max_clients + FILES_PER_STREAM * args.max_open_streams + FILES_OF_ITS_OWN)
 
 
 def acl_keys(acl):
@@ -298,7 +311,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              admin_rate=args.admin_rate,
                              admin_burst=max(1, int(args.admin_rate)),
                              compaction_check=args.compaction_check)
-    _raise_fd_limit()
+    files = _raise_fd_limit()
     try:
         acl = load_acl(args.acl) if args.acl else None
         curve = None
@@ -340,6 +353,12 @@ def run_from_args(args: argparse.Namespace) -> int:
         broker.serve_forever()              # stopped: returns at once, closing socket and journals
         print(f"zeps: error: cannot open a front end: {exc}", file=sys.stderr)
         return 1
+    if files < files_needed(args):
+        # At the limit, a new connection is not refused: libzmq tries accept() again at once,
+        # the broker's I/O thread at 100% CPU while clients wait (found by review).
+        log.warning("open_files_limit", limit=files, needed=files_needed(args),
+                    detail="the open files limit (ulimit -n) is below what --max-clients and "
+                           "--max-open-streams may take: raise it, or lower them")
     if curve is None:
         log.warning("broker_open", detail="no --curve-secret: traffic is plaintext and any "
                                           "client that reaches the endpoint may publish and read "

@@ -221,6 +221,10 @@ def test_a_zeps_messages_headers_make_properties_a_client_accepts():
     msg, dropped = chp.from_message(6, "/k", b"v", many)
     assert len(msg.properties) == 64 and dropped == 36
     assert chp.decode_kvmsg(chp.encode_kvpub(msg)) == msg
+    for bad in (b"abc", b"-1", b"nan"):                   # a ttl a KVSET could not carry
+        msg, dropped = chp.from_message(8, "/k", b"v", [("ttl", bad), ("a", b"x")])
+        assert msg.properties == (("a", "x"),) and dropped == 1
+        assert chp.decode_kvmsg(chp.encode_kvpub(msg)) == msg
     big = [(f"h{i}", b"v" * 1000) for i in range(10)]
     msg, dropped = chp.from_message(7, "/k", b"v", big)
     assert len(msg.properties) == 4 and dropped == 6

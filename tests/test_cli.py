@@ -306,6 +306,8 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["broker", "--client-queue", "3000000000"],
     ["broker", "--max-message", "5T"],
     ["broker", "--max-credit", "99999999999999T"],
+    ["broker", "--max-credit", "9" * 400],                    # past a float: OverflowError
+    ["broker", "--client-queue", "9" * 400],
     # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
     ["top", "--once", "--interval", "1e308"],
     ["stats", "--connect-timeout", "inf"],

@@ -54,7 +54,7 @@ def _positive(parse, most=None):
     traceback from ``--client-queue 3000000000``); found by review."""
     def check(text):
         value = parse(text)
-        if not math.isfinite(value) or value <= 0:
+        if isinstance(value, float) and not math.isfinite(value) or value <= 0:
             raise argparse.ArgumentTypeError(f"must be a number more than zero: {text!r}")
         if most is not None and value > most:
             raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")

@@ -267,6 +267,9 @@ def from_message(sequence: int, key: str, value: bytes,
             continue
         if name == TTL and not _ttl.TTL_TEXT.fullmatch(text_value):
             text_value = _canonical_ttl(text_value)
+            if not _ttl.TTL_TEXT.fullmatch(text_value):    # not a number: a KVSET's is refused
+                dropped += 1
+                continue
         line = len(name.encode("utf-8")) + len(text_value.encode("utf-8")) + 2
         if len(props) == limits.max_properties or size + line > limits.max_properties_bytes:
             dropped += 1

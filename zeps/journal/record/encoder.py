@@ -83,7 +83,8 @@ def encode_batch(items: Sequence, first_seq: int, timestamp: int, max_record_byt
     :data:`PLAIN_CALL_MAX` bytes (most of a broker's round at a low rate: a PUBLISH or two) is
     one call of :func:`encode_plain` (C where built; the same bytes and record as the loop's
     general code gives the triple ``(key, body, None)``; issue 20)."""
-    if producers is None and len(items) == 1 and type(items[0]) is tuple and len(items[0]) == 2:
+    if (producers is None and len(items) == 1 and type(items[0]) is tuple and len(items[0]) == 2
+            and type(items[0][1]) is bytes and len(items[0][1]) <= PLAIN_CALL_MAX):
         one = encode_plain(items[0][0], items[0][1], first_seq, timestamp, max_record_bytes)
         if one is not None:                      # one plain record: not even the loop's setup
             return [one[0]], [one[1]]

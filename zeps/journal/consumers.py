@@ -337,7 +337,7 @@ class Saver:
     the newest of a consumer's submits and removes not yet started is done (a submit then a
     remove deletes the file; a remove then a submit writes it). :meth:`close` it (it flushes).
 
-    A write or remove that failed (a full disk, an I/O error) is tried again every
+    A write or remove that failed with an I/O error (a full disk) is tried again every
     ``retry_after`` seconds until it succeeds or a newer one of the consumer replaces it (a
     consumer that went quiet after it kept its stale file, and a broker restarted then handed
     out again what had been acknowledged since; found by review), but not once its stream's
@@ -423,7 +423,9 @@ class Saver:
                         log.warning("consumers of %s: consumer %r saved again", stream_dir, name)
                 except Exception as e:      # noqa: BLE001 - counted, logged, tried again
                     self.errors += 1
-                    gone = not os.path.isdir(stream_dir)
+                    # tried again: an I/O error (a full disk) where the stream still is; not a
+                    # state that cannot be written (too large), nor a deleted stream's
+                    gone = not isinstance(e, OSError) or not os.path.isdir(stream_dir)
                     if key not in failing and not gone:
                         failing.add(key)
                         log.warning("consumers of %s: cannot %s consumer %r (tried again every "

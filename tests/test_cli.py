@@ -307,6 +307,11 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["broker", "--max-message", "5T"],
     ["broker", "--max-credit", "99999999999999T"],
     ["broker", "--max-credit", "9" * 400],                    # past a float: OverflowError
+    # tracebacks (and, for publish, a stream made before the error; found by review)
+    ["publish", "ks", "--key-separator", "", "--endpoint", "tcp://127.0.0.1:1"],
+    ["stream", "create", "x", "--retention-bytes", "99999999999T"],
+    ["stream", "create", "x", "--retention-age", "999999999999d"],
+    ["consumer", "add", "s", "c", "--max-deliver", "4294967296"],
     ["broker", "--client-queue", "9" * 400],
     # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
     ["top", "--once", "--interval", "1e308"],
@@ -327,6 +332,7 @@ def test_bad_arguments_exit_2_with_one_line(args):
 
 @pytest.mark.parametrize("args", [
     ["subscribe", b"s\xff", "--all", "--endpoint", "tcp://127.0.0.1:1"],
+    ["publish", "ks", "--key-separator", b"\xff", "--endpoint", "tcp://127.0.0.1:1"],
     ["publish", b"\xff", "k", "b", "--endpoint", "tcp://127.0.0.1:1"],
     ["subscribe", "s", "--all", b"~\xff", "--endpoint", "tcp://127.0.0.1:1"],
     ["replay", b"\xff", "--data-dir", "."],
@@ -491,3 +497,27 @@ def test_the_broker_says_when_its_open_files_limit_is_too_low(tmp_path):
         assert ("open_files_limit" in err) == warned, err
         if warned:
             assert "limit=256" in err and "ulimit -n" in err, err
+
+
+def test_bad_environment_defaults_are_one_line_or_the_default():
+    """$ZEPS_ENDPOINT that is not an endpoint was a traceback in zeps stats and zeps replay, and
+    $ZEPS_TIMEOUT=inf one in every command that connects (found by review)."""
+    env = dict(ENV, ZEPS_ENDPOINT="foo")
+    for args in (("stats",), ("replay", "s")):
+        r = zeps(*args, env=env)
+        assert r.returncode == 2 and r.stderr.startswith("zeps: error: $ZEPS_ENDPOINT"), r.stderr
+        assert len(r.stderr.splitlines()) == 1
+    from zeps.cli.common import _env_timeout
+    for value, expected in (("inf", 10.0), ("1e300", 10.0), ("nan", 10.0), ("2.5", 2.5)):
+        os.environ["ZEPS_TIMEOUT"] = value
+        try:
+            assert _env_timeout() == expected, value
+        finally:
+            del os.environ["ZEPS_TIMEOUT"]
+
+
+def test_a_key_with_a_newline_is_one_line_of_text_output():
+    """A key holding a newline printed a line that looked like another message."""
+    from zeps.cli.common import message_line
+    from zeps.clients.message import Message
+    assert message_line(Message(1, "line1\nFAKE 999 x", b"body")) == "1 line1\\nFAKE 999 x body"

@@ -50,6 +50,11 @@ def test_bad_durations(text):
     ("1795300000", 1795300000 * 10**9),
     ("1795300000.5", 1795300000 * 10**9 + 500_000_000),
     ("1795300000000ms", 1795300000 * 10**9),
+    # a number of six digits or fewer with its unit is before now, as 5m is: "3s" was 3 s after
+    # 1970, and a replay --from-time 3s read the whole stream (found by review)
+    ("3s", NOW - 3 * 10**9),
+    ("500ms", NOW - 500 * 10**6),
+    ("1.5s", NOW - 1_500_000_000),
     ("2026-11-22T10:00:00Z", int(datetime(2026, 11, 22, 10, tzinfo=timezone.utc).timestamp()) * 10**9),
     ("2026-11-22T11:00:00+01:00", int(datetime(2026, 11, 22, 10, tzinfo=timezone.utc).timestamp()) * 10**9),
 ])

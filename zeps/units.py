@@ -37,7 +37,7 @@ _ENDPOINT_RE = re.compile(r"^(tcp|ipc|inproc|ws|wss|pgm|epgm|norm|vmci|tipc|udp)
 TIME_FORMS = ("ISO-8601 (2026-11-22T10:00:00Z; without a zone it is local time, as date(1) "
               "has it), epoch seconds "
               "(1795300000.5, or with a unit: 1795300000000ms), 'now', or relative to now: "
-              "-5m, 5m, now-5m, '5 minutes ago'")
+              "-5m, 5m, 30s, now-5m, '5 minutes ago'")
 
 
 def parse_address(text: str) -> Tuple[str, int]:
@@ -96,8 +96,9 @@ def parse_time(text: str, now_ns: Optional[int] = None, *, bare_unit: str = "s")
     Forms (:data:`TIME_FORMS`): ISO-8601 with or without zone (local time when none, as ``date``
     reads it); a number since the
     epoch (``bare_unit`` when it has no unit: seconds for the CLI, milliseconds for Spark's
-    ``startingTime``; ``ns``/``us``/``ms``/``s`` as an explicit unit); ``now``; a duration before
-    now as ``-5m``, ``5m``, ``now-5m`` or ``5 minutes ago``; ``now+5m`` after now.
+    ``startingTime``; ``ns``/``us``/``ms``/``s`` as an explicit unit, with more than six digits
+    before its point: ``30s`` is a duration); ``now``; a duration before now as ``-5m``, ``5m``,
+    ``30s``, ``now-5m`` or ``5 minutes ago``; ``now+5m`` after now.
     """
     t = str(text).strip()
     if not t:
@@ -106,7 +107,11 @@ def parse_time(text: str, now_ns: Optional[int] = None, *, bare_unit: str = "s")
     if t.lower() == "now":
         return now
     m = _EPOCH_NUM.match(t)
-    if m and (m.group(2) or "." in t or len(m.group(1)) > 6):
+    # A time since the epoch has more than six digits before its point (or, without a unit, a
+    # point): "3s" and "500ms" are before now, as "5m" is (they were read as 3 s after 1970,
+    # and zeps replay --from-time 3s read the whole stream; found by review).
+    digits = m.group(1).split(".")[0].lstrip("+") if m else ""
+    if m and (len(digits) > 6 or (not m.group(2) and "." in t)):
         unit = (m.group(2) or bare_unit).lower()
         try:
             ns = int(Decimal(m.group(1)) * {"ns": 1, "us": 10**3, "ms": 10**6, "s": 10**9}[unit])

@@ -182,11 +182,22 @@ def monitor_address(text: str) -> Tuple[str, int]:
 
 
 def _env_timeout() -> float:
+    """``$ZEPS_TIMEOUT``, the default ``--connect-timeout``: 10 unless it is a number of
+    seconds ``--connect-timeout`` takes (``inf`` was a traceback in every command)."""
     try:
         v = float(os.environ.get("ZEPS_TIMEOUT", "10"))
-        return v if v > 0 else 10.0
     except ValueError:
         return 10.0
+    return v if 0 < v <= MAX_SECONDS else 10.0
+
+
+def env_endpoint() -> str:
+    """``$ZEPS_ENDPOINT``, or the default endpoint; a bad one is a usage error (it was a
+    traceback in the commands that read it themselves)."""
+    try:
+        return _endpoint(os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT))
+    except argparse.ArgumentTypeError as e:
+        raise UsageError(f"$ZEPS_ENDPOINT: {e}") from None
 
 
 def _add_endpoint(p: argparse.ArgumentParser, default=True) -> None:
@@ -266,8 +277,10 @@ def _escape(body: bytes) -> str:
 
 
 def message_line(msg) -> str:
-    """``SEQ KEY BODY`` on one line (the body escaped: see :func:`_escape`)."""
-    return f"{msg.sequence} {msg.key} {_escape(msg.body)}"
+    """``SEQ KEY BODY`` on one line (the key and the body escaped: see :func:`_escape`; a key
+    holding a newline printed a line that looked like another message)."""
+    return f"{msg.sequence} {_escape(msg.key.encode('utf-8', 'surrogateescape'))} " \
+           f"{_escape(msg.body)}"
 
 
 def messages_upto(client, args, first: int, last: int, what: str):

@@ -33,6 +33,18 @@ def _name(text: str) -> str:
     return text
 
 
+def _count_upto(most: int):
+    """A whole number from 0 to ``most`` (the wire's field: more was a traceback)."""
+    def count(text: str) -> int:
+        import argparse
+        v = _count(text)
+        if v > most:
+            raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")
+        return v
+    count.__name__ = "count"
+    return count
+
+
 def _count(text: str) -> int:
     import argparse
     try:
@@ -81,7 +93,7 @@ def add_parser(sub) -> None:
                    metavar="S",                     # the wire's field (the broker takes a day)
                    help="a message not acknowledged S seconds after it was handed out is "
                         "given again (default 30)")
-    a.add_argument("--max-deliver", type=_count, default=0, metavar="N",
+    a.add_argument("--max-deliver", type=_count_upto((1 << 32) - 1), default=0, metavar="N",
                    help="after N deliveries an unacknowledged message goes to the dead-letter "
                         "stream (0: no limit, the default)")
     a.add_argument("--max-ack-pending", type=_pending, default=1000, metavar="N",

@@ -6,12 +6,14 @@ line the broker refuses (over its ``--max-message``, not allowed, ...) is report
 """
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 from collections import deque
 from typing import Deque, Iterable, Tuple
 
 from .common import (  # noqa: F401
+    _utf8,
     UsageError,
     _add_common,
     _add_endpoint,
@@ -47,7 +49,7 @@ def add_parser(sub) -> None:
                    help="publish the whole of FILE ('-': stdin) as one message, its bytes as "
                         "they are (binary is fine; no line splitting)")
     k = p.add_mutually_exclusive_group()
-    k.add_argument("--key-separator", metavar="SEP",
+    k.add_argument("--key-separator", metavar="SEP", type=_key_separator,
                    help="each stdin line is KEY<SEP>BODY (Kafka's parse.key / key.separator)")
     k.add_argument("--key-field", metavar="NAME",
                    help="each stdin line is a JSON object; the key is its field NAME and the "
@@ -80,6 +82,15 @@ def _read_body(path: str) -> bytes:
             return f.read()
     except OSError as e:
         raise UsageError(f"cannot read {path}: {e.strerror}") from None
+
+
+def _key_separator(text: str) -> str:
+    """``--key-separator``: some UTF-8 (an empty or undecodable one was a traceback after the
+    stream was made; found by review)."""
+    if not text:
+        raise argparse.ArgumentTypeError("the key separator is empty")
+    _utf8(text, "key separator")
+    return text
 
 
 def _keyed(args) -> Iterable[Tuple[str, bytes]]:

@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 from .common import (  # noqa: F401
+    env_endpoint,
     DEFAULT_ENDPOINT,
     UsageError,
     _add_common,
@@ -107,7 +107,7 @@ def cmd_replay(args) -> int:
     if args.data_dir is not None:
         return _replay_journal(args, match)
     if args.endpoint is None:
-        args.endpoint = _endpoint(os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT))
+        args.endpoint = env_endpoint()
     return _replay_broker(args, match)
 
 

@@ -2,12 +2,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 from typing import List, Tuple
 
 from .common import (  # noqa: F401
+    env_endpoint,
     DEFAULT_ENDPOINT,
     UsageError,
     _add_common,
@@ -68,7 +68,7 @@ def cmd_stats(args) -> int:
                                    st.newest_ts or 0, name))
     else:
         from zeps.clients import Client, InvalidError, list_streams
-        endpoint = args.endpoint or _endpoint(os.environ.get("ZEPS_ENDPOINT", DEFAULT_ENDPOINT))
+        endpoint = args.endpoint or env_endpoint()
         known = list_streams(endpoint, timeout=args.connect_timeout, curve=args.curve)
         if args.streams:
             unknown = [s for s in args.streams if s not in known]

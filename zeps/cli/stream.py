@@ -9,20 +9,31 @@ from zeps import units
 from .common import UsageError, _add_common, _add_endpoint, _iso, _seq, _stream_name
 
 
+#: The most a size or a duration in milliseconds may be on the wire (a u64; more was a codec
+#: traceback from zeps stream create; found by review).
+U64_MAX = (1 << 64) - 1
+
+
 def _size(text: str) -> int:
     import argparse
     try:
-        return units.parse_size(text)
+        value = units.parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if value > U64_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than 2^64-1 bytes")
+    return value
 
 
 def _duration(text: str) -> float:
     import argparse
     try:
-        return units.parse_duration(text)
+        value = units.parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
+    if not value * 1000 <= U64_MAX:
+        raise argparse.ArgumentTypeError(f"{text!r} is more than 2^64-1 milliseconds")
+    return value
 
 
 def _ratio(text: str) -> float:

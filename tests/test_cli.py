@@ -312,6 +312,8 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["stream", "create", "x", "--retention-bytes", "99999999999T"],
     ["stream", "create", "x", "--retention-age", "999999999999d"],
     ["consumer", "add", "s", "c", "--max-deliver", "4294967296"],
+    ["bench", "--msgs", "1", "--pub", "2"],       # a subscriber's TypeError, 600 s of waiting
+    ["bench", "--pub", "100000"],
     ["broker", "--client-queue", "9" * 400],
     # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
     ["top", "--once", "--interval", "1e308"],
@@ -521,3 +523,10 @@ def test_a_key_with_a_newline_is_one_line_of_text_output():
     from zeps.cli.common import message_line
     from zeps.clients.message import Message
     assert message_line(Message(1, "line1\nFAKE 999 x", b"body")) == "1 line1\\nFAKE 999 x body"
+
+
+def test_bench_against_a_broker_that_is_down_says_so_in_one_line():
+    """Each child printed its traceback, then the parent its own after 32 s (found by review)."""
+    r = zeps("bench", "--endpoint", "tcp://127.0.0.1:1", "--connect-timeout", "1", "--msgs", "10")
+    assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "no answer from a ZEPS broker" in r.stderr and "Traceback" not in r.stderr

@@ -17,6 +17,9 @@ import time
 from .common import UsageError, _add_common, _add_endpoint, _positive_int, _stream_name
 
 _TS = struct.Struct(">Q")
+#: The largest --size (a broker's largest --max-message) and the most processes of a kind.
+MAX_SIZE = 1 << 30
+MAX_PROCESSES = 256
 
 
 def add_parser(sub) -> None:
@@ -34,6 +37,19 @@ def add_parser(sub) -> None:
     _add_endpoint(p)
     _add_common(p)
     p.set_defaults(func=cmd_bench)
+
+
+def _child(kind: str, *args) -> None:
+    """A child's work (``pub`` or ``sub``; a module-level function, as ``spawn`` needs); an
+    error is put on its queues for the parent to say in one line (a child's traceback, then
+    the parent's after 32 s, were all a broker that was down got; found by review)."""
+    try:
+        (_publisher if kind == "pub" else _subscriber)(*args)
+    except BaseException as e:          # noqa: BLE001 - the parent reports it, exit 1
+        error = ("error", f"{type(e).__name__}: {e}")
+        args[-1].put(error)             # out (a publisher's), ready (a subscriber's) ...
+        if kind == "sub":
+            args[-2].put(error)         # ... and out
 
 
 def _publisher(endpoint, stream, n, size, rate, confirm, timeout, curve, go, out):
@@ -56,13 +72,13 @@ def _publisher(endpoint, stream, n, size, rate, confirm, timeout, curve, go, out
         out.put(("pub", n, (time.monotonic_ns() - t0) / 1e9))
 
 
-def _subscriber(endpoint, stream, n, timeout, curve, ready, out):
+def _subscriber(endpoint, stream, n, timeout, curve, out, ready):
     from zeps.clients import Client
     delays = []
     # create=True: the subscribers start before the publishers, and wait for them
     with Client(endpoint, stream, timeout=timeout, curve=curve, create=True) as c:
         sub = c.subscribe("", live=True)
-        ready.put(1)
+        ready.put(("ready",))
         t0 = None
         for _ in range(n):
             msg = sub.next(timeout=max(timeout, 30.0))
@@ -77,21 +93,37 @@ def _pct(values, p):
     return values[min(len(values) - 1, int(p / 100 * len(values)))] / 1e6 if values else None
 
 
+def _result(queue, timeout: float, what: str):
+    """The next item a child put on ``queue``, or its error said in one line (exit 1)."""
+    import queue as queues
+    from zeps.clients import ZepsError, ZepsTimeout
+    try:
+        item = queue.get(timeout=timeout)
+    except queues.Empty:
+        raise ZepsTimeout(f"no {what} within {timeout:g}s") from None
+    if item[0] == "error":
+        raise ZepsError(f"a bench process failed: {item[1]}")
+    return item
+
+
 def cmd_bench(args) -> int:
-    if args.size < 8:
-        raise UsageError("--size must be at least 8 (the send time rides in the body)")
-    if args.pub < 1 or args.sub < 0:
-        raise UsageError("--pub must be at least 1 and --sub at least 0")
+    if not 8 <= args.size <= MAX_SIZE:
+        raise UsageError(f"--size must be from 8 (the send time rides in the body) to {MAX_SIZE}")
+    if not 1 <= args.pub <= MAX_PROCESSES or not 0 <= args.sub <= MAX_PROCESSES:
+        raise UsageError(f"--pub must be from 1 to {MAX_PROCESSES} and --sub from 0 to "
+                         f"{MAX_PROCESSES}")
+    if args.msgs < args.pub:
+        raise UsageError("--msgs must be at least --pub (each publisher sends some)")
     per_pub = args.msgs // args.pub
     total = per_pub * args.pub
     ctx = multiprocessing.get_context("spawn")
     go, ready, out = ctx.Event(), ctx.Queue(), ctx.Queue()
-    procs = [ctx.Process(target=_subscriber, daemon=True,
-                         args=(args.endpoint, args.stream, total, args.connect_timeout,
-                               args.curve, ready, out))
+    procs = [ctx.Process(target=_child, daemon=True,
+                         args=("sub", args.endpoint, args.stream, total, args.connect_timeout,
+                               args.curve, out, ready))
              for _ in range(args.sub)]
-    procs += [ctx.Process(target=_publisher, daemon=True,
-                          args=(args.endpoint, args.stream, per_pub, args.size,
+    procs += [ctx.Process(target=_child, daemon=True,
+                          args=("pub", args.endpoint, args.stream, per_pub, args.size,
                                 args.rate / args.pub if args.rate else 0, args.confirm,
                                 args.connect_timeout, args.curve, go, out))
               for _ in range(args.pub)]
@@ -99,9 +131,9 @@ def cmd_bench(args) -> int:
         p.start()
     try:
         for _ in range(args.sub):
-            ready.get(timeout=args.connect_timeout + 30)
+            _result(ready, args.connect_timeout + 30, "subscriber ready")
         go.set()
-        results = [out.get(timeout=max(600.0, args.connect_timeout)) for _ in procs]
+        results = [_result(out, max(600.0, args.connect_timeout), "result") for _ in procs]
     finally:
         for p in procs:
             p.join(timeout=5)

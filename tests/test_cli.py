@@ -530,3 +530,14 @@ def test_bench_against_a_broker_that_is_down_says_so_in_one_line():
     r = zeps("bench", "--endpoint", "tcp://127.0.0.1:1", "--connect-timeout", "1", "--msgs", "10")
     assert r.returncode == 1 and len(r.stderr.splitlines()) == 1, r.stderr
     assert "no answer from a ZEPS broker" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_seconds_options_take_durations_as_the_others_do():
+    """--timeout 1m was refused ("not a number of seconds") where --retention-age 1m is taken,
+    and --timeout 1ss was taken for 1 s (found by review)."""
+    import argparse
+    from zeps.cli.common import _seconds
+    assert [_seconds(t) for t in ("1m", "30s", "500ms", ".5", "2")] == [60.0, 30.0, 0.5, 0.5, 2.0]
+    for bad in ("1ss", "0", "nan", "inf", "soon"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _seconds(bad)

@@ -83,11 +83,16 @@ MAX_SECONDS = 10_000_000
 
 
 def _seconds(text: str, most: float = MAX_SECONDS) -> float:
+    """Seconds: a duration as every option takes one (``500ms``, ``30s``, ``1m``, ``2h``:
+    :func:`zeps.units.parse_duration`; ``1m`` was refused here and ``1ss`` taken for 1 s; found
+    by review), or a number as Python writes one (``.5``, ``1e-3``)."""
     try:
-        v = float(text.rstrip("s")) if text.endswith("s") and not text.endswith("ms") else (
-            float(text[:-2]) / 1000 if text.endswith("ms") else float(text))
+        v = units.parse_duration(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
+        try:
+            v = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number of seconds: {text!r}") from None
     if not v > 0:
         raise argparse.ArgumentTypeError(f"must be more than zero seconds: {text!r}")
     if not v <= most:                                # inf too

@@ -20,8 +20,9 @@ split by its sequence's form, on ``;`` after an 8-byte one (the RFC's), on ``,``
 or empty one (the other separator is then part of a subtree); a list whose sender's form
 nothing else tells (SYNCEND, read by a client) on ``;`` if it holds one, otherwise on ``,``.
 (An 8-byte binary sequence whose every byte is an ASCII digit is at least 0x3030303030303030,
-about 3.5 * 10^18: no stream gets there.) Output speaks one :class:`Dialect`: :data:`RFC` (the default) or
-:data:`REFERENCE`, which the Node subscriber needs (it compares sequences as decimal text).
+about 3.5 * 10^18: no stream gets there.) Output speaks one :class:`Dialect`: :data:`RFC`
+(the default) or :data:`REFERENCE`, which the Node subscriber needs (it compares sequences as
+decimal text).
 
 An empty subtree matches every topic (the reference's ``"".split(",")`` is ``[""]``, and every
 topic starts with ``""``); matching is by prefix, as the reference's ``startsWith``.

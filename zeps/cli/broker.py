@@ -25,7 +25,7 @@ from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedErro
 from zeps.journal.record import MAX_FRAME
 from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT, DEFAULT_MONITOR
 
-from .common import Parser, monitor_address
+from .common import MAX_NUMBER, Parser, monitor_address
 
 
 def _arg(parse):
@@ -135,7 +135,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help="an idempotent producer whose last message is older than this is "
                              "forgotten: its retries are no longer de-duplicated (default 1d; "
                              "at most 10,000 producers per stream are kept in any case)")
-    limits.add_argument("--max-credit", type=_positive(parse_size, (1 << 64) - 1),
+    limits.add_argument("--max-credit", type=_positive(parse_size, MAX_NUMBER),
                         default=64 << 20,
                         help="the largest credit window the broker advises clients (LIMITS); "
                              "memory per client is bounded by --client-queue (default 64M)")

@@ -107,10 +107,11 @@ def _seconds_upto(most: float):
     return parse
 
 
-def _int_upto(most: int):
-    """An option's type: a whole number from 1 to ``most``."""
+def _int_upto(most: int, least: Optional[Callable[[str], int]] = None):
+    """An option's type: a whole number from 1 (or as ``least`` parses it: its own lower
+    bound) to ``most``."""
     def parse(text: str) -> int:
-        v = _positive_int(text)
+        v = (least or _positive_int)(text)
         if v > most:
             raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")
         return v

@@ -15,9 +15,9 @@ import sys
 
 from zeps.units import TIME_FORMS
 
-from .common import (UsageError, _add_common, _add_endpoint, _iso, _pattern, _positive_int, _say,
-                     _seconds, _seconds_upto, _seq, _stream_name, connection_reporter,
-                     message_json, message_line, parse_time)
+from .common import (UsageError, _add_common, _add_endpoint, _int_upto, _iso, _pattern,
+                     _positive_int, _say, _seconds, _seconds_upto, _seq, _stream_name,
+                     connection_reporter, message_json, message_line, parse_time)
 
 _ACK_NAMES = {0: "explicit", 1: "all", 2: "none"}
 _START_NAMES = {0: "all", 1: "sequence", 2: "time", 3: "new"}
@@ -31,18 +31,6 @@ def _name(text: str) -> str:
     if why:
         raise argparse.ArgumentTypeError(f"bad consumer name {text!r}: {why}")
     return text
-
-
-def _count_upto(most: int):
-    """A whole number from 0 to ``most`` (the wire's field: more was a traceback)."""
-    def count(text: str) -> int:
-        import argparse
-        v = _count(text)
-        if v > most:
-            raise argparse.ArgumentTypeError(f"must be at most {most}: {text!r}")
-        return v
-    count.__name__ = "count"
-    return count
 
 
 def _count(text: str) -> int:
@@ -93,7 +81,7 @@ def add_parser(sub) -> None:
                    metavar="S",                     # the wire's field (the broker takes a day)
                    help="a message not acknowledged S seconds after it was handed out is "
                         "given again (default 30)")
-    a.add_argument("--max-deliver", type=_count_upto((1 << 32) - 1), default=0, metavar="N",
+    a.add_argument("--max-deliver", type=_int_upto((1 << 32) - 1, _count), default=0, metavar="N",
                    help="after N deliveries an unacknowledged message goes to the dead-letter "
                         "stream (0: no limit, the default)")
     a.add_argument("--max-ack-pending", type=_pending, default=1000, metavar="N",

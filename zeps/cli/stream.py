@@ -6,12 +6,8 @@ import sys
 
 from zeps import units
 
-from .common import UsageError, _add_common, _add_endpoint, _iso, _seq, _stream_name
-
-
-#: The most a size or a duration in milliseconds may be on the wire (a u64; more was a codec
-#: traceback from zeps stream create; found by review).
-U64_MAX = (1 << 64) - 1
+from .common import (MAX_NUMBER, UsageError, _add_common, _add_endpoint, _iso, _seq,
+                     _stream_name)
 
 
 def _size(text: str) -> int:
@@ -20,7 +16,7 @@ def _size(text: str) -> int:
         value = units.parse_size(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if value > U64_MAX:
+    if value > MAX_NUMBER:                 # the wire's u64 (a codec traceback)
         raise argparse.ArgumentTypeError(f"{text!r} is more than 2^64-1 bytes")
     return value
 
@@ -31,7 +27,7 @@ def _duration(text: str) -> float:
         value = units.parse_duration(text)
     except ValueError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
-    if not value * 1000 <= U64_MAX:
+    if not value * 1000 <= MAX_NUMBER:
         raise argparse.ArgumentTypeError(f"{text!r} is more than 2^64-1 milliseconds")
     return value
 

@@ -554,8 +554,9 @@ def test_a_refused_entry_fails_its_own_receipt_and_the_confirm_count_stays_right
     sock.room = 10
     sock.flush(p)
     assert any(isinstance(x, c.PublishBatch) for x in sock.commands())
+    feed(p, c.Confirm(1, 1))                        # the refusal comes after it (in order)
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 50 bytes is over the broker's limit of 10"))
-    assert isinstance(big.exception(), InvalidError) and not small.done()
+    assert isinstance(big.exception(), InvalidError) and not small2.done()
     feed(p, c.Confirm(2, 2))
     assert (small.sequence, small2.sequence) == (1, 2)
 
@@ -642,6 +643,7 @@ def test_a_message_over_the_streams_limit_is_never_batched_so_it_is_refused_alon
     assert c.Publish("k", b"z" * 11) in cmds                  # alone, in its place
     assert messages_of(cmds) == [("k", b) for b in (b"ok", b"ok", b"z" * 11, b"ok", b"y" * 10)]
     assert any(isinstance(x, c.PublishBatch) for x in cmds)
+    feed(p, c.Confirm(2, 2))                        # the refusal comes after it (in order)
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 11 bytes is over the stream's limit of 10"))
     feed(p, c.Confirm(4, 4))
     assert isinstance(rs[2].exception(), InvalidError)

@@ -297,12 +297,30 @@ def test_a_rejected_publish_fails_its_receipt_and_the_count_stays_right():
     sent(p)
     feed(p, c.StreamInfoOk(1, 0, 0, 0, 0))
     small, big, small2 = publish(p, b"ok"), publish(p, b"z" * 50), publish(p, b"ok")
+    # The broker sends a refusal after the CONFIRMs of the publishes before it
+    # (zeps/broker/confirms.py): the refused publish is the oldest unconfirmed one.
+    feed(p, c.Confirm(1, 1))
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 50 bytes is over the broker's limit of 10"))
-    assert isinstance(big.exception(), InvalidError) and not small.done()
+    assert isinstance(big.exception(), InvalidError) and not small2.done()
     feed(p, c.Confirm(2, 2))                        # the broker counted the two others
     assert (small.sequence, small2.sequence) == (1, 2)
     with pytest.raises(InvalidError):
         p.check()                                   # told once, by the next call...
+
+
+def test_a_refusal_fails_the_oldest_unconfirmed_publish_whatever_its_size():
+    """Same sizes, a refusal that names none (a full disk): the oldest is the refused one, not
+    a guess (by the largest frame, the first of equal ones: a stored publish failed and the
+    refused one was confirmed in its place when the refusal came before the CONFIRMs)."""
+    p = attached(confirms=True)
+    sent(p)
+    feed(p, c.StreamInfoOk(1, 0, 0, 0, 0))
+    rs = [publish(p, b"%d" % i) for i in range(4)]
+    feed(p, c.Confirm(1, 1))
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}journal append failed: [Errno 28] No space left"))
+    feed(p, c.Confirm(3, 3))
+    assert [r.sequence for r in (rs[0], rs[2], rs[3])] == [1, 2, 3]
+    assert isinstance(rs[1].exception(), InvalidError)
 
 
 def test_a_rejection_heard_through_its_receipt_is_not_raised_again():

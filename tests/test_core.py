@@ -276,21 +276,42 @@ def test_confirms_count_accepted_publishes_cumulatively(make):
     assert h.take(PUB) == [c.Confirm(1, 1)]
     h.send(PUB, c.Publish("k", b"two"), c.Publish("k", b"123456789"), c.Publish("k", b"three"))
     h.round()
-    [rejected] = h.take(PUB)
-    assert rejected.reason.startswith(PUBLISH_REJECTED), rejected
+    assert h.take(PUB) == [], "the refusal waits for the CONFIRM of the publish before it"
     assert h.to_sync == [], "not due again before the interval"
     h.now += h.core.config.fsync_interval
     h.round()
     assert h.to_sync == [h.core.streams["s"]], "the round's timers name the journal to fsync"
     assert h.take(PUB) == [], "CONFIRM before the fsync"
     h.round()                                          # the sync ran before it: it confirms
-    assert h.take(PUB) == [c.Confirm(3, 4)], "one cumulative CONFIRM; the rejected one not counted"
+    first, rejected, last = h.take(PUB)
+    assert rejected.reason.startswith(PUBLISH_REJECTED), rejected
+    assert (first, last) == (c.Confirm(2, 3), c.Confirm(3, 4)), \
+        "the refusal between the CONFIRMs of its neighbours; the rejected one not counted"
     h.send(PUB, c.Publish("k", b"four"))
     h.now += h.core.config.fsync_interval
     h.round()
     h.round()
     assert h.take(PUB) == [c.Confirm(4, 5)]
     assert info(h).last == 5, "the rejected body was stored"
+
+
+def test_refused_publishes_waiting_for_a_confirm_are_held_as_one_marker(make):
+    """A confirming client floods refused publishes while its stored one waits for the fsync:
+    the broker holds one marker for the run of them, not a frame each, and sends them all after
+    that CONFIRM, in the order they came."""
+    h = make(fsync="interval", max_message=8)
+    h.send(PUB, c.Attach("s"), c.ConfirmSelect())
+    h.take(PUB)
+    h.send(PUB, c.Publish("k", b"one"), *[c.Publish("k", b"123456789")] * 10_000)
+    h.round()
+    assert h.take(PUB) == [] and len(h.core.sessions[PUB].unconfirmed) == 2
+    h.now += h.core.config.fsync_interval
+    h.round()
+    h.round()
+    got = h.take(PUB)
+    assert got[0] == c.Confirm(1, 1) and len(got) == 10_001
+    assert all(g.reason.startswith(PUBLISH_REJECTED) for g in got[1:])
+    assert not h.core.sessions[PUB].unconfirmed
 
 
 def test_a_failed_journal_append_rejects_every_publish_of_its_batch(make):

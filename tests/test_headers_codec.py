@@ -156,17 +156,3 @@ def test_headers_look_ups():
     assert h.getall("trace") == [b"1", b"2"] and h.getall("x") == []
     assert h.names() == ["trace", "uuid"]
     assert Headers() == () and not Headers()
-
-
-def test_publish_sizes_are_read_from_the_heads():
-    """What the SDK matches a size rejection by: a PUBLISH's body length; a PUBLISH-H's body
-    and headers block lengths (the block with its head, as the broker counts it)."""
-    from zeps.protocol import encode, encode_publish
-    from zeps.protocol import commands as c
-    from zeps.protocol.codec import publish_sizes
-    from zeps.protocol.headers import encode_block, publish_h_frame
-    assert publish_sizes(encode_publish("k" * 200, b"a" * 1000)) == (1000, None)
-    block = encode_block([("x", b"yz")])
-    assert publish_sizes(publish_h_frame(block, b"key", b"b" * 1001)) == (1001, len(block))
-    assert publish_sizes(encode(c.Ping())) is None
-    assert publish_sizes(encode_publish("k", b"abc")[:5]) is None       # truncated

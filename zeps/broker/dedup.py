@@ -13,6 +13,7 @@ from typing import Dict, List, NamedTuple, Optional, Tuple
 from zeps.protocol.reasons import Reason
 
 from .batching import batch_tail
+from .confirms import refuse
 from .session import Session
 
 
@@ -195,7 +196,7 @@ def count_duplicates(stream, dups, upto: int, last_seqs, refused: Optional[Reaso
         pub, n = dup.publisher, dup.count
         if dup.same_round is not None and refused is not None:
             if pub.identity in stream.sessions:
-                stream.outbox.extend([(pub.identity, refused.frame(pub.reasons))] * n)
+                refuse(stream, pub, refused.frame(pub.reasons), n)
                 stream.invalids[refused.label] += n
             continue
         stream.count_stored(pub, n, dup.sequence(last_seqs))

@@ -16,6 +16,7 @@ from zeps.protocol.batch import (MAX_BATCH_ENTRIES, MIN_ENTRY, PUBLISH_HEAD, PUB
                                  entry_body)
 from zeps.protocol.reasons import Reason
 
+from .confirms import refuse
 from .session import ATTACHED, Session
 
 if TYPE_CHECKING:
@@ -121,10 +122,19 @@ class Publishing:
 
     def _reject(self, s: Session, why: Reason | str) -> None:
         """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
-        PUBLISH after PRODUCER does (the client numbers them all)."""
+        PUBLISH after PRODUCER does (the client numbers them all). To a confirming session it
+        comes after the CONFIRMs of the publishes before it (:mod:`.confirms`)."""
         if s.producer is not None:
             s.pseq_next += 1
-        self._invalid(s.identity, Reason.publish_rejected(why))
+        if not s.confirms:
+            self._invalid(s.identity, Reason.publish_rejected(why))
+            return
+        stream = self.streams[s.stream]
+        if stream.queued_publishes:                   # what came before it is appended first
+            stream.append_queued()
+        reason = Reason.publish_rejected(why)
+        self.invalids[reason.label] += 1
+        refuse(stream, s, reason.frame(s.reasons))
 
     def _on_producer(self, s: Session, cmd: c.Producer) -> None:
         """Rights first (a client that may not publish has no use for a producer id), then the

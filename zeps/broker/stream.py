@@ -47,6 +47,7 @@ from zeps.protocol.reasons import Reason
 from zeps.journal.settings import StreamSettings
 
 from .batching import BatchView, Runs, batch_of_one, replay_chunks, route_batch, split_batch
+from .confirms import confirm, refuse
 from .dedup import ProducerDedup, count_duplicates
 from .headers import journal_item, replay_frame, route_headers
 from .liveset import LiveSet
@@ -335,7 +336,7 @@ class Stream:
                 del dups[:count_duplicates(self, dups, i, [], reason)]
             if s.identity in self.sessions:
                 count = 1 if key is not None else body.count
-                self.outbox.extend([(s.identity, reason.frame(s.reasons))] * count)
+                refuse(self, s, reason.frame(s.reasons), count)
                 self.invalids[kind] += count
                 n += count
         count_duplicates(self, dups, len(pending), [], reason)
@@ -551,20 +552,10 @@ class Stream:
         self.confirming[pub.identity] = pub
 
     def confirm(self) -> None:
-        """Send CONFIRM to publishers whose messages became durable."""
-        if not self.confirming:
-            return
-        durable = self.journal.durable_seq
-        for ident in list(self.confirming):
-            s = self.confirming[ident]
-            last = None
-            q = s.unconfirmed
-            while q and q[0][1] <= durable:
-                last = q.popleft()
-            if last is not None:
-                self.outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
-            if not q:
-                del self.confirming[ident]
+        """Send CONFIRM to publishers whose messages became durable (:func:`.confirms.confirm`,
+        with the refusals that waited for them)."""
+        if self.confirming:
+            confirm(self)
 
     # ------------------------------------------------------------------ queries
     def info(self) -> c.StreamInfoOk:

@@ -351,7 +351,8 @@ class Client(ops.FrontEnd, Driver):
     @_guarded
     def flush(self, timeout: Optional[float] = None) -> None:
         """Block until the broker has processed every publish sent so far (journalled, handed to
-        the OS, not necessarily fsynced). Raises :class:`InvalidError` if one was rejected."""
+        the OS, not necessarily fsynced; with confirms, until each is confirmed durable or
+        refused). Raises :class:`InvalidError` if one was rejected."""
         self._run(ops.flush(self, timeout))
 
     @_guarded

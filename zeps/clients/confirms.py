@@ -22,16 +22,10 @@ tracker and does the sending.
 """
 from __future__ import annotations
 
-import re
 from collections import deque
 from typing import Deque, List, Optional, Tuple
 
-from ..protocol.codec import publish_sizes
 from .producer import runs
-
-#: A rejection for size: "body of N bytes is over ...", or for a PUBLISH-H "body of N bytes
-#: and headers of M bytes (N + M) are over ..." (zeps/broker/publishing.py, headers.py).
-_SIZES = re.compile(r"\bbody of (\d+) bytes(?: and headers of (\d+) bytes)?")
 
 __all__ = ["ConfirmTracker"]
 
@@ -121,22 +115,14 @@ class ConfirmTracker:
                 if r.pseq > self.producer_confirmed:
                     self.producer_confirmed = r.pseq
 
-    def reject_one(self, error: Exception, reason: str = "") -> None:
-        """The broker rejected one of the unconfirmed publishes (and does not count it). Which
-        one is not on the wire. A rejection for size names the body's (and the headers')
-        bytes: the oldest unconfirmed publish of those sizes is the one (the broker answers in
-        the order it reads them). Otherwise the one with the largest frame is taken. (That
-        guess alone failed a stored publish with a long key and a body at the limit, and
-        resolved the rejected one as stored, in its place.)"""
-        unconfirmed = self.unconfirmed
-        if not unconfirmed:
-            return
-        i = _sized(unconfirmed, reason)
-        if i is None:
-            i = max(range(len(unconfirmed)), key=lambda i: len(unconfirmed[i].frame))
-        r = unconfirmed[i]
-        del unconfirmed[i]
-        r._fail(error)
+    def reject_one(self, error: Exception) -> None:
+        """The broker rejected one of the unconfirmed publishes (and does not count it): the
+        oldest. The broker sends a confirming client's refusal after the CONFIRMs of the
+        publishes it sent before it (zeps/broker/confirms.py), so those are resolved by then.
+        (Which one it was is not on the wire: a guess by the frames' sizes failed a stored
+        publish and confirmed the refused one in its place when the refusal came first.)"""
+        if self.unconfirmed:
+            self.unconfirmed.popleft()._fail(error)
 
     def fail_all(self, error: Exception) -> None:
         """Every unconfirmed publish fails with ``error`` (the peering is over, or the broker
@@ -177,18 +163,4 @@ class ConfirmTracker:
         elif self.next_pseq > last + 1:
             self.next_pseq = last + 1
         return runs(dups) + [(self.next_pseq - len(new), new)]
-
-
-def _sized(unconfirmed, reason: str) -> Optional[int]:
-    """The index of the oldest receipt in ``unconfirmed`` whose body (and headers block) have
-    the sizes a size rejection's ``reason`` names, or None. The sizes are read from the frames'
-    heads (no body is copied)."""
-    m = _SIZES.search(reason)
-    if m is None:
-        return None
-    want = (int(m.group(1)), int(m.group(2)) if m.group(2) is not None else None)
-    for i, r in enumerate(unconfirmed):
-        if publish_sizes(r.frame) == want:
-            return i
-    return None
 

@@ -289,11 +289,27 @@ def request(front, cmd: c.Command, kind: RequestKind, timeout: Optional[float], 
 
 
 def flush(front, timeout: Optional[float]):
-    if front._p.state is ABSENT:         # nothing was published: nothing to wait for
-        front._p.check()
+    """PING, a barrier: the broker answers it after every publish sent before it. With
+    confirms, the refusal of a publish comes after the CONFIRMs of those before it
+    (zeps/broker/confirms.py), so flush also waits for the outcome of the newest publish sent
+    before its PING-OK (a refusal is then known, and raised)."""
+    p = front._p
+    if p.state is ABSENT:                # nothing was published: nothing to wait for
+        p.check()
         return
+    t = front.timeout if timeout is None else timeout
+    deadline = _monotonic() + t
     yield from request(front, c.Ping(), RequestKind.PING, timeout)
-    front._p.check()
+    unconfirmed = p.tracker.unconfirmed
+    if front.confirms and unconfirmed:
+        newest = unconfirmed[-1]
+        ok = yield (lambda: newest.done() or p.error is not None or p.fatal is not None,
+                    deadline)
+        p.check()
+        if not ok:
+            raise ZepsTimeout(f"the outcome of {len(unconfirmed)} published message(s) not "
+                              f"known within {t:g}s")
+    p.check()
 
 
 def info(front, timeout: Optional[float]):

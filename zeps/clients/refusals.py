@@ -89,7 +89,7 @@ class Refusals:
         if self.error is None:
             self.error = err
         if rejected and self.confirms:           # the broker does not count it
-            self.tracker.reject_one(err, why.text)
+            self.tracker.reject_one(err)
 
     def _request_refused(self, head: Request, why: Reason) -> None:
         """What the refusal of the request ``head`` (already failed with it) means to the

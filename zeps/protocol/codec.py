@@ -313,22 +313,6 @@ def decode(frame: Buffer) -> c.Command:
     return cls(**values)
 
 
-def publish_sizes(frame: Buffer):
-    """From a PUBLISH or PUBLISH-H frame's heads alone (no body copied): ``(body length,
-    None)`` for a PUBLISH, ``(body length, headers block length)`` for a PUBLISH-H, as the
-    broker's size rejection names them; None for another or a truncated frame."""
-    try:
-        if frame[2] == c.Publish.ID:
-            return _U32.unpack_from(frame, 4 + frame[3])[0], None
-        if frame[2] == _h.PUBLISH_H_ID:
-            block = _h.BLOCK_HEAD_SIZE + _U32.unpack_from(frame, 3)[0]
-            k = 3 + block
-            return _U32.unpack_from(frame, k + 1 + frame[k])[0], block
-    except (IndexError, struct.error):
-        pass
-    return None
-
-
 def decode_publish(frame: Buffer) -> c.Publish:
     """Hot path: decode a PUBLISH frame (signature already checked by :func:`decode`)."""
     if type(frame) is not bytes:

@@ -1,0 +1,68 @@
+"""Publisher confirms, the broker's part: CONFIRMs once messages are durable, and the refusals of
+a confirming publisher's PUBLISHes in order with them.
+
+A session that sent CONFIRM-SELECT keeps ``unconfirmed``, a queue of ``(count, sequence)``: its
+``count``-th stored publish on this peering was the stream's ``sequence``. :func:`confirm` sends
+``CONFIRM count sequence`` for the newest entry the journal made durable (one CONFIRM covers
+every entry before it).
+
+**Refusals come in order.** A refused PUBLISH is not counted, and which publish a refusal
+answers is not on the wire. A client that keeps its publishes awaiting CONFIRM in order can
+name it only if the refusal comes after the CONFIRMs of every publish it sent before it: the
+refused one is then its oldest unconfirmed publish. So a refusal for a confirming session with
+entries not yet durable waits in the same queue, behind them, as a *marker* ``(count,
+sequence, frame, n)`` (``n`` refusals of the same frame, one after the other, share one
+marker): :func:`confirm` sends the CONFIRM of the entries before it, then its frames.
+(Without this, a publish refused on a full disk while the one before it waited for the group
+fsync was answered first, and the SDK failed the stored one and confirmed the lost one.) A
+refusal also comes after the append of what the round queued before the refused publish:
+:meth:`Publishing._reject <zeps.broker.publishing.Publishing._reject>` appends the round's
+queue first, as a PING does.
+
+A marker holds a frame no longer than a refusal's and stands for as many refusals as the client
+sent in a row, so a client flooding refused publishes keeps one marker per run of them, and a
+marker is sent once the entry before it is durable.
+"""
+from __future__ import annotations
+
+from zeps.protocol import commands as c
+from zeps.protocol import encode
+
+
+def refuse(stream, pub, frame: bytes, n: int = 1) -> None:
+    """``n`` refusals (``frame``: the INVALID or ERROR) of ``pub``'s publishes on ``stream``:
+    sent now, or, for a confirming session with entries not yet durable, behind them."""
+    q = pub.unconfirmed
+    if not q:
+        stream.outbox.extend([(pub.identity, frame)] * n)
+        return
+    last = q[-1]
+    if len(last) == 4 and last[2] == frame:           # the same refusal again: one marker
+        q[-1] = (last[0], last[1], frame, last[3] + n)
+    else:
+        q.append((last[0], last[1], frame, n))
+    stream.awaits_confirm(pub)
+
+
+def confirm(stream) -> None:
+    """Send CONFIRM to the publishers whose messages became durable, and the refusals that
+    waited for them (see the module docs)."""
+    durable = stream.journal.durable_seq
+    confirming = stream.confirming
+    outbox = stream.outbox
+    for ident in list(confirming):
+        q = confirming[ident].unconfirmed
+        last = None
+        while q and q[0][1] <= durable:
+            entry = q.popleft()
+            if len(entry) == 2:
+                last = entry
+                continue
+            if last is not None:
+                outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+                last = None
+            outbox.extend([(ident, entry[2])] * entry[3])
+        if last is not None:
+            outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+        if not q:
+            del confirming[ident]

@@ -315,6 +315,10 @@ def test_broker_subcommand_runs_and_stops(tmp_path):
     ["bench", "--msgs", "1", "--pub", "2"],       # a subscriber's TypeError, 600 s of waiting
     ["bench", "--pub", "100000"],
     ["broker", "--client-queue", "9" * 400],
+    # no bound: 10^30 ms started a broker that never synced (no CONFIRM, ever), 10^400 was an
+    # OverflowError after the data directory was opened (its --data-dir fails either at once)
+    ["broker", "--fsync-interval-ms", "1" + "0" * 30, "--data-dir", "/dev/null/zeps-data"],
+    ["broker", "--fsync-interval-ms", "9" * 400, "--data-dir", "/dev/null/zeps-data"],
     # seconds no wait can hold, and more clients than a page: each was a traceback or exit 1
     ["top", "--once", "--interval", "1e308"],
     ["stats", "--connect-timeout", "inf"],

@@ -25,7 +25,7 @@ from zeps.journal import DataDir, JournalConfig, JournalError, JournalLockedErro
 from zeps.journal.record import MAX_FRAME
 from zeps.units import DEFAULT_DATA_DIR, DEFAULT_ENDPOINT, DEFAULT_MONITOR
 
-from .common import MAX_NUMBER, Parser, monitor_address
+from .common import MAX_NUMBER, MAX_SECONDS, Parser, monitor_address
 
 
 def _arg(parse):
@@ -80,8 +80,10 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                         help=f"journal directory (default {DEFAULT_DATA_DIR})")
     parser.add_argument("--fsync", choices=("always", "interval", "never"), default="interval",
                         help="durability policy (default interval: group commit)")
-    parser.add_argument("--fsync-interval-ms", type=_positive(int), default=50,
-                        help="group-commit interval for --fsync interval (default 50)")
+    parser.add_argument("--fsync-interval-ms", type=_positive(int, MAX_SECONDS * 1000),
+                        default=50,
+                        help="group-commit interval for --fsync interval (default 50; at most "
+                             f"{MAX_SECONDS * 1000}, about 115 days)")
     parser.add_argument("--segment-bytes", type=_positive(parse_size), default=256 << 20,
                         help="roll journal segments at this size (default 256M)")
     parser.add_argument("--retention-bytes", type=_positive(parse_size), default=None,

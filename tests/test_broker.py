@@ -1,6 +1,7 @@
 """The broker, end to end: a real broker process, real DEALER sockets over tcp on 127.0.0.1."""
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import zmq
@@ -329,6 +330,37 @@ def test_sigterm_exits_cleanly(broker):
     cl.close()
     assert broker.stop() == 0
     assert JournalReader(broker.data_dir / stream_dir_name("x")).info().last_seq == 3
+
+
+SYNC_FAIL = Path(__file__).resolve().parent / "syncfail"
+
+
+@pytest.mark.parametrize("fsync", [["--fsync", "never"],
+                                   ["--fsync", "interval", "--fsync-interval-ms", "3600000"]])
+def test_sigterm_after_a_failed_last_sync_exits_1(start_broker, tmp_path, monkeypatch, fsync):
+    """SIGTERM, and the broker's last sync of a stream fails (EIO: tests/syncfail, in the broker
+    process only): what it was sent, confirmed already with --fsync never, may not be on disk,
+    and the exit status says so (it was 0, the failure in one log line)."""
+    flag = tmp_path / "fail"
+    monkeypatch.setenv("PYTHONPATH", str(SYNC_FAIL))       # the broker's (conftest adds the repo)
+    monkeypatch.setenv("ZEPS_SYNC_FAIL", str(flag))
+    b = start_broker(None, *fsync)
+    cl = RawClient(b.endpoint).attach("x")
+    cl.send(c.ConfirmSelect())
+    cl.expect(c.ConfirmSelectOk)
+    publish(cl, 3)
+    cl.send(c.StreamInfo())
+    while True:
+        got = cl.recv()
+        if isinstance(got, c.StreamInfoOk):
+            break
+    assert got.last == 3
+    cl.close()
+    flag.touch()
+    assert b.stop() == 1
+    log = b.log()
+    assert "fsync_failed" in log and "stream=x" in log, log
+    assert "broker_stopped" in log and "unsynced" in log, log
 
 
 def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_broker):

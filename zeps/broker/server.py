@@ -177,6 +177,9 @@ class Broker:
         self._syncing: Optional[gevent.Greenlet] = None
         self.on_fsync: Optional[Callable[[float], None]] = None   # seconds one sync took
         self._synced = False
+        #: The streams whose last sync, at shutdown, failed: what they were sent last may not
+        #: be on disk (``zeps broker`` then exits 1).
+        self.unsynced: List[str] = []
         self._opened: List[Tuple[str, Optional[BaseException]]] = []   # by _open, for the loop
         self._compacted: List[tuple] = []          # (job, result, error) by _compact, for the loop
         self._stopping = False
@@ -516,6 +519,7 @@ class Broker:
                     st.journal.sync()
                 except Exception as exc:
                     self.core.sync_failed(st, exc)
+                    self.unsynced.append(st.name)
             self.core.confirm()
             self._send(now)
             self.core.save_consumers()

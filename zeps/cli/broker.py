@@ -400,6 +400,11 @@ def run_from_args(args: argparse.Namespace) -> int:
             f.stop()
         if monitor is not None:
             monitor.stop()
+    if broker.unsynced:                 # acknowledged messages may not be on disk: not a success
+        log.error("broker_stopped", endpoint=broker.endpoint, unsynced=broker.unsynced,
+                  detail="the last sync of these streams failed (fsync_failed): what they were "
+                         "sent last may not be on disk")
+        return 1
     log.info("broker_stopped", endpoint=broker.endpoint)
     return 130 if stopped_by[:1] == [signal.SIGINT] else 0     # Ctrl-C: 128 + SIGINT
 

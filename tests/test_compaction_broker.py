@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from zeps.clients import Client, admin
 
@@ -21,6 +23,7 @@ from .pair import Pair
 
 STREAM = "kv"
 KEYS = 20
+COMPACT_GATE = Path(__file__).resolve().parent / "compactgate"
 
 
 def log_bytes(data) -> int:
@@ -154,4 +157,52 @@ def test_a_compaction_process_killed_at_its_commit_point_loses_nothing(start_bro
     seqs, state = replay(b.endpoint)
     assert state == model and seqs == sorted(set(seqs)) and seqs[-1] == 3000
     assert len(seqs) < 1000
+    b.stop()
+
+
+def _running(pid: int) -> bool:
+    """The process exists and has not exited (a zombie no one has reaped yet has)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_a_broker_stopped_during_a_compaction_leaves_no_compaction_running(
+        start_broker, tmp_path, monkeypatch):
+    """SIGTERM while a compaction's child process runs (held at its first sync by
+    tests/compactgate, in the broker's processes only): the broker kills the child and waits
+    for it before it exits (the child went on rewriting the data directory after the broker
+    had exited and released it); a restart recovers what the child left, losing nothing."""
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    hold, started = gate / "hold", gate / "started"
+    hold.touch()
+    monkeypatch.setenv("PYTHONPATH", str(COMPACT_GATE))    # the broker's (conftest adds the repo)
+    monkeypatch.setenv("ZEPS_COMPACT_GATE", str(gate))
+    data = tmp_path / "data"
+    b = start_broker(data, "--compaction-check", "0.2")
+    admin.create_stream(b.endpoint, STREAM, compact=True, segment_bytes=8192)
+    model: dict = {}
+    publish(b.endpoint, 2000, 0, model)
+    assert wait_for(started.exists, bool, 60), f"no compaction started\n{b.log()}"
+    pid = int(started.read_text())
+    try:
+        assert _running(pid)
+        assert b.stop() == 0
+        assert not _running(pid), "the compaction process outlived the broker"
+    finally:
+        hold.unlink()                                 # an orphan finishes its compaction ...
+        if wait_for(lambda: _running(pid), lambda r: not r, 30):
+            os.kill(pid, signal.SIGKILL)              # ... or is ended here
+    assert "compaction_stopped" in b.log_path.read_text()
+    monkeypatch.delenv("ZEPS_COMPACT_GATE")
+    b.restart()
+    seqs, state = replay(b.endpoint)                  # opens the journal: recovery
+    assert state == model and seqs == sorted(set(seqs)) and seqs[-1] == 2000
+    from zeps.journal.names import stream_dir_name
+    assert not any(n.endswith((".swap", ".cleaned"))
+                   for n in os.listdir(os.path.join(data, stream_dir_name(STREAM))))
     b.stop()

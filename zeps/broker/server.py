@@ -36,7 +36,8 @@ too and logs them, rate-limited (:mod:`zeps.broker.handshakes`).
 Compaction of a compacted stream (:mod:`zeps.broker.compacting`) runs the same way: the round
 names a job, a greenlet runs it in the thread pool (one at a time) - in a child process
 (:mod:`zeps.broker.compactor`: the rewrite's Python work would share the loop's GIL in a
-thread) - and the loop hands the result to :meth:`BrokerCore.compacted`.
+thread) - and the loop hands the result to :meth:`BrokerCore.compacted`. A broker that stops
+kills the compaction under way and waits for its process (:meth:`compactor.Runner.stop`).
 
 fsync (``--fsync interval``) runs ``Journal.sync`` in gevent's thread pool from a greenlet that
 never touches the socket (a send from another greenlet can consume the edge-triggered
@@ -182,6 +183,8 @@ class Broker:
         self.unsynced: List[str] = []
         self._opened: List[Tuple[str, Optional[BaseException]]] = []   # by _open, for the loop
         self._compacted: List[tuple] = []          # (job, result, error) by _compact, for the loop
+        self._compactor = compactor.Runner()
+        self._compacting: Optional[gevent.Greenlet] = None     # runs the compactions named
         self._stopping = False
         self._hub = gevent.get_hub()
         self._watchers = [self._hub.loop.io(fd, 1) for fd in (self.fd, self._monitor_fd,
@@ -368,7 +371,7 @@ class Broker:
         for name in done.to_open:
             gevent.spawn(self._open, name)
         if done.to_compact:                           # the core names one at a time
-            gevent.spawn(self._compact, done.to_compact)
+            self._compacting = gevent.spawn(self._compact, done.to_compact)
         # A round that emptied the socket is followed by sleep, not by another round that
         # would find nothing (at a low rate, one message per round: that round cost as much
         # as the message's own; issue 20).
@@ -482,7 +485,7 @@ class Broker:
         for job in jobs:
             result = error = None
             try:
-                result = pool.apply(compactor.run, (job,))
+                result = pool.apply(self._compactor.run, (job,))
             except Exception as exc:                   # logged by the core; the stream goes on
                 error = exc
             self._compacted.append((job, result, error))
@@ -510,6 +513,11 @@ class Broker:
 
     def _shutdown(self) -> None:
         try:
+            if self._compactor.stop():                 # the next compaction recovers and redoes it
+                self.log.info("compaction_stopped", stream=getattr(self.core.compacting,
+                                                                   "stream", None))
+            if self._compacting is not None:
+                self._compacting.join()                # its child is gone once this returns
             if self._syncing is not None:
                 self._syncing.join()
             now = self.clock()

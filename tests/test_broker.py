@@ -1,4 +1,7 @@
 """The broker, end to end: a real broker process, real DEALER sockets over tcp on 127.0.0.1."""
+import json
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -332,6 +335,7 @@ def test_sigterm_exits_cleanly(broker):
     assert JournalReader(broker.data_dir / stream_dir_name("x")).info().last_seq == 3
 
 
+REPO = Path(__file__).resolve().parent.parent
 SYNC_FAIL = Path(__file__).resolve().parent / "syncfail"
 
 
@@ -361,6 +365,56 @@ def test_sigterm_after_a_failed_last_sync_exits_1(start_broker, tmp_path, monkey
     log = b.log()
     assert "fsync_failed" in log and "stream=x" in log, log
     assert "broker_stopped" in log and "unsynced" in log, log
+
+
+def test_a_failed_sync_is_one_json_line_with_log_json(start_broker, tmp_path, monkeypatch):
+    """--log-json: a periodic sync that fails (EIO: tests/syncfail) is the broker's own
+    fsync_failed line, and every line on stderr is one JSON object (gevent's thread pool printed
+    the failed task's traceback on stderr too, raw: nine lines of text among the JSON)."""
+    flag = tmp_path / "fail"
+    flag.touch()
+    monkeypatch.setenv("PYTHONPATH", str(SYNC_FAIL))       # the broker's (conftest adds the repo)
+    monkeypatch.setenv("ZEPS_SYNC_FAIL", str(flag))
+    b = start_broker(None, "--log-json")
+    cl = RawClient(b.endpoint).attach("x")
+    cl.send(c.ConfirmSelect())
+    cl.expect(c.ConfirmSelectOk)
+    publish(cl, 1)
+    deadline = time.monotonic() + 20
+    while "fsync_failed" not in b.log() and time.monotonic() < deadline:
+        assert cl.nothing(0.05)                            # not confirmed: not synced
+    flag.unlink()
+    cl.expect(c.Confirm, timeout=20)                       # the next sync succeeds
+    cl.close()
+    assert b.stop() == 0
+    lines = b.log_path.read_text().splitlines()
+    assert [line for line in lines if not _json_object(line)] == []
+    assert "fsync_failed" in [json.loads(line)["event"] for line in lines], lines
+
+
+def test_an_error_gevent_s_hub_reports_is_one_json_line_with_log_json():
+    """A greenlet that raises (nothing of the broker's should; a bug may) is reported by
+    gevent's hub: with the broker's logging and --log-json, one JSON line (it was a raw
+    traceback on stderr)."""
+    code = ("import gevent\n"
+            "from zeps.cli.broker import configure_logging\n"
+            "configure_logging(True, 'info')\n"
+            "gevent.spawn(lambda: 1 / 0).join()\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                       cwd=str(REPO))
+    assert r.returncode == 0, r.stderr
+    lines = r.stderr.splitlines()
+    assert [line for line in lines if not _json_object(line)] == []
+    (event,) = [json.loads(line) for line in lines]
+    assert event["event"] == "unhandled_error" and "ZeroDivisionError" in event["error"]
+    assert "Traceback" in event["traceback"]
+
+
+def _json_object(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), dict)
+    except ValueError:
+        return False
 
 
 def test_disk_full_tells_the_publisher_and_delivers_nothing_half_written(start_broker):

@@ -125,6 +125,26 @@ def _timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - t0
 
 
+def _returning(fn: Callable, args: tuple) -> tuple:
+    """``fn(*args)`` (run in a pool thread) as ``(True, result)``, or ``(False, exception)``."""
+    try:
+        return True, fn(*args)
+    except Exception as exc:                           # raised again by _in_pool
+        return False, exc
+
+
+def _in_pool(fn: Callable, *args):
+    """``fn(*args)`` in gevent's thread pool, this greenlet waiting; its exception is raised
+    here. A task that raises in the pool has its traceback printed on stderr by gevent's hub,
+    raw, before the caller gets it: with ``--log-json``, lines of text among the JSON for every
+    failed fsync, stream opening or compaction, which the caller logs anyway (found by
+    review)."""
+    ok, value = gevent.get_hub().threadpool.apply(_returning, (fn, args))
+    if not ok:
+        raise value
+    return value
+
+
 class Broker:
     def __init__(self, endpoint: str, datadir, core_config: CoreConfig, *, log=None,
                  context: Optional[zmq.Context] = None, sndhwm: int = SNDHWM,
@@ -469,7 +489,7 @@ class Broker:
         which hands the result to the core (:meth:`BrokerCore.opened`)."""
         error = None
         try:
-            gevent.get_hub().threadpool.apply(self.datadir.journal, (name,))
+            _in_pool(self.datadir.journal, name)
         except Exception as exc:                       # that stream's ATTACHes get INVALID
             error = exc
         self._opened.append((name, error))
@@ -481,11 +501,10 @@ class Broker:
         pool (:mod:`zeps.broker.compactor`: the rewrite shares nothing with the loop, not even
         the GIL), then wake the loop, which hands each result to the core
         (:meth:`BrokerCore.compacted`)."""
-        pool = gevent.get_hub().threadpool
         for job in jobs:
             result = error = None
             try:
-                result = pool.apply(self._compactor.run, (job,))
+                result = _in_pool(self._compactor.run, job)
             except Exception as exc:                   # logged by the core; the stream goes on
                 error = exc
             self._compacted.append((job, result, error))
@@ -498,14 +517,13 @@ class Broker:
         self._syncing = gevent.spawn(self._sync, streams)
 
     def _sync(self, streams: List[Stream]) -> None:
-        pool = gevent.get_hub().threadpool
         on_fsync = self.on_fsync
         for st in streams:
             try:
                 if on_fsync is None:
-                    pool.apply(st.journal.sync)
+                    _in_pool(st.journal.sync)
                 else:
-                    on_fsync(pool.apply(_timed, (st.journal.sync,)))
+                    on_fsync(_in_pool(_timed, st.journal.sync))
             except Exception as exc:                   # that stream's publishers wait; others go on
                 self.core.sync_failed(st, exc)
         self._synced = True

@@ -223,6 +223,18 @@ def configure_logging(json_lines: bool, level: str) -> None:
         wrapper_class=structlog.stdlib.BoundLogger,
         logger_factory=structlog.stdlib.LoggerFactory(),
         cache_logger_on_first_use=True)
+    gevent.get_hub().print_exception = _log_hub_error
+
+
+def _log_hub_error(context, kind, value, tb) -> None:
+    """What gevent's hub prints when a greenlet or a callback raises (a raw traceback on
+    stderr, lines of text among ``--log-json``'s JSON; found by review): one line of the log,
+    the traceback a field of it."""
+    import traceback
+    structlog.get_logger("zeps.broker").error(
+        "unhandled_error", error=f"{getattr(kind, '__name__', kind)}: {value}",
+        context=repr(context)[:200],
+        traceback="".join(traceback.format_exception(kind, value, tb)))
 
 
 #: Open files an open stream takes (its log and two index files, one being read) and the

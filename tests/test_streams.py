@@ -92,6 +92,30 @@ def test_purge_and_delete(broker):
     assert not (broker.data_dir / "p").exists()
 
 
+def test_a_purge_of_every_message_needs_yes_and_says_where_it_stopped(broker):
+    """--upto at or past the stream's last message drops every message it holds, as delete
+    would: refused without --yes, as delete is (2^64-1 purged everything without asking, and
+    said "messages up to 18446744073709551615 purged" while a message published after it was
+    served). With --yes it says where it stopped; later messages are kept and served."""
+    ep = broker.endpoint
+    zeps("publish", "s", "k", "-", "--endpoint", ep, input="1\n2\n3\n")
+    for upto in (2**64 - 1, 3):
+        r = zeps("stream", "purge", "s", "--upto", upto, "--endpoint", ep)
+        assert r.returncode == 2 and r.stdout == "", r
+        assert len(r.stderr.splitlines()) == 1 and "--yes" in r.stderr, r.stderr
+        d = admin.describe_stream(ep, "s")
+        assert (d.first, d.last) == (1, 3)                        # nothing purged
+    r = zeps("stream", "purge", "s", "--upto", 2**64 - 1, "--yes", "--endpoint", ep)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "stream 's': messages up to 3 purged; the first kept is now 4\n"
+    r = zeps("stream", "purge", "s", "--upto", 99, "--endpoint", ep)     # none left to drop
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "stream 's': messages up to 3 purged; the first kept is now 4\n"
+    zeps("publish", "s", "k", "4", "--endpoint", ep)
+    with Client(ep, "s") as cl:                                # kept though 4 <= --upto
+        assert cl.subscribe("", from_seq=1).next(timeout=5).sequence == 4
+
+
 def test_without_auto_create_only_stream_create_makes_streams(start_broker):
     b = start_broker(None, "--auto-create", "no")
     r = zeps("publish", "new", "k", "v", "--endpoint", b.endpoint)

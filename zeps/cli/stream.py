@@ -86,7 +86,11 @@ def add_parser(sub) -> None:
     pg = actions.add_parser("purge", help="drop a stream's messages up to a sequence")
     pg.add_argument("stream", metavar="STREAM", type=_stream_name)
     pg.add_argument("--upto", type=_seq, required=True, metavar="N",
-                    help="drop messages 1..N (never served again; whole segments deleted)")
+                    help="drop messages 1..N of those the stream holds now (never served "
+                         "again; whole segments deleted); messages published later are kept")
+    pg.add_argument("--yes", action="store_true",
+                    help="really: required when N is at or past the stream's last message "
+                         "(every message it holds is dropped)")
     d = actions.add_parser("delete", help="delete a stream and all its messages")
     d.add_argument("stream", metavar="STREAM", type=_stream_name)
     d.add_argument("--yes", action="store_true", help="really (required)")
@@ -207,9 +211,13 @@ def cmd_stream(args) -> int:
                 print(f"{name}  {d.count} messages  {d.first}..{d.last}")
         return status
     if args.action == "purge":
+        d = admin.describe_stream(ep, args.stream, timeout=t, curve=args.curve)
+        if d.count and args.upto >= d.last and not args.yes:
+            raise UsageError(f"purging stream {args.stream!r} up to {args.upto} drops every "
+                             f"message it holds ({d.first}..{d.last}): add --yes")
         first = admin.purge_stream(ep, args.stream, args.upto, timeout=t, curve=args.curve)
-        print(f"stream {args.stream!r}: messages up to {args.upto} purged; the first kept is "
-              f"now {first}")
+        print(f"stream {args.stream!r}: messages up to {min(args.upto, first - 1)} purged; the "
+              f"first kept is now {first}")
         return 0
     if not args.yes:
         raise UsageError(f"deleting stream {args.stream!r} removes all its messages: add --yes")

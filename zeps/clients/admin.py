@@ -150,7 +150,8 @@ def describe_defaults(endpoint: str = DEFAULT_ENDPOINT, *, timeout: float = 10.0
 
 def purge_stream(endpoint: str, stream: str, upto: int, *, timeout: float = 10.0,
                  context=None, curve=None) -> int:
-    """Drop the stream's messages up to and including ``upto``; returns its first sequence."""
+    """Drop the stream's messages up to and including ``upto`` (at most its last message: those
+    published later are kept, whatever their sequence); returns its first sequence."""
     return _request(endpoint, c.StreamPurge(stream, upto), c.StreamPurgeOk, timeout, context,
                     curve).first
 

@@ -314,6 +314,25 @@ def test_refused_publishes_waiting_for_a_confirm_are_held_as_one_marker(make):
     assert not h.core.sessions[PUB].unconfirmed
 
 
+def test_a_failed_sync_refuses_what_waited_for_it_and_the_refusals_behind_it(make):
+    """A stream's sync failed, for good (zeps/journal/durability.py): the publishes awaiting
+    CONFIRM get a refusal each (not known durable), then the refusals that waited behind them,
+    in order; nothing waits any more (they waited for ever)."""
+    h = make(fsync="interval", max_message=8)
+    h.send(PUB, c.Attach("s"), c.ConfirmSelect())
+    h.take(PUB)
+    h.send(PUB, c.Publish("k", b"one"), c.Publish("k", b"two"), c.Publish("k", b"123456789"))
+    h.round()
+    assert h.take(PUB) == []
+    h.core.sync_failed(h.core.streams["s"], OSError(5, "Input/output error"))
+    h.round()                                          # the shell sends what it queued
+    got = h.take(PUB)
+    assert [g.reason.split(":")[1].strip() for g in got] == \
+        ["journal sync failed", "journal sync failed", "body of 9 bytes is over the broker's"
+         " limit of 8"]
+    assert not h.core.sessions[PUB].unconfirmed and not h.core.streams["s"].confirming
+
+
 def test_a_failed_journal_append_rejects_every_publish_of_its_batch(make):
     h = make(max_record_bytes=64)
     h.subscriber(SUB)

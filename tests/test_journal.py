@@ -359,6 +359,41 @@ def test_fsync_policies(tmp_path):
         assert j.durable_seq == 5
 
 
+def test_a_failed_sync_is_final_for_this_opening(tmp_path, monkeypatch):
+    """fdatasync fails once (EIO): the kernel may have dropped the pages it could not write, so
+    a later fdatasync that succeeds proves nothing ("fsyncgate"). durable_seq stays where the
+    last good sync left it, each later sync() and append raises, and the records are what the
+    files hold when the stream is opened again. (The next sync() marked them durable.)"""
+    cfg = JournalConfig(fsync="interval")
+    j = Journal.open(tmp_path / "i", cfg)
+    j.append_batch(items(3))
+    assert j.sync() == 3
+    j.append_batch(items(2, 3))
+    real = os.fdatasync
+    failing = [True]
+
+    def fdatasync(fd):
+        if failing[0]:
+            failing[0] = False
+            raise OSError(5, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with pytest.raises(JournalError, match="not known durable"):
+        j.sync()
+    with pytest.raises(JournalError, match="not known durable"):
+        j.sync()                                         # fdatasync works again: still not
+    assert j.durable_seq == 3
+    with pytest.raises(JournalError, match="opened again"):
+        j.append_batch(items(1, 5))
+    with pytest.raises(JournalError):
+        j.append("k", b"v")
+    assert j.next_seq == 6
+    j.close()                                            # logs that its last sync failed
+    with Journal.open(tmp_path / "i", cfg) as j2:        # what the files hold
+        assert j2.next_seq == 6 and j2.sync() == 5
+
+
 def test_roll_makes_old_segment_durable(tmp_path):
     cfg = JournalConfig(fsync="interval", segment_bytes=1024)
     with Journal.open(tmp_path / "s", cfg) as j:

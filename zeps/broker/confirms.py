@@ -44,6 +44,28 @@ def refuse(stream, pub, frame: bytes, n: int = 1) -> None:
     stream.awaits_confirm(pub)
 
 
+def fail_unconfirmed(stream, reason) -> None:
+    """``stream``'s sync failed, for good (zeps/journal/durability.py): what its confirming
+    sessions wait for will never be confirmed by this opening of the stream. Each publish not
+    confirmed gets a refusal with ``reason`` (a :class:`~zeps.protocol.reasons.Reason`; it may
+    or may not be on disk: not known durable), and the refusals that waited behind them are
+    sent, in order. (They waited for ever, and so did the publishers.)"""
+    outbox = stream.outbox
+    for ident, s in list(stream.confirming.items()):
+        frame = reason.frame(s.reasons)
+        done = s.confirmed
+        for entry in s.unconfirmed:
+            if len(entry) == 2:
+                outbox.extend([(ident, frame)] * (entry[0] - done))
+                stream.invalids[reason.label] += entry[0] - done
+                done = entry[0]
+            else:
+                outbox.extend([(ident, entry[2])] * entry[3])
+        s.confirmed = done
+        s.unconfirmed.clear()
+    stream.confirming.clear()
+
+
 def confirm(stream) -> None:
     """Send CONFIRM to the publishers whose messages became durable, and the refusals that
     waited for them (see the module docs)."""
@@ -60,9 +82,11 @@ def confirm(stream) -> None:
                 continue
             if last is not None:
                 outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+                confirming[ident].confirmed = last[0]
                 last = None
             outbox.extend([(ident, entry[2])] * entry[3])
         if last is not None:
             outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+            confirming[ident].confirmed = last[0]
         if not q:
             del confirming[ident]

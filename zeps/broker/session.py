@@ -64,7 +64,7 @@ class ProtocolViolation(Exception):
 
 class Session:
     __slots__ = ("identity", "state", "stream", "last_seen", "subscriptions", "next_seq", "expect",
-                 "credit", "live", "future_start", "confirms", "published", "unconfirmed",
+                 "credit", "live", "future_start", "confirms", "published", "confirmed", "unconfirmed",
                  "timestamps", "reasons", "congested_until", "backoff", "held", "delivered",
                  "delivered_seen", "credit_peak", "told_too_big", "user", "may_publish",
                  "may_subscribe", "producer", "pseq_next", "producer_refusal", "producer_ids",
@@ -105,7 +105,9 @@ class Session:
         self.future_start = 0           # highest pattern start; above next_seq => check per pattern
         self.confirms = False
         self.published = 0              # PUBLISH accepted (appended) on this peering
-        self.unconfirmed: Deque[Tuple[int, int]] = deque()   # (count, sequence), not yet durable
+        self.confirmed = 0              # the count of its last CONFIRM
+        # (count, sequence) not yet durable, and refusals waiting behind them (.confirms)
+        self.unconfirmed: Deque[tuple] = deque()
         self.timestamps = False         # send DELIVER-TS instead of DELIVER
         self.credit_peak = 0            # most credit held at once: the client's window, in effect
         self.told_too_big = 0           # last sequence reported as larger than that window

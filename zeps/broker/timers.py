@@ -10,6 +10,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
+from zeps.protocol.reasons import Reason
+
+from .confirms import fail_unconfirmed
 from .groups import SAVE_INTERVAL
 from .session import DETACH_FRAME
 
@@ -78,8 +81,11 @@ class Timers:
         self.bad_frames_other = 0
 
     def sync_failed(self, stream: Stream, exc: Exception) -> None:
-        """A stream's fsync failed: its publishers wait (no CONFIRM); other streams go on."""
+        """A stream's fsync failed: final for this opening of it (zeps/journal/durability.py),
+        so its publishes awaiting CONFIRM are refused, not known durable; other streams go on."""
         self.log("fsync_failed", stream=stream.name, error=str(exc))
+        fail_unconfirmed(stream, Reason.publish_rejected(Reason.failed("journal sync failed",
+                                                                       exc)))
 
     def _retention(self, now: float) -> None:
         """Apply retention to the open streams of the slice due (each a stream's journal

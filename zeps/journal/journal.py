@@ -20,7 +20,8 @@ Decisions and why:
   thread. ``"never"``: ``durable_seq`` follows what was written to the OS (it survives the
   process, not the machine). ``sync()`` captures the target sequence
   and duplicates the fds to sync under a lock, syncs without the lock, and raises
-  ``durable_seq`` monotonically, so it is safe beside appends from the owning thread.
+  ``durable_seq`` monotonically, so it is safe beside appends from the owning thread. A failed
+  ``sync()`` is final for this opening of the stream (:mod:`.durability`).
   Index files are never synced: they are rebuilt from the log after a crash.
 * **Rolling.** Before a batch that would take the active segment over ``segment_bytes`` (and
   if it is not empty) a new segment named by the next sequence is created; the old one is
@@ -62,6 +63,7 @@ from .producers import ProducerState, rebuild, remove_snapshot, write_snapshot
 from .kv import KEY_CHECKPOINT_MIN, KeyCheckpointWriter, KeyValues
 from .record import Record, encode_batch, encode_plain
 from .recovery import load_sealed, recover
+from .durability import Durability
 from .retention import Retention
 from .segment import Segment, fsync_dir, list_segment_seqs
 from .view import StreamView
@@ -70,7 +72,7 @@ log = logging.getLogger("zeps.journal")
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
-class Journal(StreamView, KeyValues, Retention):
+class Journal(StreamView, KeyValues, Retention, Durability):
     """The single writer of one stream directory. Create with :meth:`Journal.open`."""
 
     def __init__(self, stream_dir: str, config: JournalConfig, _lock_fd: int,
@@ -89,6 +91,7 @@ class Journal(StreamView, KeyValues, Retention):
         self._written_seq = 0
         self._durable_seq = 0
         self._sync_lock = threading.Lock()
+        self._sync_error: Optional[str] = None   # a failed sync(): final (module docs)
         self._unsynced: List[Segment] = []   # rolled segments not yet synced ("never")
         self._last_entry_pos = 0
         self._pending_truncate: Optional[int] = None
@@ -379,6 +382,8 @@ class Journal(StreamView, KeyValues, Retention):
         """Write the ``n`` records ``buf`` at the end of the active segment (rolled first if
         they would pass ``segment_bytes``), synced if ``fsync="always"``: ``(segment, their
         position)``. All or nothing: :class:`JournalFullError` once rolled back."""
+        if self._sync_error is not None:
+            raise JournalError(self._sync_error)
         seg = self._active
         if seg.size > 0 and seg.size + len(buf) > self.config.segment_bytes:
             self._roll()
@@ -517,40 +522,6 @@ class Journal(StreamView, KeyValues, Retention):
         if k is not None and self._next_seq - self._keys_upto >= max(k.kept, KEY_CHECKPOINT_MIN):
             if self._key_writer.start(k, self._next_seq, self._firsts[0]):
                 self._keys_upto = self._next_seq
-
-    # ------------------------------------------------------------------ durability
-
-    def sync(self) -> int:
-        """``fdatasync`` what is written and return ``durable_seq``. Safe to call from a worker
-        thread while the owning thread appends."""
-        with self._sync_lock:
-            if self._closed:
-                return self._durable_seq
-            target = self._written_seq
-            segs = self._unsynced + [self._active]
-            self._unsynced = []
-            fds = []
-            try:
-                for s in segs:
-                    if s.fd >= 0:
-                        fds.append(os.dup(s.fd))
-            except OSError:
-                for fd in fds:
-                    os.close(fd)
-                raise
-        try:
-            for fd in fds:
-                os.fdatasync(fd)
-        except OSError as e:
-            raise JournalError(f"fdatasync in {self._dir} failed: {e.strerror}; records after "
-                               f"{self._durable_seq} are not known durable") from None
-        finally:
-            for fd in fds:
-                os.close(fd)
-        with self._sync_lock:
-            if target > self._durable_seq:
-                self._durable_seq = target
-            return self._durable_seq
 
     # ------------------------------------------------------------------ closing
 

@@ -396,6 +396,36 @@ def test_loss_meter_ignores_numbers_far_from_their_session():
     assert m.observe(1, 5002, 2.5) == NEW and m.lost_total == 0
 
 
+def test_loss_meter_remembers_runs_of_missing_numbers_split_by_late_ones():
+    m = LossMeter(1.0, 0.0, track=8, hold=2.0)
+    assert [m.observe(1, n, 0.0) for n in (1, 9, 5, 2, 8, 5)] == [NEW, NEW, LATE, LATE, LATE,
+                                                                   DUPLICATE]
+    assert [m.observe(1, n, 0.0) for n in (3, 4, 6, 7, 3)] == [LATE] * 4 + [DUPLICATE]
+    assert m.lost_total == 0
+    assert m.observe(1, 17, 0.1) == NEW             # 10..16 missing
+    assert m.observe(1, 18, 0.1) == NEW             # 10 is 8 behind: forgotten
+    assert [m.observe(1, n, 0.2) for n in (10, 11, 16)] == [DUPLICATE, LATE, LATE]
+    w = m.roll(1.0)
+    assert (w.expected, w.received) == (18, 13) and m.lost_total == 5
+
+
+def test_loss_meter_work_for_a_datagram_does_not_grow_with_the_numbers_it_skips():
+    """A forged datagram numbered ``track`` ahead of the last one made the meter remember each
+    number skipped (4,096 dictionary entries, rebuilt every time): a flood of them at a few
+    thousand small datagrams per second took a receiver's whole CPU. Runs cost the same as a
+    datagram that skips nothing."""
+    import tracemalloc
+    m = LossMeter(1.0, 0.0)
+    tracemalloc.start()
+    try:
+        for i in range(200):
+            m.observe(7, 1 + i * m.track, 0.0)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert peak < 64 << 10
+
+
 def test_loss_meter_keeps_the_busy_session_when_many_new_ones_come():
     m = LossMeter(1.0, 0.0, sessions=2)
     for n in range(1, 6):

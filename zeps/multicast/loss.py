@@ -5,7 +5,8 @@ classifies each datagram a receiver gets as new, late (a number skipped earlier 
 after all: reordering) or duplicate, and sums per time window how many datagrams were expected
 (the numbers the highest seen advanced over) and how many arrived. Memory is bounded: the
 missing numbers it remembers per session lie within ``track`` of the highest, and it keeps the
-last ``sessions`` sessions.
+last ``sessions`` sessions. It remembers them as runs (first, last), so a datagram costs the
+same whatever it skips (one forged number ``track`` ahead cost ``track`` dictionary entries).
 
 Numbers are not authenticated, so one forged datagram must not be able to move a session's
 numbers far: a number more than ``track`` away from the session's highest is *far* -- neither
@@ -19,6 +20,7 @@ one-datagram sessions does not push out the bridge's).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -45,16 +47,45 @@ class Window:
         return self.lost / self.expected if self.expected else 0.0
 
 
+def _first(run: list[int]) -> int:
+    return run[0]
+
+
+def _last(run: list[int]) -> int:
+    return run[1]
+
+
 class _Session:
     __slots__ = ("high", "missing", "near", "seen")
 
     def __init__(self, number: int, now: float):
         self.high = number
-        #: Skipped numbers not yet arrived -> the window (index) in which they went missing.
-        self.missing: dict[int, int] = {}
+        #: Skipped numbers not yet arrived, as runs ``[first, last, window]`` by increasing
+        #: number (window: the index of the window in which they went missing).
+        self.missing: list[list[int]] = []
         #: When a number within ``track`` of ``high`` last came.
         self.near = now
         self.seen = 1
+
+
+def _arrived(missing: list[list[int]], number: int) -> int | None:
+    """Take ``number`` out of the runs of ``missing``; the window it went missing in, or None if
+    it was not missing."""
+    i = bisect_right(missing, number, key=_first) - 1
+    if i < 0 or missing[i][1] < number:
+        return None
+    run = missing[i]
+    first, last, went = run
+    if first == last:
+        del missing[i]
+    elif number == first:
+        run[0] = number + 1
+    elif number == last:
+        run[1] = number - 1
+    else:
+        run[1] = number - 1
+        missing.insert(i + 1, [number + 1, last, went])
+    return went
 
 
 class LossMeter:
@@ -99,18 +130,18 @@ class LossMeter:
         s.near = now
         if number > s.high:
             skipped = number - s.high - 1
+            missing = s.missing
             if skipped:
-                index = self._index
-                missing = s.missing
-                for n in range(s.high + 1, number):
-                    missing[n] = index
-                if len(missing) > self.track:
-                    floor = number - self.track
-                    s.missing = {n: w for n, w in missing.items() if n > floor}
+                missing.append([s.high + 1, number - 1, self._index])
+            floor = number - self.track             # numbers up to it are forgotten
+            if missing and missing[0][0] <= floor:
+                del missing[:bisect_right(missing, floor, key=_last)]
+                if missing and missing[0][0] <= floor:
+                    missing[0][0] = floor + 1
             s.high = number
             self._count(skipped + 1)
             return NEW
-        went = s.missing.pop(number, None)
+        went = _arrived(s.missing, number)
         if went is not None:
             if went != self._index:             # counted as lost in an earlier window
                 self._expected += 1

@@ -1,11 +1,14 @@
 """Bad arguments to the multicast commands and to MulticastSubscriber: one clear line, exit 2
-(ValueError in Python), and nothing sent -- every case here fails before a socket is opened."""
+(ValueError in Python), and nothing sent -- every case here fails before a socket is opened,
+or (a stopped bridge) before the broker answers, and a bridge sends nothing before that."""
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -80,3 +83,41 @@ def test_parse_group():
     assert parse_group(("224.0.0.251", 5353)) == ("224.0.0.251", 5353)
     with pytest.raises(ValueError, match="not an IPv4 address"):
         parse_group("[ff02::1]:5000")
+
+
+def _catches_sigterm(pid: int) -> bool:
+    """Whether the process has a handler for SIGTERM (Python has none by default: the
+    bridge's own is installed)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            caught = next(line for line in f if line.startswith("SigCgt:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/status"), reason="needs Linux's /proc")
+@pytest.mark.parametrize("sig, status", [(signal.SIGINT, 130), (signal.SIGTERM, 0)])
+def test_bridge_stops_at_once_while_waiting_for_the_broker(sig, status):
+    """Ctrl-C (or SIGTERM) while the bridge waited for a broker that does not answer was
+    ignored until --connect-timeout ran out, then the bridge exited 1 with the timeout's
+    error. Nothing is sent: the bridge sends nothing before the broker answers."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "zeps", "bridge", "multicast", "--stream", "s",
+                          "--group", "239.1.2.3:5000", "--interface", "127.0.0.1",
+                          "--endpoint", "tcp://127.0.0.1:1", "--connect-timeout", "600"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                         cwd=str(REPO))
+    try:
+        deadline = time.monotonic() + 60
+        while not _catches_sigterm(p.pid):
+            assert p.poll() is None, p.communicate()
+            assert time.monotonic() < deadline, "the bridge never installed its handlers"
+            time.sleep(0.01)
+        p.send_signal(sig)
+        out, err = p.communicate(timeout=60)
+    finally:
+        p.kill()
+        p.wait()
+    assert p.returncode == status, err
+    assert err == "zeps bridge: stopped before it started sending\n" and out == ""

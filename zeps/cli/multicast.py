@@ -63,6 +63,10 @@ def _positive_duration(text: str) -> float:
 
 # --------------------------------------------------------------------------- bridge
 
+class _Stopped(Exception):
+    """SIGINT or SIGTERM before the bridge was sending: its wait for the broker ends."""
+
+
 def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of ``zeps bridge multicast``."""
     parser.add_argument("--stream", required=True, type=_stream_name, help="stream to bridge")
@@ -113,7 +117,10 @@ def run_bridge(args) -> int:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 2
 
+    running = []
+
     def ready(b: Bridge) -> None:
+        running.append(True)
         print(f"zeps bridge: stream {b.stream!r} pattern {b.pattern!r} to "
               f"{b.group[0]}:{b.group[1]} after sequence {b.sender.head}", flush=True)
 
@@ -122,9 +129,14 @@ def run_bridge(args) -> int:
     def stop(signum, _frame) -> None:
         stopped_by.append(signum)
         bridge.stop()
+        if not running:         # still waiting for the broker (up to --connect-timeout)
+            raise _Stopped
     previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         bridge.run(on_ready=ready)
+    except _Stopped:
+        print("zeps bridge: stopped before it started sending", file=sys.stderr)
+        return 130 if stopped_by[:1] == [signal.SIGINT] else 0
     except NoStream as e:                       # as every zeps command: a missing stream is 2
         print(f"zeps: error: {e}", file=sys.stderr)
         return 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -36,6 +37,10 @@ def run(*args):
      "datagram size must be from 42 (for this stream and pattern)"),
     ([*BRIDGE, "--group", "239.1.2.3:5000", "--pattern", "~(("], "bad regular expression"),
     ([*BRIDGE, "--group", "239.1.2.3:5000", "--head-interval", "0s"], "must be more than zero"),
+    # past 2^64-1: the codec's traceback, exit 1 (2^64 itself: a bridge that never sent)
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--from-seq", str(2**64)],
+     "argument --from-seq: must be at most 18446744073709551615"),
+    ([*BRIDGE, "--group", "239.1.2.3:5000", "--from-seq", "0"], "must be more than zero"),
     (["bridge", "--group", "239.1.2.3:5000"], "the following arguments are required: --stream"),
     (["subscribe", "s", "--multicast", "1.2.3.4:5"], "1.2.3.4 is not a multicast address"),
     (["subscribe", "s", "a.", "b.", "--multicast", "239.1.2.3:5000"],
@@ -62,19 +67,32 @@ def test_unusable_state_file_exit_1(tmp_path):
     p = run(*BRIDGE, "--group", "239.1.2.3:5000", "--state-file", str(state))
     assert p.returncode == 1
     assert "belongs to stream 'other' pattern '', not stream 's' pattern ''" in p.stderr
+    state.write_text(json.dumps({"version": 1, "stream": "s", "pattern": "", "head": 2**64}))
+    p = run(*BRIDGE, "--group", "239.1.2.3:5000", "--state-file", str(state))
+    assert p.returncode == 1 and p.stderr.count("\n") == 1
+    assert "is not a bridge state" in p.stderr
+
+
+def test_bridge_from_seq_within_the_wire():
+    from zeps.multicast import Bridge
+    for bad in (0, 2**64, True, "3"):
+        with pytest.raises(ValueError, match="from_seq must be an integer from 1 to 2"):
+            Bridge("tcp://127.0.0.1:1", "s", "239.1.2.3:5000", from_seq=bad)
+    assert Bridge("tcp://127.0.0.1:1", "s", "239.1.2.3:5000", from_seq=2**64 - 1).from_seq
 
 
 @pytest.mark.parametrize("kwargs, message", [
     ({"group": "239.1.2.3"}, "expected ADDRESS:PORT"),
     ({"pattern": "~(("}, "bad regular expression"),
     ({"from_seq": 3, "live": True}, "at most one of from_seq, from_time, live"),
-    ({"from_seq": -1}, "from_seq must be an integer >= 0"),
+    ({"from_seq": -1}, "from_seq must be an integer from 0 to 2^64-1"),
+    ({"from_seq": 2**64}, "from_seq must be an integer from 0 to 2^64-1"),
     ({"interface": "lo"}, "bad interface 'lo'"),
 ])
 def test_subscriber_arguments(kwargs, message):
     args = {"group": "239.1.2.3:5000", "endpoint": "tcp://127.0.0.1:1", "stream": "s"}
     args.update(kwargs)
-    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+    with pytest.raises(ValueError, match=re.escape(message)):
         MulticastSubscriber(**args)
 
 

@@ -19,8 +19,8 @@ from zeps.multicast.config import ReceiverConfig
 from zeps.multicast.sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL
 from zeps.multicast.transport import check_interface, parse_group
 
-from .common import (Parser, _endpoint, _pattern, _positive_int, _seconds, _stream_name,
-                     message_json, message_line)
+from .common import (MAX_NUMBER, Parser, _endpoint, _int_upto, _pattern, _positive_int,
+                     _seconds, _stream_name, message_json, message_line)
 
 __all__ = [
     "add_bridge_arguments",
@@ -78,7 +78,7 @@ def add_bridge_arguments(parser: argparse.ArgumentParser) -> None:
                         help="IPv4 address of the interface to send from (default: the route's)")
     parser.add_argument("--ttl", type=_int_in(0, 255, "TTL"), default=1,
                         help="multicast TTL (default 1: this network only)")
-    parser.add_argument("--from-seq", type=_positive_int, metavar="N",
+    parser.add_argument("--from-seq", type=_int_upto(MAX_NUMBER, _positive_int), metavar="N",
                         help="start at sequence N when there is no state file (default: live)")
     parser.add_argument("--max-datagram", type=_type(units.parse_size), default=DEFAULT_DATAGRAM,
                         metavar="BYTES", help=f"largest datagram (default {DEFAULT_DATAGRAM}: "

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from zeps.clients import Client, ZepsError
 from zeps.clients.defaults import DEFAULT_HEARTBEAT
 
+from .datagram import MAX_SEQUENCE
 from .sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL, Sender
 from .transport import check_interface, open_sender, parse_group, zmq_multicast
 
@@ -75,8 +76,8 @@ class Bridge:
         self.interface = check_interface(interface)
         self.ttl = ttl
         if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
-                                     or from_seq < 1):
-            raise ValueError("from_seq must be an integer >= 1")
+                                     or not 1 <= from_seq <= MAX_SEQUENCE):
+            raise ValueError("from_seq must be an integer from 1 to 2^64-1")
         self.from_seq = from_seq
         self.max_datagram = max_datagram
         self.head_interval = head_interval
@@ -109,7 +110,8 @@ class Bridge:
             with open(self.state_file, encoding="utf-8") as f:
                 state = json.load(f)
             head = state["head"]
-            ok = (state.get("version") == _STATE_VERSION and isinstance(head, int) and head >= 0)
+            ok = (state.get("version") == _STATE_VERSION and type(head) is int
+                  and 0 <= head <= MAX_SEQUENCE)
         except (OSError, ValueError, KeyError, TypeError) as e:
             raise BridgeError(f"cannot read state file {self.state_file}: {e}") from None
         if not ok:

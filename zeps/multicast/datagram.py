@@ -43,6 +43,7 @@ from zeps.protocol.deliver import SIGNATURE
 __all__ = [
     "DATA",
     "HEAD",
+    "MAX_SEQUENCE",
     "MAX_UDP_PAYLOAD",
     "REF",
     "REF_SIZE",
@@ -72,6 +73,8 @@ VERSION = 1
 REF = 0x01
 #: The largest UDP payload over IPv4.
 MAX_UDP_PAYLOAD = 65507
+#: The largest sequence (a number-8, as in ZEPS/1).
+MAX_SEQUENCE = (1 << 64) - 1
 
 _PREFIX = struct.Struct(">2sBBQQ")         # signature kind version session number
 _ENTRY = struct.Struct(">BQQQB")           # flags sequence after timestamp key-length

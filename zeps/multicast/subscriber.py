@@ -26,6 +26,7 @@ from zeps.clients.message import Message
 from zeps.matching import PatternError, compile_pattern
 from zeps.units import TimeLike
 
+from .datagram import MAX_SEQUENCE
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
@@ -55,8 +56,8 @@ def check_start(pattern, from_seq, from_time, live) -> None:
     if sum((from_seq is not None, from_time is not None, bool(live))) > 1:
         raise ValueError("give at most one of from_seq, from_time, live")
     if from_seq is not None and (isinstance(from_seq, bool) or not isinstance(from_seq, int)
-                                 or from_seq < 0):
-        raise ValueError("from_seq must be an integer >= 0")
+                                 or not 0 <= from_seq <= MAX_SEQUENCE):
+        raise ValueError("from_seq must be an integer from 0 to 2^64-1")
 
 
 class MulticastSubscriber:

@@ -294,8 +294,13 @@ def messages_upto(client, args, first: int, last: int, what: str):
     the caller filters them. Subscribed with a pattern, no message after the last one it
     matches comes to say that ``last`` was passed, and the command would wait for ever (as
     ``zeps kv history`` did). :class:`~zeps.clients.ZepsTimeout` naming ``what`` if no message
-    comes for 30 s (or ``--connect-timeout``, if longer)."""
+    comes for 30 s (or ``--connect-timeout``, if longer).
+
+    ``first`` must not be below the stream's first kept message (``client.info().first``):
+    when a purge or retention deleted every message up to ``last``, none would come at all."""
     from zeps.clients import ZepsTimeout
+    if first > last:
+        return
     sub = client.subscribe("", from_seq=first)
     idle = max(30.0, args.connect_timeout)
     seq = first - 1

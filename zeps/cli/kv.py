@@ -177,8 +177,8 @@ def run(args) -> int:
         return 0
     if action == "history":
         with _client(args) as c:
-            last = c.info().last
-            for msg in messages_upto(c, args, 1, last, "history") if last else ():
+            info = c.info()
+            for msg in messages_upto(c, args, info.first, info.last, "history"):
                 if msg.key == args.key:
                     out.write(_change(args, msg) + "\n")
         return 0

@@ -172,11 +172,12 @@ def _replay_broker(args, match) -> int:
         else:
             start = 1
         out = _Output(args)
-        bar = _progress(end - max(start, info.first) + 1)
+        kept = max(start, info.first)       # (a purge or retention deleted those before)
+        bar = _progress(end - kept + 1)
         last = start - 1
         try:
-            if start <= end:
-                for msg in messages_upto(client, args, start, end, "replay"):
+            if kept <= end:
+                for msg in messages_upto(client, args, kept, end, "replay"):
                     if match(msg.key):
                         out.write(msg)
                     if bar is not None:

@@ -24,3 +24,18 @@ def test_a_range_every_message_of_which_was_purged_is_empty_at_once(broker):
     assert (r.returncode, r.stdout) == (0, "")
     r = zeps("replay", "p", "--endpoint", ep, "--from-seq", "2", timeout=20)
     assert r.returncode == 0 and [x["sequence"] for x in json_lines(r.stdout)] == [6]
+
+
+def test_to_time_the_last_time_the_wire_carries_is_no_end(broker):
+    """``--to-time`` 2^64-1 ns (a time the command takes) asked the broker for the first
+    sequence at 2^64 ns: the codec's traceback, exit 1."""
+    ep = broker.endpoint
+    r = zeps("publish", "s", "k", "-", "--endpoint", ep, input="1\n2\n")
+    assert r.returncode == 0, r.stderr
+    r = zeps("replay", "s", "--endpoint", ep, "--format", "raw", "--to-time",
+             "18446744073.709551615")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1\n2\n", "")
+    broker.stop()
+    r = zeps("replay", "s", "--data-dir", broker.data_dir, "--format", "raw", "--to-time",
+             "18446744073.709551615")
+    assert (r.returncode, r.stdout, r.stderr) == (0, "1\n2\n", "")

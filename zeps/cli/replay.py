@@ -7,6 +7,7 @@ import sys
 from .common import (  # noqa: F401
     env_endpoint,
     DEFAULT_ENDPOINT,
+    MAX_NUMBER,
     UsageError,
     _add_common,
     _add_endpoint,
@@ -123,7 +124,7 @@ def _replay_journal(args, match) -> int:
         end = reader.last_seq
         if args.to_seq is not None:
             end = min(end, args.to_seq)
-        if args.to_time is not None:
+        if args.to_time is not None and args.to_time < MAX_NUMBER:     # (the last time: no end)
             end = min(end, reader.seq_at(args.to_time + 1) - 1)
         out = _Output(args)
         bar = _progress(end - max(start, reader.first_seq) + 1)
@@ -163,7 +164,7 @@ def _replay_broker(args, match) -> int:
         end = info.last
         if args.to_seq is not None:
             end = min(end, args.to_seq)
-        if args.to_time is not None:
+        if args.to_time is not None and args.to_time < MAX_NUMBER:     # (2^64: the codec's error)
             end = min(end, client.seq_at(args.to_time + 1) - 1)
         if args.from_seq is not None:
             start = max(args.from_seq, 1)

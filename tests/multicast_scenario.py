@@ -619,9 +619,30 @@ def fork_child(work):
     return out
 
 
+def recreated(work):
+    """The stream is deleted and created again under running receivers (its bridge fails: its
+    client raises StreamDeleted); the new stream's messages must not follow the old ones."""
+    b = start_broker(work)
+    bridge, _ = bridge_cli(b.endpoint, work)
+    r = Reader(GROUP, b.endpoint, STREAM, from_seq=1)
+    ar = AsyncReader(GROUP, b.endpoint, STREAM, from_seq=1)
+    publish(b.endpoint, numbered(0, 5))
+    r.wait(5)
+    ar.wait(5)
+    admin.delete_stream(b.endpoint, STREAM, timeout=10)
+    admin.create_stream(b.endpoint, STREAM, timeout=10)
+    publish(b.endpoint, numbered(100, 8))
+    wait_until(lambda: all(x.error is not None or len(x.got) > 5 for x in (r, ar)),
+               "an error, or the new stream's messages, at both receivers")
+    bridge.p.wait(DEADLINE)
+    out = {"r": r.result(), "ar": ar.result(), "bridge_rc": bridge.p.returncode}
+    b.stop()
+    return out
+
+
 SCENARIOS = {f.__name__: f for f in (ordered, pattern_mismatch, loss, asyncio_loss, reorder_dup,
                                      late_join, bridge_restart, broker_restart, hostile, forged,
-                                     fallback, oversize, fork_child)}
+                                     fallback, oversize, fork_child, recreated)}
 
 if __name__ == "__main__":
     name, work = sys.argv[1], Path(sys.argv[2])

@@ -215,3 +215,16 @@ def test_a_receiver_made_before_a_fork_raises_client_forked_in_the_child(tmp_pat
     assert len(r["journal"]) == 200
     check_whole(r["r"], r["journal"])
     check_whole(r["ar"], r["journal"])
+
+
+def test_a_stream_created_again_under_a_receiver_is_an_error_not_its_continuation(tmp_path):
+    """A receiver's feed and head checks are new clients, which attached to whatever stream
+    had the name: after a delete and create, the receivers handed the new stream's messages
+    6, 7, 8 after the old 1..5 (its 1..5 skipped), silently. They raise StreamRecreated, as a
+    subscription of the SDK does."""
+    r = scenario("recreated", tmp_path)
+    assert r["bridge_rc"] == 1
+    for name in ("r", "ar"):
+        got = r[name]
+        assert [(m[0], m[2]) for m in got["messages"]] == [(i + 1, f"m{i}") for i in range(5)]
+        assert got["error"] is not None and got["error"].startswith("StreamRecreated("), got

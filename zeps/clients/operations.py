@@ -79,6 +79,12 @@ class FrontEnd:
         return self._p.state is CLOSED
 
     @property
+    def incarnation(self) -> Optional[int]:
+        """The incarnation of the stream this client attached to (``STREAM-ID``;
+        docs/protocol.md), or None while it has not attached (or the broker does not say)."""
+        return self._p.incarnation
+
+    @property
     def reconnects(self) -> int:
         """How many times the peering was re-established after being lost."""
         return self._p.reconnects

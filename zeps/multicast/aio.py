@@ -25,12 +25,13 @@ from typing import Optional
 from zeps.clients import AsyncClient, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients import lifetime
-from zeps.clients.errors import ClientClosed
+from zeps.clients.errors import ClientClosed, StreamGone
 from zeps.clients.message import Message
 from zeps.units import TimeLike
 
 from .receiver import Receiver, ReceiverConfig, ReceiverStats
-from .subscriber import CHECKER_IDLE, FallbackLog, check_start, disable_forked, note_deceived
+from .subscriber import (CHECKER_IDLE, FallbackLog, check_start, disable_forked, note_deceived,
+                         same_stream)
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
@@ -75,6 +76,8 @@ class AsyncMulticastSubscriber:
         self._handed = 0
         self._closed = False
         self._forked_error: Optional[ClientClosed] = None
+        self._incarnation: Optional[int] = None
+        self._gone: Optional[StreamGone] = None
 
     # ------------------------------------------------------------------ life cycle
     async def start(self) -> "AsyncMulticastSubscriber":
@@ -82,6 +85,7 @@ class AsyncMulticastSubscriber:
         from_seq, from_time, live = self._start
         async with AsyncClient(self.endpoint, self.stream, **self._client_args) as c:
             head = (await c.info()).last
+            self._incarnation = c.incarnation
             if live:
                 start_after = head
             elif from_time is not None:
@@ -148,6 +152,8 @@ class AsyncMulticastSubscriber:
         if self._closed or self._core is None:
             raise self._forked_error or ClientClosed("the multicast subscriber is closed (or "
                                                      "not started)")
+        if self._gone is not None:
+            raise self._gone
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -241,8 +247,11 @@ class AsyncMulticastSubscriber:
                     break
                 msg = await sub.poll(0.0)
         except ConnectionLost as e:
-            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
             await self._close_feed()
+            if isinstance(e, StreamGone):
+                self._gone = e
+                raise
+            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
             self._feed_retry_at = time.monotonic() + _FEED_RETRY
         return n
 
@@ -252,7 +261,12 @@ class AsyncMulticastSubscriber:
             feed = AsyncClient(self.endpoint, self.stream, **self._client_args)
             try:
                 await feed.connect()
+                same_stream(self, feed)
                 self._feed_sub = await feed.subscribe(self.pattern, from_seq=self._core.feed_from)
+            except StreamGone as e:
+                self._gone, self._feed_sub = e, None
+                await _close(feed)
+                raise
             except (ZepsTimeout, ConnectionLost) as e:
                 log.warning("zeps multicast: cannot reach the broker at %s (%s); retrying",
                             self.endpoint, e)
@@ -283,11 +297,17 @@ class AsyncMulticastSubscriber:
                 checker = AsyncClient(self.endpoint, self.stream, **self._client_args)
                 try:
                     await checker.connect()
+                    same_stream(self, checker)
                 except BaseException:
                     await _close(checker)
                     raise
                 self._checker = checker
             last = (await self._checker.info()).last
+        except StreamGone as e:
+            self._gone = e
+            await self._close_checker()
+            core.check_failed(time.monotonic())
+            raise
         except (ZepsTimeout, ConnectionLost) as e:
             log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
                         "head (%s); retrying", self.endpoint, e)

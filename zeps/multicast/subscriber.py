@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from zeps.clients import Client, ConnectionLost, ZepsError, ZepsTimeout
 from zeps.clients.defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_HEARTBEAT
 from zeps.clients import lifetime
-from zeps.clients.errors import ClientClosed, forked
+from zeps.clients.errors import ClientClosed, StreamGone, StreamRecreated, forked
 from zeps.clients.message import Message
 from zeps.matching import PatternError, compile_pattern
 from zeps.units import TimeLike
@@ -83,7 +83,9 @@ class MulticastSubscriber:
 
     Raises :class:`ValueError` for a bad group, interface, pattern or start, the SDK's errors
     when the broker does not answer (:class:`~zeps.clients.ZepsTimeout`) or refuses, and
-    :class:`OSError` when the group cannot be joined.
+    :class:`OSError` when the group cannot be joined. Reading raises
+    :class:`~zeps.clients.StreamRecreated` (and goes on raising it) once the stream was deleted
+    and created again, as a subscription of the SDK does.
 
     Reading (``next``, ``poll``, iteration) never skips a message: while a gap cannot be
     repaired because the broker is unreachable, messages after it wait, and a call that has to
@@ -106,6 +108,7 @@ class MulticastSubscriber:
                              "credit_window": credit_window}
         with Client(endpoint, stream, **self._client_args) as c:
             head = c.info().last
+            self._incarnation = c.incarnation
             if live:
                 start_after = head
             elif from_time is not None:
@@ -125,6 +128,7 @@ class MulticastSubscriber:
         self._fallbacks = FallbackLog()
         self._closed = False
         self._forked_error: ClientClosed | None = None
+        self._gone: StreamGone | None = None
         lifetime.watch_fork(self)
 
     def _forked(self) -> None:
@@ -205,6 +209,8 @@ class MulticastSubscriber:
     def _next(self, timeout: float | None) -> Message | None:
         if self._closed:
             raise self._forked_error or ClientClosed("the multicast subscriber is closed")
+        if self._gone is not None:
+            raise self._gone
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
@@ -263,8 +269,11 @@ class MulticastSubscriber:
                     break
                 msg = sub.poll(0.0)
         except ConnectionLost as e:
-            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
             self._close_feed()
+            if isinstance(e, StreamGone):
+                self._gone = e
+                raise
+            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
             self._feed_retry_at = time.monotonic() + _FEED_RETRY
         return n
 
@@ -275,7 +284,12 @@ class MulticastSubscriber:
             feed = None
             try:
                 feed = Client(self.endpoint, self.stream, **self._client_args)
+                same_stream(self, feed)
                 self._feed_sub = feed.subscribe(self.pattern, from_seq=self._core.feed_from)
+            except StreamGone as e:
+                self._gone, self._feed_sub = e, None
+                _close(feed)
+                raise
             except (ZepsTimeout, ConnectionLost) as e:
                 log.warning("zeps multicast: cannot reach the broker at %s for the stream's "
                             "missing messages (%s); retrying", self.endpoint, e)
@@ -304,7 +318,13 @@ class MulticastSubscriber:
         try:
             if self._checker is None:
                 self._checker = Client(self.endpoint, self.stream, **self._client_args)
+                same_stream(self, self._checker)
             last = self._checker.info().last
+        except StreamGone as e:
+            self._gone = e
+            self._close_checker()
+            core.check_failed(time.monotonic())
+            raise
         except (ZepsTimeout, ConnectionLost) as e:
             log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
                         "head (%s); retrying", self.endpoint, e)
@@ -338,6 +358,23 @@ def disable_forked(sub) -> None:
     sub._feed = sub._feed_sub = sub._checker = None
     sub._closed = True
     sub._core.ready.clear()
+
+
+def same_stream(sub, client) -> None:
+    """A receiver's new client (its feed, its checker) attached to the stream the receiver
+    started on, not to a stream of that name deleted and created again since (whose sequences
+    start again: the feed would hand its messages after the old ones, as if they followed);
+    :class:`~zeps.clients.StreamRecreated` otherwise, raised by this and every later read, as a
+    subscription of the SDK raises it (the shells record it in ``_gone``)."""
+    if client.incarnation is None or sub._incarnation is None:
+        if sub._incarnation is None:
+            sub._incarnation = client.incarnation
+        return
+    if client.incarnation != sub._incarnation:
+        sub._gone = StreamRecreated(
+            f"stream {sub.stream!r} was deleted and created again: its sequences are not the "
+            f"ones this multicast subscriber knew", sub.stream, sub._incarnation)
+        raise sub._gone
 
 
 def note_deceived(core: Receiver, seen: int) -> int:

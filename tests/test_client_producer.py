@@ -9,7 +9,7 @@ import logging
 import pytest
 
 from tests.test_client_peering import OLD_BROKER_LIMITS, feed, peering, publish, sent
-from zeps.clients.errors import ProducerFenced, ProducerStateLost
+from zeps.clients.errors import InvalidError, ProducerFenced, ProducerStateLost
 from zeps.clients.peering import Peering
 from zeps.clients.producer import runs
 from zeps.clients.receipt import Receipt
@@ -87,44 +87,43 @@ def test_after_a_reconnect_it_resends_from_the_first_unconfirmed_producer_sequen
 
 
 def holed():
-    """A producer that published a, b (rejected: producer sequence 2 is a hole) and c, none
-    confirmed, then reconnected: PRODUCER from 1, the re-sends waiting for its answer."""
+    """A producer that published a (confirmed), b (refused: producer sequence 2 is a hole) and
+    c, and reconnected before c's answer: PRODUCER from 3, the re-send waiting for its answer.
+    (The refusal comes after a's CONFIRM: zeps/broker/confirms.py.)"""
     p = producer()
     feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
     feed(p, c.ProducerOk(0))
     a = publish(p, b"a")
     big = publish(p, b"b" * 100)
     cc = publish(p, b"c")
+    feed(p, c.Confirm(1, 1))
     feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 100 bytes is over the broker's limit of 99"))
-    assert big.exception() is not None and big.pseq == 2
+    assert big.exception() is not None and big.pseq == 2 and a.sequence == 1
     p.heard(big.exception())
-    assert [(first, len(rs)) for first, rs in runs(p.tracker.unconfirmed)] == [(1, 1), (3, 1)]
+    assert [(first, len(rs)) for first, rs in runs(p.tracker.unconfirmed)] == [(3, 1)]
     out = reattach(p)
-    assert out[-1] == c.Producer(p.producer, 1)
-    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
-    return p, a, cc
+    assert out[-1] == c.Producer(p.producer, 3)
+    feed(p, c.StreamInfoOk(0, 1, 0, 0, 0))
+    return p, cc
 
 
-def test_a_rejected_publish_leaves_a_hole_each_stored_run_gets_its_own_producer():
-    """Both a and c were stored (the broker holds up to 3): each run of duplicates is re-sent
-    after its own PRODUCER, as numbered."""
-    p, a, cc = holed()
+def test_what_a_broker_holds_above_a_hole_is_resent_as_numbered():
+    """c was stored above the hole (a broker before the rule that refuses it: the broker holds
+    up to 3): it is re-sent as numbered, a duplicate, after no other PRODUCER."""
+    p, cc = holed()
     feed(p, c.ProducerOk(3))
-    assert sent(p) == [c.Publish("k", b"a"), c.Ping(), c.Producer(p.producer, 3),
-                       c.Publish("k", b"c")]
-    assert (a.pseq, cc.pseq, p.tracker.next_pseq) == (1, 3, 4)
+    assert sent(p) == [c.Publish("k", b"c")]
+    assert (cc.pseq, p.tracker.next_pseq) == (3, 4)
 
 
-@pytest.mark.parametrize("last", [0, 1])
-def test_what_the_broker_does_not_hold_is_numbered_again_after_its_last(last):
+def test_what_the_broker_does_not_hold_is_numbered_again_after_its_last():
     """Issue 15, finding 5: a peering may not start past the producer's last + 1. What the
-    broker does not hold (c, after the hole of the rejected b, and a too if last is 0: a broker
-    crash lost it) is numbered again from last + 1, so the re-sends follow on without a
-    hole and are stored."""
-    p, a, cc = holed()
-    feed(p, c.ProducerOk(last))
-    assert sent(p) == [c.Publish("k", b"a"), c.Publish("k", b"c")]     # no other PRODUCER
-    assert (a.pseq, cc.pseq, p.tracker.next_pseq) == (1, 2, 3)
+    broker does not hold (c, after the hole of the refused b) is numbered again from last + 1,
+    after a PRODUCER from there, so the re-send follows on without a hole and is stored."""
+    p, cc = holed()
+    feed(p, c.ProducerOk(1))
+    assert sent(p) == [c.Producer(p.producer, 2), c.Publish("k", b"c")]
+    assert (cc.pseq, p.tracker.next_pseq) == (2, 3)
     r = publish(p, b"d")
     assert r.pseq == 3
 
@@ -250,3 +249,31 @@ def test_a_producer_id_bound_to_another_key_is_final():
     feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
     feed(p, c.Invalid(Reason.producer_bound("theirs", "key X").text))
     assert isinstance(p.fatal, ProducerFenced) and p.producer_sync is None
+
+
+def test_publishes_refused_after_a_hole_are_resent_after_a_producer_not_failed():
+    """b is refused (a full disk), so the broker refuses c and d as out of order (nothing is
+    stored above a hole until a PRODUCER: zeps/broker/dedup.py). They are not failed: the first
+    such refusal sends PRODUCER from c's number, new publishes wait for its answer, and then c
+    and d are re-sent, numbered from the broker's last + 1, and confirmed."""
+    p = producer()
+    feed(p, c.StreamInfoOk(0, 10, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    a, b, cc, d = (publish(p, body) for body in (b"a", b"b", b"c", b"d"))
+    sent(p)
+    feed(p, c.Confirm(1, 11))
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}journal append failed: No space left on device"))
+    assert isinstance(b.exception(), InvalidError) and a.sequence == 11
+    p.heard(b.exception())
+    hole = c.Invalid(Reason.publish_rejected(Reason.producer_out_of_order(p.producer, 1, 3)).text)
+    feed(p, hole)
+    assert sent(p) == [c.Ping(), c.Producer(p.producer, 3)] and not p.ready
+    feed(p, hole)                                            # d's: nothing more is sent
+    assert sent(p) == [] and not cc.done() and not d.done()
+    feed(p, c.PingOk())
+    feed(p, c.ProducerOk(1))
+    assert sent(p) == [c.Producer(p.producer, 2), c.Publish("k", b"c"), c.Publish("k", b"d")]
+    assert (cc.pseq, d.pseq, p.ready) == (2, 3, True)
+    feed(p, c.Confirm(3, 13))
+    assert (cc.sequence, d.sequence) == (12, 13)
+    assert publish(p, b"e").pseq == 4

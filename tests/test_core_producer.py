@@ -37,14 +37,27 @@ def test_a_retry_of_what_the_stream_holds_is_confirmed_not_stored(make):
     assert h.take(P)[-1].count == 3          # all three counted and confirmed
 
 
-def test_a_rejected_publish_uses_up_its_producer_sequence(make):
+def test_a_rejected_publish_uses_up_its_producer_sequence_and_the_next_waits_for_producer(make):
+    """A refused PUBLISH takes its producer sequence (the client numbers every publish), and
+    nothing of the peering is stored above that hole until a PRODUCER from ``last + 1``: its
+    later publishes are refused as out of order. (The next one was stored, and a client that
+    re-attached before it read the refusal took the refused one for a stored duplicate: the
+    broker's PRODUCER-OK names the highest stored.)"""
     h = make(fsync="always", max_message=4)
     h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-2", 1))
     h.send(P, c.Publish("k", b"toolong"), c.Publish("k", b"ok"))     # sequences 1 and 2
     h.round()
-    assert [type(m) for m in h.take(P)][-2:] == [c.Invalid, c.Confirm]
+    first, second = h.take(P)[-2:]
+    assert "body of 7 bytes" in first.reason and "out of order" in second.reason, second
+    assert stored(h) == 0
     h.send(P, c.Producer("app-2", 2))
-    assert h.take(P)[-1] == c.ProducerOk(2), "the stored one had producer sequence 2"
+    assert h.take(P)[-1] == c.ProducerOk(0), "nothing stored above the hole"
+    h.send(P, c.Publish("k", b"ok"))
+    h.round()
+    assert "out of order" in h.take(P)[-1].reason, "still past last + 1"
+    h.send(P, c.Producer("app-2", 1), c.Publish("k", b"ok"))
+    h.round()
+    assert h.take(P)[-2:] == [c.ProducerOk(0), c.Confirm(1, 1)]
 
 
 def test_producer_state_survives_a_restart_of_the_core(make):
@@ -149,10 +162,13 @@ def test_a_refused_producer_batch_uses_up_one_producer_sequence_per_entry(make):
     h.send(P, c.Attach("s"), c.ConfirmSelect(), c.Producer("app-x", 1))
     h.take(P)
     h.send(P, decode(encode_publish_batch([("k", b"too long"), ("j", b"ok")])))   # 1, 2
-    h.send(P, batch("m", "n"))                                                      # 3, 4
+    h.send(P, batch("m", "n"))                                        # 3, 4: out of order
     h.round()
-    assert [type(m) for m in h.take(P)] == [c.Invalid, c.Invalid, c.Confirm]
-    assert stored_records(h) == [(1, 2, "app-x", 3, ["m", "n"])]
+    got = h.take(P)
+    assert [type(m) for m in got] == [c.Invalid] * 4 and "out of order" in got[2].reason
+    h.send(P, c.Producer("app-x", 1), batch("m", "n"))                               # 1, 2
+    h.round()
+    assert stored_records(h) == [(1, 2, "app-x", 1, ["m", "n"])]
 
 
 def test_producer_batch_state_survives_a_restart_without_snapshots(make):
@@ -198,7 +214,7 @@ def test_producer_sequences_past_2_64_are_refused_and_other_publishers_are_not_h
     h.round()
     got = h.take(P)
     assert [type(m) for m in got] == [c.Invalid] * 3
-    assert all("2^64-1" in m.reason for m in got)
+    assert all("2^64-1" in m.reason for m in got[:2]) and "out of order" in got[2].reason
     assert h.take(other) == [c.Confirm(1, 2)]
     h.send(P, c.Producer("edge", 2**64 - 1), c.Publish("last", b"x"))   # exactly 2^64-1: fine
     h.round()

@@ -119,6 +119,17 @@ class ProducerDedup:
             oldest = journal.producers_bound_to(user)[1]
         return Reason.limit("max_producer_ids_per_key", self.max_per_key)
 
+    def refused(self, session: Session) -> None:
+        """One of ``session``'s publishes was refused (not stored), after it took its producer
+        sequence: a hole. A later publish stored above it would make the refused one look stored
+        to a client that re-attached before it read the refusal (PRODUCER-OK names the highest
+        stored: it resolved as a duplicate; found by review). So, as Kafka's broker wants
+        consecutive sequences, the peering's later publishes are refused as out of order until
+        a PRODUCER from ``last + 1`` or below (the SDK re-attaches)."""
+        if session.producer is not None and session.producer_refusal is None:
+            session.producer_refusal = Reason.producer_out_of_order(
+                session.producer, self.last(session.producer), session.pseq_next)
+
     def forget(self, session: Session) -> None:
         """The session leaves the stream: it owns its producer id no more."""
         if session.producer is not None and self.owners.get(session.producer) is session:

@@ -122,14 +122,17 @@ class Publishing:
 
     def _reject(self, s: Session, why: Reason | str) -> None:
         """One INVALID for a PUBLISH not stored; it still uses up its producer sequence, as every
-        PUBLISH after PRODUCER does (the client numbers them all). To a confirming session it
-        comes after the CONFIRMs of the publishes before it (:mod:`.confirms`)."""
+        PUBLISH after PRODUCER does (the client numbers them all), and the peering's later ones
+        are refused until its next PRODUCER (:meth:`ProducerDedup.refused
+        <zeps.broker.dedup.ProducerDedup.refused>`). To a confirming session it comes after the
+        CONFIRMs of the publishes before it (:mod:`.confirms`)."""
+        stream = self.streams[s.stream]
         if s.producer is not None:
             s.pseq_next += 1
+            stream.dedup.refused(s)                   # no hole: later ones wait for PRODUCER
         if not s.confirms:
             self._invalid(s.identity, Reason.publish_rejected(why))
             return
-        stream = self.streams[s.stream]
         if stream.queued_publishes:                   # what came before it is appended first
             stream.append_queued()
         reason = Reason.publish_rejected(why)

@@ -334,6 +334,7 @@ class Stream:
         for i, (s, key, body) in enumerate(pending):
             if dups:
                 del dups[:count_duplicates(self, dups, i, [], reason)]
+            self.dedup.refused(s)
             if s.identity in self.sessions:
                 count = 1 if key is not None else body.count
                 refuse(self, s, reason.frame(s.reasons), count)

@@ -43,10 +43,14 @@ the same rows in the same order). It does not cover:
   sequences, not bodies.
 
 Every PUBLISH of a peering after ``PRODUCER`` uses up one producer sequence, whether the broker
-stores it, drops it as a duplicate or rejects it (``PUBLISH rejected: ...``); a client removes
-a rejected publish from its unconfirmed ones, so the producer sequences it re-sends after a
-reconnect may have holes: :func:`runs` splits them into consecutive runs, each re-sent after
-its own ``PRODUCER``.
+stores it, drops it as a duplicate or rejects it (``PUBLISH rejected: ...``). After a rejection
+the broker stores nothing more of the peering until a ``PRODUCER`` from its ``last + 1`` (no
+hole: docs/protocol.md): the publishes it refuses as out of order meanwhile are not failed but
+re-sent, numbered again, after the ``PRODUCER`` the first of those refusals makes the client
+send (:meth:`Refusals._producer_hole <zeps.clients.refusals.Refusals._producer_hole>`). A
+client removes a rejected publish from its unconfirmed ones; the producer sequences it re-sends
+after a reconnect are split into consecutive runs (:func:`runs`), each re-sent after its own
+``PRODUCER`` (a broker from before the rule stored publishes above a hole).
 
 :class:`ExactlyOnce` is the peering's side of it (a mixin of
 :class:`~zeps.clients.peering.Peering`, which owns the state it uses): what it does with the

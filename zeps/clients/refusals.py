@@ -31,7 +31,8 @@ import ast
 import logging
 import re
 
-from ..protocol.reasons import FENCED, Code, Reason
+from ..protocol import commands as c
+from ..protocol.reasons import FENCED, OUT_OF_ORDER, Code, Reason
 from .errors import (ConnectionLost, PatternRemoved, StreamDeleted, StreamRecreated,
                      invalid_error)
 from .producer import refusal_kind
@@ -82,14 +83,31 @@ class Refusals:
             self._request_refused(head, why)
             return
         # With no request in front of it, an INVALID answers a PUBLISH (or a CREDIT).
-        if rejected and refusal_kind(why) == FENCED:
+        kind = refusal_kind(why) if rejected else None
+        if kind == FENCED:
             self._fenced(why)
+            return
+        if kind == OUT_OF_ORDER and self.producer is not None and self.state is ATTACHED:
+            self._producer_hole()
             return
         err = invalid_error(why, "PUBLISH" if rejected else None)
         if self.error is None:
             self.error = err
         if rejected and self.confirms:           # the broker does not count it
             self.tracker.reject_one(err)
+
+    def _producer_hole(self) -> None:
+        """A publish refused as out of order: one before it was refused, and the broker stores
+        none of this peering's above that hole until a PRODUCER (zeps/broker/dedup.py). It is
+        not failed: it stays unconfirmed, as do those sent after it (refused the same way, and
+        answered before the PRODUCER-OK: the refusals come in order, zeps/broker/confirms.py);
+        the first such refusal sends PRODUCER, and its answer has them re-sent, numbered again
+        from the broker's last (:meth:`_producer_synced`), the next publishes waiting for it."""
+        if self.producer_sync is None:
+            first = self.tracker.first_pseq()
+            self.producer_at = first
+            self.producer_sync = self.request(c.Producer(self.producer, first),
+                                              RequestKind.PRODUCER, self.last_recv)
 
     def _request_refused(self, head: Request, why: Reason) -> None:
         """What the refusal of the request ``head`` (already failed with it) means to the

@@ -394,6 +394,33 @@ def test_a_failed_sync_is_final_for_this_opening(tmp_path, monkeypatch):
         assert j2.next_seq == 6 and j2.sync() == 5
 
 
+def test_a_failed_sync_while_rolling_is_final_too(tmp_path, monkeypatch):
+    """The sealed segment's fdatasync at a roll fails once: the next roll's would succeed
+    without what the kernel dropped (it marked the whole segment durable). The append fails,
+    and so does every later one; durable_seq stays."""
+    cfg = JournalConfig(fsync="interval", segment_bytes=1024)
+    j = Journal.open(tmp_path / "s", cfg)
+    j.append_batch(items(10, size=60))
+    real = os.fdatasync
+    failing = [True]
+
+    def fdatasync(fd):
+        if failing[0]:
+            failing[0] = False
+            raise OSError(5, "Input/output error")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    with pytest.raises(JournalError, match="while rolling"):
+        j.append_batch(items(10, 10, size=60))
+    with pytest.raises(JournalError, match="opened again"):
+        j.append_batch(items(10, 10, size=60))
+    assert j.durable_seq == 0 and j.next_seq == 11
+    with pytest.raises(JournalError, match="not known durable"):
+        j.sync()
+    j.close()
+
+
 def test_roll_makes_old_segment_durable(tmp_path):
     cfg = JournalConfig(fsync="interval", segment_bytes=1024)
     with Journal.open(tmp_path / "s", cfg) as j:

@@ -72,8 +72,8 @@ def confirm(stream) -> None:
     durable = stream.journal.durable_seq
     confirming = stream.confirming
     outbox = stream.outbox
-    for ident in list(confirming):
-        q = confirming[ident].unconfirmed
+    for ident, s in list(confirming.items()):
+        q = s.unconfirmed
         last = None
         while q and q[0][1] <= durable:
             entry = q.popleft()
@@ -82,11 +82,11 @@ def confirm(stream) -> None:
                 continue
             if last is not None:
                 outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
-                confirming[ident].confirmed = last[0]
+                s.confirmed = last[0]
                 last = None
             outbox.extend([(ident, entry[2])] * entry[3])
         if last is not None:
             outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
-            confirming[ident].confirmed = last[0]
+            s.confirmed = last[0]
         if not q:
             del confirming[ident]

@@ -359,16 +359,8 @@ def test_fsync_policies(tmp_path):
         assert j.durable_seq == 5
 
 
-def test_a_failed_sync_is_final_for_this_opening(tmp_path, monkeypatch):
-    """fdatasync fails once (EIO): the kernel may have dropped the pages it could not write, so
-    a later fdatasync that succeeds proves nothing ("fsyncgate"). durable_seq stays where the
-    last good sync left it, each later sync() and append raises, and the records are what the
-    files hold when the stream is opened again. (The next sync() marked them durable.)"""
-    cfg = JournalConfig(fsync="interval")
-    j = Journal.open(tmp_path / "i", cfg)
-    j.append_batch(items(3))
-    assert j.sync() == 3
-    j.append_batch(items(2, 3))
+def fail_fdatasync_once(monkeypatch) -> None:
+    """The next os.fdatasync fails with EIO, as a failing disk's does; the later ones work."""
     real = os.fdatasync
     failing = [True]
 
@@ -379,6 +371,19 @@ def test_a_failed_sync_is_final_for_this_opening(tmp_path, monkeypatch):
         return real(fd)
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
+
+
+def test_a_failed_sync_is_final_for_this_opening(tmp_path, monkeypatch):
+    """fdatasync fails once (EIO): the kernel may have dropped the pages it could not write, so
+    a later fdatasync that succeeds proves nothing ("fsyncgate"). durable_seq stays where the
+    last good sync left it, each later sync() and append raises, and the records are what the
+    files hold when the stream is opened again. (The next sync() marked them durable.)"""
+    cfg = JournalConfig(fsync="interval")
+    j = Journal.open(tmp_path / "i", cfg)
+    j.append_batch(items(3))
+    assert j.sync() == 3
+    j.append_batch(items(2, 3))
+    fail_fdatasync_once(monkeypatch)
     with pytest.raises(JournalError, match="not known durable"):
         j.sync()
     with pytest.raises(JournalError, match="not known durable"):
@@ -401,16 +406,7 @@ def test_a_failed_sync_while_rolling_is_final_too(tmp_path, monkeypatch):
     cfg = JournalConfig(fsync="interval", segment_bytes=1024)
     j = Journal.open(tmp_path / "s", cfg)
     j.append_batch(items(10, size=60))
-    real = os.fdatasync
-    failing = [True]
-
-    def fdatasync(fd):
-        if failing[0]:
-            failing[0] = False
-            raise OSError(5, "Input/output error")
-        return real(fd)
-
-    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    fail_fdatasync_once(monkeypatch)
     with pytest.raises(JournalError, match="while rolling"):
         j.append_batch(items(10, 10, size=60))
     with pytest.raises(JournalError, match="opened again"):

@@ -12,7 +12,7 @@ def test_a_range_every_message_of_which_was_purged_is_empty_at_once(broker):
     ep = broker.endpoint
     r = zeps("publish", "p", "k", "-", "--endpoint", ep, input="1\n2\n3\n4\n5\n")
     assert r.returncode == 0, r.stderr
-    r = zeps("stream", "purge", "p", "--upto", "5", "--endpoint", ep)
+    r = zeps("stream", "purge", "p", "--upto", "5", "--yes", "--endpoint", ep)
     assert r.returncode == 0, r.stderr
     for args in (("replay", "p"), ("replay", "p", "--from-seq", "2", "--to-seq", "4"),
                  ("kv", "history", "p", "k")):

@@ -21,6 +21,7 @@ from zeps.protocol import commands as c
 from .frontends import (BusClient, counters, recv, restart, start_frontend, wait_counter,
                         wait_position)
 from .pair import Pair
+from .test_cli import zeps
 from .test_chp_frontend import zeps_messages, zeps_publisher, zeps_reader
 
 U64 = struct.Struct(">Q")
@@ -190,6 +191,23 @@ def test_a_broker_restart_keeps_the_events(bus):
     warm(again, "/r/warm")
     assert again.events[-1].sequence >= 6
     again.close()
+
+
+def test_a_late_joiner_gets_nothing_a_purge_dropped(bus):
+    """``zeps stream purge ev --upto 3`` deleted no segment, so 1..3 are on disk still: a late
+    joiner's SYNCs start at 4 (the front end read them from the journal, purged ones too)."""
+    client = BusClient(bus.port, subtrees=("/p/",))
+    for i in range(5):
+        client.pub("/p/e", b"%d" % i)
+    wait_position(bus, bus.name, 5)
+    client.close()
+    r = zeps("stream", "purge", "ev", "--upto", "3", "--endpoint", bus.endpoint)
+    assert r.returncode == 0, r.stderr
+    joiner = BusClient(bus.port, subtrees=("/p/",))
+    syncs, end = joiner.sync(after=0)
+    assert [(e.sequence, e.data) for e in syncs] == [(4, b"3"), (5, b"4")]
+    assert end.sequence == 5
+    joiner.close()
 
 
 # --------------------------------------------------------------------------- hostile clients

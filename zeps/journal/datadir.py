@@ -170,8 +170,9 @@ class DataDir:
         return gone
 
     def purge(self, name: str, upto: int) -> int:
-        """Drop the messages up to ``upto``: no reader through the broker gets them again, and
-        the whole segments below are deleted. Returns the stream's first sequence now."""
+        """Drop the messages up to ``upto``: no reader gets them again (the broker's, and a
+        :class:`JournalReader`, which follows the settings' ``purged_to``), and the whole
+        segments below are deleted. Returns the stream's first sequence now."""
         j = self.journal(name)
         upto = min(upto, j.last_seq)
         current = self.settings(name)

@@ -19,9 +19,10 @@ import os
 from typing import Optional
 
 from .config import JournalConfig
-from .errors import JournalNotFoundError
+from .errors import JournalError, JournalNotFoundError
 from .recovery import load_sealed, load_tail
 from .segment import Segment, check_dir, list_segment_seqs
+from . import settings
 from .settings import is_compact
 from .view import StreamView
 
@@ -41,12 +42,14 @@ class JournalReader(StreamView):
         self._firsts = []
         self._closed = False
         self._tail = None          # (segment, pos, next seq, last ts) of the scanned tail
+        self._settings_seen = None  # SETTINGS.json's (inode, size, mtime) when its purge was read
         self._refresh()
 
     def __repr__(self):
         return f"JournalReader({self._dir!r})"
 
     def _refresh(self) -> bool:
+        self._read_purge()
         try:
             seqs = list_segment_seqs(self._dir)
         except FileNotFoundError:
@@ -68,6 +71,28 @@ class JournalReader(StreamView):
                 self._prepare(seg)
         self._firsts = seqs
         return True
+
+    def _read_purge(self) -> None:
+        """A purge (``STREAM-PURGE``, kept in the stream's settings as ``purged_to``) is served
+        by no reader: the floor of what this one reads follows it (a purge that deleted no
+        whole segment left its messages on disk, and ``zeps replay --data-dir``, Spark and
+        the Event BUS front end's snapshots served them; found by review). One ``stat`` a
+        refresh; the file is read again when it changed."""
+        path = os.path.join(self._dir, settings.FILE)
+        try:
+            st = os.stat(path)
+        except OSError:
+            return
+        seen = (st.st_ino, st.st_size, st.st_mtime_ns)
+        if seen == self._settings_seen:
+            return
+        try:
+            got = settings.read(self._dir)
+        except JournalError:                         # being replaced: the next refresh
+            return
+        self._settings_seen = seen
+        if got is not None and got.purged_to >= self._floor:
+            self._floor = got.purged_to + 1
 
     def _load(self, seg: Segment) -> None:
         if self._segs and seg is self._segs[-1]:

@@ -119,6 +119,9 @@ class StreamView:
     _interval: int
     _closed: bool
     _avg_record = 256.0
+    #: The lowest sequence served: a purge's ``purged_to + 1`` for a reader in another process
+    #: (:class:`~zeps.journal.JournalReader`); 1 for the writer, whose broker applies purges.
+    _floor = 1
 
     # ------------------------------------------------------------------ hooks
 
@@ -163,7 +166,7 @@ class StreamView:
         """First sequence held (the next sequence when the stream is empty)."""
         self._check_open()
         self._refresh()
-        return self._segs[0].first_seq if self._segs else 1
+        return max(self._segs[0].first_seq if self._segs else 1, self._floor)
 
     @property
     def last_seq(self) -> int:
@@ -225,7 +228,7 @@ class StreamView:
         Binary search over the segments' first timestamps, then over the time index, then a
         scan of at most one index interval."""
         self._check_open()
-        return self._retry(lambda: self._seq_at(timestamp_ns))
+        return max(self._retry(lambda: self._seq_at(timestamp_ns)), self._floor)
 
     def info(self) -> StreamStats:
         self._check_open()
@@ -304,6 +307,8 @@ class StreamView:
     def _read(self, seq: int, new_sink: Callable[[], object], cursor: Optional[Cursor]):
         """``(sink, cursor)``: a new sink filled from ``seq`` (or the first kept sequence above
         it) and the cursor after what it took (None if the next read must locate again)."""
+        if seq < self._floor:                        # purged: never served again
+            seq = self._floor
         for attempt in range(5):
             sink = new_sink()
             try:
@@ -485,12 +490,17 @@ class StreamView:
         first = segs[0].first_seq if segs else 1
         size = sum(self._seg_bytes(s) for s in segs)
         oldest = newest = 0
-        if end_seq > first:
+        if first < self._floor:                      # purged, on disk still
+            first = min(self._floor, end_seq)
+            recs = self._read_records(first, 1, 1, None)[0] if end_seq > first else ()
+            oldest = recs[0].timestamp if recs else 0
+        elif end_seq > first:
             for seg in segs:
                 fts = self._first_ts(seg)
                 if fts is not None:
                     oldest = fts
                     break
+        if end_seq > first:
             newest = self._newest_ts()
         return StreamStats(first_seq=first, last_seq=end_seq - 1, size_bytes=size,
                            oldest_ts=oldest, newest_ts=newest, segments=len(segs))

@@ -131,3 +131,41 @@ def test_the_sync_timer_and_confirm_visit_only_the_streams_with_work(make, monke
     assert h.tick() == [] and looked == ["s"], "found durable: it leaves the list"
     h.now += INTERVAL
     assert h.tick() == [] and looked == ["s"], "a durable stream is not looked at again"
+
+
+def _eio(fd):
+    raise OSError(5, "Input/output error")
+
+
+def test_a_failed_sync_is_not_tried_again_and_what_it_left_waits_for_nothing(make, monkeypatch):
+    """A stream's sync failed (final for its opening: zeps/journal/durability.py). It is not
+    synced again at each interval (each failed at once and logged fsync_failed again, 20 lines
+    a second, until a restart), and a producer's retry of the record the sync left not durable,
+    confirmed at that record's sequence, is refused at once (it waited for the next failing
+    sync: a sync it never got, once the stream is not synced again); found by review."""
+    h = make(fsync="interval")
+    p, q = b"p", b"q"
+    h.send(p, c.Attach("s"), c.ConfirmSelect(), c.Producer("app", 1), c.Publish("k", b"one"))
+    h.round()
+    st = h.core.streams["s"]
+    assert h.to_sync == [st]
+    with monkeypatch.context() as m:                    # the shell's sync greenlet
+        m.setattr(os, "fdatasync", _eio)
+        with pytest.raises(Exception) as failed:
+            st.journal.sync()
+    h.core.sync_failed(st, failed.value)
+    h.to_sync = []
+    h.collect()
+    assert "journal sync failed" in h.take(p)[-1].reason
+    h.send(q, c.Attach("s"), c.ConfirmSelect(), c.Producer("app", 1))
+    assert h.take(q)[-1] == c.ProducerOk(1), "the record is in the journal, not durable"
+    h.send(q, c.Publish("k", b"one"))                  # a retry: a duplicate of it
+    h.round()
+    [refused] = h.take(q)
+    assert "journal sync failed" in refused.reason, refused
+    assert not st.confirming and h.to_sync == []
+    for _ in range(3):
+        h.now += h.core.config.fsync_interval
+        h.round()
+        assert h.to_sync == [], "not synced again"
+    assert len(h.logged("fsync_failed")) == 1

@@ -25,8 +25,10 @@ marker is sent once the entry before it is durable.
 """
 from __future__ import annotations
 
+from zeps.journal.errors import JournalError
 from zeps.protocol import commands as c
 from zeps.protocol import encode
+from zeps.protocol.reasons import Reason
 
 
 def refuse(stream, pub, frame: bytes, n: int = 1) -> None:
@@ -68,7 +70,10 @@ def fail_unconfirmed(stream, reason) -> None:
 
 def confirm(stream) -> None:
     """Send CONFIRM to the publishers whose messages became durable, and the refusals that
-    waited for them (see the module docs)."""
+    waited for them (see the module docs). On a stream whose sync failed, what is left is
+    refused at once (:func:`fail_unconfirmed`): a retry of a record written but not durable
+    (confirmed at its sequence), or what a failed roll left waiting, waited for a sync that
+    never comes (the failed stream was synced again every interval, logging each time)."""
     durable = stream.journal.durable_seq
     confirming = stream.confirming
     outbox = stream.outbox
@@ -90,3 +95,14 @@ def confirm(stream) -> None:
             s.confirmed = last[0]
         if not q:
             del confirming[ident]
+    error = stream.journal.sync_error
+    if confirming and error is not None:      # what waits now can never be durable
+        fail_unconfirmed(stream, sync_refusal(error))
+
+
+def sync_refusal(error) -> Reason:
+    """The refusal of a publish awaiting CONFIRM on a stream whose sync failed (``error``: the
+    exception, or the journal's :attr:`~zeps.journal.Journal.sync_error`)."""
+    return Reason.publish_rejected(Reason.failed("journal sync failed", error if
+                                                 isinstance(error, BaseException)
+                                                 else JournalError(error)))

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, List
 
-from zeps.protocol.reasons import Reason
-
-from .confirms import fail_unconfirmed
+from .confirms import fail_unconfirmed, sync_refusal
 from .groups import SAVE_INTERVAL
 from .session import DETACH_FRAME
 
@@ -65,7 +63,9 @@ class Timers:
         due = []                        # the streams appended to since they were last durable
         unsynced, streams = self.work.unsynced, self.streams
         for name, st in list(unsynced.items()):
-            if streams.get(name) is st and st.journal.durable_seq < st.journal.last_seq:
+            journal = st.journal             # a failed sync is final: not tried again
+            if (streams.get(name) is st and journal.durable_seq < journal.last_seq
+                    and journal.sync_error is None):
                 due.append(st)
             else:
                 del unsynced[name]
@@ -84,8 +84,7 @@ class Timers:
         """A stream's fsync failed: final for this opening of it (zeps/journal/durability.py),
         so its publishes awaiting CONFIRM are refused, not known durable; other streams go on."""
         self.log("fsync_failed", stream=stream.name, error=str(exc))
-        fail_unconfirmed(stream, Reason.publish_rejected(Reason.failed("journal sync failed",
-                                                                       exc)))
+        fail_unconfirmed(stream, sync_refusal(exc))
 
     def _retention(self, now: float) -> None:
         """Apply retention to the open streams of the slice due (each a stream's journal

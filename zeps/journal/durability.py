@@ -28,6 +28,11 @@ class Durability:
 
     __slots__ = ()
 
+    @property
+    def sync_error(self):
+        """Why a sync of this opening failed (final: the module docs), or None."""
+        return self._sync_error
+
     def sync(self) -> int:
         """``fdatasync`` what is written and return ``durable_seq``. Safe to call from a worker
         thread while the owning thread appends."""

@@ -453,3 +453,24 @@ def test_a_round_visits_only_the_streams_with_work(core, monkeypatch):
     visits.clear()
     core.round()
     assert visits == [], "a stream that caught up is not pumped again"
+
+
+def test_a_failed_sync_refuses_only_what_awaits_confirm_and_uncounts_it(make, monkeypatch):
+    """CONFIRM-SELECT after 5 publishes were appended, 2 more, and the sync fails: 2 refusals,
+    not one for each of the 7 the peering published (the 5 before the select await no
+    CONFIRM); and the refused ones are not counted (CONFIRM-SELECT-OK said 7 after them: the
+    count of a later CONFIRM went on with publishes that got INVALID); found by review."""
+    h = make(fsync="interval")
+    h.send(PUB, c.Attach("s"), *[c.Publish("k", b"%d" % i) for i in range(5)])
+    h.round()
+    h.send(PUB, c.ConfirmSelect())
+    assert h.take(PUB)[-1] == c.ConfirmSelectOk(5)
+    h.send(PUB, c.Publish("k", b"a"), c.Publish("k", b"b"))
+    h.round()
+    st = h.core.streams["s"]
+    h.core.sync_failed(st, OSError(5, "Input/output error"))
+    h.collect()
+    got = h.take(PUB)
+    assert len(got) == 2 and all("journal sync failed" in g.reason for g in got), got
+    h.send(PUB, c.ConfirmSelect())
+    assert h.take(PUB) == [c.ConfirmSelectOk(5)]

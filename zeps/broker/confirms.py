@@ -51,19 +51,25 @@ def fail_unconfirmed(stream, reason) -> None:
     sessions wait for will never be confirmed by this opening of the stream. Each publish not
     confirmed gets a refusal with ``reason`` (a :class:`~zeps.protocol.reasons.Reason`; it may
     or may not be on disk: not known durable), and the refusals that waited behind them are
-    sent, in order. (They waited for ever, and so did the publishers.)"""
+    sent, in order. (They waited for ever, and so did the publishers.)
+
+    The refused publishes are not counted any more, as no publish that got INVALID is (the
+    count of a later CONFIRM, or CONFIRM-SELECT-OK, went on with them), and those counted
+    before CONFIRM-SELECT, which await no CONFIRM, get no refusal (they got one each, for
+    publishes the client did not count).
+    """
     outbox = stream.outbox
     for ident, s in list(stream.confirming.items()):
         frame = reason.frame(s.reasons)
         done = s.confirmed
         for entry in s.unconfirmed:
-            if len(entry) == 2:
+            if len(entry) == 4:
+                outbox.extend([(ident, entry[2])] * entry[3])
+            elif entry[0] > done:
                 outbox.extend([(ident, frame)] * (entry[0] - done))
                 stream.invalids[reason.label] += entry[0] - done
                 done = entry[0]
-            else:
-                outbox.extend([(ident, entry[2])] * entry[3])
-        s.confirmed = done
+        s.published -= done - s.confirmed
         s.unconfirmed.clear()
     stream.confirming.clear()
 

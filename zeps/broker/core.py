@@ -353,6 +353,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.outbox.append((s.identity, encode(self.streams[s.stream].info())))
 
     def _on_confirm_select(self, s: Session, cmd) -> None:
+        if not s.confirms:              # those appended before await no CONFIRM (.confirms)
+            s.confirmed = s.published
         s.confirms = True
         stream = self.streams[s.stream]
         stream.append_queued()          # publishes before the select are counted in `published`

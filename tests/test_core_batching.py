@@ -236,3 +236,19 @@ def test_split_batch_cuts_at_entries_into_parts_that_fit(items, limit):
         assert len(p.entries) <= limit or p.count == 1
         assert p.offsets[0] == 0 and p.offsets[-1] == len(p.entries) and len(p.offsets) == p.count + 1
         assert decode(encode(c.PublishBatch(p.count, p.entries))).count == p.count
+
+
+def test_a_batch_refused_by_its_head_comes_after_the_confirms_before_it(make):
+    """A PUBLISH-BATCH refused by its head (over max_batch: one INVALID, nothing parsed) from a
+    confirming peering comes in order with its CONFIRMs, as every refused publish does: after
+    the CONFIRM of the publish before it (it went out at once, and the SDK failed that stored
+    publish, its oldest unconfirmed one; found by review)."""
+    h = make(fsync="interval", max_batch=64)
+    h.send(b"p", c.Attach("s"), c.ConfirmSelect(), c.Publish("k", b"one"))
+    h.take(b"p")
+    h.send_frames(b"p", [encode_publish_batch([("k", b"x" * 40), ("j", b"y" * 40)])])
+    assert h.take(b"p") == [], "it waits for the CONFIRM of the publish before it"
+    h.round()
+    h.round()                                          # synced: confirmed
+    confirm, refused = h.take(b"p")
+    assert confirm == c.Confirm(1, 1) and refused.reason.startswith(PUBLISH_REJECTED), refused

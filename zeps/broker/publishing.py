@@ -38,7 +38,9 @@ class Publishing:
         ``max_batch``, its count against :data:`MAX_BATCH_ENTRIES` and what the entries' bytes
         can hold, and the sender's state (attached) — each refused with *one* INVALID, whatever
         the count claims. So parsing costs at most one ``max_batch`` frame of at most
-        ``MAX_BATCH_ENTRIES`` entries, and only for an attached client."""
+        ``MAX_BATCH_ENTRIES`` entries, and only for an attached client. To a confirming
+        client the INVALID comes after the CONFIRMs of the publishes before it
+        (:meth:`_refuse_in_order`)."""
         size = len(frame) - PUBLISH_HEAD_SIZE
         if size + PUBLISH_HEAD_SIZE > self.config.max_batch:
             why = (f"PUBLISH-BATCH of {len(frame)} bytes is over the broker's limit of "
@@ -57,7 +59,11 @@ class Publishing:
                 why = f"PUBLISH-BATCH: {count} entries cannot fit in {size} bytes"
             else:
                 return False
-        self._invalid(identity, Reason.publish_rejected(why))
+        s = self.sessions.get(identity)
+        if s is not None and s.confirms and s.state is ATTACHED:
+            self._refuse_in_order(s, Reason.publish_rejected(why))   # after its CONFIRMs
+        else:
+            self._invalid(identity, Reason.publish_rejected(why))
         self._note_bad_frame(identity, why)
         return True
 
@@ -133,9 +139,14 @@ class Publishing:
         if not s.confirms:
             self._invalid(s.identity, Reason.publish_rejected(why))
             return
+        self._refuse_in_order(s, Reason.publish_rejected(why))
+
+    def _refuse_in_order(self, s: Session, reason: Reason) -> None:
+        """The refusal of a confirming session's publish: after the CONFIRMs of those before
+        it (:mod:`.confirms`), the round's queued publishes appended first."""
+        stream = self.streams[s.stream]
         if stream.queued_publishes:                   # what came before it is appended first
             stream.append_queued()
-        reason = Reason.publish_rejected(why)
         self.invalids[reason.label] += 1
         refuse(stream, s, reason.frame(s.reasons))
 

@@ -198,6 +198,27 @@ def test_a_reply_never_overtakes_a_held_one(make):
     assert h.kinds(X) == [c.AttachOk, c.StreamInfoOk, c.PingOk]
 
 
+def test_a_confirm_never_overtakes_a_refusal_held_for_a_congested_publisher(make):
+    """A confirming publisher's refusal is held (its pipe was full); its next publish is stored
+    and confirmed by the round's append, outside its own command: that CONFIRM waits behind
+    the refusal too. (It went out first once the pipe had room: the SDK, which fails its oldest
+    unconfirmed publish on a refusal, resolved the refused one as stored and failed the stored
+    one; found by review.)"""
+    h = make(congestion_backoff=0.5, fsync="always", max_message=8)
+    h.send(PUB, c.Attach("s"), c.ConfirmSelect())
+    assert h.kinds(PUB) == [c.AttachOk, c.ConfirmSelectOk]
+    h.pipe[PUB] = 0
+    h.send(PUB, c.Publish("k", b"123456789"))       # refused at once: held
+    del h.pipe[PUB]
+    h.send(PUB, c.Publish("k", b"ok"))
+    h.round()                                       # appended, durable: CONFIRM
+    assert h.take(PUB) == []
+    h.now += 0.5
+    h.round()
+    refused, confirm = h.take(PUB)
+    assert "body of 9 bytes" in refused.reason and confirm == c.Confirm(1, 1)
+
+
 # Regression (found by this test, fixed in the core): a clean DETACH frees the session before
 # the shell tries to send DETACH-OK; if the client's pipe is full then, unsent() finds no
 # session and DETACH-OK is dropped (a client that sent DETACH behind a backlog of DELIVERs never

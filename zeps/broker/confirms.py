@@ -31,12 +31,24 @@ from zeps.protocol import encode
 from zeps.protocol.reasons import Reason
 
 
+def out(stream, s, frames) -> None:
+    """Send ``frames`` to session ``s``: behind the replies it holds, if it holds any (it is
+    congested: zeps/broker/congestion.py). A CONFIRM or a refusal made outside its own commands
+    (a group fsync's, a refusal released by it) went out once its pipe had room again, before a
+    refusal it held, and the SDK, which fails its oldest unconfirmed publish on a refusal, took
+    the refused publish for the confirmed one (found by review)."""
+    if s.held:
+        s.held.extend(frames)
+    else:
+        stream.outbox.extend([(s.identity, f) for f in frames])
+
+
 def refuse(stream, pub, frame: bytes, n: int = 1) -> None:
     """``n`` refusals (``frame``: the INVALID or ERROR) of ``pub``'s publishes on ``stream``:
     sent now, or, for a confirming session with entries not yet durable, behind them."""
     q = pub.unconfirmed
     if not q:
-        stream.outbox.extend([(pub.identity, frame)] * n)
+        out(stream, pub, [frame] * n)
         return
     last = q[-1]
     if len(last) == 4 and last[2] == frame:           # the same refusal again: one marker
@@ -58,15 +70,14 @@ def fail_unconfirmed(stream, reason) -> None:
     before CONFIRM-SELECT, which await no CONFIRM, get no refusal (they got one each, for
     publishes the client did not count).
     """
-    outbox = stream.outbox
-    for ident, s in list(stream.confirming.items()):
+    for s in list(stream.confirming.values()):
         frame = reason.frame(s.reasons)
         done = s.confirmed
         for entry in s.unconfirmed:
             if len(entry) == 4:
-                outbox.extend([(ident, entry[2])] * entry[3])
+                out(stream, s, [entry[2]] * entry[3])
             elif entry[0] > done:
-                outbox.extend([(ident, frame)] * (entry[0] - done))
+                out(stream, s, [frame] * (entry[0] - done))
                 stream.invalids[reason.label] += entry[0] - done
                 done = entry[0]
         s.published -= done - s.confirmed
@@ -82,7 +93,6 @@ def confirm(stream) -> None:
     never comes (the failed stream was synced again every interval, logging each time)."""
     durable = stream.journal.durable_seq
     confirming = stream.confirming
-    outbox = stream.outbox
     for ident, s in list(confirming.items()):
         q = s.unconfirmed
         last = None
@@ -92,12 +102,12 @@ def confirm(stream) -> None:
                 last = entry
                 continue
             if last is not None:
-                outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+                out(stream, s, (encode(c.Confirm(last[0], last[1])),))
                 s.confirmed = last[0]
                 last = None
-            outbox.extend([(ident, entry[2])] * entry[3])
+            out(stream, s, [entry[2]] * entry[3])
         if last is not None:
-            outbox.append((ident, encode(c.Confirm(last[0], last[1]))))
+            out(stream, s, (encode(c.Confirm(last[0], last[1])),))
             s.confirmed = last[0]
         if not q:
             del confirming[ident]

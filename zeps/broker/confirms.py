@@ -91,8 +91,10 @@ def confirm(stream) -> None:
     refused at once (:func:`fail_unconfirmed`): a retry of a record written but not durable
     (confirmed at its sequence), or what a failed roll left waiting, waited for a sync that
     never comes (the failed stream was synced again every interval, logging each time)."""
-    durable = stream.journal.durable_seq
+    journal = stream.journal
+    durable = journal.durable_seq
     confirming = stream.confirming
+    outbox = stream.outbox
     for ident, s in list(confirming.items()):
         q = s.unconfirmed
         last = None
@@ -106,14 +108,17 @@ def confirm(stream) -> None:
                 s.confirmed = last[0]
                 last = None
             out(stream, s, [entry[2]] * entry[3])
-        if last is not None:
-            out(stream, s, (encode(c.Confirm(last[0], last[1])),))
+        if last is not None:                 # (the common case: one CONFIRM, inline)
+            frame = encode(c.Confirm(last[0], last[1]))
+            if s.held:
+                s.held.append(frame)
+            else:
+                outbox.append((ident, frame))
             s.confirmed = last[0]
         if not q:
             del confirming[ident]
-    error = stream.journal.sync_error
-    if confirming and error is not None:      # what waits now can never be durable
-        fail_unconfirmed(stream, sync_refusal(error))
+    if confirming and journal.sync_error is not None:    # what waits can never be durable
+        fail_unconfirmed(stream, sync_refusal(journal.sync_error))
 
 
 def sync_refusal(error) -> Reason:

@@ -185,10 +185,16 @@ def prepare_publish(front, now: float):
             front._send_queued()
             yield (lambda: probe.done or p.need_reconnect is not None or not p.attached,
                    deadline)
-    ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None
-                         and p.producer_sync is None)
-                or p.error is not None or p.fatal is not None, deadline)
-    p.check()
+    while True:
+        ok = yield (lambda: (p.attached and not p.outbox and p.need_reconnect is None
+                             and p.producer_sync is None) or p.state is ABSENT
+                    or p.error is not None or p.fatal is not None, deadline)
+        p.check()
+        if not (ok and p.state is ABSENT):
+            break
+        # A read's ATTACH (another task's, or one whose call was cancelled) was in flight and
+        # found no stream: attach again, creating it.
+        yield from join(front, True, deadline, "PUBLISH")
     if not ok:
         what = "reconnecting to" if not p.attached else "blocked sending to"
         raise ZepsTimeout(f"publish: still {what} {front.endpoint} after {front.timeout:g}s")
@@ -209,9 +215,13 @@ def learn_limits(front, now: float):
     def said():
         r = p.limits_request
         return (p.frame_limit is not None or (r is not None and r.done and not r.cancelled)
-                or p.error is not None or p.fatal is not None)
-    ok = yield (said, deadline)
-    p.check()
+                or p.state is ABSENT or p.error is not None or p.fatal is not None)
+    while True:
+        ok = yield (said, deadline)
+        p.check()
+        if not (ok and p.state is ABSENT):
+            break
+        yield from join(front, True, deadline, "PUBLISH")    # a read's ATTACH found no stream
     if not ok:
         raise ZepsTimeout(f"publish: the limits of {front.endpoint} not known after "
                           f"{front.timeout:g}s")
@@ -258,9 +268,11 @@ def wait_attached(front, deadline: float, what: str, t: Optional[float] = None):
     p.check()
     if p.state is ABSENT:                # a read of a stream that did not exist: look again
         yield from join(front, False, deadline, what)
-    ok = yield (lambda: (p.attached and p.need_reconnect is None) or p.fatal is not None,
-                deadline)
+    ok = yield (lambda: (p.attached and p.need_reconnect is None) or p.state is ABSENT
+                or p.fatal is not None, deadline)
     p.check()
+    if ok and p.state is ABSENT:         # another read's ATTACH, in flight, found no stream
+        raise p.no_stream(what)
     if not ok:
         t = front.timeout if t is None else t
         raise ZepsTimeout(f"{what}: not attached to {front.endpoint} within {t:g}s "

@@ -1,0 +1,48 @@
+"""The asyncio client's waits that meet another task's (or a cancelled call's) work in flight,
+against a real broker process on 127.0.0.1. Each test runs its coroutine with asyncio.run; waits
+are on conditions with deadlines."""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from zeps.clients import AsyncClient, NoStream
+from zeps.clients.peering import CONNECTING
+
+FAST = {"timeout": 5.0, "heartbeat": 1.0}
+
+
+def run(coro, timeout=60):
+    return asyncio.run(asyncio.wait_for(coro, timeout))
+
+
+def test_a_publish_meeting_a_reads_attach_in_flight_creates_the_stream(broker):
+    """A reader's client of a stream that does not exist: a read attaches only to a stream that
+    exists (STREAM-EXPECT 0). A publish made while that ATTACH is in flight (another task's
+    read, or a read cancelled meanwhile) attaches again once it is refused, creating the
+    stream; a second read meeting it hears NoStream. (The publish waited for an ATTACH-OK that
+    never came and raised ZepsTimeout after the client's timeout; the second read too.)"""
+    async def main():
+        async with AsyncClient(broker.endpoint, "fresh", confirms=True, **FAST) as c:
+            reading = asyncio.ensure_future(c.info())
+            other = asyncio.ensure_future(c.seq_at(0))
+            await asyncio.sleep(0)                  # both run up to their wait: ATTACH is out
+            in_flight = c._p.state is CONNECTING
+            receipt = await c.publish("k", b"first")
+            assert await receipt == 1
+            for read in (reading, other):
+                with pytest.raises(NoStream):
+                    await read
+        async with AsyncClient(broker.endpoint, "fresh2", confirms=True, **FAST) as c:
+            reading = asyncio.ensure_future(c.info())
+            await asyncio.sleep(0)
+            in_flight = in_flight and c._p.state is CONNECTING
+            reading.cancel()                        # cancelled, its ATTACH still in flight
+            with pytest.raises(asyncio.CancelledError):
+                await reading
+            assert await (await c.publish("k", b"first")) == 1
+            assert (await c.info()).last == 1
+        return in_flight
+
+    assert run(main())

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from zeps.clients import AsyncClient, NoStream
+from zeps.clients import AsyncClient, ConnectionLost, NoStream
 from zeps.clients.peering import CONNECTING
 
 FAST = {"timeout": 5.0, "heartbeat": 1.0}
@@ -46,3 +46,33 @@ def test_a_publish_meeting_a_reads_attach_in_flight_creates_the_stream(broker):
         return in_flight
 
     assert run(main())
+
+
+def test_waiters_hear_that_the_io_task_was_cancelled(broker):
+    """The I/O task cancelled by another than close() (a shutdown cancelling every task, the
+    end of asyncio.run): every wait, and every later call, raises ConnectionLost; close()
+    closes. (A read waited for ever, a request for its timeout, and the client stayed open
+    with nothing reading its socket.)"""
+    async def main():
+        c = AsyncClient(broker.endpoint, "s", confirms=True, create=True, **FAST)
+        await c.connect()
+        sub = await c.subscribe()
+        reading = asyncio.ensure_future(sub.next())          # no timeout: waits for ever
+        receipt = await c.publish("k", b"x")
+        await asyncio.sleep(0)
+        io = c._task
+        io.cancel()
+        with pytest.raises(ConnectionLost, match="I/O task was cancelled"):
+            await asyncio.wait_for(reading, 10)
+        assert io.cancelled()
+        with pytest.raises(ConnectionLost):
+            await asyncio.wait_for(c.info(), 10)
+        with pytest.raises(ConnectionLost):
+            await c.publish("k", b"y")
+        if not receipt.done():                              # its CONFIRM may have come first
+            with pytest.raises(ConnectionLost):
+                await receipt
+        await c.close()
+        assert c.closed
+
+    run(main())

@@ -60,7 +60,9 @@ How it works (what you can rely on, with either client)
   finish, a warning says so and the exit goes on). A client garbage-collected without
   ``close()`` while the program runs drops the publishes it still held, and logs how many
   (:mod:`zeps.clients.lifetime`). An :class:`AsyncClient` needs its event loop to send: close it
-  (``async with``) before the loop ends. A :class:`Client` made before ``os.fork()``
+  (``async with``) before the loop ends (its I/O task cancelled, by the loop's end or a shutdown
+  cancelling every task, the calls waiting on it and every later one raise
+  :class:`ConnectionLost`). A :class:`Client` made before ``os.fork()``
   (``multiprocessing``'s default start method on Linux) is closed in the child, whose copy of
   its socket is the parent's: a call on it there raises :class:`ClientForked` (make a new client
   in the child); the parent's goes on. So are an :class:`AsyncClient`, a consumer's member

@@ -406,6 +406,12 @@ class AsyncClient(ops.FrontEnd):
                     else:
                         poll.cancel()
         except asyncio.CancelledError:
+            if p.state is not CLOSED and p.forked_from is None:
+                # Cancelled by another than close() (a shutdown cancelling every task, the end
+                # of asyncio.run): nothing reads the socket any more, say so to every waiter.
+                p.abort(ConnectionLost("the client's I/O task was cancelled (close the "
+                                       "client before cancelling its tasks or ending its loop)"))
+                self._notify()
             raise
         except Exception as e:     # a bug or a broken context: say so to every waiter
             if p.forked_from is not None:      # the parent's task, finalized in a forked child

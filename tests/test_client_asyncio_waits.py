@@ -76,3 +76,32 @@ def test_waiters_hear_that_the_io_task_was_cancelled(broker):
         assert c.closed
 
     run(main())
+
+
+def test_a_coroutine_on_connection_callback_runs(broker):
+    """nats-py's callbacks are coroutine functions: the AsyncClient runs one's coroutine as a
+    task (it was called and its coroutine dropped, never awaited: the callback never ran)."""
+    heard = []
+
+    async def on_connection(event):
+        await asyncio.sleep(0)
+        heard.append(event.kind)
+
+    async def main():
+        async with AsyncClient(broker.endpoint, "s", create=True, on_connection=on_connection,
+                               **FAST) as c:
+            broker.kill()
+            broker.restart()
+            await eventually(lambda: heard == ["lost", "reconnected"])
+            assert c.reconnects == 1
+
+    run(main())
+
+
+async def eventually(cond, timeout=10.0):
+    """Wait (yielding to the loop) until cond() holds; fail after timeout."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while not cond():
+        assert loop.time() < end, "condition not reached in time"
+        await asyncio.sleep(0.005)

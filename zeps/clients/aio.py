@@ -22,6 +22,7 @@ message for the next reader).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import logging
 import time
 from typing import Callable, Iterable, Optional, Tuple, Union
@@ -71,6 +72,9 @@ class AsyncClient(ops.FrontEnd):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
                     producer_id, idempotent, batching, create)
         module, ctx = zmq_for(context, asyncio=True)
+        self._callbacks: set = set()         # the tasks of a coroutine on_connection callback
+        if on_connection is not None:
+            on_connection = self._awaiting(on_connection)
         self._conn = Connection(self._p, self.endpoint, module, ctx, on_connection, curve)
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._task: Optional[asyncio.Task] = None
@@ -79,6 +83,22 @@ class AsyncClient(ops.FrontEnd):
         self._recheck_scheduled = False
         self._next_look = 0.0
         self._send_scheduled = False
+
+    def _awaiting(self, callback):
+        """``on_connection`` as the connection calls it: a coroutine function's coroutine (as
+        nats-py's callbacks) runs as a task of the loop; what it raises is logged."""
+        def call(event: ConnectionEvent) -> None:
+            result = callback(event)
+            if inspect.isawaitable(result):
+                task = asyncio.ensure_future(result)
+                self._callbacks.add(task)
+                task.add_done_callback(self._callback_done)
+        return call
+
+    def _callback_done(self, task: asyncio.Future) -> None:
+        self._callbacks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("zeps: the on_connection callback failed", exc_info=task.exception())
 
     # ------------------------------------------------------------------ connecting, closing
 

@@ -112,7 +112,8 @@ class Client(ops.FrontEnd, Driver):
         on_connection: called with a :class:`~zeps.clients.peering.ConnectionEvent` when the
             peering is lost (``kind == "lost"``, ``reason``) and when it is re-established
             (``"reconnected"``), from inside the client's calls (from its I/O task for the
-            :class:`~zeps.clients.AsyncClient`). What it raises is logged and ignored.
+            :class:`~zeps.clients.AsyncClient`, where a coroutine function's coroutine runs as
+            a task of the loop). What it raises is logged and ignored.
         timeout: seconds to wait for the broker in blocking operations (attach, requests, a
             publish blocked by the high-water mark, ``wait_for_confirms`` without its own
             timeout). Raises :class:`ZepsTimeout` when exceeded.

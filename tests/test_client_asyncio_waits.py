@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from zeps.clients import AsyncClient, ConnectionLost, NoStream
+from zeps.clients import AsyncClient, Client, ConnectionLost, NoStream, ZepsTimeout
 from zeps.clients.peering import CONNECTING
 
 FAST = {"timeout": 5.0, "heartbeat": 1.0}
@@ -94,6 +94,36 @@ def test_a_coroutine_on_connection_callback_runs(broker):
             broker.restart()
             await eventually(lambda: heard == ["lost", "reconnected"])
             assert c.reconnects == 1
+
+    run(main())
+
+
+def test_a_loop_of_calls_with_timeout_0_lets_the_io_task_run(broker):
+    """poll(0), wait_for_confirms(0), ...: a deadline already past still lets the event loop
+    run once, as the blocking client services its socket, so a loop of them gets what
+    arrives (they returned without an await: the loop, the I/O task and every other task
+    never ran again, and such a loop spun for ever)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        async with AsyncClient(broker.endpoint, "s", create=True, confirms=True,
+                               **FAST) as c:
+            sub = await c.subscribe()
+            with Client(broker.endpoint, "s", **FAST) as other:
+                other.publish("k", b"hello")
+                other.flush()
+            end = loop.time() + 10
+            msg = None
+            while msg is None and loop.time() < end:
+                msg = await sub.poll(0)
+            assert msg is not None and msg.body == b"hello"
+            await c.publish("k", b"x")
+            confirmed = None
+            while confirmed is None and loop.time() < end:
+                try:
+                    confirmed = await c.wait_for_confirms(0)
+                except ZepsTimeout:
+                    pass
+            assert confirmed == 2
 
     run(main())
 

@@ -344,16 +344,24 @@ class AsyncClient(ops.FrontEnd):
                 raise self._p.closed_as()
             raise ZepsError("the AsyncClient is not connected: use `async with AsyncClient(...)` "
                             "or `await client.connect()` first")
+        waited = False
         while True:
             timeout = None
             if deadline is not None:
                 timeout = deadline - _monotonic()
-                if timeout <= 0:
+                if timeout <= 0 and waited:
                     return False
-            changed = self._changed
-            if changed is None:
-                changed = self._changed = self._loop.create_future()
-            await asyncio.wait((changed,), timeout=timeout)
+            if timeout is not None and timeout <= 0:
+                # A deadline already past (timeout=0): let the loop run once all the same, as
+                # the blocking client services its socket, so that a loop of such calls
+                # (poll(0), wait_for_confirms(0)) lets the I/O task bring what came.
+                await asyncio.sleep(0)
+            else:
+                changed = self._changed
+                if changed is None:
+                    changed = self._changed = self._loop.create_future()
+                await asyncio.wait((changed,), timeout=timeout)
+            waited = True
             if cond():
                 return True
             if self._p.state is CLOSED:

@@ -10,6 +10,8 @@ import pytest
 from zeps.clients import AsyncClient, Client, ConnectionLost, NoStream, ZepsTimeout
 from zeps.clients.peering import CONNECTING
 
+from .test_client_asyncio import eventually
+
 FAST = {"timeout": 5.0, "heartbeat": 1.0}
 
 
@@ -126,12 +128,3 @@ def test_a_loop_of_calls_with_timeout_0_lets_the_io_task_run(broker):
             assert confirmed == 2
 
     run(main())
-
-
-async def eventually(cond, timeout=10.0):
-    """Wait (yielding to the loop) until cond() holds; fail after timeout."""
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while not cond():
-        assert loop.time() < end, "condition not reached in time"
-        await asyncio.sleep(0.005)

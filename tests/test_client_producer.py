@@ -277,3 +277,30 @@ def test_publishes_refused_after_a_hole_are_resent_after_a_producer_not_failed()
     feed(p, c.Confirm(3, 13))
     assert (cc.sequence, d.sequence) == (12, 13)
     assert publish(p, b"e").pseq == 4
+
+
+def test_a_refusal_after_a_hole_fails_its_own_publish_not_one_held_back():
+    """b and d are too large: c, after the hole of b, is refused as out of order and held back
+    for its re-send; d's refusal (its size: checked first) is d's, not c's (the oldest
+    unconfirmed: c failed, and d was stored after the re-sync; zeps publish reported line 3);
+    e is held back too, and c and e are re-sent after the PRODUCER."""
+    p = producer()
+    feed(p, c.StreamInfoOk(0, 0, 0, 0, 0))
+    feed(p, c.ProducerOk(0))
+    a, b, cc, d, e = (publish(p, body) for body in (b"a", b"b" * 200, b"c", b"d" * 101, b"e"))
+    sent(p)
+    feed(p, c.Confirm(1, 1))
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 200 bytes is over the broker's limit of 100"))
+    p.heard(b.exception())
+    hole = c.Invalid(Reason.publish_rejected(Reason.producer_out_of_order(p.producer, 1, 3)).text)
+    feed(p, hole)                                            # c's
+    feed(p, c.Invalid(f"{PUBLISH_REJECTED}body of 101 bytes is over the broker's limit of 100"))
+    assert isinstance(d.exception(), InvalidError) and not cc.done()
+    p.heard(d.exception())
+    feed(p, hole)                                            # e's
+    assert sent(p) == [c.Ping(), c.Producer(p.producer, 3)]
+    feed(p, c.PingOk())
+    feed(p, c.ProducerOk(1))
+    assert sent(p) == [c.Producer(p.producer, 2), c.Publish("k", b"c"), c.Publish("k", b"e")]
+    feed(p, c.Confirm(3, 3))
+    assert (a.sequence, cc.sequence, e.sequence) == (1, 2, 3)

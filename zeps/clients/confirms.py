@@ -33,7 +33,7 @@ __all__ = ["ConfirmTracker"]
 class ConfirmTracker:
     """The publishes of one client awaiting CONFIRM, and the counts CONFIRMs are read with."""
 
-    __slots__ = ("unconfirmed", "count", "last_confirmed", "anchor", "next_pseq",
+    __slots__ = ("unconfirmed", "count", "last_confirmed", "anchor", "next_pseq", "held_back",
                  "producer_confirmed", "producer_last")
 
     def __init__(self):
@@ -51,6 +51,9 @@ class ConfirmTracker:
         self.producer_confirmed = 0
         #: The broker's last ``PRODUCER-OK``: up to it, a publish is a duplicate it had.
         self.producer_last = 0
+        #: The oldest unconfirmed publishes the broker refused as out of order after a hole,
+        #: kept to be re-sent once PRODUCER-OK comes (:meth:`hold_back`).
+        self.held_back = 0
 
     def track(self, receipt) -> None:
         """A publish with confirms was handed to the socket: number it, keep its receipt."""
@@ -62,6 +65,13 @@ class ConfirmTracker:
         """A new ATTACH: the broker counts this connection's publishes from 0."""
         self.count = 0
         self.anchor = None
+        self.held_back = 0
+
+    def hold_back(self) -> None:
+        """The broker refused the next unconfirmed publish as out of order (after a hole): it
+        stays, to be re-sent after the PRODUCER that answers it (:meth:`resync`), and the next
+        refusal is of the publish after it."""
+        self.held_back += 1
 
     def first_pseq(self) -> int:
         """The producer sequence the PRODUCER after an ATTACH names: the oldest unconfirmed
@@ -117,16 +127,21 @@ class ConfirmTracker:
 
     def reject_one(self, error: Exception) -> None:
         """The broker rejected one of the unconfirmed publishes (and does not count it): the
-        oldest. The broker sends a confirming client's refusal after the CONFIRMs of the
-        publishes it sent before it (zeps/broker/confirms.py), so those are resolved by then.
+        oldest (past those held back: :meth:`hold_back`). The broker sends a confirming
+        client's refusal after the CONFIRMs of the publishes it sent before it
+        (zeps/broker/confirms.py), so those are resolved by then.
         (Which one it was is not on the wire: a guess by the frames' sizes failed a stored
         publish and confirmed the refused one in its place when the refusal came first.)"""
-        if self.unconfirmed:
-            self.unconfirmed.popleft()._fail(error)
+        unconfirmed, i = self.unconfirmed, self.held_back
+        if i < len(unconfirmed):
+            r = unconfirmed[i]
+            del unconfirmed[i]
+            r._fail(error)
 
     def fail_all(self, error: Exception) -> None:
         """Every unconfirmed publish fails with ``error`` (the peering is over, or the broker
         forgot the producer)."""
+        self.held_back = 0
         while self.unconfirmed:
             self.unconfirmed.popleft()._fail(error)
 
@@ -151,6 +166,7 @@ class ConfirmTracker:
         producer sequence, [receipts]), ...]`` (the last run may be empty: it then says where
         the next publish's number starts)."""
         self.producer_last = last
+        self.held_back = 0
         unconfirmed = self.unconfirmed
         k = 0
         while k < len(unconfirmed) and unconfirmed[k].pseq <= last:

@@ -183,6 +183,7 @@ class ExactlyOnce:
         self.producer = None
         if head is self.producer_sync:
             self.producer_sync = None
+            self.tracker.held_back = 0
             self._resend(self.tracker.unconfirmed)
 
     def _fenced(self, why: Reason) -> None:

@@ -103,6 +103,7 @@ class Refusals:
         answered before the PRODUCER-OK: the refusals come in order, zeps/broker/confirms.py);
         the first such refusal sends PRODUCER, and its answer has them re-sent, numbered again
         from the broker's last (:meth:`_producer_synced`), the next publishes waiting for it."""
+        self.tracker.hold_back()
         if self.producer_sync is None:
             first = self.tracker.first_pseq()
             self.producer_at = first

@@ -33,6 +33,14 @@ class Durability:
         """Why a sync of this opening failed (final: the module docs), or None."""
         return self._sync_error
 
+    def _sync_failed(self, what: str, e: OSError) -> str:
+        """``what`` failed with ``e``: final for this opening (the module docs). Returns why,
+        kept as :attr:`sync_error`."""
+        self._sync_error = (f"{what} failed: {e.strerror}; records after {self._durable_seq} "
+                            f"are not known durable, and the stream takes no more until it is "
+                            f"opened again")
+        return self._sync_error
+
     def sync(self) -> int:
         """``fdatasync`` what is written and return ``durable_seq``. Safe to call from a worker
         thread while the owning thread appends."""
@@ -57,10 +65,7 @@ class Durability:
             for fd in fds:
                 os.fdatasync(fd)
         except OSError as e:
-            self._sync_error = (f"fdatasync in {self._dir} failed: {e.strerror}; records after "
-                                f"{self._durable_seq} are not known durable, and the stream "
-                                f"takes no more until it is opened again")
-            raise JournalError(self._sync_error) from None
+            raise JournalError(self._sync_failed(f"fdatasync in {self._dir}", e)) from None
         finally:
             for fd in fds:
                 os.close(fd)

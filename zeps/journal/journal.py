@@ -476,11 +476,8 @@ class Journal(StreamView, KeyValues, Retention, Durability):
             try:
                 os.fdatasync(old.fd)
             except OSError as e:                  # final, as a failed sync() (.durability)
-                self._sync_error = (f"fdatasync of {old.log_path} failed while rolling: "
-                                    f"{e.strerror}; records after {self._durable_seq} are not "
-                                    f"known durable, and the stream takes no more until it is "
-                                    f"opened again")
-                raise JournalFullError(self._sync_error, e) from None
+                why = self._sync_failed(f"fdatasync of {old.log_path} while rolling", e)
+                raise JournalFullError(why, e) from None
         try:
             write_snapshot(self._dir, self._producers, self._next_seq, sync)
         except OSError as e:

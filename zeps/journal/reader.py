@@ -42,6 +42,7 @@ class JournalReader(StreamView):
         self._firsts = []
         self._closed = False
         self._tail = None          # (segment, pos, next seq, last ts) of the scanned tail
+        self._settings_path = os.path.join(self._dir, settings.FILE)
         self._settings_seen = None  # SETTINGS.json's (inode, size, mtime) when its purge was read
         self._refresh()
 
@@ -78,7 +79,9 @@ class JournalReader(StreamView):
         whole segment left its messages on disk, and ``zeps replay --data-dir``, Spark and
         the Event BUS front end's snapshots served them; found by review). One ``stat`` a
         refresh; the file is read again when it changed."""
-        path = os.path.join(self._dir, settings.FILE)
+        path = self._settings_path
+        if not os.access(path, os.F_OK):             # most streams have none: no exception
+            return
         try:
             st = os.stat(path)
         except OSError:

@@ -14,10 +14,13 @@ def test_a_range_every_message_of_which_was_purged_is_empty_at_once(broker):
     assert r.returncode == 0, r.stderr
     r = zeps("stream", "purge", "p", "--upto", "5", "--yes", "--endpoint", ep)
     assert r.returncode == 0, r.stderr
-    for args in (("replay", "p"), ("replay", "p", "--from-seq", "2", "--to-seq", "4"),
-                 ("kv", "history", "p", "k")):
+    for args, said in ((("replay", "p"), "1..5"),
+                       (("replay", "p", "--from-seq", "2", "--to-seq", "4"), "2..4"),
+                       (("kv", "history", "p", "k"), None)):
         r = zeps(*args, "--endpoint", ep, timeout=20)
-        assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), args
+        assert (r.returncode, r.stdout) == (0, ""), args
+        assert r.stderr == (f"zeps: warning: messages {said} were deleted (retention or a "
+                            f"purge)\n" if said else "")
     r = zeps("publish", "p", "k", "6", "--endpoint", ep)
     assert r.returncode == 0, r.stderr
     r = zeps("replay", "p", "--endpoint", ep, "--format", "raw", "--to-seq", "5", timeout=20)
@@ -39,3 +42,22 @@ def test_to_time_the_last_time_the_wire_carries_is_no_end(broker):
     r = zeps("replay", "s", "--data-dir", broker.data_dir, "--format", "raw", "--to-time",
              "18446744073.709551615")
     assert (r.returncode, r.stdout, r.stderr) == (0, "1\n2\n", "")
+
+
+def test_a_replay_whose_start_was_deleted_says_so_through_a_broker_as_from_a_data_dir(broker):
+    """Through a broker, a replay from a sequence that retention or a purge deleted started at
+    the first kept message and said nothing of the ones it could not give (read from the data
+    directory, it warned, and the journal's own log line said it a second time)."""
+    ep = broker.endpoint
+    r = zeps("publish", "p", "k", "-", "--endpoint", ep, input="1\n2\n3\n4\n5\n")
+    assert r.returncode == 0, r.stderr
+    r = zeps("stream", "purge", "p", "--upto", "3", "--yes", "--endpoint", ep)
+    assert r.returncode == 0, r.stderr
+    said = "zeps: warning: messages 2..3 were deleted (retention or a purge)\n"
+    r = zeps("replay", "p", "--from-seq", "2", "--format", "raw", "--endpoint", ep, timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "4\n5\n", said)
+    r = zeps("replay", "p", "--from-seq", "4", "--format", "raw", "--endpoint", ep, timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "4\n5\n", "")
+    broker.stop()
+    r = zeps("replay", "p", "--from-seq", "2", "--format", "raw", "--data-dir", broker.data_dir)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "4\n5\n", said)

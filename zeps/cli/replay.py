@@ -112,9 +112,19 @@ def cmd_replay(args) -> int:
     return _replay_broker(args, match)
 
 
+def _deleted(first: int, upto: int) -> None:
+    """Say that messages ``first..upto`` of the range asked for are no longer in the stream
+    (the same line whether the command reads a broker or a data directory)."""
+    print(f"zeps: warning: messages {first}..{upto} were deleted (retention or a purge)",
+          file=sys.stderr)
+
+
 def _replay_journal(args, match) -> int:
+    import logging
+
     from zeps.clients import Message
     from zeps.journal import JournalReader
+    logging.getLogger("zeps.journal.gaps").setLevel(logging.ERROR)   # said by _deleted
 
     reader = JournalReader(str(_stream_dir(args.data_dir, args.stream)))
     try:
@@ -140,8 +150,7 @@ def _replay_journal(args, match) -> int:
                         bar.update(rec.sequence - last)
                     last = rec.sequence
                 if it.gap:
-                    print(f"zeps: warning: messages {it.requested}..{it.skipped_to - 1} were "
-                          f"deleted by retention", file=sys.stderr)
+                    _deleted(it.requested, min(it.skipped_to - 1, end))
         finally:
             if bar is not None:
                 bar.close()
@@ -176,6 +185,8 @@ def _replay_broker(args, match) -> int:
         kept = max(start, info.first)       # (a purge or retention deleted those before)
         bar = _progress(end - kept + 1)
         last = start - 1
+        if start < kept and start <= end:
+            _deleted(start, min(kept - 1, end))
         try:
             if kept <= end:
                 for msg in messages_upto(client, args, kept, end, "replay"):

@@ -8,7 +8,9 @@ from typing import Callable, List, Optional
 
 from .record import Record
 
-log = logging.getLogger("zeps.journal")
+#: A read's retention gaps (a logger of their own: a reader that reports them itself, as
+#: ``zeps replay --data-dir`` does, quiets it).
+log = logging.getLogger("zeps.journal.gaps")
 
 
 class RecordIterator:

@@ -82,6 +82,29 @@ def test_bridge_from_seq_within_the_wire():
     assert Bridge("tcp://127.0.0.1:1", "s", "239.1.2.3:5000", from_seq=2**64 - 1).from_seq
 
 
+def test_a_state_file_that_cannot_be_written_is_said_once_not_at_every_head(tmp_path, caplog):
+    """The bridge writes its state file at every HEAD (each second by default): one that could
+    not be written logged a warning each time. Now once, again when the reason changes, and
+    once more when it can be written again."""
+    from zeps.multicast import Bridge
+    where = tmp_path / "gone"
+    b = Bridge("tcp://127.0.0.1:1", "s", "239.1.2.3:5000", state_file=str(where / "state"))
+    said = lambda: [r.getMessage() for r in caplog.records]  # noqa: E731
+    with caplog.at_level("WARNING", logger="zeps.bridge"):
+        for head in range(1, 6):
+            b._write_state(head)
+        assert len(said()) == 1 and "cannot write state file" in said()[0]
+        where.mkdir()
+        b._write_state(6)
+        b._write_state(7)
+        assert len(said()) == 2 and "written again (sequence 6)" in said()[1]
+        assert json.loads((where / "state").read_text())["head"] == 7
+        (where / "state.tmp").mkdir()             # the next write's file: a directory
+        b._write_state(8)
+        b._write_state(9)
+        assert len(said()) == 3 and "cannot write state file" in said()[2]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"group": "239.1.2.3"}, "expected ADDRESS:PORT"),
     ({"pattern": "~(("}, "bad regular expression"),

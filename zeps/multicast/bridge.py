@@ -92,6 +92,7 @@ class Bridge:
         self.sender: Sender | None = None
         #: Datagrams the system refused to send (the receivers repair what they carried).
         self.send_errors = 0
+        self._state_error: str | None = None     # why the state file was last not written
         # Checks the sizes now, so that a bad --max-datagram fails before anything starts.
         Sender(stream, pattern, session=0, start_after=0, max_datagram=max_datagram,
                head_interval=head_interval, now=0.0)
@@ -124,6 +125,9 @@ class Bridge:
         return head
 
     def _write_state(self, head: int) -> None:
+        """Keep ``head`` in the state file (at every HEAD and at the end). A write that fails
+        is said once, not at every HEAD, and again only when the reason changes; a write that
+        works again after failures is said too."""
         if not self.state_file:
             return
         tmp = f"{self.state_file}.tmp"
@@ -133,7 +137,16 @@ class Bridge:
                            "pattern": self.pattern, "head": head}, f)
             os.replace(tmp, self.state_file)
         except OSError as e:
-            log.warning("zeps bridge: cannot write state file %s: %s", self.state_file, e)
+            why = str(e)
+            if why != self._state_error:
+                log.warning("zeps bridge: cannot write state file %s: %s (said once, until it "
+                            "works again)", self.state_file, why)
+            self._state_error = why
+            return
+        if self._state_error is not None:
+            log.warning("zeps bridge: state file %s written again (sequence %d)",
+                        self.state_file, head)
+            self._state_error = None
 
     # ------------------------------------------------------------------ running
 

@@ -2,10 +2,13 @@
 the Python ones that define them, over real libzmq sockets.
 
 - ``drain``: the same messages from several clients (multi-frame ones among them) read in the
-  same order, in the same chunks, with the same status (drained, a limit, a new identity) and
-  the same identity left to the caller, for any limits, ``ask_first`` and ``readable``; a
-  round's loop as the broker runs it (a new identity's message read by the caller, its
-  identity then known) reads everything exactly once.
+  same order, in the same chunks, with the same status (drained, a limit, a new identity, a
+  message of several frames) and the same identity left to the caller, for any limits,
+  ``ask_first`` and ``readable``; a round's loop as the broker runs it (a new identity's
+  message read by the caller, its identity then known; a message of several frames dropped by
+  ``skip``, a chunk at a time) reads everything exactly once.
+- ``skip``: the same chunks in C and Python, and no frame kept (a message of 200,000 frames
+  skipped in a few KiB).
 - ``send_all``: the same ``(index, errno)`` answers and the same frames at each client, with a
   client's pipe filling (EAGAIN), an identity no connection has (EHOSTUNREACH) and blocked
   identities skipped; ``bytes``, ``bytearray`` and ``memoryview`` frames alike.
@@ -86,18 +89,40 @@ def _feed(pair, traffic):
         pair.dealers[who].send_multipart(frames)
 
 
-def _round_trace(pair, known, max_n, max_bytes, ask_first, readable):
-    """What one drain call answers, and the new identity's message as the caller reads it."""
+def _skip_all(pair, chunk: int) -> list:
+    """Drop the rest of the message of several frames being read, ``chunk`` frames a call:
+    each call's answer."""
+    calls, more = [], True
+    while more:
+        read, more = pair.loops.skip(chunk)
+        calls.append((read, more))
+    return calls
+
+
+def _round_trace(pair, known, max_n, max_bytes, ask_first, readable, chunk=2):
+    """What one drain call answers, and the rest of the message it left, as the caller reads
+    it: a new identity's frames, or the skip calls of a message of several frames."""
     got, status, ident = pair.loops.drain(known, max_n, max_bytes, ask_first, readable)
-    rest = pair.router.recv_multipart(zmq.NOBLOCK) if status == sockio.NEW else None
+    rest = None
+    if status == sockio.NEW:
+        rest = pair.router.recv_multipart(zmq.NOBLOCK)
+    elif status == sockio.PARTS:
+        rest = _skip_all(pair, chunk)
     return got, status, ident, rest
+
+
+def _as_read(ident, frames, skips=None):
+    """A message as the broker ends up with it: one frame, or (first frame, frames in all)."""
+    if skips is not None:
+        return ident[0], (ident[1], 1 + sum(read for read, _more in skips))
+    return ident, frames if len(frames) == 1 else (frames[0], len(frames))
 
 
 @settings(max_examples=examples(150), deadline=None)
 @given(traffic_st, st.integers(0, 3), st.integers(1, 50), st.integers(1, 200),
-       st.integers(-2, 10), st.booleans())
+       st.integers(-2, 10), st.booleans(), st.integers(1, 3))
 def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
-        traffic, known_n, max_n, max_bytes, ask_first, readable):
+        traffic, known_n, max_n, max_bytes, ask_first, readable, chunk):
     ctx = zmq.Context()
     c_pair, py_pair = _pairs(ctx, 3)
     try:
@@ -109,9 +134,9 @@ def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
             trace = []
             for _ in range(len(traffic) + 2):
                 got, status, ident, rest = _round_trace(pair, known, max_n, max_bytes,
-                                                        ask_first, readable)
+                                                        ask_first, readable, chunk)
                 trace.append((got, status, ident, rest))
-                if ident is not None:
+                if status == sockio.NEW:
                     known.add(ident)
                 if status == sockio.DRAINED:
                     break
@@ -121,12 +146,16 @@ def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
         # everything was read once, in each client's order, by drain or by the caller
         read = []
         for got, status, ident, rest in traces[0]:
-            read += got
+            read += [_as_read(i, f) for i, f in got]
             if status == sockio.NEW:
-                read.append((ident, rest))
+                read.append(_as_read(ident, rest))
+            elif status == sockio.PARTS:
+                read.append(_as_read(ident, None, rest))
+                assert all(0 < r <= chunk for r, _more in rest) and not rest[-1][1]
         for who in range(3):
             ident = b"client-%d" % who
-            assert [f for i, f in read if i == ident] == [f for w, f in traffic if w == who]
+            assert [f for i, f in read if i == ident] == [
+                _as_read(ident, f)[1] for w, f in traffic if w == who]
     finally:
         c_pair.close()
         py_pair.close()
@@ -135,24 +164,54 @@ def test_drain_reads_the_same_messages_with_the_same_answers_in_c_and_python(
 
 def test_a_round_loop_reads_every_message_once_and_learns_new_identities(ctx):
     """The broker's use: chunks of at most 4, a new identity's first message read by the caller
-    and its identity then known; 3 clients' 60 messages, all read, each client's in order."""
+    and its identity then known, a message of several frames dropped 3 frames a call; 3
+    clients' 60 messages (every third of several frames), all read, each client's in order."""
     for compiled_loops in (True, False):
         pair = _Pair(ctx, 3, compiled_loops)
-        sent = [(i % 3, [b"m%d" % i, b"x" * (i % 5)]) for i in range(60)]
+        sent = [(i % 3, [b"m%d" % i] + [b"x" * (i % 5)] * (i % 3 == 1) * (i % 7))
+                for i in range(60)]
         _feed(pair, sent)
         known, read = set(), []
         while True:
             got, status, ident = pair.loops.drain(known, 4, 1 << 20, 8, False)
-            read += [(i, f) for i, f in got]
+            read += [_as_read(i, f) for i, f in got]
             if status == sockio.DRAINED:
                 break
             if status == sockio.NEW:
-                read.append((ident, pair.router.recv_multipart(zmq.NOBLOCK)))
+                read.append(_as_read(ident, pair.router.recv_multipart(zmq.NOBLOCK)))
                 known.add(ident)
+            elif status == sockio.PARTS:
+                read.append(_as_read(ident, None, _skip_all(pair, 3)))
         assert sorted(known) == [b"client-0", b"client-1", b"client-2"]
         for who in range(3):
-            mine = [f for i, f in read if i == b"client-%d" % who]
-            assert mine == [f for w, f in sent if w == who]
+            ident = b"client-%d" % who
+            mine = [f for i, f in read if i == ident]
+            assert mine == [_as_read(ident, f)[1] for w, f in sent if w == who]
+        pair.close()
+
+
+def test_a_message_of_many_frames_is_skipped_a_chunk_at_a_time_keeping_none(ctx):
+    """A message of 200,000 frames (any libzmq client can send one: ``send_multipart``) was
+    read whole into a list, an object per frame; now drain stops at it with its first frame,
+    and skip drops the rest ``max_n`` a call, allocating no frame (tracemalloc's peak over
+    the skips: a few KiB against the ~8 MiB the list alone took), then the next message."""
+    import tracemalloc
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 1, compiled_loops)
+        pair.dealers[0].send_multipart([b"first"] + [b"x"] * 199_999)
+        pair.dealers[0].send(b"next")
+        got, status, ident = pair.loops.drain({b"client-0"}, 10, 1 << 20, 0, False)
+        assert (got, status, ident) == ([], sockio.PARTS, (b"client-0", b"first"))
+        tracemalloc.start()
+        try:
+            calls = _skip_all(pair, 65_536)
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert calls == [(65_536, True)] * 3 + [(3_391, False)]
+        assert peak < 64 << 10, peak
+        got, status, _ = pair.loops.drain({b"client-0"}, 10, 1 << 20, 0, False)
+        assert (got, status) == ([(b"client-0", [b"next"])], sockio.DRAINED)
         pair.close()
 
 
@@ -161,7 +220,7 @@ def test_drain_stops_at_the_byte_limit_after_the_message_that_reached_it(ctx):
     to the limit or past it is the chunk's last."""
     for compiled_loops in (True, False):
         pair = _Pair(ctx, 1, compiled_loops)
-        _feed(pair, [(0, [b"a" * 10, b"second frames do not count"])] * 6)
+        _feed(pair, [(0, [b"a" * 10])] * 6)
         got, status, ident = pair.loops.drain({b"client-0"}, 100, 20, 0, False)
         assert (len(got), status, ident) == (2, sockio.LIMIT, None)
         got, status, ident = pair.loops.drain({b"client-0"}, 100, 25, 0, False)
@@ -254,6 +313,12 @@ def test_wrong_arguments_are_python_errors_not_crashes(ctx):
         pair.loops.drain(5, 10, 100, 0, False)                      # known is no container
     with pytest.raises(ValueError):
         _c.readable(0)                                              # a null handle
+    with pytest.raises(TypeError):
+        pair.loops.skip()                                           # arguments missing
+    with pytest.raises(TypeError):
+        pair.loops.skip("many")                                     # no count
+    with pytest.raises(ValueError):
+        _c.skip(0, 5)                                               # a null handle
     with pytest.raises(ValueError):
         pair.loops.send_all([(b"client-0", b"x")], -1, None)        # read before the list
     # a membership test that empties the list: the pair it looked at was borrowed, and freed
@@ -292,20 +357,36 @@ def test_pure_python_makes_the_broker_use_the_python_loops():
 def _round_trip(endpoint: str) -> None:
     """A publisher, a live subscriber and a client that joins after them (its first message
     meets a round's reads among known clients'): every message delivered in order, every
-    request answered."""
+    request answered. Among them, two clients send a message of 40,000 frames (more than two
+    turns' ``SKIP_CHUNK``), one as its connection's first message, one after an ATTACH: each
+    is refused by its count, and both go on to be served."""
+    from zeps.broker.server import SKIP_CHUNK
     from zeps.protocol import commands as c
     from .rawclient import RawClient
+    many = [b"x"] * 40_000
+    assert len(many) > 2 * SKIP_CHUNK
+    first = RawClient(endpoint)
+    first.send_raw(*many)                     # its connection's first message
     pub = RawClient(endpoint).attach("loops")
     sub = RawClient(endpoint).attach("loops")
     sub.subscribe("", 0, credit=1 << 20)
+    later = RawClient(endpoint).attach("loops")
     for i in range(50):
         pub.send(c.Publish("k", b"%d" % i))
+        if i == 10:
+            later.send_raw(*many)             # a message among the others'
     late = RawClient(endpoint).attach("loops")
     late.send(c.Ping())
     late.expect(c.PingOk)
     got = sub.delivers(50)
     assert [d.body for d in got] == [b"%d" % i for i in range(50)]
-    for cl in (pub, sub, late):
+    for cl in (first, later):
+        assert cl.expect(c.Invalid).reason == "a ZEPS command is exactly one frame, got 40000"
+    first.attach("loops")
+    for cl in (first, later):
+        cl.send(c.Ping())
+        cl.expect(c.PingOk)
+    for cl in (pub, sub, late, first, later):
         cl.close()
 
 

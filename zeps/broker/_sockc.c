@@ -51,10 +51,11 @@ static PyObject *z_error_class;             /* zmq.ZMQError: raised with libzmq'
 #define Z_EVENTS 15
 #define Z_POLLIN 1
 
-/* What drain() says when it returns: what sockio.py calls DRAINED, LIMIT and NEW. */
+/* What drain() says when it returns: what sockio.py calls DRAINED, LIMIT, NEW and PARTS. */
 #define DRAINED 0
 #define LIMIT 1
 #define NEW 2
+#define PARTS 3
 
 static int bound(void)
 {
@@ -224,25 +225,29 @@ static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t n
             status = NEW;
             break;                       /* ident is returned; its frames are the caller's */
         }
-        PyObject *frames = PyList_New(0);
-        if (frames == NULL)
+        PyObject *first = recv_frame(h, &more, &again);
+        if (first == NULL) {
+            if (again)                   /* a ROUTER message is whole: cannot happen */
+                PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
             goto fail;
-        do {
-            PyObject *f = recv_frame(h, &more, &again);
-            if (f == NULL) {
-                Py_DECREF(frames);
-                if (again)               /* a ROUTER message is whole: cannot happen */
-                    PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
+        }
+        if (more) {                      /* several frames: the rest is skip()'s */
+            PyObject *two = PyTuple_Pack(2, ident, first);
+            Py_DECREF(first);
+            Py_CLEAR(ident);
+            if (two == NULL)
                 goto fail;
-            }
-            int rc = PyList_Append(frames, f);
-            Py_DECREF(f);
-            if (rc < 0) {
-                Py_DECREF(frames);
-                goto fail;
-            }
-        } while (more);
-        size += PyBytes_GET_SIZE(PyList_GET_ITEM(frames, 0));
+            ident = two;
+            status = PARTS;
+            break;
+        }
+        PyObject *frames = PyList_New(1);
+        if (frames == NULL) {
+            Py_DECREF(first);
+            goto fail;
+        }
+        size += PyBytes_GET_SIZE(first);
+        PyList_SET_ITEM(frames, 0, first);
         PyObject *pair = PyTuple_Pack(2, ident, frames);
         Py_DECREF(frames);
         Py_CLEAR(ident);
@@ -261,6 +266,39 @@ fail:
     Py_XDECREF(ident);
     Py_DECREF(out);
     return NULL;
+}
+
+/* skip(handle, max_n) -> (read, more)
+ * zeps.broker.sockio.skip_py, word for word: see its docstring. No frame is kept. */
+static PyObject *sockc_skip(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    void *h = socket_of("skip", args, nargs, 2);
+    if (h == NULL)
+        return NULL;
+    Py_ssize_t max_n = PyLong_AsSsize_t(args[1]);
+    if (max_n == -1 && PyErr_Occurred())
+        return NULL;
+    Py_ssize_t n = 0;
+    int more = 1;
+    zmsg_t msg;
+    while (n < max_n && more) {
+        z_msg_init(&msg);
+        if (z_msg_recv(&msg, h, Z_DONTWAIT) < 0) {
+            int err = z_errno();
+            z_msg_close(&msg);
+            if (err == EINTR)
+                continue;
+            if (err == EAGAIN) {         /* a ROUTER message is whole: cannot happen */
+                PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
+                return NULL;
+            }
+            return zmq_error(err);
+        }
+        more = z_msg_more(&msg);
+        z_msg_close(&msg);
+        n++;
+    }
+    return Py_BuildValue("(nO)", n, more ? Py_True : Py_False);
 }
 
 static int send_one(void *h, PyObject *obj, int flags, int *err)
@@ -351,6 +389,8 @@ static PyMethodDef sockc_methods[] = {
     {"readable", sockc_readable, METH_O, "readable(handle) -> ZMQ_EVENTS has POLLIN"},
     {"drain", (PyCFunction)(void (*)(void))sockc_drain, METH_FASTCALL,
      "drain(handle, known, max_n, max_bytes, ask_first, readable) -> (messages, status, ident)"},
+    {"skip", (PyCFunction)(void (*)(void))sockc_skip, METH_FASTCALL,
+     "skip(handle, max_n) -> (read, more): drop frames of the message being read"},
     {"send_all", (PyCFunction)(void (*)(void))sockc_send_all, METH_FASTCALL,
      "send_all(handle, out, start, blocked) -> (index, errno)"},
     {NULL, NULL, 0, NULL}

@@ -10,7 +10,9 @@ hub, from its watchers' callbacks (no greenlet of its own, no wait to set up per
    (per-message ``zmq.green`` calls are several times slower, and a batch of publishes costs one
    journal write), and no more once they published ``DRAIN_PUBLISHED`` messages (a
    PUBLISH-BATCH counts its entries) or came to ``DRAIN_BYTES``: the work and the memory of a
-   turn, and so the wait of every other client, are bounded;
+   turn, and so the wait of every other client, are bounded; a message of more than one frame
+   (no ZEPS command) has its other frames read and dropped, ``SKIP_CHUNK`` a turn and none
+   kept, before the core refuses it by its length (:class:`~zeps.broker.sockio.Parts`);
 3. :meth:`BrokerCore.round`: the core's steps in their one order (journal and route, replay,
    confirm, timers), calling back the shell's ``_send`` between them; it names the journals to
    fsync;
@@ -68,7 +70,7 @@ from zeps.journal import consumers
 from . import compactor, scheduling
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
-from .sockio import DRAINED, NEW, SocketLoops
+from .sockio import DRAINED, NEW, PARTS, Parts, SocketLoops
 from .stream import Stream
 
 DRAIN_MAX = 500           # messages read per round; then journal, route, replay and yield
@@ -76,6 +78,9 @@ DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches
 DRAIN_BYTES = 4 << 20     # ... or once their first frames came to this many bytes
 DRAIN_CHUNK = 32          # messages read per call of the socket loop (sockio.py); the
                           # published count is checked between two (the bytes within one)
+SKIP_CHUNK = 16384        # frames of a message of several read and dropped per turn (one
+                          # message of 2x10^6 frames, read whole into a list, held every client
+                          # for 3 s and the broker's Python 100 MiB more)
 IDLE_WAIT = 1.0           # longest sleep when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 
@@ -192,6 +197,9 @@ class Broker:
         self._fd_idents: Dict[int, Set[bytes]] = {}
         self._closed_fds: Set[int] = set()           # DISCONNECTED seen, ids not yet forgotten
         self._dead: Set[bytes] = set()               # ids of closed connections, to forget
+        #: [routing id, first frame, frames read] of a message of several frames being dropped
+        #: (its other frames are the next on the socket: nothing else is read before them).
+        self._partial: Optional[list] = None
         self._wake_r, self._wake_w = os.pipe()
         self._trimmed = 0.0
         os.set_blocking(self._wake_r, False)
@@ -357,6 +365,11 @@ class Broker:
         # reads on and meets one Again at its end.
         known, self._readable = self._readable, False
         while n < DRAIN_MAX and core.queued < DRAIN_PUBLISHED and size < DRAIN_BYTES:
+            if self._partial is not None:              # the rest of a message of many frames
+                if not self._skip(now):
+                    break                              # more of it next turn
+                n += 1
+                continue
             got, status, new = drain(self._ident_fd, min(DRAIN_CHUNK, DRAIN_MAX - n),
                                      DRAIN_BYTES - size, _ASK_FIRST - n, n == 0 and known)
             for ident, frames in got:
@@ -366,16 +379,18 @@ class Broker:
             if status == DRAINED:
                 drained = True
                 break
-            if status == NEW:                          # first message of this id: its connection
+            if status == PARTS:                        # new: (its id, its first frame)
+                self._partial = [new[0], new[1], 1]
+            elif status == NEW:                        # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
                 self._learn(new, first.get(_SRCFD))
                 if self.curve is not None:
                     core.identify(new, first.get("User-Id"))
-                frames = [first.bytes]
-                while _getsockopt(sock, _RCVMORE):
-                    frames.append(_recv_raw(sock, _NB))
-                size += len(frames[0])
-                receive(new, frames, now)
+                if _getsockopt(sock, _RCVMORE):
+                    self._partial = [new, first.bytes, 1]
+                    continue
+                size += len(first.bytes)
+                receive(new, [first.bytes], now)
                 n += 1
         if drained and (self._dead or self._closed_fds or (
                 self._monitor_check and self._monitor_readable())):
@@ -395,7 +410,21 @@ class Broker:
         # A round that emptied the socket is followed by sleep, not by another round that
         # would find nothing (at a low rate, one message per round: that round cost as much
         # as the message's own; issue 20).
-        return (n > 0 and not drained) or done.more or bool(self._opened)
+        return ((n > 0 and not drained) or done.more or bool(self._opened)
+                or self._partial is not None)
+
+    def _skip(self, now: float) -> bool:
+        """Read and drop up to ``SKIP_CHUNK`` more frames of the message of several frames
+        being read; once its last is read, hand it to the core, which refuses it by its length
+        (:class:`Parts`). True once it is done."""
+        part = self._partial
+        read, more = self._loops.skip(SKIP_CHUNK)
+        part[2] += read
+        if more:
+            return False
+        self._partial = None
+        self.core.receive(part[0], Parts(part[1], part[2]), now)
+        return True
 
     def _send(self, now: float) -> None:
         out = self.core.take_outbox()

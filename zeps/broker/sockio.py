@@ -32,25 +32,51 @@ _RCVMORE = int(zmq.RCVMORE)
 _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 
-#: Why :func:`drain_py` returned: the socket had nothing more, a limit was reached, or the next
-#: message comes from an identity not in ``known`` (its frames are left to the caller).
-DRAINED, LIMIT, NEW = 0, 1, 2
+#: Why :func:`drain_py` returned: the socket had nothing more, a limit was reached, the next
+#: message comes from an identity not in ``known`` (its frames are left to the caller), or the
+#: message just read has more than one frame (the rest is left to :func:`skip_py`).
+DRAINED, LIMIT, NEW, PARTS = 0, 1, 2, 3
 
 Message = Tuple[bytes, List[bytes]]
 
 
+class Parts:
+    """A message of ``count`` frames (more than one) as the core sees it: its ``first`` frame
+    and its length, by which the core refuses it (a ZEPS command is one frame). The other
+    frames were read off the socket and dropped, a chunk at a time (:func:`skip_py`), never
+    kept: a client can send one message of millions of frames (docs/operations.md, Findings).
+    """
+
+    __slots__ = ("first", "count")
+
+    def __init__(self, first: bytes, count: int):
+        self.first = first
+        self.count = count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __getitem__(self, i: int) -> bytes:
+        if i != 0:
+            raise IndexError("only the first frame of a message of several is kept")
+        return self.first
+
+
 def drain_py(sock, known: Container[bytes], max_n: int, max_bytes: int, ask_first: int,
-             readable: bool) -> Tuple[List[Message], int, Optional[bytes]]:
+             readable: bool) -> Tuple[List[Message], int, object]:
     """Read whole messages off the ROUTER ``sock`` without waiting: up to ``max_n``, fewer once
     their first frames came to ``max_bytes``. The first ``ask_first`` reads ask ZMQ_EVENTS
     before reading (a read that finds nothing costs more than the question), except the first
     when ``readable`` (the socket said so just now).
 
-    Returns ``(messages, status, ident)``: ``messages`` the ``(identity, frames)`` read;
-    ``status`` :data:`DRAINED` (nothing more was there), :data:`LIMIT` (``max_n`` or
-    ``max_bytes`` reached), or :data:`NEW`: the next message's identity ``ident`` is not in
-    ``known``, and its frames are still on the socket (the caller reads the first with its
-    metadata: a connection's first message tells which connection it is)."""
+    Returns ``(messages, status, ident)``: ``messages`` the ``(identity, [frame])`` read (each
+    of one frame); ``status`` :data:`DRAINED` (nothing more was there), :data:`LIMIT`
+    (``max_n`` or ``max_bytes`` reached), :data:`NEW`: the next message's identity ``ident`` is
+    not in ``known``, and its frames are still on the socket (the caller reads the first with
+    its metadata: a connection's first message tells which connection it is), or
+    :data:`PARTS`: the next message has more than one frame; ``ident`` is ``(identity, first
+    frame)`` and its other frames are still on the socket (the caller drops them with
+    :func:`skip_py`, a chunk at a time)."""
     out: List[Message] = []
     n = size = 0
     while n < max_n and size < max_bytes:
@@ -63,13 +89,25 @@ def drain_py(sock, known: Container[bytes], max_n: int, max_bytes: int, ask_firs
             return out, DRAINED, None
         if ident not in known:
             return out, NEW, ident
-        frames = [_recv_raw(sock, _NB)]            # a ROUTER message is delivered whole
-        while _getsockopt(sock, _RCVMORE):
-            frames.append(_recv_raw(sock, _NB))
-        size += len(frames[0])
-        out.append((ident, frames))
+        first = _recv_raw(sock, _NB)               # a ROUTER message is delivered whole
+        if _getsockopt(sock, _RCVMORE):
+            return out, PARTS, (ident, first)
+        size += len(first)
+        out.append((ident, [first]))
         n += 1
     return out, LIMIT, None
+
+
+def skip_py(sock, max_n: int) -> Tuple[int, bool]:
+    """Read and drop up to ``max_n`` frames of the message being read (the last frame read
+    said more were coming), keeping none. Returns ``(frames read, more to come)``."""
+    n = 0
+    while n < max_n:
+        _recv_raw(sock, _NB, False)
+        n += 1
+        if not _getsockopt(sock, _RCVMORE):
+            return n, False
+    return n, True
 
 
 def send_all_py(sock, out: List[Tuple[bytes, object]], start: int,
@@ -166,12 +204,13 @@ C_LOOPS = sockc is not None
 
 
 class SocketLoops:
-    """:func:`drain_py`, :func:`send_all_py` and :func:`readable_py` bound to one socket: the C
-    loops (``compiled`` None: where the broker uses them, :data:`C_LOOPS`), else the Python
-    ones.
+    """:func:`drain_py`, :func:`skip_py`, :func:`send_all_py` and :func:`readable_py` bound to
+    one socket: the C loops (``compiled`` None: where the broker uses them, :data:`C_LOOPS`),
+    else the Python ones.
     The socket must stay open while they are used (the C loops hold its handle)."""
 
-    drain: Callable[..., Tuple[List[Message], int, Optional[bytes]]]
+    drain: Callable[..., Tuple[List[Message], int, object]]
+    skip: Callable[[int], Tuple[int, bool]]
     send_all: Callable[..., Tuple[int, int]]
     readable: Callable[[], bool]
 
@@ -183,9 +222,11 @@ class SocketLoops:
                 raise RuntimeError(f"the C socket loops are not available: {why}")
             handle = sock.underlying
             self.drain = partial(c.drain, handle)
+            self.skip = partial(c.skip, handle)
             self.send_all = partial(c.send_all, handle)
             self.readable = partial(c.readable, handle)
         else:
             self.drain = partial(drain_py, sock)
+            self.skip = partial(skip_py, sock)
             self.send_all = partial(send_all_py, sock)
             self.readable = partial(readable_py, sock)

@@ -14,7 +14,7 @@ import zmq
 from zeps.broker.core import CoreConfig
 from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig
-from zeps.protocol import commands as c
+from zeps.protocol import commands as c, decode
 
 from .rawclient import RawClient
 
@@ -179,3 +179,52 @@ def test_what_comes_while_a_round_works_is_read_at_once(make_broker):
     assert len(read_in) >= 1 + burst
     # Read by turns the loop queued or the socket fired, never by the timer's (-1).
     assert -1 not in read_in[:1 + burst], read_in
+
+
+@pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
+def test_a_turn_drops_at_most_skip_chunk_frames_of_messages_of_several(
+        make_broker, monkeypatch, compiled):
+    """Messages of several frames from many connections, queued before the loop reads: a turn
+    drops at most ``SKIP_CHUNK`` of their frames in all, not ``SKIP_CHUNK`` a message (400
+    messages of 10,000 frames, one per connection's read-ahead, were 4x10^6 frames in one turn:
+    10 s on the Python loops). Every message is still refused by its count."""
+    from zeps.broker import server
+    from zeps.broker.sockio import SocketLoops, load_c
+    if compiled and load_c()[0] is None:
+        pytest.skip(f"the C socket loops are not available: {load_c()[1]}")
+    monkeypatch.setattr(server, "SKIP_CHUNK", 100)
+    b = make_broker()
+    b._loops = SocketLoops(b.sock, compiled)
+    turns = []                                # per round: [frames dropped]
+    skip, round_ = b._loops.skip, b._round
+
+    def counting_skip(n):
+        read, more = skip(n)
+        turns[-1][0] += read
+        return read, more
+
+    def counting_round():
+        turns.append([0])
+        return round_()
+    b._loops.skip, b._round = counting_skip, counting_round
+    conns, per_conn = 6, 4                    # within the broker's read-ahead (RCVHWM, 8)
+    ctx = zmq.Context()
+    socks = [ctx.socket(zmq.DEALER) for _ in range(conns)]
+    try:
+        for s in socks:
+            s.connect(b.endpoint)
+            for i in range(per_conn):
+                s.send_multipart([b"y" * 2000] + [b""] * (20 if i % 2 else 1))
+        gevent.sleep(1.0)                     # libzmq moves them into the broker's pipes
+        while sum(t[0] for t in turns) < conns * per_conn // 2 * 21:
+            assert len(turns) < 10_000, turns[-5:]
+            b._round()
+        for s in socks:
+            for _ in range(per_conn):
+                assert s.poll(DEADLINE * 1000)
+                assert decode(s.recv()).reason.startswith("a ZEPS command is exactly one")
+    finally:
+        for s in socks:
+            s.close(0)
+        ctx.term()
+    assert max(t[0] for t in turns) <= 100, turns

@@ -182,31 +182,39 @@ def test_what_comes_while_a_round_works_is_read_at_once(make_broker):
 
 
 @pytest.mark.parametrize("compiled", [True, False], ids=["c", "python"])
-def test_a_turn_drops_at_most_skip_chunk_frames_of_messages_of_several(
+def test_a_turn_bounds_the_frames_it_drops_and_counts_their_messages_first_frames(
         make_broker, monkeypatch, compiled):
     """Messages of several frames from many connections, queued before the loop reads: a turn
     drops at most ``SKIP_CHUNK`` of their frames in all, not ``SKIP_CHUNK`` a message (400
     messages of 10,000 frames, one per connection's read-ahead, were 4x10^6 frames in one turn:
-    10 s on the Python loops). Every message is still refused by its count."""
+    10 s on the Python loops), and their first frames count toward ``DRAIN_BYTES`` like any
+    message's (400 messages of a 1 MB first frame and an empty second were 400 MB in one turn,
+    where single frames stop at 4 MiB). Every message is still refused by its count."""
     from zeps.broker import server
     from zeps.broker.sockio import SocketLoops, load_c
     if compiled and load_c()[0] is None:
         pytest.skip(f"the C socket loops are not available: {load_c()[1]}")
     monkeypatch.setattr(server, "SKIP_CHUNK", 100)
+    monkeypatch.setattr(server, "DRAIN_BYTES", 10_000)
     b = make_broker()
     b._loops = SocketLoops(b.sock, compiled)
-    turns = []                                # per round: [frames dropped]
-    skip, round_ = b._loops.skip, b._round
+    turns = []                                # per round: [frames dropped, first-frame bytes]
+    skip, receive, round_ = b._loops.skip, b.core.receive, b._round
 
     def counting_skip(n):
         read, more = skip(n)
         turns[-1][0] += read
         return read, more
 
+    def counting_receive(ident, frames, now):
+        if len(frames) > 1:
+            turns[-1][1] += len(frames[0])
+        return receive(ident, frames, now)
+
     def counting_round():
-        turns.append([0])
+        turns.append([0, 0])
         return round_()
-    b._loops.skip, b._round = counting_skip, counting_round
+    b._loops.skip, b.core.receive, b._round = counting_skip, counting_receive, counting_round
     conns, per_conn = 6, 4                    # within the broker's read-ahead (RCVHWM, 8)
     ctx = zmq.Context()
     socks = [ctx.socket(zmq.DEALER) for _ in range(conns)]
@@ -228,3 +236,6 @@ def test_a_turn_drops_at_most_skip_chunk_frames_of_messages_of_several(
             s.close(0)
         ctx.term()
     assert max(t[0] for t in turns) <= 100, turns
+    # the byte limit is checked before each read: one first frame past it, and one more
+    # handed over from the turn before (read there, its last frames dropped here)
+    assert max(t[1] for t in turns) < 10_000 + 2 * 2000, turns

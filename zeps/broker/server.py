@@ -387,15 +387,16 @@ class Broker:
                 break
             if status == PARTS:                        # new: (its id, its first frame)
                 self._partial = [new[0], new[1], 1]
+                size += len(new[1])                    # read: counted as any message's
             elif status == NEW:                        # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
                 self._learn(new, first.get(_SRCFD))
                 if self.curve is not None:
                     core.identify(new, first.get("User-Id"))
+                size += len(first.bytes)
                 if _getsockopt(sock, _RCVMORE):
                     self._partial = [new, first.bytes, 1]
                     continue
-                size += len(first.bytes)
                 receive(new, [first.bytes], now)
                 n += 1
         if drained and (self._dead or self._closed_fds or (

@@ -61,3 +61,34 @@ def test_a_replay_whose_start_was_deleted_says_so_through_a_broker_as_from_a_dat
     broker.stop()
     r = zeps("replay", "p", "--from-seq", "2", "--format", "raw", "--data-dir", broker.data_dir)
     assert (r.returncode, r.stdout, r.stderr) == (0, "4\n5\n", said)
+
+
+def test_a_range_ending_before_the_first_kept_message_by_time_says_nothing_was_deleted(
+        start_broker, tmp_path):
+    """``--to-time`` before every kept message: the deleted messages' times are not known, so
+    none of them is said to be in the range (through a broker after retention it said
+    ``messages 1..N were deleted``, for a range ending in 1970; from a data directory after a
+    purge too). The same range from a sequence still says what it lost."""
+    from tests.rawclient import RawClient
+    from tests.test_broker import publish
+    from zeps.protocol import commands as c
+    b = start_broker(tmp_path / "d", "--segment-bytes", "4K", "--retention-bytes", "12K")
+    pub = RawClient(b.endpoint).attach("ret")
+    for r in range(20):                       # segments roll, the old ones are deleted
+        publish(pub, 20, size=100, start=20 * r)
+    pub.send(c.StreamInfo())
+    first = pub.expect(c.StreamInfoOk).first
+    assert first > 1
+    r = zeps("replay", "ret", "--to-time", "1", "--endpoint", b.endpoint, timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    r = zeps("replay", "ret", "--to-seq", "2", "--endpoint", b.endpoint, timeout=20)
+    assert (r.returncode, r.stdout, r.stderr) == (
+        0, "", "zeps: warning: messages 1..2 were deleted (retention or a purge)\n")
+    r = zeps("publish", "p", "k", "-", "--endpoint", b.endpoint, input="1\n2\n3\n4\n5\n")
+    assert r.returncode == 0, r.stderr
+    r = zeps("stream", "purge", "p", "--upto", "3", "--yes", "--endpoint", b.endpoint)
+    assert r.returncode == 0, r.stderr
+    b.stop()
+    for stream in ("ret", "p"):
+        r = zeps("replay", stream, "--to-time", "1", "--data-dir", str(tmp_path / "d"))
+        assert (r.returncode, r.stdout, r.stderr) == (0, "", ""), stream

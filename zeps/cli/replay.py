@@ -119,6 +119,14 @@ def _deleted(first: int, upto: int) -> None:
           file=sys.stderr)
 
 
+def _unknown_by_time(to_end, first: int) -> bool:
+    """``--to-time`` ends the range (at ``to_end``) before the first kept message ``first``:
+    the time of the deleted messages is not known (retention deleted them with their
+    timestamps; a data directory's reader skips a purge's), so none is said to be in the
+    range (a range ending in 1970 was said to have lost every deleted message)."""
+    return to_end is not None and to_end < first
+
+
 def _replay_journal(args, match) -> int:
     import logging
 
@@ -134,8 +142,10 @@ def _replay_journal(args, match) -> int:
         end = reader.last_seq
         if args.to_seq is not None:
             end = min(end, args.to_seq)
+        to_end = None
         if args.to_time is not None and args.to_time < MAX_NUMBER:     # (the last time: no end)
-            end = min(end, reader.seq_at(args.to_time + 1) - 1)
+            to_end = reader.seq_at(args.to_time + 1) - 1
+            end = min(end, to_end)
         out = _Output(args)
         bar = _progress(end - max(start, reader.first_seq) + 1)
         try:
@@ -149,7 +159,7 @@ def _replay_journal(args, match) -> int:
                     if bar is not None:
                         bar.update(rec.sequence - last)
                     last = rec.sequence
-                if it.gap:
+                if it.gap and not _unknown_by_time(to_end, it.first_available):
                     _deleted(it.requested, min(it.skipped_to - 1, end))
         finally:
             if bar is not None:
@@ -173,8 +183,10 @@ def _replay_broker(args, match) -> int:
         end = info.last
         if args.to_seq is not None:
             end = min(end, args.to_seq)
+        to_end = None
         if args.to_time is not None and args.to_time < MAX_NUMBER:     # (2^64: the codec's error)
-            end = min(end, client.seq_at(args.to_time + 1) - 1)
+            to_end = client.seq_at(args.to_time + 1) - 1
+            end = min(end, to_end)
         if args.from_seq is not None:
             start = max(args.from_seq, 1)
         elif args.from_time is not None:
@@ -185,7 +197,7 @@ def _replay_broker(args, match) -> int:
         kept = max(start, info.first)       # (a purge or retention deleted those before)
         bar = _progress(end - kept + 1)
         last = start - 1
-        if start < kept and start <= end:
+        if start < kept and start <= end and not _unknown_by_time(to_end, info.first):
             _deleted(start, min(kept - 1, end))
         try:
             if kept <= end:

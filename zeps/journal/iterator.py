@@ -19,7 +19,7 @@ class RecordIterator:
     Decided: a request for records that retention already deleted is not an error; the
     iterator starts at (or, while following, jumps to) the first kept record and records the
     fact in fields the caller checks (the broker tells the subscriber; a replay tool prints a
-    warning). It also logs a warning on the ``zeps.journal`` logger.
+    warning). It also logs a warning on the ``zeps.journal.gaps`` logger.
 
     ``requested``        the sequence asked for
     ``first_available``  the first sequence the journal held when the iterator was created

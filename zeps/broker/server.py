@@ -78,10 +78,8 @@ DRAIN_PUBLISHED = 8192    # ... or fewer, once they published this many (batches
 DRAIN_BYTES = 4 << 20     # ... or once their first frames came to this many bytes
 DRAIN_CHUNK = 32          # messages read per call of the socket loop (sockio.py); the
                           # published count is checked between two (the bytes within one)
-SKIP_CHUNK = 16384        # frames of messages of several read and dropped per turn, all of
-                          # them together (one message of 2x10^6 frames, read whole into a
-                          # list, held every client for 3 s and the broker's Python 100 MiB
-                          # more; 400 of 10^4 frames, from 50 connections, as long)
+SKIP_CHUNK = 16384        # frames of messages of several dropped per turn, all together
+                          # (docs/operations.md, Findings 10)
 IDLE_WAIT = 1.0           # longest sleep when nothing is due (the core's deadlines come sooner)
 SNDHWM = 1000             # messages queued per client connection before the broker stops sending
 

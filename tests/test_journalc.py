@@ -495,6 +495,11 @@ def test_positions_that_are_not_records_are_refused():
             assert got[0] == 0
     with pytest.raises(ValueError):
         journalc.first_bad_crc(buf, pos, len(buf) + 1)
+    # an end near -2**63: end - header wrapped, the bounds check passed, and the CRC read
+    # ~2**63 bytes from the buffer (a segfault)
+    for after in (-2**63, -2**63 + 15, -1, 15):
+        with pytest.raises(ValueError):
+            journalc.first_bad_crc(buf, pos, after)
     with pytest.raises(ValueError):
         journalc.compact(buf, np.array([5], dtype=np.int64), np.array([len(buf) + 1],
                                                                       dtype=np.int64))

@@ -452,7 +452,10 @@ jc_first_bad_crc(PyObject *self, PyObject *args)
     PyObject *res = NULL;
     for (i = 0; i < n; i++) {
         Py_ssize_t e = i + 1 < n ? pos[i + 1] : after;
-        if (pos[i] < 0 || e > len || pos[i] > e - HEADER_SIZE) {   /* (no sum: it could wrap) */
+        /* (no sum: it could wrap; nor a difference before e is known to be >= HEADER_SIZE:
+         * an `after` or a position near -2**63 wrapped e - HEADER_SIZE, passed, and the CRC
+         * read ~2**63 bytes) */
+        if (pos[i] < 0 || e > len || e < HEADER_SIZE || pos[i] > e - HEADER_SIZE) {
             PyErr_SetString(PyExc_ValueError, "positions are not records of the buffer");
             goto done;
         }

@@ -13,7 +13,8 @@ against their numpy definitions: for any block, valid or damaged, the same resul
   checked also where the CPU has SSE4.2): their numpy/pyarrow/google_crc32c twins;
 - ``read_columns`` over a damaged journal, whole or a range of it: the same columns, then the
   same CorruptionError (file, byte, message), with the C loops and without them;
-- positions that are not records of the buffer (a caller's bug) give ValueError, never a crash;
+- positions that are not records of the buffer, and arrays not aligned to their items (a
+  caller's bug), give ValueError, never a crash;
 - ``ZEPS_PURE_PYTHON=1`` makes zeps use the numpy loops (a fresh interpreter says so).
 
 The C module is built by ``setup.py`` wherever there is a C compiler; these tests skip only on a
@@ -550,3 +551,34 @@ def test_a_batch_record_whose_sequences_pass_u64_is_bad(chunks):
     res = parse_records(bytes(b), 0, len(b), first, [], chunks=chunks)
     assert res.status == BAD and res.pos == 0
     assert res.info == f"batch sequences {first}..{first + 3} pass 2^64-1"
+
+
+def test_arrays_not_aligned_to_their_items_are_refused():
+    """An int64 array at an address that is not a multiple of 8 (numpy's, over bytes at an odd
+    offset) was read as int64_t, the output offsets and sequences written as int32_t / int64_t
+    at any address: undefined behaviour (UBSan: "load of misaligned address"). Refused as a
+    caller's bug; the same values, aligned, are taken."""
+    buf, starts, _ = _block([([("k", b"v" * 30)] * 3, None, 1)])
+    raw = bytearray(8 * len(starts) + 1)
+    odd = np.frombuffer(raw, dtype=np.int64, offset=1, count=len(starts))
+    odd[:] = starts
+    assert not odd.flags.aligned
+    calls = (lambda p: journalc.kinds(buf, p),
+             lambda p: journalc.check_plain(buf, p, 5, None, True),
+             lambda p: journalc.first_bad_crc(buf, p, len(buf)),
+             lambda p: journalc.compact(buf, p, np.full(len(p), len(buf), dtype=np.int64)),
+             lambda p: journalc.compact(buf, np.zeros(len(p), dtype=np.int64), p))
+    for call in calls:
+        with pytest.raises(ValueError, match="aligned"):
+            call(odd)
+        call(odd.copy())
+    sizes = plainrun.plain_capacity(len(buf))
+    for k in (0, 1, 2, 4):                      # the int64 and int32 outputs
+        outs = [memoryview(bytearray(size + 1))[:size] for size in sizes]
+        outs[k] = memoryview(bytearray(sizes[k] + 1))[1:]
+        with pytest.raises(ValueError, match=f"output buffer {k} is not aligned"):
+            journalc.fused_columns(buf, len(buf), 5, None, True, 0, -1, *outs)
+    outs = [memoryview(bytearray(size + 1))[:size] for size in sizes]
+    outs[3], outs[5] = (memoryview(bytearray(sizes[3] + 1))[1:],
+                        memoryview(bytearray(sizes[5] + 1))[1:])     # bytes: any address
+    assert journalc.fused_columns(buf, len(buf), 5, None, True, 0, -1, *outs)[0] == 3

@@ -159,6 +159,11 @@ static int get_i64(PyObject *o, Py_buffer *v, const char *what)
         PyErr_Format(PyExc_TypeError, "%s: an int64 array is needed", what);
         return -1;
     }
+    if ((uintptr_t)v->buf % sizeof(int64_t) != 0) {    /* read as int64_t: aligned, or UB */
+        PyBuffer_Release(v);
+        PyErr_Format(PyExc_ValueError, "%s: an int64 array aligned to 8 bytes is needed", what);
+        return -1;
+    }
     return 0;
 }
 
@@ -719,6 +724,15 @@ jc_fused_columns(PyObject *self, PyObject *args)
         if (ob[k].len < sizes[k]) {
             PyErr_Format(PyExc_ValueError, "output buffer %d holds %zd bytes, %zd needed", k,
                          ob[k].len, sizes[k]);
+            goto done;
+        }
+    /* written as int64_t (seq, ts) and int32_t (the offsets): aligned, or UB */
+    static const size_t align[6] = {sizeof(int64_t), sizeof(int64_t), sizeof(int32_t), 1,
+                                    sizeof(int32_t), 1};
+    for (int k = 0; k < 6; k++)
+        if ((uintptr_t)ob[k].buf % align[k] != 0) {
+            PyErr_Format(PyExc_ValueError, "output buffer %d is not aligned to %zu bytes", k,
+                         align[k]);
             goto done;
         }
     struct rows out = {(int64_t *)ob[0].buf, (int64_t *)ob[1].buf, (int32_t *)ob[2].buf,

@@ -425,9 +425,9 @@ jc_check_plain(PyObject *self, PyObject *args)
             goto done;
     res = Py_BuildValue("(nNNNNNNNNNO)", n, arr[0], arr[1], arr[2], arr[3], arr[4], arr[5],
                         arr[6], arr[7], arr[8], any_flagged ? Py_True : Py_False);
-    if (res != NULL)
-        for (int k = 0; k < 9; k++)
-            arr[k] = NULL;
+    /* "N" takes the reference also when the tuple cannot be made (they were released twice) */
+    for (int k = 0; k < 9; k++)
+        arr[k] = NULL;
 done:
     for (int k = 0; k < 9; k++)
         Py_XDECREF(arr[k]);

@@ -214,3 +214,12 @@ def test_a_message_batch_gives_the_same_columns_and_messages_on_either_loops(ite
     finally:
         M._batchc = saved
     assert with_c == with_python
+
+
+def test_a_count_no_list_can_hold_is_a_memory_error():
+    """count + 1 wrapped for a count of 2**63 - 1: the offsets list was asked for -2**63
+    entries (a SystemError, "bad argument to internal function")."""
+    frame = _entries([(b"k", b"body")])
+    for count in (2**63 - 1, 2**61):
+        with pytest.raises(MemoryError):
+            batchc.walk(frame, 0, len(frame), count, False)

@@ -51,6 +51,12 @@ batchc_walk(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_ValueError, "bad arguments");
         goto done;
     }
+    if (count >= PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(PyObject *)) {
+        /* as PyList_New says for a list that large (count + 1 wrapped for 2**63 - 1: a
+         * SystemError; the Python walk's [0] * (count + 1) cannot be made either) */
+        PyErr_NoMemory();
+        goto done;
+    }
     offsets = PyList_New(count + 1);
     if (offsets == NULL)
         goto done;

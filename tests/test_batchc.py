@@ -7,7 +7,8 @@ definitions: for any input, valid or not, the same result or the same reason.
 - ``build_rows``: the same :class:`Message` objects as ``build_messages_py`` (keys that are not
   UTF-8 included: U+FFFD as ``decode("utf-8", "replace")``), equal, hashed and pickled alike.
 - ``key_body_columns``: the columns of ``MessageBatch`` built in Python.
-- offsets that are not a frame's (a caller's bug) give ValueError, never a crash.
+- offsets that are not a frame's (a caller's bug) give ValueError, never a crash; offsets that
+  Python code run by the garbage collector shortens midway are not read past.
 - ``ZEPS_PURE_PYTHON=1`` makes zeps use the Python loops (a fresh interpreter says so).
 
 The C module is built by ``setup.py`` wherever there is a C compiler; these tests skip only on
@@ -15,6 +16,7 @@ a machine without one (then zeps runs on the Python loops, which every other tes
 """
 from __future__ import annotations
 
+import gc
 import os
 import pickle
 import subprocess
@@ -223,3 +225,35 @@ def test_a_count_no_list_can_hold_is_a_memory_error():
     for count in (2**63 - 1, 2**61):
         with pytest.raises(MemoryError):
             batchc.walk(frame, 0, len(frame), count, False)
+
+
+@pytest.mark.parametrize("which", ["build_rows", "key_body_columns"])
+def test_offsets_the_collector_shortens_midway_are_not_read_past(which):
+    """Python code that the garbage collector runs while the loop allocates (a gc callback
+    here; a finalizer does the same) halved the caller's offsets list: the loop, which had
+    taken its length before, read past the end of the list (a segfault). It reads a copy."""
+    items = [(b"k%d" % i, b"v" * 10) for i in range(2000)]
+    frame = _entries(items)
+    offsets = B.walk(frame, 0, len(frame), len(items))
+
+    def halve(phase, info):
+        if phase == "start" and len(offsets) > 2:
+            del offsets[len(offsets) // 2:]
+
+    hold = [[] for _ in range(200)]   # no list left to reuse: a new list can start a collection
+    threshold = gc.get_threshold()
+    gc.callbacks.append(halve)
+    gc.set_threshold(1)
+    try:
+        if which == "build_rows":
+            got = batchc.build_rows(Message, frame, offsets, 0, None, None, NO_HEADERS)
+            keys = [m.key for m in got]
+            assert [m.sequence for m in got] == list(range(len(got)))
+        else:
+            keys, bodies = batchc.key_body_columns(frame, offsets)
+            assert bodies == [b"v" * 10] * len(keys)
+    finally:
+        gc.set_threshold(*threshold)
+        gc.callbacks.remove(halve)
+    del hold
+    assert keys and keys == ["k%d" % i for i in range(len(keys))]

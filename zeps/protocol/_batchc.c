@@ -113,27 +113,44 @@ done:
     return offsets;
 }
 
-/* The number of entries offsets (a list of n + 1 ints) stands for, or -1 with ValueError. */
+/* The number of entries offsets (a list of n + 1 ints) stands for, with *bounds a copy of them
+ * (PyMem: the caller frees it); or -1 with ValueError, TypeError, OverflowError or
+ * MemoryError. The loops read the copy: Python code that the garbage collector runs while they
+ * allocate (a finalizer, a gc callback) could shorten the caller's list after they took its
+ * length, and they read past its end (tests/test_batchc.py). Nothing here makes a Python
+ * object (a collection), so nothing runs between reading the list's length and its items. */
 static Py_ssize_t
-entry_count(PyObject *offsets)
+entry_bounds(PyObject *offsets, Py_ssize_t **bounds)
 {
+    *bounds = NULL;
     if (!PyList_Check(offsets) || PyList_GET_SIZE(offsets) < 1) {
         PyErr_SetString(PyExc_ValueError, "offsets: a non-empty list");
         return -1;
     }
-    return PyList_GET_SIZE(offsets) - 1;
+    Py_ssize_t m = PyList_GET_SIZE(offsets);
+    Py_ssize_t *v = PyMem_New(Py_ssize_t, m);
+    if (v == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < m; i++) {
+        v[i] = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));    /* (no __index__: no code) */
+        if (v[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(v);
+            return -1;
+        }
+    }
+    *bounds = v;
+    return m - 1;
 }
 
-/* Entry i's start and end from offsets, checked against the buffer (increasing, its key and
+/* Entry i's start and end from bounds, checked against the buffer (increasing, its key and
  * body length inside it): 0, or -1 with ValueError. */
 static int
-entry_span(const unsigned char *b, Py_ssize_t len, PyObject *offsets, Py_ssize_t i,
+entry_span(const unsigned char *b, Py_ssize_t len, const Py_ssize_t *bounds, Py_ssize_t i,
            Py_ssize_t *start, Py_ssize_t *end)
 {
-    Py_ssize_t s = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
-    Py_ssize_t e = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i + 1));
-    if ((s == -1 || e == -1) && PyErr_Occurred())
-        return -1;
+    Py_ssize_t s = bounds[i], e = bounds[i + 1];
     if (s < 0 || e > len || s >= e || s + 5 + b[s] > e) {
         PyErr_Format(PyExc_ValueError, "entry %zd is not an entry of the frame", i);
         return -1;
@@ -207,7 +224,8 @@ batchc_build_rows(PyObject *self, PyObject *args)
     PyObject *out = NULL, *prev = NULL;
     const unsigned char *prev_p = NULL;
     Py_ssize_t prev_n = 0;
-    Py_ssize_t n = entry_count(offsets);
+    Py_ssize_t *bounds = NULL;              /* offsets' copy */
+    Py_ssize_t n = entry_bounds(offsets, &bounds);
     if (n < 0)
         goto done;
     out = PyList_New(n);
@@ -215,7 +233,7 @@ batchc_build_rows(PyObject *self, PyObject *args)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t s, e;
-        if (entry_span(b, view.len, offsets, i, &s, &e) < 0)
+        if (entry_span(b, view.len, bounds, i, &s, &e) < 0)
             goto fail;
         Py_ssize_t kend = s + 1 + b[s];
         PyObject *row = tp->tp_alloc(tp, 6);
@@ -254,6 +272,7 @@ fail:
     Py_CLEAR(out);
 done:
     Py_XDECREF(prev);
+    PyMem_Free(bounds);
     PyBuffer_Release(&view);
     return out;
 }
@@ -273,7 +292,8 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
     PyObject *keys = NULL, *bodies = NULL, *out = NULL, *prev = NULL;
     const unsigned char *prev_p = NULL;
     Py_ssize_t prev_n = 0;
-    Py_ssize_t n = entry_count(offsets);
+    Py_ssize_t *bounds = NULL;              /* offsets' copy */
+    Py_ssize_t n = entry_bounds(offsets, &bounds);
     if (n < 0)
         goto done;
     keys = PyList_New(n);
@@ -282,7 +302,7 @@ batchc_key_body_columns(PyObject *self, PyObject *args)
         goto done;
     for (Py_ssize_t i = 0; i < n; i++) {
         Py_ssize_t s, e;
-        if (entry_span(b, view.len, offsets, i, &s, &e) < 0)
+        if (entry_span(b, view.len, bounds, i, &s, &e) < 0)
             goto done;
         Py_ssize_t kend = s + 1 + b[s];
         PyObject *key = key_text(b + s + 1, kend - s - 1, &prev, &prev_p, &prev_n);
@@ -299,6 +319,7 @@ done:
     Py_XDECREF(prev);
     Py_XDECREF(keys);
     Py_XDECREF(bodies);
+    PyMem_Free(bounds);
     PyBuffer_Release(&view);
     return out;
 }

@@ -80,6 +80,10 @@ batchc_walk(PyObject *self, PyObject *args)
         if (check_keys && bad_key < 0 && has_high(b + k, kend - k)) {
             PyObject *t = PyUnicode_DecodeUTF8((const char *)b + k, kend - k, NULL);
             if (t == NULL) {
+                /* only a UnicodeDecodeError says the key is bad (as in the Python walk); a
+                 * MemoryError was reported as a bad key */
+                if (!PyErr_ExceptionMatches(PyExc_UnicodeDecodeError))
+                    goto fail;
                 PyErr_Clear();
                 bad_key = i;
             }

@@ -213,3 +213,18 @@ def test_zeps_pure_python_makes_batch_frames_use_the_python_loop():
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                              env={**os.environ, "ZEPS_PURE_PYTHON": env_value}, check=True)
         assert out.stdout.split() == [want]
+
+
+def test_limits_under_minus_one_are_taken_as_batch_frames_takes_them():
+    """A max_batch near -2**63 (batch_frames clamps it to -1 before the C loop; publish_frame
+    did not): max_batch - size - entry wrapped to near 2**63, and the messages that
+    batch_frames_py sends alone, each too big for any batch, went in one PUBLISH-BATCH."""
+    items = [("k", b"x")] * 3
+    for max_batch, limit in ((-2**63, 2**62), (-2**63 + 20, 100), (-2**63, -2**63), (-5, 100)):
+        frames, start = [], 0
+        while start < len(items):
+            frame, count = batchc.publish_frame(items, start, max_batch, limit, M._pair)
+            frames.append((frame, count))
+            start += count
+        assert frames == list(M.batch_frames_py(items, max_batch, limit))
+        assert [n for _f, n in frames] == [1, 1, 1]

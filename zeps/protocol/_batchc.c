@@ -486,6 +486,13 @@ batchc_publish_frame(PyObject *self, PyObject *args)
         PyErr_SetString(PyExc_TypeError, "items: a list or a tuple");
         return NULL;
     }
+    /* as batch_frames clamps them: below -1 every message is too big all the same, and
+     * max_batch - size - fixed cannot wrap (it did for max_batch near -2**63: a batch where
+     * batch_frames_py sends each message alone) */
+    if (max_batch < -1)
+        max_batch = -1;
+    if (body_limit < -1)
+        body_limit = -1;
     Py_ssize_t n_items = is_list ? PyList_GET_SIZE(items) : PyTuple_GET_SIZE(items);
     if (start < 0 || start >= n_items) {
         PyErr_SetString(PyExc_IndexError, "start: not an index of items");

@@ -332,6 +332,27 @@ def test_wrong_arguments_are_python_errors_not_crashes(ctx):
     pair.close()
 
 
+def test_an_argument_that_is_wrong_is_raised_before_more_python_code_runs(ctx):
+    """drain converted all its arguments before it looked for an error: readable's __bool__
+    ran with max_n's TypeError pending (a SystemError that hid it; an assertion in a debug
+    interpreter)."""
+    pair = _Pair(ctx, 1, True)
+    called = []
+
+    class Readable:
+        def __bool__(self):
+            called.append(True)
+            return True
+
+    try:
+        for args in (("many", 100, 0), (10, "much", 0), (10, 100, None)):
+            with pytest.raises(TypeError):
+                pair.loops.drain(set(), *args, Readable())
+        assert not called
+    finally:
+        pair.close()
+
+
 def test_the_c_loops_bind_only_to_the_libzmq_pyzmq_uses():
     """The library is told from the process's mapped files: the only libzmq, or among several
     the one beside pyzmq; else none (the broker then runs the Python loops)."""

@@ -189,11 +189,19 @@ static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t n
     if (h == NULL)
         return NULL;
     PyObject *known = args[1];
+    /* each checked before the next: readable's __bool__ (Python code) must not run with an
+     * error pending (a SystemError that hid it; an assertion in a debug interpreter) */
     Py_ssize_t max_n = PyLong_AsSsize_t(args[2]);
+    if (max_n == -1 && PyErr_Occurred())
+        return NULL;
     Py_ssize_t max_bytes = PyLong_AsSsize_t(args[3]);
+    if (max_bytes == -1 && PyErr_Occurred())
+        return NULL;
     Py_ssize_t ask_first = PyLong_AsSsize_t(args[4]);
+    if (ask_first == -1 && PyErr_Occurred())
+        return NULL;
     int readable = PyObject_IsTrue(args[5]);
-    if (PyErr_Occurred() || readable < 0)
+    if (readable < 0)
         return NULL;
     PyObject *out = PyList_New(0);
     if (out == NULL)

@@ -353,6 +353,31 @@ def test_an_argument_that_is_wrong_is_raised_before_more_python_code_runs(ctx):
         pair.close()
 
 
+def test_send_all_sends_the_pairs_out_holds_when_it_is_called(ctx):
+    """A membership test that appends to out: send_all_py takes len(out) once, and the C loop,
+    which read the length again before each pair, never ended for one that appends each time."""
+    for compiled_loops in (True, False):
+        pair = _Pair(ctx, 1, compiled_loops)
+        out = [(b"client-0", b"x"), (b"client-0", b"y")]
+        asked = []
+
+        class Growing:
+            def __contains__(self, ident):
+                asked.append(ident)
+                if len(asked) > 100:
+                    raise RuntimeError("send_all is still sending")
+                out.append((b"client-0", b"more"))
+                return False
+
+        try:
+            assert pair.loops.send_all(out, 0, Growing()) == (2, 0)
+            assert len(asked) == 2 and len(out) == 4
+            assert [pair.dealers[0].recv() for _ in range(2)] == [b"x", b"y"]
+            assert not pair.dealers[0].poll(50)
+        finally:
+            pair.close()
+
+
 def test_the_c_loops_bind_only_to_the_libzmq_pyzmq_uses():
     """The library is told from the process's mapped files: the only libzmq, or among several
     the one beside pyzmq; else none (the broker then runs the Python loops)."""

@@ -362,7 +362,11 @@ static PyObject *sockc_send_all(PyObject *self, PyObject *const *args, Py_ssize_
     }
     PyObject *blocked = args[3];
     int err = 0;
-    for (; i < PyList_GET_SIZE(out); i++) {
+    /* out[start:len(out)] as send_all_py takes it (n = len(out) once: pairs that blocked's
+     * membership test appends are not sent, where this loop never ended for one that appends
+     * at each test), and no further than the list's length now (the test may shorten it) */
+    Py_ssize_t n = PyList_GET_SIZE(out);
+    for (; i < n && i < PyList_GET_SIZE(out); i++) {
         PyObject *pair = PyList_GET_ITEM(out, i);
         if (!PyTuple_Check(pair) || PyTuple_GET_SIZE(pair) != 2) {
             PyErr_SetString(PyExc_TypeError, "send_all: out holds (identity, frame) pairs");

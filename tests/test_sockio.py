@@ -362,7 +362,7 @@ def test_send_all_sends_the_pairs_out_holds_when_it_is_called(ctx):
         asked = []
 
         class Growing:
-            def __contains__(self, ident):
+            def __contains__(self, ident, asked=asked, out=out):
                 asked.append(ident)
                 if len(asked) > 100:
                     raise RuntimeError("send_all is still sending")

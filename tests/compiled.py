@@ -6,6 +6,7 @@ should have built it) and is skipped only on a machine without one.
 """
 from __future__ import annotations
 
+import gc
 import importlib
 import os
 import shutil
@@ -32,3 +33,25 @@ def c_module(name: str, fallback: str, *, pure_python_skip: str = ""):
 
 def batchc():
     return c_module("zeps.protocol._batchc", "pure-Python loops")
+
+
+def each_allocation_failing(calls: dict, attempts: int) -> None:
+    """Each of ``calls`` (name -> a call of a C function) with its k-th allocation failing, for
+    k up to ``attempts``: it raises MemoryError or returns what it returns with none failing
+    (a wrong result, a SystemError or a crash is a bug of its error paths). Needs CPython's
+    ``_testcapi`` (the caller skips without it)."""
+    testcapi = pytest.importorskip("_testcapi")
+    for name, call in calls.items():
+        want = call()
+        gc.collect()
+        for k in range(attempts):
+            gc.disable()
+            testcapi.set_nomemory(k, k + 1)
+            try:
+                got = call()
+            except MemoryError:
+                got = MemoryError
+            finally:
+                testcapi.remove_mem_hooks()
+                gc.enable()
+            assert got is MemoryError or got == want, (name, k)

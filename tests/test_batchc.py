@@ -263,7 +263,6 @@ def test_a_failed_allocation_is_a_memory_error_never_a_bad_key_or_a_crash():
     """Each function, its k-th allocation failing (CPython's test hook): the result, or
     MemoryError. walk took a MemoryError decoding a key for the key's UTF-8 error: "the key
     of entry 1 is not valid UTF-8", of a valid key."""
-    testcapi = pytest.importorskip("_testcapi")
     items = [(b"k", b"v"), ("\u00fc".encode(), b"x" * 20), (b"k", b"")]
     frame = _entries(items)
     offsets = B.walk(frame, 0, len(frame), len(items))
@@ -273,17 +272,4 @@ def test_a_failed_allocation_is_a_memory_error_never_a_bad_key_or_a_crash():
                                                 NO_HEADERS),
         "key_body_columns": lambda: batchc.key_body_columns(frame, offsets),
     }
-    for name, call in calls.items():
-        want = call()
-        gc.collect()
-        for k in range(40):
-            gc.disable()
-            testcapi.set_nomemory(k, k + 1)
-            try:
-                got = call()
-            except MemoryError:
-                got = MemoryError
-            finally:
-                testcapi.remove_mem_hooks()
-                gc.enable()
-            assert got is MemoryError or got == want, (name, k)
+    compiled.each_allocation_failing(calls, 40)

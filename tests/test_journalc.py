@@ -23,7 +23,6 @@ machine without one (then zeps runs on the numpy loops, which every other test e
 from __future__ import annotations
 
 import contextlib
-import gc
 import os
 import random
 import subprocess
@@ -589,7 +588,6 @@ def test_a_failed_allocation_is_a_memory_error_never_a_crash():
     """Each function, its k-th allocation failing (CPython's test hook): the result, or
     MemoryError. check_plain's result tuple failing to be made released its nine arrays twice
     (Py_BuildValue's "N" takes them also when it fails): a double free, a segfault."""
-    testcapi = pytest.importorskip("_testcapi")
     buf, starts, _ = _block([([("k", b"v" * 30)] * 3, None, 1),
                              ([PublishBatch(2, encode_entries([("a", b"1"), ("b", b"2")]))],
                               None, 1)])
@@ -605,17 +603,4 @@ def test_a_failed_allocation_is_a_memory_error_never_a_crash():
             buf, len(buf), 5, None, True, 0, -1, *[bytearray(s) for s in sizes])[:8],
         "plain_record": lambda: journalc.plain_record(5, 6, b"key", b"body"),
     }
-    for name, call in calls.items():
-        want = call()
-        gc.collect()
-        for k in range(60):
-            gc.disable()
-            testcapi.set_nomemory(k, k + 1)
-            try:
-                got = call()
-            except MemoryError:
-                got = MemoryError
-            finally:
-                testcapi.remove_mem_hooks()
-                gc.enable()
-            assert got is MemoryError or got == want, (name, k)
+    compiled.each_allocation_failing(calls, 60)

@@ -31,6 +31,26 @@ def open_fds(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/fd"))
 
 
+def tcp_in_flight(port: int):
+    """``(connections, bytes)``: the established tcp connections to ``port`` on this host (the
+    listener's side of each), and the bytes the kernel still holds in them, sent or received
+    but not yet read, on both sides (``/proc/net/tcp``'s tx_queue and rx_queue)."""
+    conns = queued = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] != "01":                                  # ESTABLISHED only
+                continue
+            local = int(fields[1].split(":")[1], 16)
+            remote = int(fields[2].split(":")[1], 16)
+            if port in (local, remote):
+                tx, rx = (int(x, 16) for x in fields[4].split(":"))
+                queued += tx + rx
+                conns += local == port
+    return conns, queued
+
+
 def wait_for(probe: Callable[[], T], ok: Callable[[T], bool], timeout: float,
              interval: float = 0.05) -> T:
     """Call ``probe`` until ``ok(value)`` or ``timeout`` seconds passed; return the last value

@@ -16,6 +16,7 @@ from zeps.broker.server import Broker
 from zeps.journal import DataDir, JournalConfig
 from zeps.protocol import commands as c, decode
 
+from .measure import tcp_in_flight, wait_for
 from .rawclient import RawClient
 
 DEADLINE = 30.0          # seconds a test waits for the broker before it fails (never a pass)
@@ -221,13 +222,16 @@ def test_a_turn_bounds_the_frames_it_drops_and_counts_their_messages_first_frame
     try:
         for s in socks:
             s.connect(b.endpoint)
-            for i in range(per_conn):
-                s.send_multipart([b"y" * 2000] + [b""] * (20 if i % 2 else 1))
-        # Time for libzmq to move them into the broker's pipes, so that the first turns meet
-        # many at once (the case the bounds are about); the bounds asserted below hold
-        # whatever came when, and the loop reads until every frame is dropped.
-        gevent.sleep(1.0)
-        while sum(t[0] for t in turns) < conns * per_conn // 2 * 21:
+            for _ in range(per_conn - 1):             # first the bytes: 2 frames each
+                s.send_multipart([b"y" * 2000, b""])
+            s.send_multipart([b"y"] + [b""] * 40)     # then the frames: 1 byte and 40 more
+        # Every connection up and nothing left in the kernel: the broker's I/O thread has read
+        # them into its pipes, so that the first turns meet many at once (the case the bounds
+        # are about; the bounds asserted below hold whatever came when).
+        port = int(b.endpoint.rsplit(":", 1)[1])
+        assert wait_for(lambda: tcp_in_flight(port), lambda v: v == (conns, 0), 30) == (
+            conns, 0)
+        while sum(t[0] for t in turns) < conns * ((per_conn - 1) * 1 + 40):
             assert len(turns) < 10_000, turns[-5:]
             b._round()
         for s in socks:

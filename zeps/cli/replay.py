@@ -119,6 +119,19 @@ def _deleted(first: int, upto: int) -> None:
           file=sys.stderr)
 
 
+def _range_end(args, last: int, seq_at):
+    """``(end, to_end)``: the range's last sequence, from the stream's ``last`` and the
+    command's ``--to-seq`` / ``--to-time`` (``seq_at``: the reader's or the broker's), and where
+    ``--to-time`` alone ends it (None: it does not). ``--to-time`` at the last time the wire
+    carries (2^64-1 ns) is no end (asked for 2^64, the codec would fail)."""
+    end = last if args.to_seq is None else min(last, args.to_seq)
+    to_end = None
+    if args.to_time is not None and args.to_time < MAX_NUMBER:
+        to_end = seq_at(args.to_time + 1) - 1
+        end = min(end, to_end)
+    return end, to_end
+
+
 def _unknown_by_time(to_end, first: int) -> bool:
     """``--to-time`` ends the range (at ``to_end``) before the first kept message ``first``:
     the time of the deleted messages is not known (retention deleted them with their
@@ -139,13 +152,7 @@ def _replay_journal(args, match) -> int:
         start = args.from_seq if args.from_seq is not None else (
             reader.seq_at(args.from_time) if args.from_time is not None else 1)
         start = max(start, 1)
-        end = reader.last_seq
-        if args.to_seq is not None:
-            end = min(end, args.to_seq)
-        to_end = None
-        if args.to_time is not None and args.to_time < MAX_NUMBER:     # (the last time: no end)
-            to_end = reader.seq_at(args.to_time + 1) - 1
-            end = min(end, to_end)
+        end, to_end = _range_end(args, reader.last_seq, reader.seq_at)
         out = _Output(args)
         bar = _progress(end - max(start, reader.first_seq) + 1)
         try:
@@ -180,13 +187,7 @@ def _replay_broker(args, match) -> int:
     with Client(args.endpoint, args.stream, timeout=args.connect_timeout,
                 curve=args.curve) as client:
         info = client.info()
-        end = info.last
-        if args.to_seq is not None:
-            end = min(end, args.to_seq)
-        to_end = None
-        if args.to_time is not None and args.to_time < MAX_NUMBER:     # (2^64: the codec's error)
-            to_end = client.seq_at(args.to_time + 1) - 1
-            end = min(end, to_end)
+        end, to_end = _range_end(args, info.last, client.seq_at)
         if args.from_seq is not None:
             start = max(args.from_seq, 1)
         elif args.from_time is not None:

@@ -154,26 +154,42 @@ static PyObject *sockc_readable(PyObject *self, PyObject *arg)
     return PyBool_FromLong(ev & Z_POLLIN);
 }
 
+/* One frame off the socket into msg without waiting: 0; or -1 with *again set when there is
+ * none, or -1 with the error set (msg closed either way). */
+static int recv_msg(void *h, zmsg_t *msg, int *again)
+{
+    *again = 0;
+    z_msg_init(msg);
+    for (;;) {
+        if (z_msg_recv(msg, h, Z_DONTWAIT) >= 0)
+            return 0;
+        int err = z_errno();
+        if (err == EINTR)
+            continue;
+        z_msg_close(msg);
+        if (err == EAGAIN)
+            *again = 1;
+        else
+            zmq_error(err);
+        return -1;
+    }
+}
+
+/* The next frame of a message that said more were coming was not there: a ROUTER hands a
+ * message over whole, so this cannot happen. NULL with RuntimeError. */
+static PyObject *frame_missing(void)
+{
+    PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
+    return NULL;
+}
+
 /* One frame off the socket without waiting: a new bytes object (*more set), NULL with
  * *again set when there is none, or NULL with the error set. */
 static PyObject *recv_frame(void *h, int *more, int *again)
 {
     zmsg_t msg;
-    *again = 0;
-    z_msg_init(&msg);
-    for (;;) {
-        if (z_msg_recv(&msg, h, Z_DONTWAIT) >= 0)
-            break;
-        int err = z_errno();
-        if (err == EINTR)
-            continue;
-        z_msg_close(&msg);
-        if (err == EAGAIN) {
-            *again = 1;
-            return NULL;
-        }
-        return zmq_error(err);
-    }
+    if (recv_msg(h, &msg, again) < 0)
+        return NULL;
     PyObject *b = PyBytes_FromStringAndSize((const char *)z_msg_data(&msg),
                                             (Py_ssize_t)z_msg_size(&msg));
     *more = z_msg_more(&msg);
@@ -235,8 +251,8 @@ static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t n
         }
         PyObject *first = recv_frame(h, &more, &again);
         if (first == NULL) {
-            if (again)                   /* a ROUTER message is whole: cannot happen */
-                PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
+            if (again)
+                frame_missing();
             goto fail;
         }
         if (more) {                      /* several frames: the rest is skip()'s */
@@ -287,21 +303,11 @@ static PyObject *sockc_skip(PyObject *self, PyObject *const *args, Py_ssize_t na
     if (max_n == -1 && PyErr_Occurred())
         return NULL;
     Py_ssize_t n = 0;
-    int more = 1;
+    int more = 1, again;
     zmsg_t msg;
     while (n < max_n && more) {
-        z_msg_init(&msg);
-        if (z_msg_recv(&msg, h, Z_DONTWAIT) < 0) {
-            int err = z_errno();
-            z_msg_close(&msg);
-            if (err == EINTR)
-                continue;
-            if (err == EAGAIN) {         /* a ROUTER message is whole: cannot happen */
-                PyErr_SetString(PyExc_RuntimeError, "a message's frame went missing");
-                return NULL;
-            }
-            return zmq_error(err);
-        }
+        if (recv_msg(h, &msg, &again) < 0)
+            return again ? frame_missing() : NULL;
         more = z_msg_more(&msg);
         z_msg_close(&msg);
         n++;

@@ -310,3 +310,28 @@ def test_many_clients_congest_and_recover_each_at_its_deadline(make, steps):
     want = [(i, f"k{i}") for i in range(1, published + 1)]
     assert all(got[ident] == want for ident in clients), got
     assert not h.core.congested
+
+
+# Regression (found by this test, fixed in the core): the DETACH of a client whose stream or
+# consumer another client deleted went to the outbox, not behind the replies the client held,
+# so when its pipe had room again before the backoff ended it overtook them (a CONFIRM or a
+# PING-OK of the ended peering came after its DETACH)
+@pytest.mark.parametrize("deleted", ["stream", "consumer"])
+def test_a_detach_for_a_deletion_never_overtakes_a_held_reply(make, deleted):
+    h = make(congestion_backoff=0.5)
+    if deleted == "stream":
+        h.subscriber(X)
+    else:
+        h.send(b"admin", c.Attach("s"), c.ConsumerAdd("g"))
+        h.take(b"admin")
+        h.send(X, c.Attach("s"), c.Credit(1 << 20), c.Consume("g"))
+        assert h.kinds(X) == [c.AttachOk, c.ConsumeOk]
+    h.pipe[X] = 0
+    h.send(X, c.Ping())                              # PING-OK does not fit: held
+    del h.pipe[X]                                    # the client reads its pipe empty
+    h.send(b"admin", c.Attach("s") if deleted == "stream" else c.Ping(),
+           c.StreamDelete("s") if deleted == "stream" else c.ConsumerDelete("g"))
+    assert h.kinds(X) == [], "the DETACH overtook the held PING-OK"
+    h.now += 0.5
+    h.drain()
+    assert h.kinds(X) == [c.PingOk, c.Detach]

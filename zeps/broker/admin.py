@@ -241,7 +241,7 @@ class StreamAdministration(Compacting):
             for other in list(st.sessions.values()):    # its clients are told it is gone
                 st.detach(other)
                 self._end_peering(other)
-                self.outbox.append((other.identity, DETACH_FRAME))
+                self._tell(other, DETACH_FRAME)
             self.work.drop(cmd.stream, st)
         try:
             self.datadir.delete(cmd.stream)

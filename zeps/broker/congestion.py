@@ -94,6 +94,16 @@ class Congestion:
             self.log("client_unresponsive_forgotten", client=ident.hex(), held=len(s.held))
             self.forget(ident)
 
+    def _tell(self, s: Session, frame: bytes) -> None:
+        """``frame`` for ``s``, made outside its own commands (the DETACH of a stream or a
+        consumer that another client deleted): behind the replies it holds, if it holds any.
+        In the outbox, it went out before them once the client's pipe had room again, while
+        its backoff still held them."""
+        if s.held:
+            s.held.append(frame)
+        else:
+            self.outbox.append((s.identity, frame))
+
     def _end_peering(self, s: Session) -> None:
         """Its DELIVERs still in the outbox belong to a peering that is over (see _Stale)."""
         out = self.outbox

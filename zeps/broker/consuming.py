@@ -336,7 +336,7 @@ class Consuming:
             if other is not None and other is not s:
                 st.detach(other)
                 self._end_peering(other)
-                self.outbox.append((ident, DETACH_FRAME))
+                self._tell(other, DETACH_FRAME)
         if s.consumer is g:
             s.consumer = None
         del self._groups_of(st)[cmd.name]

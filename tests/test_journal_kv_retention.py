@@ -19,8 +19,9 @@ def test_prune_removes_only_entries_unchanged_since_they_were_handed_over():
     idx = KeyIndex()
     for seq, k in enumerate([b"a", b"b", b"c", b"d", b"e"], start=1):
         idx.observe(k, seq, 10 * seq, False)
-    keys, d = idx.copy_state()
-    idx.dead = ([b"a", b"b", b"c", b"d"], [d[b"a"], d[b"b"], d[b"c"], d[b"d"]])
+    keys, d = idx.checkpoint_state()
+    idx.checkpointed(1, ([b"a", b"b", b"c", b"d"], [d[b"a"], d[b"b"], d[b"c"], d[b"d"]]))
+    assert idx.kept == 1
     idx.observe(b"b", 6, 60, False)          # written again: live, stays
     idx.observe(b"c", 7, 70, True)           # deleted by a tombstone meanwhile
     idx.prune(3)                             # a bounded step: a, b, c looked at
@@ -28,6 +29,11 @@ def test_prune_removes_only_entries_unchanged_since_they_were_handed_over():
     idx.prune(3)
     assert idx.dead is None
     assert [(k, v >> SHIFT) for k, v in idx.items()] == [(b"b", 6), (b"e", 5)]
+    idx.checkpointed(2, ([], []))            # nothing to prune: none handed over
+    assert idx.dead is None
+    idx.checkpointed(2, ([b"b"], [d[b"b"]]))
+    idx.checkpoint_state()                   # the next checkpoint finds them again
+    assert idx.dead is None and len(idx) == 2
 
 
 def state_seqs(model):

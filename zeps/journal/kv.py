@@ -178,8 +178,7 @@ class KeyCheckpointWriter:
         previous one is still being written (this one is skipped)."""
         if self.busy():
             return False
-        keys, d = index.copy_state()
-        index.dead, index._at = None, 0       # the new one finds what is left of them again
+        keys, d = index.checkpoint_state()
         t = threading.Thread(target=self._run, args=(upto, keys, d, first_seq, index),
                              name=f"zeps-keys-{os.path.basename(self.stream_dir)}",
                              daemon=True)
@@ -197,8 +196,7 @@ class KeyCheckpointWriter:
                 except StopIteration as stop:
                     data = stop.value
                     break
-            index.kept = len(keys) - len(dead[0])     # the copy's d has every key
-            index.dead = dead if dead[0] else None     # its last act on the index
+            index.checkpointed(len(keys) - len(dead[0]), dead)  # the copy's d has every key
             lastvalue.write_file(self.stream_dir, upto, data, False)
             self.written = upto
         except BaseException as e:  # noqa: BLE001 - reported by the owner; the log is the truth

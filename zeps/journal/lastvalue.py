@@ -227,9 +227,10 @@ class KeyIndex:
         self._d = d if d is not None else {}
         self._sorted = sorted_keys if sorted_keys is not None else SortedKeys()
         #: None, or ``(keys, packed values)`` of entries whose message was below the first
-        #: sequence, to prune from ``_at`` on: set by the checkpoint writer thread as its last
-        #: act on the index, cleared by :meth:`~zeps.journal.kv.KeyCheckpointWriter.start`
-        #: before it starts the next one (so the owner never prunes while one may hand over)
+        #: sequence, to prune from ``_at`` on: handed over by the checkpoint writer thread as
+        #: its last act on the index (:meth:`checkpointed`), cleared by
+        #: :meth:`checkpoint_state` before the next one starts (so the owner never prunes
+        #: while one may hand over)
         self.dead: Optional[Tuple[List[bytes], List[int]]] = None
         self._at = 0
         #: how many keys the last checkpoint of this index held (the live ones then)
@@ -309,6 +310,18 @@ class KeyIndex:
         """The sorted keys and a copy of the mapping, each taken by one C-level call (cheap,
         and consistent when taken on the thread that appends)."""
         return self._sorted.flat(), self._d.copy()
+
+    def checkpoint_state(self) -> Tuple[List[bytes], dict]:
+        """:meth:`copy_state` for a background checkpoint (owner's thread): what an earlier
+        one left to prune is dropped, as the new one finds what is left of it again."""
+        self.dead, self._at = None, 0
+        return self.copy_state()
+
+    def checkpointed(self, kept: int, dead: Tuple[List[bytes], List[int]]) -> None:
+        """The background checkpoint's last act on the index (its thread): it kept ``kept``
+        keys, and ``dead`` (keys, packed values) are to prune, by the owner (:meth:`prune`)."""
+        self.kept = kept
+        self.dead = dead if dead[0] else None
 
 
 # ----------------------------------------------------------------------------- snapshots

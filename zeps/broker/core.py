@@ -147,6 +147,9 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.congestion_ends: List[Tuple[float, int, bytes]] = []
         self._congestion_order = itertools.count()
         self._to_free: List[Session] = []                 # detached: freed by sent()
+        #: (identity, outbox length) of each peering ended since the outbox was last taken:
+        #: its DELIVERs before that position are marked stale then (congestion.py)
+        self._ended: List[Tuple[bytes, int]] = []
         # a freed session's admin budget and producer ids, until its connection is gone
         self._spent: Dict[bytes, tuple] = {}
         # LIST-STREAMS-PAGE tokens for names a key may not read: key -> {token: name}, the
@@ -443,6 +446,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
     def take_outbox(self) -> Outbox:
         """The frames to send, in order; the outbox is emptied (streams share the same list).
         After sending them (and reporting what did not go out) the shell calls :meth:`sent`."""
+        if self._ended:
+            self._mark_stale()
         out = self.outbox[:]
         self.outbox.clear()
         return out

@@ -85,8 +85,9 @@ def fail_unconfirmed(stream, reason) -> None:
     stream.confirming.clear()
 
 
-def confirm(stream) -> None:
-    """Send CONFIRM to the publishers whose messages became durable, and the refusals that
+def confirm(stream, sessions=None) -> None:
+    """Send CONFIRM to the publishers whose messages became durable (of ``sessions``, a dict
+    identity -> session, where given: :meth:`Stream.confirm`), and the refusals that
     waited for them (see the module docs). On a stream whose sync failed, what is left is
     refused at once (:func:`fail_unconfirmed`): a retry of a record written but not durable
     (confirmed at its sequence), or what a failed roll left waiting, waited for a sync that
@@ -95,7 +96,9 @@ def confirm(stream) -> None:
     durable = journal.durable_seq
     confirming = stream.confirming
     outbox = stream.outbox
-    for ident, s in list(confirming.items()):
+    for ident, s in list((confirming if sessions is None else sessions).items()):
+        if sessions is not None and confirming.get(ident) is not s:
+            continue                         # confirmed since, or its peering ended
         q = s.unconfirmed
         last = None
         while q and q[0][1] <= durable:

@@ -100,6 +100,10 @@ class Stream:
         self.live_set = LiveSet()       # routing visits a key's matches that are live (liveset.py)
         self.catching_up: Dict[bytes, Session] = {}   # historical, with credit: pump feeds them
         self.confirming: Dict[bytes, Session] = {}    # sessions with unconfirmed publishes
+        # ... of which those that waited for more since the last look (confirm()), and the
+        # durable sequence the last look at them all saw
+        self.confirm_fresh: Dict[bytes, Session] = {}
+        self.confirmed_at = -1
         self.queued_publishes: List[Tuple[Session, str, bytes]] = []   # publishes not yet appended
         # the core's lists of streams with work (worklists.py), shared by its streams
         self.work = Worklists() if work is None else work
@@ -129,6 +133,7 @@ class Stream:
         self.sessions.pop(ident, None)
         self.catching_up.pop(ident, None)
         self.confirming.pop(ident, None)
+        self.confirm_fresh.pop(ident, None)
         self.dedup.forget(session)
         if session.consumer is not None:       # a consumer's member: what it held goes again
             g = session.consumer
@@ -551,12 +556,26 @@ class Stream:
         if not self.confirming:
             self.work.confirms[self.name] = self
         self.confirming[pub.identity] = pub
+        self.confirm_fresh[pub.identity] = pub
 
     def confirm(self) -> None:
         """Send CONFIRM to publishers whose messages became durable (:func:`.confirms.confirm`,
-        with the refusals that waited for them)."""
-        if self.confirming:
+        with the refusals that waited for them): all of them once the durable sequence moved
+        (a sync), else those that waited for more since (a duplicate's, a refusal). A PING, a
+        DETACH... append what was queued, and each looked at every publisher waiting for the
+        group fsync (5,000: a PUBLISH and a PING cost 1.3 ms)."""
+        if not self.confirming:
+            return
+        journal = self.journal
+        durable = journal.durable_seq
+        fresh = self.confirm_fresh
+        if durable != self.confirmed_at or journal.sync_error is not None:
+            self.confirmed_at = durable
+            fresh.clear()
             confirm(self)
+        elif fresh:
+            self.confirm_fresh = {}
+            confirm(self, fresh)
 
     # ------------------------------------------------------------------ queries
     def info(self) -> c.StreamInfoOk:

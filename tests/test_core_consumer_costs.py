@@ -216,3 +216,36 @@ def test_a_trim_drops_the_outstanding_messages_below_the_first_kept_only():
     assert g.trim(12) == 2 and sorted(g.out) == [12, 15] and m.held == []
     assert g.floor == 11
     assert g.trim(30) == 12 and not g.out and g.floor == 29 and g.next == 30
+
+
+class Asked(dict):
+    """A consumer's ``members``, counting how often a round asks whether it has any."""
+    n = 0
+
+    def __len__(self):
+        Asked.n += 1
+        return dict.__len__(self)
+
+
+def test_a_round_looks_only_at_the_consumers_with_members(make):
+    """1,024 consumers (any client that may subscribe adds them, 20 a second a connection),
+    one with a member: a round looked at every one of them, of every open stream (1,000 open
+    streams of 1,024: about 28 ms a round, every client waiting). Then the consumer deleted
+    with its member still attached is not looked at again."""
+    h = make(admin_rate=1e9, admin_burst=1e9)
+    h.send(b"admin", c.Attach("s"), *[c.ConsumerAdd(f"g{j}") for j in range(1024)])
+    assert sum(isinstance(m, c.ConsumerAddOk) for m in h.take(b"admin")) == 1024
+    h.send(b"m", c.Attach("s"), c.Credit(1 << 20), c.Consume("g7"))
+    h.take(b"m")
+    for g in h.core.consumers["s"].values():
+        g.members = Asked(g.members)
+    h.publish("k.0")
+    Asked.n = 0
+    h.round()
+    assert h.delivered(b"m") == [(1, "k.0")]
+    assert Asked.n <= 4, Asked.n
+    h.send(b"m", c.ConsumerDelete("g7"))
+    h.publish("k.1")
+    Asked.n = 0
+    h.round()
+    assert Asked.n == 0 and not h.core.consumers_pumping

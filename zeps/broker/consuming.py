@@ -23,8 +23,9 @@ Pure logic, no sockets; a mixin of :class:`~zeps.broker.core.BrokerCore`, which 
   the next member in turn that has the credit for it, room under ``max_ack_pending`` and a pipe
   that is not congested (one that has not sits the rest of the round out: a round costs
   O(members + messages)); when none has, the consumer sleeps until a member event (CREDIT, ACK,
-  NAK, a member joining, its congestion ending, a timer) wakes it. A consumer without members,
-  asleep, or with nothing due and nothing new in its stream costs a round two comparisons.
+  NAK, a member joining, its congestion ending, a timer) wakes it. A consumer without members
+  costs a round nothing (the step visits ``consumers_pumping``, those with members); one
+  asleep, or with nothing due and nothing new in its stream, two comparisons.
 * **Rights first**, then the bounds, then the work: every command needs the right to
   subscribe to the attached stream; CONSUMER-ADD and the administration commands are paid from
   the client's command budget.
@@ -132,6 +133,7 @@ class Consuming:
                                      state.counters, state.skipped)
                 g.stream_dir = st.journal.stream_dir
                 g.ticking = self.consumers_ticking
+                g.pumping = self.consumers_pumping
                 self._rewind(st, g, end)
         return gs
 
@@ -215,6 +217,7 @@ class Consuming:
         g = gs[cmd.name] = Group(st.name, config, start)
         g.stream_dir = st.journal.stream_dir
         g.ticking = self.consumers_ticking
+        g.pumping = self.consumers_pumping
         self._save(g)
         self.log("consumer_added", stream=st.name, consumer=cmd.name, start=start)
         self.outbox.append((s.identity, encode(c.ConsumerAddOk(start))))
@@ -339,6 +342,7 @@ class Consuming:
                 self._tell(other, DETACH_FRAME)
         if s.consumer is g:
             s.consumer = None
+        self.consumers_pumping.pop(g, None)
         del self._groups_of(st)[cmd.name]
         self.consumer_store.remove(st.journal.stream_dir, cmd.name)
         self.log("consumer_deleted", stream=st.name, consumer=cmd.name)
@@ -362,18 +366,20 @@ class Consuming:
     # ------------------------------------------------------------------ the pump step
     def pump_consumers(self, now: float) -> bool:
         """One step of every consumer that has members and work. True if one stopped at its
-        bound with more to do (run the next round at once)."""
+        bound with more to do (run the next round at once). Only the consumers with members
+        are looked at (``consumers_pumping``): a round looked at every consumer loaded, of
+        every open stream (1,024 a stream; 1,000 streams: 28 ms a round, every client
+        waiting), which any client that may subscribe creates with CONSUMER-ADD."""
         more = False
-        for name, gs in self.consumers.items():
-            st = self.streams.get(name)
-            if st is None:
+        for g in list(self.consumers_pumping):
+            st = self.streams.get(g.stream)
+            if st is None or self.consumers.get(g.stream, {}).get(g.config.name) is not g:
+                del self.consumers_pumping[g]         # deleted since (its stream, or itself)
                 continue
-            next_seq = st.journal.next_seq
-            for g in gs.values():
-                if (g.members and not g.asleep
-                        and ((g.next < next_seq and g.room > 0) or g.has_ready(now))
-                        and self._pump_group(st, g, now)):
-                    more = True
+            if (g.members and not g.asleep
+                    and ((g.next < st.journal.next_seq and g.room > 0) or g.has_ready(now))
+                    and self._pump_group(st, g, now)):
+                more = True
         return more
 
     def _pump_group(self, st, g: Group, now: float) -> bool:

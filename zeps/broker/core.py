@@ -184,6 +184,8 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
         #: The consumers with timers or unsaved changes: all a consumer tick visits.
         self.consumers_ticking: Dict[object, None] = {}
+        #: The consumers with members: all the pump step visits (a member joins them to it).
+        self.consumers_pumping: Dict[object, None] = {}
         #: stream -> its journal's end (next sequence) when first opened since the broker
         #: started, while its consumers are not loaded: a cursor past it was lost to a power
         #: loss (consuming.py, ``_rewind``). One int a stream, dropped when they are loaded.
@@ -430,7 +432,7 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
                     del replays[name]
         if self.snapshotting and self.pump_snapshots():
             more = True
-        if self.consumers and self.pump_consumers(now):
+        if self.consumers_pumping and self.pump_consumers(now):
             more = True
         return more
 

@@ -74,6 +74,8 @@ class Group:
         #: The core's groups with timers or unsaved changes (consuming.py visits only those
         #: each tick): a change or a timer puts this group in it (None: no core).
         self.ticking: Optional[Dict["Group", None]] = None
+        #: The core's groups with members (the pump step visits only those; None: no core).
+        self.pumping: Optional[Dict["Group", None]] = None
         self.config = config
         self.next = next_seq
         self.out: Dict[int, Out] = {}
@@ -131,12 +133,16 @@ class Group:
     # ------------------------------------------------------------------ members
     def join(self, session) -> None:
         self.members[session.identity] = Member(session)
+        if self.pumping is not None:
+            self.pumping[self] = None
 
     def leave(self, ident: bytes) -> int:
         """A member left (DETACH, expiry, its connection gone): what it held goes again."""
         m = self.members.pop(ident, None)
         if m is None:
             return 0
+        if not self.members and self.pumping is not None:
+            self.pumping.pop(self, None)
         for seq in m.held:
             o = self.out.get(seq)
             if o is not None and o.member == ident:

@@ -36,9 +36,10 @@ HTTP clients can cost the broker's ZeroMQ clients is bounded:
 * each connection is its own greenlet (no pool that slow clients could fill): at most
   :data:`MAX_CONNECTIONS` are kept, and when a new one arrives beyond that, the connection
   that has waited longest for a request head that is still incomplete (or for a client to
-  read its answer) is closed to make room; so a client sending its request at once is
-  served, whatever slow clients hold. Only when every connection is in the middle of making
-  its answer (its turn, then one document) is the new one closed instead;
+  read its answer, or for its turn without the token) is closed to make room; so a client
+  sending its request at once is served, whatever slow clients hold, and a holder of the
+  token whatever a flood without it holds. Only when every connection is in the middle of
+  making its answer (one document) is the new one closed instead;
 * a connection is taken from the kernel once its client has sent something, or after about
   :data:`DEFER_ACCEPT` seconds (Linux's ``TCP_DEFER_ACCEPT``; elsewhere at once). Without
   it, slow clients that reconnect as soon as they are closed displaced each other about
@@ -386,7 +387,15 @@ class MonitorServer:
         turn = max(getattr(self, which), now - (self.burst - 1) * self.interval)
         setattr(self, which, turn + self.interval)
         if turn - now > 1e-6:               # (not a rounding error's worth)
+            if trusted:
+                self.sleep(turn - now)
+                return
+            # nothing was done for it yet: its connection may make room for a new one
+            # meanwhile (those waiting their turn held every place, and each new
+            # connection, the token holder's too, was closed at once)
+            self.server.phase(True)
             self.sleep(turn - now)
+            self.server.phase(False)
 
     def app(self, environ, start_response):
         """The WSGI application: one request, one answer (JSON errors with a reason). The

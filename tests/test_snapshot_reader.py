@@ -92,3 +92,26 @@ def test_the_headers_a_dead_letter_adds_are_within_their_bound():
     most = encode_block([("zeps-stream", b"s" * 255), ("zeps-consumer", b"c" * MAX_CONSUMER_NAME),
                          ("zeps-sequence", b"9" * 20), ("zeps-deliveries", b"9" * 20)])
     assert len(most) <= DEAD_LETTER_HEADERS
+
+
+def test_a_broker_sending_beyond_the_credit_fails_the_snapshot():
+    """A broker that ignores the reader's credit (a lying one: an honest broker sends an entry
+    only when the credit it holds covers it) fails the snapshot at the first entry beyond it,
+    as a subscriber's peering is dropped: what the reader holds is bounded by its window, not
+    by what the broker pushes while the application iterates slowly (every entry was
+    buffered, and the read loop of ``SnapshotIterator`` took all that came)."""
+    window = 1 << 20
+    r = SnapshotReader("s", ("",), window)
+    for cmd in (c.ReasonsSelectOk(), c.HeadersSelectOk(255, 65536), c.StreamExpectOk(),
+                c.AttachOk(), c.LimitsOk(64 << 10, MAX_CREDIT)):
+        r.receive(encode(cmd))
+    body = b"x" * (64 << 10)
+    for seq in range(1, 41):                     # 2.5 MiB, none taken: the broker holds 1 MiB
+        r.receive(encode(c.SnapshotEntry(0, seq, f"k{seq:03}", body)))
+        if r.error is not None:
+            break
+    assert r.error is not None and "credit" in str(r.error), r.error
+    assert sum(len(m.body) for m in r.buffered) <= window
+    assert r.finished is False                   # the entries before it can still be taken
+    r.take()
+    assert r.finished

@@ -80,12 +80,13 @@ class SnapshotReader:
         self._topup = window // 2       # used credit granted back from this much (LIMITS-OK)
 
     def receive(self, frame: bytes) -> None:
+        if self.error is not None:               # failed: nothing after it counts
+            return
         got = parse_entry(frame)                 # the common frame, read in place
         if got is not None:
-            self.buffered.append(Message(got[1], got[2], got[3], got[0], self.stream,
-                                         NO_HEADERS))
-            self.count += 1
-            self._pending += len(frame) - _ENTRY_OVERHEAD
+            if self._within_credit(frame):
+                self.buffered.append(Message(got[1], got[2], got[3], got[0], self.stream,
+                                             NO_HEADERS))
             return
         try:
             cmd = decode(frame)
@@ -94,11 +95,10 @@ class SnapshotReader:
             return
         cls = type(cmd)
         if cls is c.SnapshotEntry or cls is c.SnapshotEntryH:
-            headers = Headers(cmd.headers) if cls is c.SnapshotEntryH else NO_HEADERS
-            self.buffered.append(Message(cmd.sequence, cmd.key, cmd.body, cmd.timestamp,
-                                         self.stream, headers))
-            self.count += 1
-            self._pending += len(frame) - _ENTRY_OVERHEAD
+            if self._within_credit(frame):
+                headers = Headers(cmd.headers) if cls is c.SnapshotEntryH else NO_HEADERS
+                self.buffered.append(Message(cmd.sequence, cmd.key, cmd.body, cmd.timestamp,
+                                             self.stream, headers))
         elif cls is c.SnapshotEnd:
             self.seq = cmd.sequence
             self.done = True
@@ -116,6 +116,20 @@ class SnapshotReader:
             self.outgoing.append(encode(c.PingOk()))
         elif cls is c.Detach:
             self.error = ZepsError("the broker sent DETACH during the snapshot")
+
+    def _within_credit(self, frame: bytes) -> bool:
+        """Count an entry, unless it costs more credit than the broker holds (what it was
+        given less what came and was not granted back): then the snapshot fails. An honest
+        broker never sends such an entry; one that does (ignoring the credit) had every entry
+        buffered, whatever the application took, as a subscriber's peering is dropped then."""
+        cost = len(frame) - _ENTRY_OVERHEAD
+        if self._pending + self._used + cost > self.window:
+            self.error = ZepsError(f"the broker sent more than the {self.window} bytes of "
+                                   f"credit it was given during the snapshot")
+            return False
+        self.count += 1
+        self._pending += cost
+        return True
 
     def _limits(self, max_message: int, max_credit: int) -> None:
         """The broker's limits: the largest entry costs what its largest message does, or a

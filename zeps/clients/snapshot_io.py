@@ -77,7 +77,7 @@ class SnapshotIterator(_Base):
                     return
                 if not sock.poll(int(self.timeout * 1000) + 1, zmq.POLLIN):
                     raise self._timed_out()
-                while True:
+                while r.error is None:         # (a broker beyond its credit: no more)
                     try:
                         r.receive(sock.recv(zmq.NOBLOCK))
                     except zmq.Again:

@@ -59,6 +59,12 @@ class Heartbeat:
         return self.last + self.interval
 
 
+def _whole_stream(req: codec.IcanHaz) -> bool:
+    """A subtree the broker's SNAPSHOT would take for a regex: the shell reads every key for
+    it, and the front end filters them (:mod:`.snapshots` runs one such scan at a time)."""
+    return req.subtree.startswith("~")
+
+
 class ChpFrontEnd:
     def __init__(self, source: Source, limits: Limits = DEFAULT_LIMITS, *, now: float = 0.0,
                  counters: Optional[Counters] = None, hugz_interval: float = 1.0,
@@ -66,7 +72,8 @@ class ChpFrontEnd:
         self.source = source
         self.limits = limits
         self.counters = counters if counters is not None else Counters()
-        self.snapshots = Snapshots(self._open, self.counters, **snapshot_options)
+        self.snapshots = Snapshots(self._open, self.counters, whole=_whole_stream,
+                                   **snapshot_options)
         self.heartbeat = Heartbeat(hugz_interval, now)
         self.ttl = TtlSchedule(max_ttl_keys)
         #: Added to every sequence sent (KVSYNC, KTHXBAI, KVPUB): the highest one sent before

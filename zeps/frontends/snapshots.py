@@ -45,6 +45,13 @@ never read it, and clients may ask for many at once. So:
   after every turn went round behind every waiting request, each opened again: a calm client's
   3,000 events behind 40 readers that never read took over 10 s), as does an iterator that
   cannot park (CHP's: a SNAPSHOT peering with the broker each).
+* A request whose source is the **whole stream, filtered** (``whole``: CHP's subtrees starting
+  with ``~``, which the broker's SNAPSHOT would take for a regex) cannot park either, and for a
+  subtree that matches nothing it sends nothing, so it never blocks: 8 of them (18 bytes
+  each) held every slot while a client asking for one key waited 30.6 s (200,000 keys; 3 ms
+  alone). At most ``max_whole`` (1) such sessions are open; the requests behind them in the
+  FIFO are opened past those waiting for the whole stream, and at most
+  ``max_whole_waiting`` (8) of those wait (more: ``snapshot.refused``).
 """
 from __future__ import annotations
 
@@ -158,8 +165,15 @@ class Snapshots:
 
     def __init__(self, opener: Opener, counters, *, max_active: int = 8, max_sessions: int = 32,
                  max_waiting: int = 256, turn: int = 64, round_budget: int = 1024,
-                 stall_timeout: float = 30.0, retry: float = 0.05, first_retry: float = 0.001):
+                 stall_timeout: float = 30.0, retry: float = 0.05, first_retry: float = 0.001,
+                 whole: Optional[Callable[[Any], bool]] = None, max_whole: int = 1,
+                 max_whole_waiting: int = 8):
         self._opener = opener
+        #: requests whose source is the whole stream, filtered (CHP's ``~`` subtrees): at most
+        #: ``max_whole`` open and ``max_whole_waiting`` waiting (more: refused)
+        self._whole = whole
+        self.max_whole = max_whole
+        self.max_whole_waiting = max_whole_waiting
         self._counters = counters
         self.max_active = max_active
         self.max_sessions = max(max_sessions, max_active)
@@ -187,7 +201,9 @@ class Snapshots:
         if ident in self._idents:
             c.add("snapshot.busy")
             return False
-        if len(self._waiting) >= self.max_waiting:
+        if len(self._waiting) >= self.max_waiting or (
+                self._whole is not None and self._whole(request)
+                and sum(map(self._is_whole, self._waiting)) >= self.max_whole_waiting):
             c.add("snapshot.refused")
             return False
         self._waiting.append((ident, request))
@@ -198,9 +214,28 @@ class Snapshots:
     def _running(self) -> int:
         return sum(1 for s in self._active.values() if s.blocked_since is None)
 
+    def _is_whole(self, item: Any) -> bool:
+        """A waiting request (or session) for the whole stream, filtered."""
+        if self._whole is None:
+            return False
+        return self._whole(item.request if isinstance(item, Session) else item[1])
+
+    def _next(self) -> Optional[int]:
+        """Where in the FIFO the next request to open is: its head, past those for the whole
+        stream while ``max_whole`` of them are open (each sends nothing of a subtree that
+        matches nothing, so never blocks: a few held every slot for whole scans while a
+        client asking for one key waited; found by review); None if none may open."""
+        if not self._waiting:
+            return None
+        if self._whole is None or sum(
+                self._is_whole(s) for s in self._active.values()) < self.max_whole:
+            return 0
+        return next((i for i, item in enumerate(self._waiting) if not self._is_whole(item)),
+                    None)
+
     def _room(self) -> bool:
         """A waiting request can be opened now (maybe in place of a blocked session)."""
-        if not self._waiting or self._running() >= self.max_active:
+        if self._next() is None or self._running() >= self.max_active:
             return False
         return len(self._active) < self.max_sessions or self._running() < len(self._active)
 
@@ -210,7 +245,9 @@ class Snapshots:
                 victim = min((s for s in self._active.values() if s.blocked_since is not None),
                              key=lambda s: s.blocked_since)
                 self._drop(victim, "snapshot.abandoned")
-            item = self._waiting.popleft()
+            at = self._next()
+            item = self._waiting[at]
+            del self._waiting[at]
             if isinstance(item, Session):                # parked: its turn again
                 self._active[item.ident] = item
                 continue

@@ -255,3 +255,24 @@ def test_a_code_this_side_does_not_know_is_other_and_answers_the_request():
 
 def test_a_window_advice_costs_exactly_what_deliver_costs():
     assert Reason.window_too_small(1, deliver_cost(3, 10), 5).fields[1] == str(deliver_cost(3, 10))
+
+
+def test_every_limit_the_broker_names_has_its_text():
+    """Each ``Reason.limit("name", ...)`` in zeps/ names a limit the reasons know: one that did
+    not (``max_consumers``, ``max_members``) raised KeyError where the client should have got
+    its INVALID "limit: ..." (the core logged an internal error instead)."""
+    import ast
+
+    from zeps.protocol import reasons
+    named = set()
+    for path in Path(reasons.__file__).resolve().parents[1].rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "limit" and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "Reason" and node.args
+                    and isinstance(node.args[0], ast.Constant)):
+                named.add(node.args[0].value)
+    assert {"max_clients", "max_consumers", "max_members", "max_total_consumers"} <= named
+    assert named - set(reasons._LIMITS) == set()
+    for name in named:
+        assert Reason.limit(name, 1).text.startswith("limit: ")

@@ -254,7 +254,9 @@ class StreamAdministration(Compacting):
         # Their files went with the directory; a save still queued in the consumer store is
         # taken back, so that it cannot write an old consumer into a stream made again under
         # the same name before the store's thread ran.
-        for name, g in self.consumers.pop(cmd.stream, {}).items():
+        gone = self.consumers.pop(cmd.stream, {})
+        self.consumers_held -= len(gone)
+        for name, g in gone.items():
             self.consumer_store.remove(g.stream_dir, name)
         self.journal_ends.pop(cmd.stream, None)
         self.streams_deleted += 1

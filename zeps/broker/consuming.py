@@ -38,15 +38,14 @@ from typing import Dict, Optional
 
 from zeps.journal import consumers as store
 from zeps.protocol import commands as c, deliver_ts_from_deliver, encode
-from zeps.protocol.consumer import MAX_ACK_RANGES, bad_consumer_name, unpack_ranges
+from zeps.protocol.consumer import MAX_ACK_RANGES, unpack_ranges
 from zeps.protocol.headers import encode_block
 from zeps.protocol.reasons import Reason
-from zeps.matching.patterns import REGEX_MARKER
 
-from .groups import (CONSUMER_STEP, MAX_ACK_PENDING, MAX_CONSUMERS, MAX_MEMBERS, MAX_PENDING,
-                     Group)
+from .consumer_settings import MAX_DELAY_MS, config_of, why_bad
+from .groups import CONSUMER_STEP, MAX_CONSUMERS, MAX_MEMBERS, MAX_PENDING, Group
 from .headers import Headed, replay_frame
-from .session import DETACH_FRAME, Session, bad_stream_name
+from .session import DETACH_FRAME, Session
 from .stream import unsent_position
 
 #: Saves are paid from a budget: this many outstanding messages a second, over all consumers
@@ -61,10 +60,6 @@ SIDE_RATE = SAVE_RATE // 4
 
 #: The least credit a message costs (as a DELIVER: sequence and key length).
 MIN_COST = 9
-#: The longest NAK delay (a day), and the longest ack wait.
-MAX_DELAY_MS = 86_400_000
-#: Patterns one consumer may have.
-MAX_CONSUMER_PATTERNS = 16
 #: The ACK frame's largest ranges field (checked before it is read).
 MAX_ACK_BYTES = MAX_ACK_RANGES * 16
 
@@ -83,42 +78,6 @@ class SyncStore:
         store.remove(stream_dir, name)
 
 
-def _config_of(cmd: c.ConsumerAdd) -> store.ConsumerConfig:
-    return store.ConsumerConfig(
-        name=cmd.name, patterns=tuple(cmd.patterns), start=cmd.start,
-        start_value=cmd.start_value, ack=cmd.ack, ack_wait_ms=cmd.ack_wait_ms,
-        max_deliver=cmd.max_deliver, max_ack_pending=cmd.max_ack_pending,
-        dead_letter=cmd.dead_letter, flags=cmd.flags)
-
-
-def _why_bad(cmd: c.ConsumerAdd, stream: str) -> Optional[str]:
-    why = bad_consumer_name(cmd.name)
-    if why:
-        return why
-    n = len(cmd.patterns)
-    if not 1 <= n <= MAX_CONSUMER_PATTERNS:
-        return f"a consumer takes 1 to {MAX_CONSUMER_PATTERNS} patterns, not {n}"
-    if any(p.startswith(REGEX_MARKER) for p in cmd.patterns):
-        return "a consumer's patterns are key prefixes, not regexes (~)"
-    if cmd.start not in (c.START_ALL, c.START_SEQUENCE, c.START_TIME, c.START_NEW):
-        return f"unknown consumer start {cmd.start}"
-    if cmd.ack not in (c.ACK_EXPLICIT, c.ACK_ALL, c.ACK_NONE):
-        return f"unknown ack mode {cmd.ack}"
-    if not 1 <= cmd.ack_wait_ms <= MAX_DELAY_MS:
-        return f"ack wait is 1 ms to {MAX_DELAY_MS} ms, not {cmd.ack_wait_ms}"
-    if not 1 <= cmd.max_ack_pending <= MAX_ACK_PENDING:
-        return f"max_ack_pending is 1 to {MAX_ACK_PENDING}, not {cmd.max_ack_pending}"
-    if cmd.flags & ~c.CONSUMER_KEY_ORDER:
-        return f"unknown consumer flags {cmd.flags:#x}"
-    if cmd.dead_letter:
-        why = bad_stream_name(cmd.dead_letter)
-        if why:
-            return f"dead-letter stream: {why}"
-        if cmd.dead_letter == stream:
-            return "the dead-letter stream is the consumer's own stream"
-    return None
-
-
 class Consuming:
     """The consumer handlers, pump and timers (see the module docstring)."""
 
@@ -135,6 +94,7 @@ class Consuming:
                 g.ticking = self.consumers_ticking
                 g.pumping = self.consumers_pumping
                 self._rewind(st, g, end)
+            self.consumers_held += len(gs)
         return gs
 
     def _rewind(self, st, g: Group, end: int) -> None:
@@ -180,7 +140,7 @@ class Consuming:
         if not self._may_consume(s) or self._over_budget(s):
             return
         st = self.streams[s.stream]
-        why = _why_bad(cmd, st.name)
+        why = why_bad(cmd, st.name)
         if why is None and cmd.dead_letter and self.acl is not None \
                 and not self.acl.may_publish(s.user, cmd.dead_letter):
             why = Reason.not_allowed(self.acl.who(s.user), "publish", cmd.dead_letter)
@@ -188,7 +148,7 @@ class Consuming:
             self._invalid(s.identity, why)
             return
         gs = self._groups_of(st)
-        config = _config_of(cmd)
+        config = config_of(cmd)
         g = gs.get(cmd.name)
         if g is not None:
             if g.config != config:
@@ -199,6 +159,10 @@ class Consuming:
             return
         if len(gs) >= MAX_CONSUMERS:
             self._invalid(s.identity, Reason.limit("max_consumers", MAX_CONSUMERS))
+            return
+        if self.consumers_held >= self.config.max_total_consumers:
+            self._invalid(s.identity, Reason.limit("max_total_consumers",
+                                                   self.config.max_total_consumers))
             return
         why = self._dead_letter_refusal(cmd.dead_letter) if cmd.dead_letter else None
         if why is not None:                  # a new consumer's: an existing one's was checked
@@ -215,6 +179,7 @@ class Consuming:
         else:
             start = st.first_seq
         g = gs[cmd.name] = Group(st.name, config, start)
+        self.consumers_held += 1
         g.stream_dir = st.journal.stream_dir
         g.ticking = self.consumers_ticking
         g.pumping = self.consumers_pumping
@@ -344,6 +309,7 @@ class Consuming:
             s.consumer = None
         self.consumers_pumping.pop(g, None)
         del self._groups_of(st)[cmd.name]
+        self.consumers_held -= 1
         self.consumer_store.remove(st.journal.stream_dir, cmd.name)
         self.log("consumer_deleted", stream=st.name, consumer=cmd.name)
         self.outbox.append((s.identity, encode(c.ConsumerDeleteOk())))

@@ -102,6 +102,7 @@ class CoreConfig:
     max_batch: int = 1 << 20              # largest PUBLISH-BATCH frame (BATCH-SELECT-OK tells it)
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
     max_total_streams: int = 100_000      # streams stored (on disk) at once: creation beyond is refused
+    max_total_consumers: int = 100_000    # durable consumers in memory at once: adding beyond is refused
     # Commands whose cost is not per message (listing, stream administration) are paid from a
     # per-client budget: ``admin_burst`` at once, then ``admin_rate`` a second.
     admin_rate: float = 20.0
@@ -181,6 +182,7 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         #: Durable consumers (consuming.py): stream -> name -> Group, loaded on first use;
         #: ``consumer_store`` saves them (the shell's Saver, off the loop).
         self.consumers: Dict[str, dict] = {}
+        self.consumers_held = 0          # how many, of every stream (max_total_consumers)
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
         #: The consumers with timers or unsaved changes: all a consumer tick visits.
         self.consumers_ticking: Dict[object, None] = {}

@@ -115,6 +115,9 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-total-streams", type=_positive(int), default=100_000,
                         help="streams stored at once: creating one more is refused (default "
                              "100000)")
+    limits.add_argument("--max-total-consumers", type=_positive(int), default=100_000,
+                        help="durable consumers held at once, of every stream: adding one more "
+                             "is refused (default 100000)")
     limits.add_argument("--admin-rate", type=_positive(float), default=20.0,
                         help="listing and stream administration commands a second per client, "
                              "after a burst of as many (default 20)")
@@ -322,6 +325,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_producer_ids_per_key=args.max_producer_ids_per_key,
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
+                             max_total_consumers=args.max_total_consumers,
                              admin_rate=args.admin_rate,
                              admin_burst=max(1, int(args.admin_rate)),
                              compaction_check=args.compaction_check)

@@ -7,9 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import gevent
+import pytest
+
 from zeps.broker.http import MAX_CONNECTIONS
 
-from .test_monitor import get, monitor_url
+from .test_monitor import Core, Wsgi, get, monitor_url
 
 FLOOD = Path(__file__).resolve().parent / "http_flood.py"
 TOKEN = "s3cr3t-token-0123456789abcdef"
@@ -43,3 +46,28 @@ def test_a_flood_without_the_token_does_not_shut_out_its_holder(start_broker, tm
     finally:
         flood.kill()
         flood.wait()
+
+
+def test_requests_closed_while_they_wait_do_not_push_back_the_turns_after_them(tmp_path):
+    """A request waiting for its turn may be closed to make room (each new connection of a
+    flood closes the one waiting longest), but it had taken its turn: 10,000 of them pushed
+    the schedule 100 s ahead, so a request (``/healthz``, or any page without a token) came
+    a second after the flood and waited 99 s. At most ``MAX_CONNECTIONS`` wait at once: a
+    request waits at most that many turns."""
+    core = Core(tmp_path / "data")
+    w = Wsgi(core.core, max_rate=100, burst=20)
+
+    def closed(seconds):                      # its connection closed for a new one meanwhile
+        raise gevent.GreenletExit
+
+    w.server.sleep = closed
+    for _ in range(20):                       # the burst: served at once
+        assert w.get("/healthz")[0] == 200
+    for _ in range(10_000):
+        with pytest.raises(gevent.GreenletExit):
+            w.get("/healthz")
+    w.server.sleep = w.slept.append
+    w.now += 1.0
+    assert w.get("/healthz")[0] == 200
+    assert sum(w.slept) <= MAX_CONNECTIONS * w.server.interval, w.slept
+    core.datadir.close()

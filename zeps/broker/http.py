@@ -385,6 +385,10 @@ class MonitorServer:
         now = self.clock()
         which = "_next_trusted" if trusted else "_next_turn"
         turn = max(getattr(self, which), now - (self.burst - 1) * self.interval)
+        if not trusted:
+            # at most max_connections wait (a turn further ahead was taken by requests
+            # closed since to make room: a flood's 10,000 pushed it 100 s ahead)
+            turn = min(turn, now + self.server.max_connections * self.interval)
         setattr(self, which, turn + self.interval)
         if turn - now > 1e-6:               # (not a rounding error's worth)
             if trusted:

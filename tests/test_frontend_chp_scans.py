@@ -70,3 +70,23 @@ def test_tilde_requests_beyond_a_few_waiting_are_refused():
     drain(front, peer)
     assert len(peer.got[b"calm"]) == 11
     assert front.counters["snapshot.served"] == taken.count(True) + 1
+
+
+def test_a_tilde_scan_blocked_on_a_client_that_never_reads_holds_no_slot():
+    """A client asks for a ``~`` subtree with many keys and never reads: its scan blocks on
+    its pipe, as any snapshot's, and a blocked session makes no progress (it counts against
+    ``max_sessions`` only). It held the one place for whole-stream scans until its stall
+    timeout (30 s), every other ``~`` request waiting behind it, and 8 such clients had every
+    other one refused."""
+    keys = Keys(0)
+    keys.keys = sorted(f"~t/{i:04d}" for i in range(1000))
+    front = ChpFrontEnd(keys.source)
+    peer = Peer()
+    peer.room[b"h"] = 0                                   # never reads
+    assert front.on_snapshot(b"h", [b"ICANHAZ?", b"~t/"], 0.0)
+    drain(front, peer)
+    assert peer.refused[b"h"] and b"h" not in peer.got
+    assert front.on_snapshot(b"calm", [b"ICANHAZ?", b"~t/0007"], 0.0)
+    drain(front, peer)
+    assert peer.got[b"calm"] == [cc.encode_kvsync("~t/0007", 8, b"v"),
+                                 cc.encode_kthxbai(1000, "~t/0007")]

@@ -49,9 +49,10 @@ never read it, and clients may ask for many at once. So:
   with ``~``, which the broker's SNAPSHOT would take for a regex) cannot park either, and for a
   subtree that matches nothing it sends nothing, so it never blocks: 8 of them (18 bytes
   each) held every slot while a client asking for one key waited 30.6 s (200,000 keys; 3 ms
-  alone). At most ``max_whole`` (1) such sessions are open; the requests behind them in the
-  FIFO are opened past those waiting for the whole stream, and at most
-  ``max_whole_waiting`` (8) of those wait (more: ``snapshot.refused``).
+  alone). At most ``max_whole`` (1) such sessions make progress (one blocked on its peer
+  does not count: a client that never read held the place until its stall timeout); the
+  requests behind them in the FIFO are opened past those waiting for the whole stream, and at
+  most ``max_whole_waiting`` (8) of those wait (more: ``snapshot.refused``).
 """
 from __future__ import annotations
 
@@ -227,8 +228,9 @@ class Snapshots:
         client asking for one key waited; found by review); None if none may open."""
         if not self._waiting:
             return None
-        if self._whole is None or sum(
-                self._is_whole(s) for s in self._active.values()) < self.max_whole:
+        if self._whole is None or sum(      # one blocked on its peer costs nothing: not counted
+                s.blocked_since is None and self._is_whole(s)
+                for s in self._active.values()) < self.max_whole:
             return 0
         return next((i for i, item in enumerate(self._waiting) if not self._is_whole(item)),
                     None)

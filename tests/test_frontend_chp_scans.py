@@ -3,6 +3,8 @@ regex: the shell reads the whole stream for them and the front end filters it. P
 front end driven with frames and a source that counts what it yields."""
 from zeps.frontends import chp_codec as cc
 from zeps.frontends.chp import ChpFrontEnd
+from zeps.frontends.counters import Counters
+from zeps.frontends.snapshots import Snapshots
 
 from .test_frontend_state import Peer, drain
 
@@ -90,3 +92,22 @@ def test_a_tilde_scan_blocked_on_a_client_that_never_reads_holds_no_slot():
     drain(front, peer)
     assert peer.got[b"calm"] == [cc.encode_kvsync("~t/0007", 8, b"v"),
                                  cc.encode_kthxbai(1000, "~t/0007")]
+
+
+def test_a_tilde_request_costs_the_same_however_many_requests_wait():
+    """Whether a ``~`` request may wait was found by a pass over the waiting requests: with
+    200 waiting, each of a client's ICANHAZ? (18 bytes, refused or not) asked 200 of them."""
+    asked = []
+
+    def whole(request):
+        asked.append(request)
+        return request.startswith("~")
+
+    snaps = Snapshots(lambda request: ([], b"END"), Counters(), whole=whole)
+    for i in range(200):
+        assert snaps.request(b"c%d" % i, "/f/")
+    for i in range(8):
+        assert snaps.request(b"h%d" % i, "~x")
+    asked.clear()
+    assert not any(snaps.request(b"x", "~x") for _ in range(100))
+    assert len(asked) <= 2 * 100, len(asked)

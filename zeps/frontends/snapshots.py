@@ -175,6 +175,7 @@ class Snapshots:
         self._whole = whole
         self.max_whole = max_whole
         self.max_whole_waiting = max_whole_waiting
+        self._whole_waiting = 0            # of those in ``_waiting`` (counted, not looked for)
         self._counters = counters
         self.max_active = max_active
         self.max_sessions = max(max_sessions, max_active)
@@ -202,12 +203,14 @@ class Snapshots:
         if ident in self._idents:
             c.add("snapshot.busy")
             return False
+        whole = self._whole is not None and self._whole(request)
+        # (a count: a pass over the FIFO cost each ~ request O(max_waiting), refused or not)
         if len(self._waiting) >= self.max_waiting or (
-                self._whole is not None and self._whole(request)
-                and sum(map(self._is_whole, self._waiting)) >= self.max_whole_waiting):
+                whole and self._whole_waiting >= self.max_whole_waiting):
             c.add("snapshot.refused")
             return False
         self._waiting.append((ident, request))
+        self._whole_waiting += whole
         self._idents[ident] = None
         c.add("snapshot.requested")
         return True
@@ -250,6 +253,7 @@ class Snapshots:
             at = self._next()
             item = self._waiting[at]
             del self._waiting[at]
+            self._whole_waiting -= self._is_whole(item)
             if isinstance(item, Session):                # parked: its turn again
                 self._active[item.ident] = item
                 continue
@@ -300,6 +304,7 @@ class Snapshots:
                 if self._waiting and 2 * (s.messages - sent) < used and s.park():
                     del self._active[ident]
                     self._waiting.append(s)
+                    self._whole_waiting += self._is_whole(s)
                     self._open()
                 else:
                     self._active.move_to_end(ident)      # round robin across calls
@@ -343,6 +348,7 @@ class Snapshots:
                 s.close()
         self._active.clear()
         self._waiting.clear()
+        self._whole_waiting = 0
         self._idents.clear()
 
     def sessions(self) -> List[Session]:

@@ -30,17 +30,13 @@ from zeps.protocol import commands as c
 from zeps.protocol import encode
 from zeps.protocol.reasons import Reason
 
+from .congestion import behind_held
+
 
 def out(stream, s, frames) -> None:
-    """Send ``frames`` to session ``s``: behind the replies it holds, if it holds any (it is
-    congested: zeps/broker/congestion.py). A CONFIRM or a refusal made outside its own commands
-    (a group fsync's, a refusal released by it) went out once its pipe had room again, before a
-    refusal it held, and the SDK, which fails its oldest unconfirmed publish on a refusal, took
-    the refused publish for the confirmed one (found by review)."""
-    if s.held:
-        s.held.extend(frames)
-    else:
-        stream.outbox.extend([(s.identity, f) for f in frames])
+    """Send ``frames`` to session ``s`` of ``stream``: behind the replies it holds, if it holds
+    any (:func:`zeps.broker.congestion.behind_held`)."""
+    behind_held(stream.outbox, s, frames)
 
 
 def refuse(stream, pub, frame: bytes, n: int = 1) -> None:

@@ -33,6 +33,19 @@ class _Stale(bytes):
 
 
 
+def behind_held(outbox, s: Session, frames) -> None:
+    """``frames`` for ``s`` made outside its own commands (a group fsync's CONFIRM, a refusal
+    released by it, the DETACH of a stream or consumer another client deleted): behind the
+    replies it holds, if it holds any (it is congested). In the outbox, they went out before
+    those once its pipe had room again, while its backoff still held them (found by review:
+    the SDK, which fails its oldest unconfirmed publish on a refusal, took a refused publish
+    for the confirmed one)."""
+    if s.held:
+        s.held.extend(frames)
+    else:
+        outbox.extend([(s.identity, f) for f in frames])
+
+
 class Congestion:
     """Frames that did not go out, and the end of congestion (see the module docstring)."""
 
@@ -97,14 +110,8 @@ class Congestion:
             self.forget(ident)
 
     def _tell(self, s: Session, frame: bytes) -> None:
-        """``frame`` for ``s``, made outside its own commands (the DETACH of a stream or a
-        consumer that another client deleted): behind the replies it holds, if it holds any.
-        In the outbox, it went out before them once the client's pipe had room again, while
-        its backoff still held them."""
-        if s.held:
-            s.held.append(frame)
-        else:
-            self.outbox.append((s.identity, frame))
+        """``frame`` for ``s``, made outside its own commands: :func:`behind_held`."""
+        behind_held(self.outbox, s, (frame,))
 
     def _end_peering(self, s: Session) -> None:
         """Its DELIVERs in the outbox so far belong to a peering that is over (see _Stale):

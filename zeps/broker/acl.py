@@ -48,10 +48,23 @@ class AclError(ValueError):
 
 @dataclass(frozen=True)
 class _Names:
-    """Stream names as exact names and prefixes; ``every`` for ``"*"``."""
+    """Stream names as exact names and prefixes; ``every`` for ``"*"``. The prefixes are kept
+    grouped by length (``by_length``: (length, the prefixes of that length), shortest first),
+    so a look costs one set lookup per distinct length up to the name's, however many
+    prefixes there are (a tuple's ``startswith`` compared the name with each of them)."""
     exact: FrozenSet[str]
     prefixes: Tuple[str, ...]
     every: bool
+    by_length: Tuple[Tuple[int, FrozenSet[str]], ...] = ()
+
+    @classmethod
+    def of(cls, exact: Iterable[str], prefixes: Iterable[str], every: bool) -> "_Names":
+        prefixes = tuple(dict.fromkeys(prefixes))
+        lengths: Dict[int, set] = {}
+        for p in prefixes:
+            lengths.setdefault(len(p), set()).add(p)
+        return cls(frozenset(exact), prefixes, every,
+                   tuple((n, frozenset(lengths[n])) for n in sorted(lengths)))
 
     @classmethod
     def parse(cls, items: Iterable[str], where: str) -> "_Names":
@@ -65,10 +78,24 @@ class _Names:
                 prefixes.append(item[:-1])
             else:
                 exact.add(item)
-        return cls(frozenset(exact), tuple(prefixes), every)
+        return cls.of(exact, prefixes, every)
+
+    @classmethod
+    def union(cls, names: "Iterable[_Names]") -> "_Names":
+        names = list(names)
+        return cls.of((n for x in names for n in x.exact),
+                      (p for x in names for p in x.prefixes), any(x.every for x in names))
 
     def covers(self, stream: str) -> bool:
-        return self.every or stream in self.exact or stream.startswith(self.prefixes)
+        if self.every or stream in self.exact:
+            return True
+        n = len(stream)
+        for length, prefixes in self.by_length:
+            if length > n:
+                return False
+            if stream[:length] in prefixes:
+                return True
+        return False
 
 
 @dataclass(frozen=True)
@@ -79,28 +106,55 @@ class _Rule:
     admin: _Names
 
 
+@dataclass(frozen=True)
+class _Rights:
+    """What some rules grant together: their names merged, per right."""
+    publish: _Names
+    subscribe: _Names
+    admin: _Names
+
+    @classmethod
+    def of(cls, rules: "List[_Rule]") -> "_Rights":
+        return cls(_Names.union(r.publish for r in rules),
+                   _Names.union(r.subscribe for r in rules),
+                   _Names.union(r.admin for r in rules))
+
+
 class Acl:
-    """The rights of every key. ``may_publish(key, stream)``, ``may_subscribe(key, stream)``."""
+    """The rights of every key. ``may_publish(key, stream)``, ``may_subscribe(key, stream)``.
+
+    The rules are merged when the ACL is loaded: what ``"*"`` grants, and for each key what
+    the rules naming it grant. A look is then two, whatever the number of rules and of the
+    names they hold (it walked every rule: with an ACL of 5,000 clients' rules a page of
+    LIST-STREAMS cost 0.3 s of the loop, and a reload with many clients attached seconds)."""
 
     def __init__(self, rules: List[_Rule], names: Dict[str, str], source: str = "<acl>"):
         self.rules = rules
         self.names = names               # key -> name, for log lines and reasons
         self.source = source
+        self._anyone = _Rights.of([r for r in rules if ANY in r.clients])
+        own: Dict[str, List[_Rule]] = {}
+        for r in rules:
+            for key in r.clients:
+                if key != ANY:
+                    own.setdefault(key, []).append(r)
+        self._own = {key: _Rights.of(rs) for key, rs in own.items()}
 
-    def _rules_for(self, key: Optional[str]):
-        for r in self.rules:
-            if ANY in r.clients or (key is not None and key in r.clients):
-                yield r
+    def _may(self, key: Optional[str], stream: str, right: str) -> bool:
+        if getattr(self._anyone, right).covers(stream):
+            return True
+        own = self._own.get(key) if key is not None else None
+        return own is not None and getattr(own, right).covers(stream)
 
     def may_publish(self, key: Optional[str], stream: str) -> bool:
-        return any(r.publish.covers(stream) for r in self._rules_for(key))
+        return self._may(key, stream, "publish")
 
     def may_subscribe(self, key: Optional[str], stream: str) -> bool:
-        return any(r.subscribe.covers(stream) for r in self._rules_for(key))
+        return self._may(key, stream, "subscribe")
 
     def may_admin(self, key: Optional[str], stream: str) -> bool:
         """Create, purge and delete the stream (``admin = [...]`` in an ``[[allow]]``)."""
-        return any(r.admin.covers(stream) for r in self._rules_for(key))
+        return self._may(key, stream, "admin")
 
     def may_attach(self, key: Optional[str], stream: str) -> bool:
         return self.may_publish(key, stream) or self.may_subscribe(key, stream)

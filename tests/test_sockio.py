@@ -455,3 +455,64 @@ def test_a_broker_on_the_python_socket_loops_serves_the_same(start_broker, tmp_p
     b = start_broker(tmp_path / "data")
     _round_trip(b.endpoint)
     assert "socket_loops=python" in b.log()
+
+
+@pytest.mark.parametrize("compiled_loops", [True, False], ids=["c", "python"])
+def test_drain_by_key_gives_a_known_identity_claimed_by_another_key_as_new(ctx, compiled_loops):
+    """With CurveZMQ (``by_key``: ``known`` maps each identity to its connection's key), a
+    message of a known identity from another key is NEW, left to the caller: a peer picks its
+    own routing id, and one that claimed a closed client's before the broker read the close
+    was served in that client's session, with its rights (found by review). The same key's
+    messages are read as before."""
+    from zmq.auth.thread import ThreadAuthenticator
+
+    from .measure import wait_for
+    auth = ThreadAuthenticator(ctx)
+    auth.start()
+    auth.configure_curve(domain="*", location=zmq.auth.CURVE_ALLOW_ANY)
+    spub, ssec = zmq.curve_keypair()
+    router = ctx.socket(zmq.ROUTER)
+    router.curve_server, router.curve_secretkey, router.curve_publickey = True, ssec, spub
+    port = router.bind_to_random_port("tcp://127.0.0.1")
+    loops = sockio.SocketLoops(router, compiled=compiled_loops)
+    opened = []
+
+    def dealer(keys):
+        d = ctx.socket(zmq.DEALER)
+        d.setsockopt(zmq.LINGER, 0)
+        d.curve_serverkey, d.curve_publickey, d.curve_secretkey = spub, keys[0], keys[1]
+        d.setsockopt(zmq.ROUTING_ID, b"same-id")
+        d.connect(f"tcp://127.0.0.1:{port}")
+        opened.append(d)
+        return d
+
+    def drain(known):
+        router.poll(200)
+        return loops.drain(known, 10, 1 << 20, 10, False, True)
+
+    alice, bob = zmq.curve_keypair(), zmq.curve_keypair()
+    try:
+        a = dealer(alice)
+        a.send(b"first")
+        got = wait_for(lambda: drain({}), lambda r: r[1] == sockio.NEW, 10)
+        assert got == ([], sockio.NEW, b"same-id")
+        frame = router.recv(copy=False)                 # the caller reads it, with its key
+        assert frame.bytes == b"first" and frame.get("User-Id") == alice[0].decode()
+        known = {b"same-id": alice[0].decode()}
+        a.send(b"second")
+        got = wait_for(lambda: drain(known), lambda r: r[0], 10)
+        assert got[0] == [(b"same-id", [b"second"])]
+        a.close(0)
+
+        def bob_tries():                # refused while the ROUTER still has alice's connection
+            dealer(bob).send(b"bob's")
+            return drain(known)
+        got = wait_for(bob_tries, lambda r: r[0] or r[1] == sockio.NEW, 20)
+        assert got == ([], sockio.NEW, b"same-id"), "bob's message was read as alice's"
+        frame = router.recv(copy=False)
+        assert frame.bytes == b"bob's" and frame.get("User-Id") == bob[0].decode()
+    finally:
+        for d in opened:
+            d.close(0)
+        router.close(0)
+        auth.stop()

@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 typedef struct {
     unsigned char _[64] __attribute__((aligned(sizeof(void *))));
@@ -33,6 +34,7 @@ typedef int (*msg_more_fn)(const zmsg_t *);
 typedef int (*msg_close_fn)(zmsg_t *);
 typedef int (*send_fn)(void *, const void *, size_t, int);
 typedef int (*errno_fn)(void);
+typedef const char *(*msg_gets_fn)(const zmsg_t *, const char *);
 
 static getsockopt_fn z_getsockopt;
 static msg_init_fn z_msg_init;
@@ -43,6 +45,7 @@ static msg_more_fn z_msg_more;
 static msg_close_fn z_msg_close;
 static send_fn z_send;
 static errno_fn z_errno;
+static msg_gets_fn z_msg_gets;
 static PyObject *z_error_class;             /* zmq.ZMQError: raised with libzmq's errno */
 
 /* libzmq's constants (zmq.h); sockio.py checks them against pyzmq's before binding. */
@@ -78,12 +81,12 @@ static PyObject *zmq_error(int err)
 
 static PyObject *sockc_bind(PyObject *self, PyObject *args)
 {
-    unsigned long long a[9];
+    unsigned long long a[10];
     PyObject *error_class;
-    if (!PyArg_ParseTuple(args, "KKKKKKKKKO", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
-                          &a[7], &a[8], &error_class))
+    if (!PyArg_ParseTuple(args, "KKKKKKKKKKO", &a[0], &a[1], &a[2], &a[3], &a[4], &a[5], &a[6],
+                          &a[7], &a[8], &a[9], &error_class))
         return NULL;
-    for (int i = 0; i < 9; i++)
+    for (int i = 0; i < 10; i++)
         if (a[i] == 0) {
             PyErr_SetString(PyExc_ValueError, "bind: a null function address");
             return NULL;
@@ -97,6 +100,7 @@ static PyObject *sockc_bind(PyObject *self, PyObject *args)
     z_msg_close = (msg_close_fn)(uintptr_t)a[6];
     z_send = (send_fn)(uintptr_t)a[7];
     z_errno = (errno_fn)(uintptr_t)a[8];
+    z_msg_gets = (msg_gets_fn)(uintptr_t)a[9];
     Py_INCREF(error_class);
     Py_XSETREF(z_error_class, error_class);
     Py_RETURN_NONE;
@@ -197,14 +201,40 @@ static PyObject *recv_frame(void *h, int *more, int *again)
     return b;
 }
 
-/* drain(handle, known, max_n, max_bytes, ask_first, readable) -> (messages, status, ident)
+/* Is the identity frame ``msg`` (of an identity in ``known``) from another key than the one
+ * ``known`` maps it to (a str, the CurveZMQ User-Id its connection had)? 1, 0, or -1 with the
+ * error set. */
+static int other_key(PyObject *known, PyObject *ident, zmsg_t *msg)
+{
+    PyObject *want = PyDict_GetItemWithError(known, ident);     /* borrowed */
+    if (want == NULL)
+        return PyErr_Occurred() ? -1 : 1;
+    const char *want_s = PyUnicode_AsUTF8(want);
+    if (want_s == NULL)
+        return -1;
+    const char *got = z_msg_gets(msg, "User-Id");
+    return got == NULL || strcmp(got, want_s) != 0;
+}
+
+/* drain(handle, known, max_n, max_bytes, ask_first, readable[, by_key]) -> (messages, status,
+ * ident)
  * zeps.broker.sockio.drain_py, word for word: see its docstring. */
 static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
 {
-    void *h = socket_of("drain", args, nargs, 6);
+    void *h = socket_of("drain", args, nargs, nargs == 7 ? 7 : 6);
     if (h == NULL)
         return NULL;
     PyObject *known = args[1];
+    int by_key = 0;
+    if (nargs == 7) {
+        by_key = PyObject_IsTrue(args[6]);
+        if (by_key < 0)
+            return NULL;
+        if (by_key && !PyDict_CheckExact(known)) {
+            PyErr_SetString(PyExc_TypeError, "drain: by_key needs known as a dict");
+            return NULL;
+        }
+    }
     /* each checked before the next: readable's __bool__ (Python code) must not run with an
      * error pending (a SystemError that hid it; an assertion in a debug interpreter) */
     Py_ssize_t max_n = PyLong_AsSsize_t(args[2]);
@@ -235,14 +265,25 @@ static PyObject *sockc_drain(PyObject *self, PyObject *const *args, Py_ssize_t n
                 break;
             }
         }
-        ident = recv_frame(h, &more, &again);
-        if (ident == NULL) {
+        zmsg_t idmsg;
+        if (recv_msg(h, &idmsg, &again) < 0) {
             if (!again)
                 goto fail;
             status = DRAINED;
             break;
         }
+        ident = PyBytes_FromStringAndSize((const char *)z_msg_data(&idmsg),
+                                          (Py_ssize_t)z_msg_size(&idmsg));
+        if (ident == NULL) {
+            z_msg_close(&idmsg);
+            goto fail;
+        }
         int is_known = PySequence_Contains(known, ident);
+        if (is_known > 0 && by_key) {
+            int other = other_key(known, ident, &idmsg);
+            is_known = other < 0 ? -1 : !other;
+        }
+        z_msg_close(&idmsg);
         if (is_known < 0)
             goto fail;
         if (!is_known) {
@@ -406,7 +447,8 @@ static PyMethodDef sockc_methods[] = {
      "errno, error_class): libzmq's functions' addresses and the exception of its errors"},
     {"readable", sockc_readable, METH_O, "readable(handle) -> ZMQ_EVENTS has POLLIN"},
     {"drain", (PyCFunction)(void (*)(void))sockc_drain, METH_FASTCALL,
-     "drain(handle, known, max_n, max_bytes, ask_first, readable) -> (messages, status, ident)"},
+     "drain(handle, known, max_n, max_bytes, ask_first, readable[, by_key]) -> "
+     "(messages, status, ident)"},
     {"skip", (PyCFunction)(void (*)(void))sockc_skip, METH_FASTCALL,
      "skip(handle, max_n) -> (read, more): drop frames of the message being read"},
     {"send_all", (PyCFunction)(void (*)(void))sockc_send_all, METH_FASTCALL,

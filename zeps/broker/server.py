@@ -70,6 +70,7 @@ from zeps.journal import consumers
 from . import compactor, scheduling
 from .core import BrokerCore, CoreConfig
 from .handshakes import HANDSHAKE_EVENTS, HandshakeRefusals
+from .pool import in_pool as _in_pool, timed as _timed
 from .sockio import DRAINED, NEW, PARTS, Parts, SocketLoops
 from .stream import Stream
 
@@ -122,33 +123,6 @@ def _freeze_heap() -> None:
     gc.freeze()
 
 
-def _timed(fn: Callable[[], object]) -> float:
-    """Run ``fn`` and return how long it took, in seconds (run in a pool thread)."""
-    t0 = time.perf_counter()
-    fn()
-    return time.perf_counter() - t0
-
-
-def _returning(fn: Callable, args: tuple) -> tuple:
-    """``fn(*args)`` (run in a pool thread) as ``(True, result)``, or ``(False, exception)``."""
-    try:
-        return True, fn(*args)
-    except Exception as exc:                           # raised again by _in_pool
-        return False, exc
-
-
-def _in_pool(fn: Callable, *args):
-    """``fn(*args)`` in gevent's thread pool, this greenlet waiting; its exception is raised
-    here. A task that raises in the pool has its traceback printed on stderr by gevent's hub,
-    raw, before the caller gets it: with ``--log-json``, lines of text among the JSON for every
-    failed fsync, stream opening or compaction, which the caller logs anyway (found by
-    review)."""
-    ok, value = gevent.get_hub().threadpool.apply(_returning, (fn, args))
-    if not ok:
-        raise value
-    return value
-
-
 class Broker:
     def __init__(self, endpoint: str, datadir, core_config: CoreConfig, *, log=None,
                  context: Optional[zmq.Context] = None, sndhwm: int = SNDHWM,
@@ -193,6 +167,11 @@ class Broker:
         #: Refused handshakes (wrong keys, plaintext clients), logged rate-limited.
         self._refusals = HandshakeRefusals(self.log.warning, curve is not None)
         self._ident_fd: Dict[bytes, int] = {}        # routing id -> its connection's descriptor
+        #: With CurveZMQ, routing id -> its connection's key: the reads check each message's
+        #: (a peer picks its id; another key could claim a closed client's before its close is
+        #: read, and act in its session with its rights; found by review)
+        self._ident_key: Dict[bytes, str] = {}
+        self._known = self._ident_fd if curve is None else self._ident_key
         self._fd_idents: Dict[int, Set[bytes]] = {}
         self._closed_fds: Set[int] = set()           # DISCONNECTED seen, ids not yet forgotten
         self._dead: Set[bytes] = set()               # ids of closed connections, to forget
@@ -374,8 +353,9 @@ class Broker:
                     break                              # more of it next turn
                 n += 1
                 continue
-            got, status, new = drain(self._ident_fd, min(DRAIN_CHUNK, DRAIN_MAX - n),
-                                     DRAIN_BYTES - size, _ASK_FIRST - n, n == 0 and known)
+            got, status, new = drain(self._known, min(DRAIN_CHUNK, DRAIN_MAX - n),
+                                     DRAIN_BYTES - size, _ASK_FIRST - n, n == 0 and known,
+                                     self.curve is not None)
             for ident, frames in got:
                 size += len(frames[0])
                 receive(ident, frames, now)
@@ -388,9 +368,12 @@ class Broker:
                 size += len(new[1])                    # read: counted as any message's
             elif status == NEW:                        # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
+                if new in self._ident_fd:              # another key: the id's old one closed
+                    self._forget(new)
                 self._learn(new, first.get(_SRCFD))
                 if self.curve is not None:
-                    core.identify(new, first.get("User-Id"))
+                    user = self._ident_key[new] = first.get("User-Id") or ""
+                    core.identify(new, user)
                 size += len(first.bytes)
                 if _getsockopt(sock, _RCVMORE):
                     self._partial = [new, first.bytes, 1]
@@ -515,8 +498,16 @@ class Broker:
         self._closed_fds.clear()
         dead, self._dead = self._dead, set()
         for ident in dead:
-            self._ident_fd.pop(ident, None)
-            self.core.gone(ident)
+            self._forget(ident)
+
+    def _forget(self, ident: bytes) -> None:
+        """Routing id ``ident``'s connection is gone: its session too."""
+        fd = self._ident_fd.pop(ident, None)
+        self._ident_key.pop(ident, None)
+        if fd in self._fd_idents:
+            self._fd_idents[fd].discard(ident)
+        self._dead.discard(ident)
+        self.core.gone(ident)
 
     # ------------------------------------------------------------------ opening streams
     def _open(self, name: str) -> None:

@@ -63,11 +63,15 @@ class Parts:
 
 
 def drain_py(sock, known: Container[bytes], max_n: int, max_bytes: int, ask_first: int,
-             readable: bool) -> Tuple[List[Message], int, object]:
+             readable: bool, by_key: bool = False) -> Tuple[List[Message], int, object]:
     """Read whole messages off the ROUTER ``sock`` without waiting: up to ``max_n``, fewer once
     their first frames came to ``max_bytes``. The first ``ask_first`` reads ask ZMQ_EVENTS
     before reading (a read that finds nothing costs more than the question), except the first
-    when ``readable`` (the socket said so just now).
+    when ``readable`` (the socket said so just now). With ``by_key``, ``known`` maps each
+    identity to the CurveZMQ key (``User-Id``) its connection had, and a message of a known
+    identity from another key is :data:`NEW` too: another connection claimed the identity
+    (a peer picks its own) after the one that had it closed, before the broker read that
+    close (docs/operations.md, Security).
 
     Returns ``(messages, status, ident)``: ``messages`` the ``(identity, [frame])`` read (each
     of one frame); ``status`` :data:`DRAINED` (nothing more was there), :data:`LIMIT`
@@ -84,7 +88,13 @@ def drain_py(sock, known: Container[bytes], max_n: int, max_bytes: int, ask_firs
                 _getsockopt(sock, _EVENTS) & _POLLIN):
             return out, DRAINED, None
         try:
-            ident = _recv_raw(sock, _NB)
+            if by_key:
+                frame = _recv_raw(sock, _NB, False)
+                ident = frame.bytes
+                if known.get(ident, frame) != frame.get("User-Id"):
+                    return out, NEW, ident
+            else:
+                ident = _recv_raw(sock, _NB)
         except zmq.Again:
             return out, DRAINED, None
         if ident not in known:
@@ -189,7 +199,7 @@ def _bind():
     if (_NB, int(zmq.SNDMORE), _EVENTS, _POLLIN) != (1, 2, 15, 1):   # what _sockc.c compiles in
         return None, "libzmq's constants differ from zmq.h 4.x"
     names = ("zmq_getsockopt", "zmq_msg_init", "zmq_msg_recv", "zmq_msg_data", "zmq_msg_size",
-             "zmq_msg_more", "zmq_msg_close", "zmq_send", "zmq_errno")
+             "zmq_msg_more", "zmq_msg_close", "zmq_send", "zmq_errno", "zmq_msg_gets")
     _sockc.bind(*(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names),
                 zmq.ZMQError)
     return _sockc, None

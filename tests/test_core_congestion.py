@@ -335,3 +335,4 @@ def test_a_detach_for_a_deletion_never_overtakes_a_held_reply(make, deleted):
     h.now += 0.5
     h.drain()
     assert h.kinds(X) == [c.PingOk, c.Detach]
+

@@ -7,6 +7,7 @@ import threading
 
 import zmq
 
+from tests.core_harness import make_fixture  # noqa: F401 (fixtures)
 from zeps.broker.core import CoreConfig
 from zeps.broker.security import CurveServer, load_secret, new_keys
 from zeps.broker.server import Broker
@@ -72,3 +73,20 @@ def test_another_key_claiming_a_closed_clients_id_meets_a_fresh_session(tmp_path
     got = out[0]
     assert isinstance(got, c.Invalid) and got.reason.startswith("not attached"), \
         f"bob was answered in alice's session: {got}"
+
+
+def test_a_claimed_identity_gets_nothing_made_for_its_old_connection(make):
+    """Another CurveZMQ key claimed x's routing id, and the shell saw it in the same read as
+    x's last commands: x's replies still in the outbox are not sent to the new connection
+    (the id is its now), and the others' frames are. In the core, with tests/core_harness.py."""
+    h = make()
+    h.subscriber(b"x")
+    h.subscriber(b"other")
+    h.core.receive(b"x", [encode(c.StreamInfo())], h.now)    # its reply waits in the outbox
+    h.core.receive(b"other", [encode(c.Ping())], h.now)
+    h.core.claimed(b"x")
+    h.collect()
+    assert h.take(b"x") == [] and h.kinds(b"other") == [c.PingOk]
+    assert b"x" not in h.core.sessions
+    h.send(b"x", c.StreamInfo())                     # the new connection: a fresh session
+    assert h.take(b"x")[0].reason.startswith("not attached")

@@ -487,6 +487,19 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         self.revoked.pop(identity, None)
         self.forget(identity)
 
+    def claimed(self, identity: bytes) -> None:
+        """Another connection (another CurveZMQ key) claimed the routing id: the old one is
+        gone, and nothing made for it may reach the new one. The frames for it waiting in the
+        outbox (replies to what it sent in the same round) are dropped: the id is the new
+        connection's now (their DELIVERs' peerings are marked first, the positions noted
+        for that being the outbox's)."""
+        if self._ended:
+            self._mark_stale()
+        out = self.outbox
+        if any(who == identity for who, _f in out):
+            out[:] = [e for e in out if e[0] != identity]     # the streams share this list
+        self.gone(identity)
+
     def forget(self, identity: bytes) -> None:
         """Drop a client entirely (expired, unresponsive, or its connection is gone)."""
         s = self.sessions.pop(identity, None)

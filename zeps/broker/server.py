@@ -369,7 +369,7 @@ class Broker:
             elif status == NEW:                        # first message of this id: its connection
                 first = _recv_raw(sock, _NB, False)
                 if new in self._ident_fd:              # another key: the id's old one closed
-                    self._forget(new)
+                    self._forget(new, claimed=True)
                 self._learn(new, first.get(_SRCFD))
                 if self.curve is not None:
                     user = self._ident_key[new] = first.get("User-Id") or ""
@@ -500,14 +500,15 @@ class Broker:
         for ident in dead:
             self._forget(ident)
 
-    def _forget(self, ident: bytes) -> None:
-        """Routing id ``ident``'s connection is gone: its session too."""
+    def _forget(self, ident: bytes, claimed: bool = False) -> None:
+        """Routing id ``ident``'s connection is gone: its session too (``claimed``: by another
+        connection, which gets nothing made for the old one: :meth:`BrokerCore.claimed`)."""
         fd = self._ident_fd.pop(ident, None)
         self._ident_key.pop(ident, None)
         if fd in self._fd_idents:
             self._fd_idents[fd].discard(ident)
         self._dead.discard(ident)
-        self.core.gone(ident)
+        (self.core.claimed if claimed else self.core.gone)(ident)
 
     # ------------------------------------------------------------------ opening streams
     def _open(self, name: str) -> None:

@@ -90,3 +90,20 @@ def test_a_claimed_identity_gets_nothing_made_for_its_old_connection(make):
     assert b"x" not in h.core.sessions
     h.send(b"x", c.StreamInfo())                     # the new connection: a fresh session
     assert h.take(b"x")[0].reason.startswith("not attached")
+
+
+def test_a_claimed_identity_gets_no_deliver_of_what_the_round_queued(make):
+    """x's session is forgotten when its id is claimed, and forgetting it detaches it, which
+    appends what the round queued on its stream and routes it: the DELIVERs made then for x
+    (its subscription still live) went to the new connection, another key's, after the outbox
+    was sifted (a stream it may not read, in a peering it never made)."""
+    h = make()
+    h.subscriber(b"x")
+    h.send(b"pub", c.Attach("s"))
+    h.take(b"pub")
+    h.core.receive(b"pub", [encode(c.Publish("k", b"secret"))], h.now)   # queued, not routed
+    h.core.claimed(b"x")
+    h.collect()
+    assert h.take(b"x") == []
+    h.round()
+    assert h.take(b"x") == []

@@ -492,13 +492,15 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         gone, and nothing made for it may reach the new one. The frames for it waiting in the
         outbox (replies to what it sent in the same round) are dropped: the id is the new
         connection's now (their DELIVERs' peerings are marked first, the positions noted
-        for that being the outbox's)."""
+        for that being the outbox's). They are sifted after the session is forgotten: its
+        DETACH appends what the round queued on its stream, routed to it too (DELIVERs of a
+        stream the new key may not read went to it: found by review)."""
+        self.gone(identity)
         if self._ended:
             self._mark_stale()
         out = self.outbox
         if any(who == identity for who, _f in out):
             out[:] = [e for e in out if e[0] != identity]     # the streams share this list
-        self.gone(identity)
 
     def forget(self, identity: bytes) -> None:
         """Drop a client entirely (expired, unresponsive, or its connection is gone)."""

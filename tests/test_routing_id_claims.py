@@ -107,3 +107,78 @@ def test_a_claimed_identity_gets_no_deliver_of_what_the_round_queued(make):
     assert h.take(b"x") == []
     h.round()
     assert h.take(b"x") == []
+
+
+def test_the_same_key_back_on_an_id_whose_send_failed_keeps_its_rights(tmp_path, monkeypatch):
+    """A send to a closed client's id fails (ROUTER_MANDATORY: EHOSTUNREACH) and the core
+    forgets it with its key, before the loop reads the close. The same key back on that id,
+    its messages read as the known id's, was served with no key: rights of no client (an
+    ACL's own rules lost) and no producer-id binding (found by review). It is identified
+    again."""
+    from zeps.broker.acl import parse_acl
+    for name in ("broker", "alice", "bob"):
+        new_keys(str(tmp_path / "keys"), name)
+    ctx = zmq.Context()
+    curve = CurveServer(str(tmp_path / "keys" / "broker.key_secret"), context=ctx,
+                        allow_dir=str(tmp_path / "keys"))
+    b = Broker("tcp://127.0.0.1:*", DataDir(str(tmp_path / "data"), JournalConfig()),
+               CoreConfig(), context=ctx, curve=curve, io_scheduling="normal")
+    b.core.set_allowed_keys(curve.keys)
+    b.core.set_acl(parse_acl(
+        '[clients]\nalice = "alice.key"\nbob = "bob.key"\n'
+        '[[allow]]\nclients = ["alice"]\nsubscribe = ["x"]\n'
+        '[[allow]]\nclients = ["bob"]\npublish = ["x"]\n', str(tmp_path / "keys")))
+    monkeypatch.setattr(b, "_disconnects", lambda: None)    # closes never read in time
+    out: list = []
+
+    def dealer(name, ident=None):
+        pub, sec = load_secret(str(tmp_path / "keys" / f"{name}.key_secret"))
+        d = ctx.socket(zmq.DEALER)
+        d.setsockopt(zmq.LINGER, 0)
+        d.curve_serverkey, d.curve_publickey, d.curve_secretkey = curve.public, pub, sec
+        if ident is not None:
+            d.setsockopt(zmq.ROUTING_ID, ident)
+        d.connect(b.endpoint)
+        return d
+
+    def recv(d):
+        assert d.poll(DEADLINE * 1000)
+        return decode(d.recv())
+
+    def talk():
+        opened = []
+        try:
+            alice = dealer("alice", b"mine")
+            bob = dealer("bob")
+            opened += [alice, bob]
+            bob.send(encode(c.Attach("x")))                # made by bob, who may publish
+            assert recv(bob) == c.AttachOk()
+            for cmd in (c.Attach("x"), c.Credit(1 << 20), c.Subscribe("", c.LATEST_LIVE)):
+                alice.send(encode(cmd))
+            assert [type(recv(alice)) for _ in range(2)] == [c.AttachOk, c.SubscribeOk]
+            alice.close(0)
+            for _ in range(int(DEADLINE / 0.05)):       # a DELIVER to alice's id fails
+                bob.send(encode(c.Publish("k", b"v")))
+                threading.Event().wait(0.05)
+                if b"mine" not in b.core.sessions:
+                    break
+            else:
+                raise AssertionError("no send to alice's id failed")
+            alice = dealer("alice", b"mine")
+            opened.append(alice)
+            alice.send(encode(c.Attach("x")))
+            out.append(recv(alice))
+        except BaseException as exc:                   # re-raised in the test's thread
+            out.append(exc)
+        finally:
+            for d in opened:
+                d.close(0)
+            b.stop()
+    t = threading.Thread(target=talk)
+    t.start()
+    _serve(b)
+    t.join(DEADLINE)
+    ctx.term()
+    if isinstance(out[0], BaseException):
+        raise out[0]
+    assert out[0] == c.AttachOk(), f"alice lost her rights: {out[0]}"

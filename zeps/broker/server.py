@@ -434,8 +434,8 @@ class Broker:
                 blocked.add(ident)
                 if errno == _EAGAIN:                   # the client's pipe is full
                     self.core.unsent(ident, frame, now)
-                elif errno == _EHOSTUNREACH:           # the client's connection is gone
-                    self.core.gone(ident)
+                elif errno == _EHOSTUNREACH:           # the client's connection is gone:
+                    self._forget(ident)                # its next message is a new one's
                 else:
                     raise zmq.ZMQError(errno)
             else:                                      # behind a frame that did not go out
@@ -502,7 +502,10 @@ class Broker:
 
     def _forget(self, ident: bytes, claimed: bool = False) -> None:
         """Routing id ``ident``'s connection is gone: its session too (``claimed``: by another
-        connection, which gets nothing made for the old one: :meth:`BrokerCore.claimed`)."""
+        connection, which gets nothing made for the old one: :meth:`BrokerCore.claimed`). The
+        id is forgotten here with it, so that a later connection on it is learnt and
+        identified again (a send to it that failed forgot only the core's session, its key
+        with it: the same key back on the id was served with none, found by review)."""
         fd = self._ident_fd.pop(ident, None)
         self._ident_key.pop(ident, None)
         if fd in self._fd_idents:

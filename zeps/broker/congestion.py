@@ -9,18 +9,14 @@ nothing and is forgotten. DELIVERs of a peering that ended while they waited are
 from __future__ import annotations
 
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 from zeps.protocol.batch import DELIVER_BATCH_ID, batch_count
 from zeps.protocol.deliver import DELIVER_ID, DELIVER_TS_ID
 from zeps.protocol.headers import DELIVER_H_ID
 from zeps.protocol.snapshot import SNAPSHOT_ENTRY_H_ID, SNAPSHOT_ENTRY_ID
 
-
 from .session import ATTACHED, Session
-
-if TYPE_CHECKING:
-    pass
 
 _DELIVERS = (DELIVER_ID, DELIVER_TS_ID, DELIVER_BATCH_ID, DELIVER_H_ID, SNAPSHOT_ENTRY_ID,
              SNAPSHOT_ENTRY_H_ID)

@@ -42,48 +42,49 @@ def _dealer(b, ctx, tmp_path, name, ident=None):
     return d
 
 
-def test_another_key_claiming_a_closed_clients_id_meets_a_fresh_session(tmp_path):
-    ctx = zmq.Context()
-    b = _curve_broker(tmp_path, ctx)
+def _talk_to(b, ctx, talk):
+    """Run ``talk(opened)`` in a thread while ``b`` serves in this one, then close the sockets
+    it put in ``opened`` and stop ``b``: what ``talk`` returned, or raise what it raised."""
     out: list = []
 
-    def dealer(name):
-        return _dealer(b, ctx, tmp_path, name, b"claimed")
-
-    def ask(d, cmd):
-        d.send(encode(cmd))
-        return decode(d.recv()) if d.poll(500) else None
-
-    def talk():
-        opened = []
+    def run():
+        opened: list = []
         try:
-            alice = dealer("alice")
-            opened.append(alice)
-            alice.send(encode(c.Attach("alice.x")))
-            assert alice.poll(DEADLINE * 1000) and decode(alice.recv()) == c.AttachOk()
-            alice.close(0)
-            got = None
-            for _ in range(int(DEADLINE / 0.5)):       # refused while alice's pipe is there
-                bob = dealer("bob")
-                opened.append(bob)
-                got = ask(bob, c.StreamInfo())
-                if got is not None:
-                    break
-            out.append(got)
+            out.append(talk(opened))
         except BaseException as exc:                   # re-raised in the test's thread
             out.append(exc)
         finally:
             for d in opened:
                 d.close(0)
             b.stop()
-    t = threading.Thread(target=talk)
+    t = threading.Thread(target=run)
     t.start()
     _serve(b)
     t.join(DEADLINE)
     ctx.term()
     if isinstance(out[0], BaseException):
         raise out[0]
-    got = out[0]
+    return out[0]
+
+
+def test_another_key_claiming_a_closed_clients_id_meets_a_fresh_session(tmp_path):
+    ctx = zmq.Context()
+    b = _curve_broker(tmp_path, ctx)
+
+    def talk(opened):
+        alice = _dealer(b, ctx, tmp_path, "alice", b"claimed")
+        opened.append(alice)
+        alice.send(encode(c.Attach("alice.x")))
+        assert alice.poll(DEADLINE * 1000) and decode(alice.recv()) == c.AttachOk()
+        alice.close(0)
+        for _ in range(int(DEADLINE / 0.5)):           # refused while alice's pipe is there
+            bob = _dealer(b, ctx, tmp_path, "bob", b"claimed")
+            opened.append(bob)
+            bob.send(encode(c.StreamInfo()))
+            if bob.poll(500):
+                return decode(bob.recv())
+        return None
+    got = _talk_to(b, ctx, talk)
     assert isinstance(got, c.Invalid) and got.reason.startswith("not attached"), \
         f"bob was answered in alice's session: {got}"
 
@@ -136,49 +137,31 @@ def test_the_same_key_back_on_an_id_whose_send_failed_keeps_its_rights(tmp_path)
         '[clients]\nalice = "alice.key"\nbob = "bob.key"\n'
         '[[allow]]\nclients = ["alice"]\nsubscribe = ["x"]\n'
         '[[allow]]\nclients = ["bob"]\npublish = ["x"]\n', str(tmp_path / "keys")))
-    out: list = []
-
-    def dealer(name, ident=None):
-        return _dealer(b, ctx, tmp_path, name, ident)
 
     def recv(d):
         assert d.poll(DEADLINE * 1000)
         return decode(d.recv())
 
-    def talk():
-        opened = []
-        try:
-            alice = dealer("alice", b"mine")
-            bob = dealer("bob")
-            opened += [alice, bob]
-            bob.send(encode(c.Attach("x")))                # made by bob, who may publish
-            assert recv(bob) == c.AttachOk()
-            for cmd in (c.Attach("x"), c.Credit(1 << 20), c.Subscribe("", c.LATEST_LIVE)):
-                alice.send(encode(cmd))
-            assert [type(recv(alice)) for _ in range(2)] == [c.AttachOk, c.SubscribeOk]
-            alice.close(0)
-            for _ in range(int(DEADLINE / 0.05)):       # a DELIVER to alice's id fails
-                bob.send(encode(c.Publish("k", b"v")))
-                threading.Event().wait(0.05)
-                if b"mine" not in b.core.sessions:
-                    break
-            else:
-                raise AssertionError("no send to alice's id failed")
-            alice = dealer("alice", b"mine")
-            opened.append(alice)
-            alice.send(encode(c.Attach("x")))
-            out.append(recv(alice))
-        except BaseException as exc:                   # re-raised in the test's thread
-            out.append(exc)
-        finally:
-            for d in opened:
-                d.close(0)
-            b.stop()
-    t = threading.Thread(target=talk)
-    t.start()
-    _serve(b)
-    t.join(DEADLINE)
-    ctx.term()
-    if isinstance(out[0], BaseException):
-        raise out[0]
-    assert out[0] == c.AttachOk(), f"alice lost her rights: {out[0]}"
+    def talk(opened):
+        alice = _dealer(b, ctx, tmp_path, "alice", b"mine")
+        bob = _dealer(b, ctx, tmp_path, "bob")
+        opened += [alice, bob]
+        bob.send(encode(c.Attach("x")))                    # made by bob, who may publish
+        assert recv(bob) == c.AttachOk()
+        for cmd in (c.Attach("x"), c.Credit(1 << 20), c.Subscribe("", c.LATEST_LIVE)):
+            alice.send(encode(cmd))
+        assert [type(recv(alice)) for _ in range(2)] == [c.AttachOk, c.SubscribeOk]
+        alice.close(0)
+        for _ in range(int(DEADLINE / 0.05)):           # a DELIVER to alice's id fails
+            bob.send(encode(c.Publish("k", b"v")))
+            threading.Event().wait(0.05)
+            if b"mine" not in b.core.sessions:
+                break
+        else:
+            raise AssertionError("no send to alice's id failed")
+        alice = _dealer(b, ctx, tmp_path, "alice", b"mine")
+        opened.append(alice)
+        alice.send(encode(c.Attach("x")))
+        return recv(alice)
+    got = _talk_to(b, ctx, talk)
+    assert got == c.AttachOk(), f"alice lost her rights: {got}"

@@ -257,6 +257,7 @@ class StreamAdministration(Compacting):
         gone = self.consumers.pop(cmd.stream, {})
         self.consumers_held -= len(gone)
         for name, g in gone.items():
+            g.forget()                              # what it held leaves the budget
             self.consumer_store.remove(g.stream_dir, name)
         self.journal_ends.pop(cmd.stream, None)
         self.streams_deleted += 1

@@ -89,7 +89,7 @@ class Consuming:
             end = min(self.journal_ends.pop(st.name, st.journal.next_seq), st.journal.next_seq)
             for name, (config, state) in store.load_all(st.journal.stream_dir).items():
                 g = gs[name] = Group(st.name, config, state.next, state.outstanding,
-                                     state.counters, state.skipped)
+                                     state.counters, state.skipped, self.outstanding)
                 g.stream_dir = st.journal.stream_dir
                 g.ticking = self.consumers_ticking
                 g.pumping = self.consumers_pumping
@@ -178,7 +178,7 @@ class Consuming:
             start = st.journal.next_seq
         else:
             start = st.first_seq
-        g = gs[cmd.name] = Group(st.name, config, start)
+        g = gs[cmd.name] = Group(st.name, config, start, budget=self.outstanding)
         self.consumers_held += 1
         g.stream_dir = st.journal.stream_dir
         g.ticking = self.consumers_ticking
@@ -284,6 +284,7 @@ class Consuming:
                 "floor": floor, "next": g.next, "last": last,
                 "lag": max(0, last - floor), "lag_seconds": round(lag_seconds, 3),
                 "pending": g.pending, "outstanding": len(g.out), "members": len(g.members),
+                "paused": self.outstanding.reason().text if g.held_back() else "",
                 **g.counters}
 
     def _on_consumer_list(self, s: Session, cmd) -> None:
@@ -308,6 +309,7 @@ class Consuming:
         if s.consumer is g:
             s.consumer = None
         self.consumers_pumping.pop(g, None)
+        g.forget()                                  # what it held leaves the budget
         del self._groups_of(st)[cmd.name]
         self.consumers_held -= 1
         self.consumer_store.remove(st.journal.stream_dir, cmd.name)
@@ -335,18 +337,37 @@ class Consuming:
         bound with more to do (run the next round at once). Only the consumers with members
         are looked at (``consumers_pumping``): a round looked at every consumer loaded, of
         every open stream (1,024 a stream; 1,000 streams: 28 ms a round, every client
-        waiting), which any client that may subscribe creates with CONSUMER-ADD."""
+        waiting), which any client that may subscribe creates with CONSUMER-ADD. They are
+        taken in turn, from one further each round: room in the broker's budget of
+        outstanding messages, freed by an ACK, goes to the first consumer with work, which
+        was always the same one (the oldest), and the others could wait for ever."""
         more = False
-        for g in list(self.consumers_pumping):
+        gs = list(self.consumers_pumping)
+        if len(gs) > 1:
+            k = self.consumers_turn % len(gs)
+            self.consumers_turn = k + 1
+            gs = gs[k:] + gs[:k]
+        for g in gs:
             st = self.streams.get(g.stream)
             if st is None or self.consumers.get(g.stream, {}).get(g.config.name) is not g:
                 del self.consumers_pumping[g]         # deleted since (its stream, or itself)
                 continue
-            if (g.members and not g.asleep
-                    and ((g.next < st.journal.next_seq and g.room > 0) or g.has_ready(now))
-                    and self._pump_group(st, g, now)):
+            if not g.members or g.asleep:
+                continue
+            new = g.next < st.journal.next_seq
+            if new and g.room <= 0:                   # at its bound, or the broker's
+                self._held_back(st, g)
+                new = False
+            if (new or g.has_ready(now)) and self._pump_group(st, g, now):
                 more = True
         return more
+
+    def _held_back(self, st, g: Group) -> None:
+        """Log (once until half the budget is free) that the broker's budget of outstanding
+        messages pauses consumers (:mod:`zeps.broker.outstanding`)."""
+        if g.held_back() and self.outstanding.pause_to_log():
+            self.log("consumers_paused", stream=st.name, consumer=g.config.name,
+                     reason=self.outstanding.reason().text, held=self.outstanding.held)
 
     def _pump_group(self, st, g: Group, now: float) -> bool:
         j = st.journal
@@ -446,6 +467,8 @@ class Consuming:
                 g.next = seq + 1
         if budget == 0:
             return True
+        if not blocked and g.next < j.next_seq:
+            self._held_back(st, g)
         g.asleep = blocked and not opening             # no member can take one: wait for one
         return False
 

@@ -44,6 +44,7 @@ from .catalogue import StreamCatalogue
 from .congestion import Congestion
 from .consuming import SAVE_BURST, SIDE_RATE, Consuming, SyncStore
 from .headers import HeadersHandling
+from .outstanding import Budget
 from .publishing import Publishing
 from .session import ATTACHED, ProtocolViolation, Session
 from .snapshots import Snapshots
@@ -103,6 +104,8 @@ class CoreConfig:
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
     max_total_streams: int = 100_000      # streams stored (on disk) at once: creation beyond is refused
     max_total_consumers: int = 100_000    # durable consumers in memory at once: adding beyond is refused
+    # outstanding messages of every durable consumer (~300 B each): beyond, consumers are paused
+    max_total_outstanding: int = 4_194_304
     # Commands whose cost is not per message (listing, stream administration) are paid from a
     # per-client budget: ``admin_burst`` at once, then ``admin_rate`` a second.
     admin_rate: float = 20.0
@@ -183,11 +186,14 @@ class BrokerCore(Attachment, Access, Publishing, StreamAdministration, Congestio
         #: ``consumer_store`` saves them (the shell's Saver, off the loop).
         self.consumers: Dict[str, dict] = {}
         self.consumers_held = 0          # how many, of every stream (max_total_consumers)
+        #: Their outstanding messages, over all of them (max_total_outstanding; outstanding.py).
+        self.outstanding = Budget(self.config.max_total_outstanding)
         self.consumer_store = SyncStore(sync=self.config.fsync != "never")
         #: The consumers with timers or unsaved changes: all a consumer tick visits.
         self.consumers_ticking: Dict[object, None] = {}
         #: The consumers with members: all the pump step visits (a member joins them to it).
         self.consumers_pumping: Dict[object, None] = {}
+        self.consumers_turn = 0          # the pump step starts one further each round
         #: stream -> its journal's end (next sequence) when first opened since the broker
         #: started, while its consumers are not loaded: a cursor past it was lost to a power
         #: loss (consuming.py, ``_rewind``). One int a stream, dropped when they are loaded.

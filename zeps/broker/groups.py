@@ -25,6 +25,8 @@ from typing import Deque, Dict, Iterable, List, Optional, Tuple
 
 from zeps.protocol import commands as c
 
+from .outstanding import Budget
+
 #: Members one consumer may have.
 MAX_MEMBERS = 4096
 #: Outstanding messages of one consumer, whatever its members' ``max_ack_pending`` add up to.
@@ -68,8 +70,13 @@ class Group:
 
     def __init__(self, stream: str, config, next_seq: int,
                  outstanding: Optional[Dict[int, int]] = None,
-                 counters: Optional[Dict[str, int]] = None, skipped: int = 0):
+                 counters: Optional[Dict[str, int]] = None, skipped: int = 0,
+                 budget: Optional[Budget] = None):
         self.stream = stream
+        #: The broker's budget of outstanding messages, shared by its consumers: every
+        #: message put in ``out`` or taken out of it for good is counted there (None: no core,
+        #: no bound but ``MAX_PENDING``).
+        self.budget = budget
         self.stream_dir = ""                        # where it is saved (set by its loader)
         #: The core's groups with timers or unsaved changes (consuming.py visits only those
         #: each tick): a change or a timer puts this group in it (None: no core).
@@ -109,6 +116,8 @@ class Group:
                 self.unknown_keys += 1
         heapq.heapify(self.ready)
         self.low = list(self.ready)                 # sorted: a heap
+        if budget is not None:                      # loaded: counted, even past the limit
+            budget.held += len(self.out)
 
     @property
     def dirty(self) -> bool:
@@ -164,14 +173,31 @@ class Group:
     # ------------------------------------------------------------------ handing out
     @property
     def room(self) -> int:
-        """How many more messages may be outstanding."""
-        return MAX_PENDING - len(self.out)
+        """How many more messages may be outstanding: the consumer's own bound, and the
+        broker's budget (:mod:`zeps.broker.outstanding`)."""
+        own = MAX_PENDING - len(self.out)
+        if self.budget is None:
+            return own
+        return min(own, self.budget.room(len(self.out)))
+
+    def held_back(self) -> bool:
+        """The broker's budget, not the consumer's own bound, stops it reading."""
+        return self.budget is not None and len(self.out) < MAX_PENDING \
+            and self.budget.room(len(self.out)) <= 0
+
+    def forget(self) -> None:
+        """The consumer is deleted (or its stream): what it held leaves the budget."""
+        if self.budget is not None:
+            self.budget.give(len(self.out))
+            self.budget = None
 
     def hand(self, seq: int, member: Member, key: str, now: float) -> None:
         """``seq`` (key ``key``) was handed to ``member``."""
         self.counters["delivered"] += 1
         if self.ack_none:                         # acknowledged as it goes
             if self.out.pop(seq, None) is not None:
+                if self.budget is not None:
+                    self.budget.give()
                 self._release(key)
             self.counters["acked"] += 1
             self.dirty = True
@@ -332,6 +358,8 @@ class Group:
         than twice the outstanding messages (plus :data:`HEAP_SLACK`: those acknowledged since
         they were put in) is rebuilt from ``out``: amortised O(1), as :meth:`_tidy_timers`."""
         self.out[seq] = o
+        if self.budget is not None:
+            self.budget.held += 1
         low = self.low
         heapq.heappush(low, seq)
         if len(low) > 2 * len(self.out) + HEAP_SLACK:
@@ -353,6 +381,8 @@ class Group:
     def _done(self, seq: int) -> None:
         o = self.out.pop(seq, None)
         if o is not None:
+            if self.budget is not None:
+                self.budget.give()
             if o.key is None and self.key_order:
                 self.unknown_keys -= 1
             self._release(o.key)

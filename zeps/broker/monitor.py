@@ -56,7 +56,7 @@ MODES = ("live", "catching_up", "historical", "congested", "not_subscribed", "un
 #: How :func:`connz` can order clients (``lag``: most behind first).
 SORTS = ("lag", "client", "stream", "idle", "credit")
 #: How :func:`consumerz` can order consumers (``lag``, ``pending``: the most first).
-CONSUMER_SORTS = ("lag", "pending", "stream")
+CONSUMER_SORTS = ("lag", "pending", "outstanding", "stream")
 #: JSON names of the stream counters, in the order of ``COUNTERS``.
 _TRAFFIC = dict(zip(COUNTERS, ("in_msgs", "out_msgs", "in_bytes", "out_bytes")))
 
@@ -257,6 +257,7 @@ def varz(core, now: float, *, started: Optional[float] = None, wall_ns: Optional
         confirms_pending=sum(len(s.unconfirmed) for st in core.streams.values()
                              for s in st.confirming.values()),
         consumers=sum(len(gs) for n, gs in core.consumers.items() if n in core.streams),
+        consumer_outstanding=core.outstanding.held,
         invalid={k: core.invalids.get(k, 0) for k in LABELS},
         invalid_frames=core.bad_frames_total,
         config=dataclasses.asdict(core.config),
@@ -353,6 +354,7 @@ def consumer_doc(core, st: Stream, g, head: Optional[int] = None,
             "config": config, "floor": floor, "next": g.next, "last": head,
             "lag": _consumer_lag(g, head), "lag_seconds": round(lag_seconds, 3),
             "pending": g.pending, "outstanding": len(g.out), "members": len(g.members),
+            "paused": core.outstanding.reason().text if g.held_back() else "",
             **g.counters}
 
 
@@ -360,7 +362,8 @@ def consumerz(core, *, sort: str = "lag", limit: Optional[int] = 1024, offset: i
               stream: Optional[str] = None,
               redact: Optional[Redactor] = None) -> Dict[str, Any]:
     """The consumers of the open streams, ordered by ``sort`` (one of
-    :data:`CONSUMER_SORTS`: ``lag`` and ``pending`` the most first, ``stream`` by stream and
+    :data:`CONSUMER_SORTS`: ``lag``, ``pending`` and ``outstanding`` the most first (the last
+    finds those holding the broker's budget, members or not), ``stream`` by stream and
     name), ``limit`` of them from ``offset`` (``None``: all), only those of ``stream`` if given
     (a hashed name with ``redact``). Ordering looks at every consumer (O(1) each, O(members)
     for ``pending``); documents, each reading one journal record, are made for the page only."""
@@ -384,6 +387,10 @@ def consumerz(core, *, sort: str = "lag", limit: Optional[int] = 1024, offset: i
         def key(r):
             st, g = r
             return (-g.pending, sname(st.name), cname(g.config.name))
+    elif sort == "outstanding":
+        def key(r):
+            st, g = r
+            return (-len(g.out), sname(st.name), cname(g.config.name))
     else:
         def key(r):
             st, g = r

@@ -118,6 +118,10 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-total-consumers", type=_positive(int), default=100_000,
                         help="durable consumers held at once, of every stream: adding one more "
                              "is refused (default 100000)")
+    limits.add_argument("--max-total-outstanding", type=_positive(int), default=4_194_304,
+                        help="messages handed out and not yet acknowledged, over all durable "
+                             "consumers (some 300 bytes each): beyond, consumers get no new "
+                             "messages until acknowledgements free room (default 4194304)")
     limits.add_argument("--admin-rate", type=_positive(float), default=20.0,
                         help="listing and stream administration commands a second per client, "
                              "after a burst of as many (default 20)")
@@ -326,6 +330,7 @@ def run_from_args(args: argparse.Namespace) -> int:
                              max_credit=args.max_credit, auto_create=args.auto_create == "yes",
                              max_total_streams=args.max_total_streams,
                              max_total_consumers=args.max_total_consumers,
+                             max_total_outstanding=args.max_total_outstanding,
                              admin_rate=args.admin_rate,
                              admin_burst=max(1, int(args.admin_rate)),
                              compaction_check=args.compaction_check)

@@ -125,6 +125,8 @@ _LIMITS = {
     "max_regex_per_stream": "at most {} distinct regex subscriptions per stream",
     "max_total_streams": "the broker stores at most {} streams",
     "max_total_consumers": "the broker holds at most {} durable consumers",
+    "max_total_outstanding": ("the broker holds at most {} outstanding messages of durable "
+                              "consumers (new messages wait for acknowledgements)"),
     "max_consumers": "a stream has at most {} durable consumers",
     "max_members": "a durable consumer has at most {} members",
     "admin_rate": "at most {} listing and stream administration commands a second per client",

@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 
 from tests.core_harness import Core, cost, make_fixture  # noqa: F401 (fixtures)
 from zeps.broker import outstanding
+from zeps.broker.monitor import consumerz, varz
 from zeps.protocol import commands as c
 from zeps.protocol.consumer import pack_ranges, ranges_of
 from .property_examples import examples
@@ -75,6 +76,11 @@ def test_a_full_budget_pauses_the_other_consumers_until_acks_and_deletes_free_ro
     h.core.gone(b"h2")                                            # its 100 wait for h2's next
     h.drain()
     assert got(h, b"v") == [] and h.core.outstanding.held == 300
+    # who holds them: members or not (h2 has none), and the broker's count
+    assert [r["name"] for r in consumerz(h.core, sort="outstanding")["consumers"]] == [
+        "h2", "h3", "h1", "v"]
+    assert [r["name"] for r in consumerz(h.core, sort="pending")["consumers"]][-1] == "h2"
+    assert varz(h.core, h.now)["consumer_outstanding"] == 300
     h.send(b"admin", c.ConsumerDelete("h3"))
     h.drain()
     assert got(h, b"v") == list(range(11, 111))

@@ -7,7 +7,7 @@ broker's process, beside the ZeroMQ loop.
 ``/varz``      the broker (JSON, :func:`zeps.broker.monitor.varz`)
 ``/connz``     its clients; ``?sort=lag|client|stream|idle|credit&limit=N&offset=N&stream=S``
 ``/streamz``   its open streams; ``?limit=N&offset=N`` (limit 1024 unless given)
-``/consumerz`` the durable consumers of its open streams; ``?sort=lag|pending|stream&limit=N&``
+``/consumerz`` the durable consumers; ``?sort=lag|pending|outstanding|stream&limit=N&``
                ``offset=N&stream=S`` (:func:`zeps.broker.monitor.consumerz`)
 ``/metrics``   Prometheus (:mod:`zeps.broker.metrics`)
 ``/healthz``   ``{"status": "ok"}`` while the broker runs

@@ -2,7 +2,7 @@
 (``max_total_outstanding``, zeps/broker/outstanding.py, docs/consumers.md "Bounds"), driven
 in-process (tests/core_harness.py). Each consumer held at most 65,536 outstanding messages and
 the broker 100,000 consumers, but nothing bounded their sum: members that take and never
-acknowledge made the broker hold up to 6.5 billion (some 300 bytes each). Now a full budget
+acknowledge made the broker hold up to 6.5 billion (a few hundred bytes each). Now a full budget
 pauses consumers (no new messages, nothing refused or lost) until acknowledgements, dead
 letters or deletions free room; the last quarter is kept for consumers holding few; and the
 count is what the consumers hold on every path (the property test), restarts included."""

@@ -48,7 +48,8 @@ def test_a_working_consumer_on_the_monitoring_port_and_the_dashboard(start_broke
                        if x["consumer"] == "billing"]
             assert len(members) == 1 and members[0]["stream"] == "orders"
             status, _h, body = get(url + "/consumerz?sort=oldest")
-            assert status == 400 and b"sort must be one of lag, pending, outstanding, stream" in body
+            assert status == 400 and (b"sort must be one of lag, pending, outstanding, stream"
+                                      in body)
             samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                        for fam in text_string_to_metric_families(
                            get(url + "/metrics")[2].decode()) for s in fam.samples}

@@ -104,7 +104,8 @@ class CoreConfig:
     auto_create: bool = True              # ATTACH creates a missing stream (else "no stream")
     max_total_streams: int = 100_000      # streams stored (on disk) at once: creation beyond is refused
     max_total_consumers: int = 100_000    # durable consumers in memory at once: adding beyond is refused
-    # outstanding messages of every durable consumer (~300 B each): beyond, consumers are paused
+    # outstanding messages of every durable consumer (a few hundred B each): beyond, consumers
+    # are paused
     max_total_outstanding: int = 4_194_304
     # Commands whose cost is not per message (listing, stream administration) are paid from a
     # per-client budget: ``admin_burst`` at once, then ``admin_rate`` a second.

@@ -2,10 +2,10 @@
 (``--max-total-outstanding``, docs/consumers.md "Bounds"). Pure: no sockets, no clock.
 
 Each outstanding message (handed out, not acknowledged: :class:`zeps.broker.groups.Out`) costs
-the broker some 300 bytes (its record, its place in the consumer's dict and heaps, its key),
+the broker a few hundred bytes (its record, its place in the consumer's dict and heaps, its key),
 and each consumer may hold ``MAX_PENDING`` (65,536) of them; without a bound over all
 consumers, members that take and never acknowledge make a broker of ``max_total_consumers``
-consumers hold 6.5 billion (2 TB). :class:`Budget` counts them all: every consumer
+consumers hold 6.5 billion. :class:`Budget` counts them all: every consumer
 (:class:`~zeps.broker.groups.Group`) adds one when a message becomes outstanding and takes one
 back when it leaves for good (ACK, dead letter, retention, a rewind), and gives back all it
 holds when it is deleted (CONSUMER-DELETE, its stream deleted). A consumer loaded from its

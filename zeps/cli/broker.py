@@ -120,7 +120,7 @@ def add_broker_arguments(parser: argparse.ArgumentParser) -> None:
                              "is refused (default 100000)")
     limits.add_argument("--max-total-outstanding", type=_positive(int), default=4_194_304,
                         help="messages handed out and not yet acknowledged, over all durable "
-                             "consumers (some 300 bytes each): beyond, consumers get no new "
+                             "consumers (a few hundred bytes each): beyond, consumers get no new "
                              "messages until acknowledgements free room (default 4194304)")
     limits.add_argument("--admin-rate", type=_positive(float), default=20.0,
                         help="listing and stream administration commands a second per client, "

@@ -259,14 +259,15 @@ def broker_sends(p, pending) -> None:
             pending[0] = rest
 
 
-def test_entries_already_received_are_skipped_but_their_credit_counts():
+def test_entries_already_received_are_skipped_and_earn_no_credit():
     p = batching()
     p.start_delivery()
     sent(p)
     p.receive(deliver_batch(1, [("k", b"1"), ("k", b"2")]), 0.0)
-    p.receive(deliver_batch(2, [("k", b"2"), ("k", b"3")]), 0.0)   # 2 again (a replay overlap)
+    p.receive(deliver_batch(2, [("k", b"2"), ("k", b"3")]), 0.0)   # 2 again: a lying broker
     assert [m.sequence for m in p.take()] == [1, 2, 3]
-    assert p.consumed + p.buffered == 4 * message_cost("k", b"1")
+    assert p.consumed + p.buffered == 3 * message_cost("k", b"1")
+    assert p.wasted == message_cost("k", b"1") and p.duplicates == 1
 
 
 def test_a_deliver_batch_beyond_the_credit_given_drops_the_peering():

@@ -211,7 +211,7 @@ def test_take_stops_at_half_the_window():
     assert [m.sequence for m in p.take()] == [4, 5]
 
 
-def test_duplicates_and_old_sequences_are_dropped_but_still_cost_credit():
+def test_duplicates_and_old_sequences_are_dropped_counted_and_earn_no_credit():
     p = attached()
     p.subscribe("", 0, False, 0.0)
     feed(p, c.SubscribeOk())
@@ -220,7 +220,8 @@ def test_duplicates_and_old_sequences_are_dropped_but_still_cost_credit():
     deliver(p, 7)
     deliver(p, 3)
     assert [m.sequence for m, _ in p.buffer] == [7]
-    assert p.consumed == 2 * message_cost("k", b"x")
+    assert p.consumed == 0 and p.duplicates == 2   # never granted back (zeps.clients.bounds)
+    assert p.wasted == 2 * message_cost("k", b"x")
 
 
 def test_a_broker_that_sends_beyond_the_credit_given_is_dropped():

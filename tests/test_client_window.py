@@ -9,6 +9,7 @@ import pytest
 
 from tests.test_client_peering import credit_sent, deliver, feed, peering, sent
 from zeps.clients import InvalidError
+from zeps.clients.bounds import DELIVERY_HEAD, FRAME_FLOOR, FRAME_SLACK, frame_bound
 from zeps.clients.errors import PatternRemoved
 from zeps.clients.peering import LOST, RECONNECTED
 from zeps.clients.requests import RequestKind
@@ -23,18 +24,44 @@ MB = 1 << 20
 
 
 
-def test_limits_ok_grows_the_window_to_the_largest_message_and_grants_the_difference():
-    p = peering(window=1000)
+def test_limits_ok_grows_the_window_within_the_socket_s_bound_and_grants_the_difference():
+    p = peering(window=4 * MB)
     sent(p)
     feed(p, c.AttachOk())
     p.subscribe("", 0, False, 0.0)
     p.start_delivery()
-    assert credit_sent(p) == 1000
-    feed(p, c.LimitsOk(16 * MB, 64 * MB))
-    largest = deliver_cost(255, 16 * MB) + DEAD_LETTER_HEADERS    # a dead letter's headers
+    assert credit_sent(p) == 4 * MB
+    feed(p, c.LimitsOk(2 * MB, 64 * MB))
+    largest = deliver_cost(255, 2 * MB) + DEAD_LETTER_HEADERS     # a dead letter's headers
     assert p.credit_window == 2 * largest            # room for it, and for the top-up slack
-    assert credit_sent(p) == 2 * largest - 1000      # the broker now holds the whole window
+    assert p.credit_window + DELIVERY_HEAD <= p.read_limit == frame_bound(4 * MB)
+    assert credit_sent(p) == 2 * largest - 4 * MB    # the broker now holds the whole window
     feed(p, c.SubscribeOk())                         # the subscribe still gets its answer
+    deliver(p, 1, body=b"s")
+    deliver(p, 2, body=b"x" * (2 * MB))               # the largest body fits
+    assert p.need_reconnect is None and [m.sequence for m in p.take()] == [1, 2]
+
+
+def test_a_window_grown_past_the_socket_s_bound_is_granted_on_a_new_connection():
+    """The socket reads frames up to the first window's bound (ZMQ_MAXMSGSIZE, fixed when it
+    connects): the grown window is granted on a new one, whose bound fits it."""
+    p = peering(window=1000)
+    sent(p)
+    feed(p, c.AttachOk())
+    p.subscribe("", 0, False, 0.0)
+    feed(p, c.LimitsOk(16 * MB, 64 * MB))
+    feed(p, c.SubscribeOk())
+    p.start_delivery()
+    largest = deliver_cost(255, 16 * MB) + DEAD_LETTER_HEADERS
+    assert p.credit_window == 2 * largest and p.read_limit == FRAME_FLOOR
+    assert credit_sent(p) == 0 and "credit window grew" in p.need_reconnect
+    p.reconnect(1.0)
+    assert p.read_limit == 2 * largest + FRAME_SLACK
+    sent(p)
+    feed(p, c.AttachOk(), 1.0)
+    assert credit_sent(p) == 2 * largest             # the whole window, on the new socket
+    feed(p, c.LimitsOk(16 * MB, 64 * MB))            # the same: nothing grows
+    feed(p, c.SubscribeOk())                         # the re-subscribe
     deliver(p, 1, body=b"s")
     deliver(p, 2, body=b"x" * (16 * MB))              # the largest body fits
     assert p.need_reconnect is None and [m.sequence for m in p.take()] == [1, 2]

@@ -110,7 +110,10 @@ How it works (what you can rely on, with either client)
   window was consumed). A slow application therefore makes the broker switch this client to
   journal replay instead of queueing; you never see the switch: sequences strictly increase,
   without gaps (except for messages your patterns do not match) and without duplicates (the
-  client drops any sequence not above the last one it handed to you, defensively).
+  client drops any sequence not above the last one it received, counts it in
+  ``client.duplicates`` and grants no credit back for it: :mod:`zeps.clients.bounds`).
+  Every socket reads frames of at most ``max_frame`` bytes (default: the window plus 64 KiB,
+  all an honest broker sends); a longer one raises :class:`FrameTooLarge` once.
   A message is delivered only when its cost (``8 + len(key) + 1 + len(body)``) fits in the
   window, so after each ATTACH the client asks the broker's ``LIMITS`` and grows the window
   for the largest message the broker accepts (or, with a broker without ``LIMITS``, when it
@@ -179,9 +182,9 @@ from ..units import check_endpoint, to_timestamp_ns
 from . import errors
 from .defaults import DEFAULT_CREDIT_WINDOW, DEFAULT_ENDPOINT
 from .errors import (ClientClosed, ClientForked, ConcurrentUseError, ConnectionLost,
-                     HandshakeFailed, InvalidError, NoStream, PatternRemoved, ProducerFenced,
-                     ProducerStateLost, StreamDeleted, StreamGone, StreamRecreated, ZepsError,
-                     ZepsTimeout)
+                     FrameTooLarge, HandshakeFailed, InvalidError, NoStream, PatternRemoved,
+                     ProducerFenced, ProducerStateLost, StreamDeleted, StreamGone,
+                     StreamRecreated, ZepsError, ZepsTimeout)
 from .message import Headers, Message, MessageBatch, StreamInfo
 from .receipt import AsyncReceipt, Receipt
 from .subscription import AsyncSubscription, Subscription
@@ -193,7 +196,8 @@ __all__ = ["Client", "CurveKeys", "AsyncMulticastSubscriber", "AsyncClient", "Su
            "list_streams",
            "errors", "ZepsError",
            "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout", "ConnectionLost", "StreamGone",
-           "HandshakeFailed", "StreamDeleted", "StreamRecreated", "ClientClosed", "ClientForked",
+           "HandshakeFailed", "FrameTooLarge", "StreamDeleted", "StreamRecreated", "ClientClosed",
+           "ClientForked",
            "ConcurrentUseError", "ProducerFenced", "ProducerStateLost",
            "DEFAULT_ENDPOINT", "DEFAULT_CREDIT_WINDOW", "check_endpoint", "to_timestamp_ns"]
 

@@ -56,8 +56,9 @@ _DONE = done_receipt(AsyncReceipt)
 class AsyncClient(ops.FrontEnd):
     """A peering with a ZEPS broker, attached to one stream, for asyncio.
 
-    The arguments are :class:`~zeps.clients.Client`'s, ``create`` included (readers never
-    create streams); ``context`` may be a ``zmq.asyncio.Context`` or a plain one.
+    The arguments are :class:`~zeps.clients.Client`'s, ``create`` (readers never create
+    streams) and ``max_frame`` (the longest frame read) included; ``context`` may be a
+    ``zmq.asyncio.Context`` or a plain one.
     Nothing happens until ``await client.connect()`` or ``async with AsyncClient(...) as
     client``, which ATTACH and raise :class:`~zeps.clients.InvalidError` if the broker refuses
     the stream, :class:`~zeps.clients.ZepsTimeout` if no broker answers within ``timeout``.
@@ -68,9 +69,10 @@ class AsyncClient(ops.FrontEnd):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None, batching: bool = True, create: bool = False):
+                 curve=None, batching: bool = True, create: bool = False,
+                 max_frame: Optional[int] = None):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent, batching, create)
+                    producer_id, idempotent, batching, create, max_frame)
         module, ctx = zmq_for(context, asyncio=True)
         self._callbacks: set = set()         # the tasks of a coroutine on_connection callback
         if on_connection is not None:
@@ -333,6 +335,8 @@ class AsyncClient(ops.FrontEnd):
             while True:
                 wait = steps.send(await self._until(*wait))
         except StopIteration as done:
+            if self._p.need_reconnect is not None:
+                self._kick()       # the operation decided to reconnect (bounds.Bounds.regrow)
             return done.value
 
     async def _until(self, cond, deadline: Optional[float]) -> bool:

@@ -138,6 +138,11 @@ class Client(ops.FrontEnd, Driver):
             :class:`~zeps.clients.errors.NoStream` at once if it still does not exist.
             ``create=True`` attaches creating the (empty) stream at once, as a plain ZEPS/1
             ATTACH does: for a subscriber that waits for a publisher not started yet.
+        max_frame: the longest frame the client reads (bytes: ``ZMQ_MAXMSGSIZE`` on each of its
+            sockets, as Kafka's ``receive.message.max.bytes``). Default None: the credit window
+            plus 64 KiB, the most an honest broker sends (:mod:`zeps.clients.bounds`); given,
+            it caps the window too. A longer frame is not read: the next call raises
+            :class:`~zeps.clients.FrameTooLarge`, and the client reconnects.
 
     The constructor connects and ATTACHes; it raises :class:`InvalidError` if the broker
     refuses the stream (not for a stream that does not exist: see ``create``) and
@@ -152,9 +157,10 @@ class Client(ops.FrontEnd, Driver):
                  heartbeat: float = DEFAULT_HEARTBEAT, timestamps: bool = True, context=None,
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  on_connection: Optional[Callable[[ConnectionEvent], None]] = None,
-                 curve=None, batching: bool = True, create: bool = False):
+                 curve=None, batching: bool = True, create: bool = False,
+                 max_frame: Optional[int] = None):
         self._setup(endpoint, stream, credit_window, confirms, timeout, heartbeat, timestamps,
-                    producer_id, idempotent, batching, create)
+                    producer_id, idempotent, batching, create, max_frame)
         p = self._p
         module, ctx = zmq_for(context)
         self.green = module is not zmq

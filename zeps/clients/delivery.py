@@ -8,8 +8,9 @@ Pure (no socket, no clock), as the rest of the peering. What arrives:
   (``zeps.protocol.headers``);
 * a **DELIVER-BATCH** is kept whole as a :class:`~zeps.clients.message.MessageBatch` (its
   credit is one sum from the entries' offsets; nothing is decoded per message) unless it
-  repeats sequences already received, which are dropped one by one (defensive: never hand a
-  duplicate, but its credit was used).
+  repeats sequences already received, which are dropped one by one;
+* a delivery at or below the last sequence received (or before the client subscribed) is a
+  duplicate: dropped, counted, its credit not granted back (:mod:`zeps.clients.bounds`).
 
 What leaves: :meth:`Delivery.take` hands messages to the front ends (building a batch's
 messages then, and cutting it at the top-up exactly where DELIVERs would have stopped),
@@ -82,6 +83,9 @@ class Delivery:
         self.subscribed = True
         self.last_received = self.last_handed
         if self.attached:
+            if self.outgrown():             # LIMITS-OK grew the window past the socket's bound
+                self.regrow()
+                return
             self._send(encode(c.Credit(self.credit_window)))
 
     def take(self, limit: int = TAKE_LIMIT) -> List[Message]:
@@ -192,13 +196,10 @@ class Delivery:
                     cost: int) -> None:
         """One decoded message (not a DELIVER-H): buffered, or only counted if a duplicate."""
         if not self.subscribed or seq <= self.last_received:
-            # Defensive: never hand a duplicate; it still used credit.
-            self.consumed += cost
-            if self.consumed >= self.topup:
-                self._grant()
+            self._duplicate(cost)           # never handed twice, never paid for
             return
         self.buffered += cost
-        if self.buffered + self.consumed > self.credit_window:
+        if self.buffered + self.consumed + self.wasted > self.credit_window:
             self.buffered -= cost
             self._beyond_credit()
             return
@@ -218,13 +219,11 @@ class Delivery:
         cost = deliver_h_cost(frame)
         seq = cmd.sequence
         if not self.subscribed or seq <= self.last_received:
-            self.consumed += cost         # defensive: never hand a duplicate; it used credit
-            if self.consumed >= self.topup:
-                self._grant()
+            self._duplicate(cost)
             return
         self.last_received = seq
         self.buffered += cost
-        if self.buffered + self.consumed > self.credit_window:
+        if self.buffered + self.consumed + self.wasted > self.credit_window:
             self._beyond_credit()
             return
         self.buffered_messages += 1
@@ -250,13 +249,11 @@ class Delivery:
             return
         total = offsets[-1] - offsets[0] + ENTRY_COST_EXTRA * count
         if not self.subscribed:
-            self.consumed += total
-            if self.consumed >= self.topup:
-                self._grant()
+            self._duplicate(total, count)
             return
         if first > self.last_received:             # the usual case: all of it is new
             self.buffered += total
-            if self.buffered + self.consumed > self.credit_window:
+            if self.buffered + self.consumed + self.wasted > self.credit_window:
                 self.buffered -= total
                 self._beyond_credit()
                 return
@@ -268,26 +265,28 @@ class Delivery:
         self._deliver_batch_entries(frame, ts, first, offsets)
 
     def _deliver_batch_entries(self, frame: bytes, ts: int, first: int, offsets) -> None:
-        """A DELIVER-BATCH that repeats sequences already received (defensive: never hand a
-        duplicate): its new entries are buffered one by one, the others still use credit."""
+        """A DELIVER-BATCH that repeats sequences already received: its new entries are
+        buffered one by one, the others are duplicates (never handed, never paid for)."""
         stream = self.stream
         append = self.buffer.append
         last = self.last_received
         window = self.credit_window
         seq = first - 1
         start = offsets[0]
+        repeats = repeated = 0
         for end in offsets[1:]:
             seq += 1
             cost = end - start + ENTRY_COST_EXTRA
             kend = start + 1 + frame[start]
             if seq <= last:
-                self.consumed += cost
+                repeats += 1
+                repeated += cost
                 start = end
                 continue
             key = frame[start + 1:kend].decode("utf-8", "replace")
             last = seq
             self.buffered += cost
-            if self.buffered + self.consumed > window:
+            if self.buffered + self.consumed + self.wasted + repeated > window:
                 self.buffered -= cost
                 self.last_received = last
                 self._beyond_credit()
@@ -296,8 +295,8 @@ class Delivery:
             append((build_message(seq, key, frame[kend + 4:end], ts, stream), cost))
             start = end
         self.last_received = last
-        if self.consumed >= self.topup:
-            self._grant()
+        if repeats:
+            self._duplicate(repeated, repeats)
 
     def _grant(self) -> None:
         if self.attached and self.consumed:
@@ -309,10 +308,12 @@ class Delivery:
         what it grows by -- and the credit not granted back yet -- at once while subscribed.
         With a broker's ``advice`` that cannot be followed, the application hears it."""
         largest = max(largest, self.largest)
-        window = window_for(self.credit_window, largest, self.max_credit)
+        window = window_for(self.credit_window, largest, self.credit_cap())
         if window is None:              # can never be delivered to this client: say so
-            self.error = self.error or InvalidError(advice or f"a message of {largest} bytes "
-                                                              f"of credit cannot be delivered")
+            text = advice or f"a message of {largest} bytes of credit cannot be delivered"
+            if self.max_frame is not None:
+                text += f" (this client reads frames of up to max_frame={self.max_frame} bytes)"
+            self.error = self.error or InvalidError(text)
             return
         self.largest = largest
         self.topup = topup_for(window, largest)
@@ -322,7 +323,9 @@ class Delivery:
         log.info("zeps: credit window for stream %r grows from %d to %d bytes", self.stream,
                  self.credit_window, window)
         self.credit_window = window
-        if self.subscribed:
+        if self.subscribed and self.attached and self.outgrown():
+            self.regrow()                   # granted on a socket that reads what it allows
+        elif self.subscribed:
             self.consumed += more
             self._grant()
 

@@ -41,7 +41,8 @@ from typing import Optional, Tuple
 from ..protocol.reasons import Code, Reason
 
 __all__ = ["ZepsError", "InvalidError", "NoStream", "PatternRemoved", "ZepsTimeout",
-           "ConnectionLost", "HandshakeFailed", "StreamGone", "StreamDeleted", "StreamRecreated",
+           "ConnectionLost", "HandshakeFailed", "FrameTooLarge", "StreamGone", "StreamDeleted",
+           "StreamRecreated",
            "ClientClosed", "ClientForked", "ConcurrentUseError", "ProducerFenced",
            "ProducerStateLost"]
 
@@ -126,6 +127,19 @@ class HandshakeFailed(ConnectionLost):
         self.endpoint = endpoint
         self.event = event
         self.status = status
+
+
+class FrameTooLarge(ConnectionLost):
+    """ZeroMQ dropped the connection to the broker at ``endpoint`` without reading a frame: one
+    longer than this client reads (``limit`` bytes, its sockets' ``ZMQ_MAXMSGSIZE``: the credit
+    window plus 64 KiB, or ``max_frame``), or one that is not ZeroMQ's. An honest broker never
+    sends one (:mod:`zeps.clients.bounds`). Raised once, by the next call; the client goes on
+    reconnecting, as from any lost connection."""
+
+    def __init__(self, message: str, endpoint: str = "", limit: int = 0):
+        super().__init__(message)
+        self.endpoint = endpoint
+        self.limit = limit
 
 
 class StreamGone(ConnectionLost):

@@ -34,12 +34,13 @@ class FrontEnd:
 
     def _setup(self, endpoint, stream, credit_window, confirms, timeout, heartbeat,
                timestamps, producer_id=None, idempotent=True, batching=True,
-               create=False) -> None:
+               create=False, max_frame=None) -> None:
         self.endpoint = check_endpoint(endpoint)
         self._p = p = Peering(stream, credit_window=credit_window, confirms=confirms,
                               timestamps=timestamps, timeout=timeout, heartbeat=heartbeat,
                               now=_monotonic(), endpoint=self.endpoint, producer_id=producer_id,
-                              idempotent=idempotent, batching=batching, create=create)
+                              idempotent=idempotent, batching=batching, create=create,
+                              max_frame=max_frame)
         self.stream = stream
         self.confirms = p.confirms
         self.timestamps = p.timestamps
@@ -67,6 +68,12 @@ class FrontEnd:
         if p.forked_from is not None:
             raise p.closed_as()
         return self._conn
+
+    @property
+    def duplicates(self) -> int:
+        """Deliveries the broker repeated (at or below a sequence already received), dropped
+        and not paid for with credit (:mod:`zeps.clients.bounds`); an honest broker sends none."""
+        return self._p.duplicates
 
     @property
     def attached(self) -> bool:

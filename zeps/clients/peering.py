@@ -39,6 +39,7 @@ on. The other jobs have a module each, the peering's mixins and parts:
 * :mod:`zeps.clients.publishing` -- the publisher's half: publishes out, in order, queued and
   sealed into PUBLISH-BATCH frames while the socket is busy;
 * :mod:`zeps.clients.delivery` -- the subscriber's half: DELIVERs in, credit out, the window;
+* :mod:`zeps.clients.bounds` -- the longest frame read, a frame over it, duplicates;
 * :mod:`zeps.clients.confirms` -- the publishes awaiting CONFIRM (:class:`ConfirmTracker`);
 * :mod:`zeps.clients.producer` -- exactly-once publishing (PRODUCER and its answers);
 * :mod:`zeps.clients.refusals` -- what each INVALID or ERROR means;
@@ -56,6 +57,7 @@ from ..protocol.codec import ProtocolError, decode, encode, publish_frame_limit
 from ..protocol.deliver import DELIVER_ID, DELIVER_TS_ID, SIGNATURE, TS_SHIFT
 from ..protocol.reasons import Code, Reason
 from .batching import DELIVER_BATCH_HEAD, MAX_BATCH_BYTES, PublishQueue
+from .bounds import Bounds, check_max_frame
 from .confirms import ConfirmTracker
 from .delivery import Delivery
 from .errors import ClientClosed, InvalidError, NoStream, forked
@@ -104,7 +106,7 @@ def validate_options(stream, credit_window, timeout, heartbeat) -> None:
         raise ValueError("heartbeat must be a positive number of seconds")
 
 
-class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
+class Peering(Publishing, Delivery, Bounds, ExactlyOnce, Refusals):
     """One client's peering with a broker, attached to ``stream`` (see the module docs).
 
     Starts connecting: the ATTACH is in :attr:`outbox`.
@@ -114,12 +116,21 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
                  timeout: float, heartbeat: float, now: float, endpoint: str = "",
                  producer_id: Optional[str] = None, idempotent: bool = True,
                  batching: bool = True, reasons: bool = True, incarnations: bool = True,
-                 create: bool = False, headers: bool = True):
+                 create: bool = False, headers: bool = True, max_frame: Optional[int] = None):
         validate_options(stream, credit_window, timeout, heartbeat)
         check_producer_id(producer_id, confirms)
+        check_max_frame(max_frame)
         self.stream = stream
         self.endpoint = endpoint        # for log lines only
-        self.credit_window = credit_window
+        #: The longest frame read (None: the window's, zeps.clients.bounds); read_limit: the
+        #: socket's now (set before each socket is made: at start and in reconnect()).
+        self.max_frame = max_frame
+        self.max_credit: Optional[int] = None
+        self.credit_window = min(credit_window, self.credit_cap() or credit_window)
+        self.read_limit = self.read_bound()
+        self.dropped_at: Optional[float] = None      # a drop awaiting libzmq's word (bounds.py)
+        self.duplicates = 0                           # deliveries dropped as repeats
+        self.wasted = 0                               # their credit, this connection
         self.confirms = bool(confirms)
         self.timestamps = bool(timestamps)
         #: Ask BATCH-SELECT after each ATTACH (zeps.clients.batching).
@@ -181,9 +192,8 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.producer_at = 0                          # the broker's next pseq for this peering
         #: Lost / reconnected, for the shell to hand on (the oldest dropped if nobody reads).
         self.events: Deque[ConnectionEvent] = deque(maxlen=64)
-        # the broker's limits (LIMITS-OK), when it said them, and the largest message cost the
-        # window is sized for (window.py)
-        self.max_credit: Optional[int] = None
+        # the broker's limits (LIMITS-OK), when it said them (max_credit, above), and the
+        # largest message cost the window is sized for (window.py)
         #: The longest PUBLISH frame sent to this broker (publish_frame_limit of its LIMITS-OK;
         #: None until it said): a longer one could make it drop the connection
         #: (operations.check_frame_size).
@@ -200,7 +210,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.last_handed = 0
         self.last_received = 0
         self.consumed = 0                             # credit to grant back
-        self.topup = max(1, credit_window // 2)
+        self.topup = max(1, self.credit_window // 2)
         self._attach(now)
 
     # ------------------------------------------------------------------ state for the shells
@@ -250,6 +260,8 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
 
     def next_timer(self, now: float) -> float:
         """When :meth:`tick` (or :meth:`reconnect`) has something to do next."""
+        if self.dropped_at is not None:
+            return self.drop_timer(now)
         if self.need_reconnect:
             return self.reconnect_at
         if self.state is ABSENT:
@@ -308,14 +320,19 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
         self.buffer.clear()
         self.buffered = self.buffered_messages = 0
         self.last_received = self.last_handed
-        self.consumed = 0
+        self.consumed = self.wasted = 0
+        self.dropped_at = None
+        self.read_limit = self.read_bound()
         self.confirm_ready = not self.confirms
         self.reconnect_at = now + RECONNECT_SPACING
         self._attach(now)
 
     def tick(self, now: float) -> None:
         """Timers: send a heartbeat after ``heartbeat`` seconds of silence; declare the peering
-        lost when a heartbeat or a re-ATTACH is not answered within ``probe_timeout``."""
+        lost when a heartbeat or a re-ATTACH is not answered within ``probe_timeout``; judge a
+        dropped connection (:mod:`zeps.clients.bounds`)."""
+        if self.dropped_at is not None:
+            self._judge_drop(now)
         if self.need_reconnect:
             return
         if self.state is ATTACHED:
@@ -486,7 +503,7 @@ class Peering(Publishing, Delivery, ExactlyOnce, Refusals):
             self.max_credit = cmd.max_credit
             self.frame_limit = publish_frame_limit(cmd.max_message)
             self.queue.max_body = cmd.max_message
-            self._fit(min(largest_cost(cmd.max_message), cmd.max_credit))
+            self._fit(min(largest_cost(cmd.max_message), self.credit_cap()))
         elif kind is RequestKind.PRODUCER:
             if r is self.producer_sync:
                 self._producer_synced(cmd.last, now)

@@ -3,10 +3,12 @@
 :class:`Connection` owns the socket and never decides anything: it hands every frame it reads
 to the :class:`~zeps.clients.peering.Peering`, tells it when the socket monitor sees the TCP
 connection close, replaces the socket when the peering says to reconnect, and sends what the
-peering queued. How to *wait* is the front end's business: the blocking client reads blocking
-(:meth:`Connection.recv_within`, its one blocking call) and services the socket when due
-(:mod:`zeps.clients.waiting`), or under gevent polls ``connection.poller`` (``zmq.green``);
-the asyncio client awaits the poller (``zmq.asyncio``).
+peering queued. Every socket reads frames of at most the peering's ``read_limit`` bytes
+(``ZMQ_MAXMSGSIZE``); a connection libzmq drops without reconnecting is told to the peering,
+which judges it (:mod:`zeps.clients.bounds`). How to *wait* is the front end's business: the
+blocking client reads blocking (:meth:`Connection.recv_within`, its one blocking call) and
+services the socket when due (:mod:`zeps.clients.waiting`), or under gevent polls
+``connection.poller`` (``zmq.green``); the asyncio client awaits the poller (``zmq.asyncio``).
 """
 from __future__ import annotations
 
@@ -38,6 +40,8 @@ _EVENTS = int(zmq.EVENTS)
 _POLLIN = int(zmq.POLLIN)
 _POLLOUT = int(zmq.POLLOUT)
 _MON_EVENT = struct.Struct("=HI")      # a socket-monitor event frame: event, value
+_MON_EVENTS = int(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+                  | zmq.EVENT_HANDSHAKE_SUCCEEDED | _HANDSHAKE_FAILED)
 #: Most frames read in one go, so that timers and the application get a turn.
 DRAIN_LIMIT = 20000
 _ASK_FIRST = 8            # reads of a drain that ask ZMQ_EVENTS before reading (drain)
@@ -147,6 +151,7 @@ class Connection:
         self._owned = ()            # the sockets to close: the flavour's own objects
         self._hwm = PLAIN_SNDHWM    # the socket's SNDHWM now
         self._rcvtimeo = -1         # the socket's RCVTIMEO now (ms)
+        self._handshaken = False
         #: When the blocking client calls :meth:`service` next at the latest (monotonic s):
         #: set by :meth:`serviced`, 0 while the socket is new or closed.
         self.service_due = 0.0
@@ -163,6 +168,7 @@ class Connection:
             self.curve.apply(raw)
         raw.setsockopt(zmq.LINGER, 0)
         raw.setsockopt(zmq.RCVHWM, 0)          # credit bounds what the broker sends us
+        raw.setsockopt(zmq.MAXMSGSIZE, p.read_limit)      # and how long a frame is (bounds.py)
         if not p.batching:
             self._hwm = PLAIN_SNDHWM
         elif self.module.__name__ == "zmq.asyncio":
@@ -179,8 +185,7 @@ class Connection:
             raw.setsockopt(zmq.HEARTBEAT_TIMEOUT, int(p.probe_timeout * 1000))
         except (AttributeError, zmq.ZMQError):
             pass
-        raw_mon = raw.get_monitor_socket(zmq.EVENT_CONNECTED | zmq.EVENT_DISCONNECTED
-                                         | _HANDSHAKE_FAILED)
+        raw_mon = raw.get_monitor_socket(_MON_EVENTS)
         try:
             raw.connect(self.endpoint)
         except zmq.ZMQError as e:
@@ -208,6 +213,7 @@ class Connection:
         self.poller = poller
         self._owned = (raw, raw_mon)
         self._rcvtimeo = -1
+        self._handshaken = False    # the connection's handshake succeeded, it was not dropped
         self.service_due = 0.0
 
     def close(self) -> None:
@@ -253,8 +259,17 @@ class Connection:
                 continue
             event, value = _MON_EVENT.unpack_from(parts[0], 0)
             if event == zmq.EVENT_DISCONNECTED:
-                p.connection_lost("connection closed by the broker")
+                if self._handshaken:            # why? libzmq's next event says (bounds.py)
+                    p.connection_dropped(time.monotonic())
+                else:
+                    p.connection_lost("connection closed by the broker")
+                self._handshaken = False
+            elif event == zmq.EVENT_CONNECT_RETRIED:
+                p.zmq_reconnecting()
+            elif event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._handshaken = True
             elif event & _HANDSHAKE_FAILED:
+                self._handshaken = False
                 self._handshake_failed(event, value)
         if p.need_reconnect is None:
             self.drain()

@@ -64,8 +64,11 @@ MIN_MAX_FRAME = 1 << 20
 #: More than any delivery frame's length over its credit cost (DELIVER-BATCH's head: 23).
 DELIVERY_HEAD = 64
 #: Seconds a dropped connection waits for libzmq's ``CONNECT_RETRIED`` before it is taken for
-#: a refused frame (libzmq sends it within a millisecond).
-DROP_GRACE = 0.5
+#: a refused frame. libzmq's I/O thread sends it right after the DISCONNECTED when it
+#: reconnects; the margin is for a host that stalls that thread: too short a grace would tell
+#: an honest broker's restart as a refused frame (one FrameTooLarge), too long only delays
+#: the error a lying broker earns.
+DROP_GRACE = 1.0
 #: While waiting for it, the peering's timers come this often (s).
 _DROP_LOOK = 0.002
 

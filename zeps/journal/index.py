@@ -151,29 +151,29 @@ class FileIndex:
         return self._n if self._n is not None else self._count()
 
     def _ientry(self, i: int) -> Tuple[int, int]:
-        data = os.pread(self.ifd, ENTRY_SIZE, i * ENTRY_SIZE)
-        if len(data) < ENTRY_SIZE:
-            raise IndexError(i)
-        return ENTRY.unpack(data)
+        return _read_entry(self.ifd, i)
 
     def _tentry(self, i: int) -> Tuple[int, int]:
-        data = os.pread(self.tfd, ENTRY_SIZE, i * ENTRY_SIZE)
-        if len(data) < ENTRY_SIZE:
-            raise IndexError(i)
-        return ENTRY.unpack(data)
+        return _read_entry(self.tfd, i)
+
+    def _bisect_right(self, value: int, field: int, n: int) -> int:
+        """How many of the first ``n`` offset entries have ``field`` (0: the sequence, 1: the
+        position) <= ``value``: ``bisect_right``, one ``os.pread`` a probe."""
+        lo, hi = 0, n
+        while lo < hi:
+            mid = (lo + hi) >> 1
+            if value < self._ientry(mid)[field]:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
 
     def entry(self, i: int) -> Tuple[int, int, int]:
         seq, pos = self._ientry(i)
         return seq, pos, self._tentry(i)[0]
 
     def floor_seq(self, seq: int) -> Optional[Tuple[int, int]]:
-        lo, hi = 0, len(self)
-        while lo < hi:                       # bisect_right on the entry sequences
-            mid = (lo + hi) >> 1
-            if seq < self._ientry(mid)[0]:
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = self._bisect_right(seq, 0, len(self))
         if lo == 0:
             return None
         return self._ientry(lo - 1)
@@ -201,34 +201,26 @@ class FileIndex:
     def after_seq(self, seq: int) -> Optional[int]:
         """Position of the first entry whose sequence is > ``seq``, or None."""
         n = len(self)
-        lo, hi = 0, n
-        while lo < hi:                       # bisect_right on the entry sequences
-            mid = (lo + hi) >> 1
-            if seq < self._ientry(mid)[0]:
-                hi = mid
-            else:
-                lo = mid + 1
+        lo = self._bisect_right(seq, 0, n)
         return self._ientry(lo)[1] if lo < n else None
-
-    def _first_pos_above(self, pos: int, n: int) -> int:
-        lo, hi = 0, n
-        while lo < hi:                       # bisect_right on the entry positions
-            mid = (lo + hi) >> 1
-            if pos < self._ientry(mid)[1]:
-                hi = mid
-            else:
-                lo = mid + 1
-        return lo
 
     def positions_between(self, lo: int, hi: int) -> array:
         """Positions of the entries with ``lo < position < hi``: two binary searches, then one
         ``os.pread`` of the entries in between."""
         n = len(self)
-        a = self._first_pos_above(lo, n)
-        b = self._first_pos_above(hi - 1, n)
+        a = self._bisect_right(lo, 1, n)
+        b = self._bisect_right(hi - 1, 1, n)
         if a >= b:
             return array("Q")
         return _load_pairs(os.pread(self.ifd, (b - a) * ENTRY_SIZE, a * ENTRY_SIZE))[1]
+
+
+def _read_entry(fd: int, i: int) -> Tuple[int, int]:
+    """Entry ``i`` of an index file (:class:`IndexError` past its end)."""
+    data = os.pread(fd, ENTRY_SIZE, i * ENTRY_SIZE)
+    if len(data) < ENTRY_SIZE:
+        raise IndexError(i)
+    return ENTRY.unpack(data)
 
 
 def entries_for(records, pos: int, last_entry_pos: int, interval: int,

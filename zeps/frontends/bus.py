@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Iterator, Optional, Sequence, Tuple
 from . import bus_codec as codec
 from .counters import Counters
 from .snapshots import Frames, Send, Snapshots
-from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed
+from .wire import DEFAULT_LIMITS, Buffer, Limits, decode_or_count
 
 #: The shell's snapshot source: (subtrees, after) -> (sequence, events in order).
 Source = Callable[[Tuple[str, ...], int], Tuple[int, Iterable[codec.Event]]]
@@ -111,12 +111,9 @@ class BusFrontEnd:
     # ------------------------------------------------------------------ snapshot ROUTER
     def on_snapshot(self, ident: bytes, frames: Sequence[Buffer], now: float) -> bool:
         """SYNCSTART from ``ident``: queued (True), or ignored and counted."""
-        try:
-            req = codec.decode_syncstart(frames, self.limits)
-        except Malformed as exc:
-            self.counters.malformed("snapshot", exc.reason)
-            return False
-        return self.snapshots.request(ident, req)
+        req = decode_or_count(codec.decode_syncstart, frames, self.limits, self.counters,
+                              "snapshot")
+        return req is not None and self.snapshots.request(ident, req)
 
     def pump_snapshots(self, send: Send, now: float) -> bool:
         return self.snapshots.pump(send, now)
@@ -130,10 +127,9 @@ class BusFrontEnd:
     # ------------------------------------------------------------------ collector
     def on_collect(self, frames: Sequence[Buffer], now: float) -> Optional[codec.Event]:
         """PUB: the event to publish on the stream, or None (malformed: counted)."""
-        try:
-            event = codec.decode_pub(frames, self.limits)
-        except Malformed as exc:
-            self.counters.malformed("collector", exc.reason)
+        event = decode_or_count(codec.decode_pub, frames, self.limits, self.counters,
+                                "collector")
+        if event is None:
             return None
         self.counters.add("collector.pub")
         return event

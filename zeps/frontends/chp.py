@@ -31,7 +31,7 @@ from . import chp_codec as codec
 from .counters import Counters
 from .snapshots import WAIT, Frames, Send, Snapshots
 from .ttl import TtlSchedule
-from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed
+from .wire import DEFAULT_LIMITS, Buffer, Limits, Malformed, decode_or_count
 
 #: The shell's snapshot source: subtree -> (sequence or a callable giving it at the end,
 #: (key, sequence, value) of each live key, or WAIT).
@@ -85,12 +85,9 @@ class ChpFrontEnd:
     # ------------------------------------------------------------------ snapshot ROUTER
     def on_snapshot(self, ident: bytes, frames: Sequence[Buffer], now: float) -> bool:
         """ICANHAZ? from ``ident``: queued (True), or ignored and counted."""
-        try:
-            req = codec.decode_icanhaz(frames, self.limits)
-        except Malformed as exc:
-            self.counters.malformed("snapshot", exc.reason)
-            return False
-        return self.snapshots.request(ident, req)
+        req = decode_or_count(codec.decode_icanhaz, frames, self.limits, self.counters,
+                              "snapshot")
+        return req is not None and self.snapshots.request(ident, req)
 
     def pump_snapshots(self, send: Send, now: float) -> bool:
         return self.snapshots.pump(send, now)
@@ -131,10 +128,9 @@ class ChpFrontEnd:
     def on_collect(self, frames: Sequence[Buffer], now: float) -> Optional[codec.KvMsg]:
         """KVSET: the message to publish on the stream (sequence 0: the stream gives one), or
         None (malformed, or its ttl cannot be scheduled: counted)."""
-        try:
-            msg = codec.decode_kvset(frames, self.limits)
-        except Malformed as exc:
-            self.counters.malformed("collector", exc.reason)
+        msg = decode_or_count(codec.decode_kvset, frames, self.limits, self.counters,
+                              "collector")
+        if msg is None:
             return None
         if msg.value and msg.ttl is not None and not self.ttl.has_room(msg.key):
             self.counters.add("collector.refused.ttl full")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
 Buffer = Union[bytes, bytearray, memoryview]
 
@@ -56,6 +56,18 @@ class Limits:
 
 
 DEFAULT_LIMITS = Limits()
+
+
+def decode_or_count(decode: Callable[[Sequence[Buffer], Limits], Any], frames: Sequence[Buffer],
+                    limits: Limits, counters, socket: str) -> Any:
+    """``decode(frames, limits)``, or None when the command is malformed: then counted on
+    ``counters`` (:meth:`~zeps.frontends.counters.Counters.malformed`) under ``socket``'s
+    name, and ignored."""
+    try:
+        return decode(frames, limits)
+    except Malformed as exc:
+        counters.malformed(socket, exc.reason)
+        return None
 
 
 def encode_u64(value: int) -> bytes:

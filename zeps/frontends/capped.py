@@ -17,7 +17,7 @@ is its own ("Findings", 9, ``docs/operations.md``).
 """
 from __future__ import annotations
 
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import zmq.green as zmq
 
@@ -56,6 +56,24 @@ class CappedReader:
             frames.append(sock.recv(_NB))
         self.discarding = len(frames) == self.cap and bool(sock.getsockopt(zmq.RCVMORE))
         return frames
+
+    def read_turn(self, handle: Callable[[List[bytes]], None], most: int,
+                  held: Optional[Callable[[], object]] = None) -> bool:
+        """A turn of reading: each message (as :meth:`recv` returns it) handed to ``handle``,
+        ``most`` at the most. False when the socket is empty, or ``held()`` (asked before each
+        read) is true: done for now; True when the turn was used up or went to discarding the
+        rest of a message of too many frames: busy (the caller yields, then goes on)."""
+        for _ in range(most):
+            if held is not None and held():
+                return False
+            try:
+                frames = self.recv()
+            except zmq.Again:
+                return False
+            if frames is None:
+                return True
+            handle(frames)
+        return True
 
     def _discard(self) -> None:
         sock = self.sock

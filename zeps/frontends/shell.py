@@ -292,47 +292,25 @@ class FrontEndShell:
             if queue:
                 return
 
+    # Each read below is a turn of READ_MAX messages at most (CappedReader.read_turn): False
+    # when the socket is empty (done), True when busy (yield, then go on).
     def _read_link(self, now: float) -> bool:
-        """Each read below: zmq.Again when the socket is empty (done), None when the turn went
-        to discarding the rest of a message of too many frames (busy: yield, then go on)."""
-        reader, link = self._link_in, self.link
-        for _ in range(READ_MAX):
-            try:
-                frames = reader.recv()
-            except zmq.Again:
-                return False
-            if frames is None:
-                return True
+        link = self.link
+
+        def handle(frames: List[bytes]) -> None:
             d = link.on_frame(frames[0], now)
             if d is not None:
                 self.delivered(d, now)
-        return True
+        return self._link_in.read_turn(handle, READ_MAX)
 
     def _read_collector(self, now: float) -> bool:
-        reader = self._collector_in
-        for _ in range(READ_MAX):
-            if self._pending:
-                return False
-            try:
-                frames = reader.recv()
-            except zmq.Again:
-                return False
-            if frames is None:
-                return True
-            self.collected(frames, now)
-        return True
+        return self._collector_in.read_turn(lambda frames: self.collected(frames, now),
+                                            READ_MAX, held=lambda: self._pending)
 
     def _read_snapshots(self, now: float) -> bool:
-        reader, frontend = self._snapshot_in, self.frontend
-        for _ in range(READ_MAX):
-            try:
-                frames = reader.recv()
-            except zmq.Again:
-                return False
-            if frames is None:
-                return True
-            frontend.on_snapshot(frames[0], frames[1:], now)
-        return True
+        frontend = self.frontend
+        return self._snapshot_in.read_turn(
+            lambda frames: frontend.on_snapshot(frames[0], frames[1:], now), READ_MAX)
 
     def _snapshot_send(self, ident: bytes, frames: List[bytes]) -> Optional[bool]:
         """Send a snapshot's message: True sent, False the peer's pipe is full, None it is

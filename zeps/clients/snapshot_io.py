@@ -48,6 +48,23 @@ class _Base:
             raise ValueError(f"bad endpoint {self.endpoint!r}: {e}") from None
         return sock
 
+    def _outgoing(self, pid: int) -> list:
+        """A turn's first step: the reader's frames to send (the caller clears them once sent);
+        :class:`~zeps.clients.errors.ClientForked` in a child of ``os.fork()``."""
+        if os.getpid() != pid:
+            raise forked("snapshot", pid)
+        return self.reader.outgoing
+
+    def _ready(self):
+        """The next step, once the frames were sent: the entries to hand out now (a list; empty
+        once the snapshot ended), or None: wait for the broker. The reader's error raised."""
+        r = self.reader
+        if r.buffered:
+            return r.take()
+        if r.error is not None:
+            raise r.error
+        return [] if r.done else None
+
     def _timed_out(self) -> ZepsTimeout:
         return ZepsTimeout(f"snapshot of stream {self.reader.stream!r}: nothing from the broker "
                            f"at {self.endpoint} for {self.timeout:g}s")
@@ -62,19 +79,17 @@ class SnapshotIterator(_Base):
         pid = os.getpid()
         try:
             while True:
-                if os.getpid() != pid:
-                    raise forked("snapshot", pid)
-                for frame in r.outgoing:
+                frames = self._outgoing(pid)
+                for frame in frames:
                     if not send_within(sock, frame, self.timeout):
                         raise self._timed_out()
-                r.outgoing.clear()
-                if r.buffered:
-                    yield from r.take()
+                frames.clear()
+                ready = self._ready()
+                if ready is not None:
+                    if not ready:
+                        return
+                    yield from ready
                     continue
-                if r.error is not None:
-                    raise r.error
-                if r.done:
-                    return
                 if not sock.poll(int(self.timeout * 1000) + 1, zmq.POLLIN):
                     raise self._timed_out()
                 while r.error is None:         # (a broker beyond its credit: no more)
@@ -83,10 +98,7 @@ class SnapshotIterator(_Base):
                     except zmq.Again:
                         break
         finally:
-            if os.getpid() == pid:
-                sock.close()
-            else:                   # the parent's: kept, never finalized in the child
-                lifetime.keep(sock)
+            _let_go(sock, pid)
 
 
 class AsyncSnapshotIterator(_Base):
@@ -99,31 +111,36 @@ class AsyncSnapshotIterator(_Base):
         pid = os.getpid()
         try:
             while True:
-                if os.getpid() != pid:
-                    raise forked("snapshot", pid)
-                for frame in r.outgoing:
+                frames = self._outgoing(pid)
+                for frame in frames:
                     if not await asend_within(sock, frame, self.timeout):
                         raise self._timed_out()
-                r.outgoing.clear()
-                if r.buffered:
-                    for m in r.take():
+                frames.clear()
+                ready = self._ready()
+                if ready is not None:
+                    if not ready:
+                        return
+                    for m in ready:
                         yield m
                     continue
-                if r.error is not None:
-                    raise r.error
-                if r.done:
-                    return
                 try:
                     frame = await asyncio.wait_for(sock.recv(), self.timeout)
                 except asyncio.TimeoutError:
                     raise self._timed_out() from None
                 r.receive(frame)
         finally:
-            if os.getpid() == pid:
-                sock.close()
-            else:                   # the parent's: kept, never finalized in the child
-                lifetime.disown(sock)
-                lifetime.keep(sock)
+            _let_go(sock, pid)
+
+
+def _let_go(sock, pid: int) -> None:
+    """An iteration's socket once it ends: closed; in a child of ``os.fork()`` (``pid`` the
+    parent's) the parent's, kept and never finalized here (an asyncio one disowned first:
+    :func:`~zeps.clients.lifetime.disown`; a blocking one has no loop to leave)."""
+    if os.getpid() == pid:
+        sock.close()
+    else:
+        lifetime.disown(sock)
+        lifetime.keep(sock)
 
 
 def read_snapshot(endpoint: str, stream: str, prefixes: Sequence[str] = ("",), **kw) -> Snapshot:

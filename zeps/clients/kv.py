@@ -131,7 +131,40 @@ def _headers(ttl: Optional[float]):
     return None if ttl is None else {TTL_HEADER: ttl_text(ttl)}
 
 
+def _own_client_options(stream: Optional[str], options: dict) -> dict:
+    """The options of the client a map made from an endpoint makes for itself: the stream
+    must be given, and it is created if missing (``create=True`` unless said otherwise)."""
+    if stream is None:
+        raise ValueError("give the stream with an endpoint")
+    options.setdefault("create", True)
+    return options
+
+
 class _Base:
+    def _bind(self, client, own: bool, prefix: str, clock: Callable[[], float],
+              timeout: float) -> None:
+        """The map's client (``own``: made by the map, closed with it) and empty state."""
+        self.client = client
+        self._own = own
+        self.stream = client.stream
+        self.timeout = timeout
+        self._state = KVState(prefix, clock)
+
+    def _present(self, items) -> Iterator[Change]:
+        """The present values (``items``, as ``items()`` gives them) as changes."""
+        for k, v in items:
+            _v, seq, exp = self._state.values[k]
+            yield Change(k, v, seq, False, exp)
+
+    def _left(self, deadline: float, key: str, seq: int) -> float:
+        """Seconds left to see a put of ``key`` (at ``seq``) applied; ZepsTimeout once none."""
+        left = deadline - time.monotonic()
+        if left <= 0:
+            from .errors import ZepsTimeout
+            raise ZepsTimeout(f"put of {key!r} (sequence {seq}) not seen back within "
+                              f"{self.timeout:g}s")
+        return left
+
     def __len__(self) -> int:
         self.refresh()
         self._state.expire()
@@ -158,18 +191,11 @@ class KVMap(_Base):
                  clock: Callable[[], float] = time.time, timeout: float = 10.0, **options):
         from .client import Client
         if isinstance(client_or_endpoint, str):
-            if stream is None:
-                raise ValueError("give the stream with an endpoint")
-            options.setdefault("create", True)
-            self.client = Client(client_or_endpoint, stream, confirms=True, timeout=timeout,
-                                 **options)
-            self._own = True
+            self._bind(Client(client_or_endpoint, stream, confirms=True, timeout=timeout,
+                              **_own_client_options(stream, options)),
+                       True, prefix, clock, timeout)
         else:
-            self.client = client_or_endpoint
-            self._own = False
-        self.stream = self.client.stream
-        self.timeout = timeout
-        self._state = KVState(prefix, clock)
+            self._bind(client_or_endpoint, False, prefix, clock, timeout)
         try:
             snap = self.client.snapshot(prefix, timeout=timeout)
             self._state.load(snap, snap.seq)
@@ -217,9 +243,7 @@ class KVMap(_Base):
         """The changes as they are applied (``current``: the present values first); ends when
         none comes within ``timeout`` seconds (None: never)."""
         if current:
-            for k, v in self.items():
-                _v, seq, exp = self._state.values[k]
-                yield Change(k, v, seq, False, exp)
+            yield from self._present(self.items())
         while True:
             changes = self.refresh(timeout if timeout is not None else 3600.0)
             if not changes and timeout is not None:
@@ -253,12 +277,7 @@ class KVMap(_Base):
             return None
         deadline = time.monotonic() + self.timeout
         while self._state.seq < seq:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                from .errors import ZepsTimeout
-                raise ZepsTimeout(f"put of {key!r} (sequence {seq}) not seen back within "
-                                  f"{self.timeout:g}s")
-            self.refresh(left)
+            self.refresh(self._left(deadline, key, seq))
         return seq
 
     def close(self) -> None:
@@ -287,18 +306,11 @@ class AsyncKVMap(_Base):
         from .aio import AsyncClient
         self = cls()
         if isinstance(client_or_endpoint, str):
-            if stream is None:
-                raise ValueError("give the stream with an endpoint")
-            options.setdefault("create", True)
-            self.client = await AsyncClient(client_or_endpoint, stream, confirms=True,
-                                            timeout=timeout, **options).connect()
-            self._own = True
+            client = AsyncClient(client_or_endpoint, stream, confirms=True, timeout=timeout,
+                                 **_own_client_options(stream, options))
+            self._bind(await client.connect(), True, prefix, clock, timeout)
         else:
-            self.client = client_or_endpoint
-            self._own = False
-        self.stream = self.client.stream
-        self.timeout = timeout
-        self._state = KVState(prefix, clock)
+            self._bind(client_or_endpoint, False, prefix, clock, timeout)
         try:
             snap = await self.client.snapshot(prefix, timeout=timeout)
             self._state.load(snap, snap.seq)
@@ -335,9 +347,8 @@ class AsyncKVMap(_Base):
 
     async def watch(self, timeout: Optional[float] = None, current: bool = False):
         if current:
-            for k, v in await self.items():
-                _v, seq, exp = self._state.values[k]
-                yield Change(k, v, seq, False, exp)
+            for ch in self._present(await self.items()):
+                yield ch
         while True:
             changes = await self.refresh(timeout if timeout is not None else 3600.0)
             if not changes and timeout is not None:
@@ -362,12 +373,7 @@ class AsyncKVMap(_Base):
             return None
         deadline = time.monotonic() + self.timeout
         while self._state.seq < seq:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                from .errors import ZepsTimeout
-                raise ZepsTimeout(f"put of {key!r} (sequence {seq}) not seen back within "
-                                  f"{self.timeout:g}s")
-            await self.refresh(left)
+            await self.refresh(self._left(deadline, key, seq))
         return seq
 
     async def close(self) -> None:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import struct
 import time
-from typing import List, Optional
+from typing import Iterator, List, Optional
 
 import zmq
 
@@ -188,6 +188,17 @@ class _Base:
         if m.error is not None:
             raise m.error
 
+    def _pump_wait(self, joined_only: bool, deadline: Optional[float]) -> Optional[float]:
+        """A step of ``_pump``: what came served; then the seconds to wait for more, or None:
+        done (ready, or ``deadline`` passed: :meth:`_ready` says which)."""
+        self._service()
+        if self._ready(joined_only):
+            return None
+        left = None if deadline is None else deadline - _monotonic()
+        if left is not None and left <= 0:
+            return None
+        return self._wait_for(left)
+
     def _wait_for(self, timeout: Optional[float]) -> float:
         """Seconds to poll for: until the member's next timer, the deadline, or 1 s."""
         now = _monotonic()
@@ -199,6 +210,48 @@ class _Base:
     def _timed_out(self) -> ZepsTimeout:
         return ZepsTimeout(f"consumer {self.name!r} of stream {self.stream!r}: no message "
                            f"within {self.timeout:g}s")
+
+    def _none(self, end: type) -> Exception:
+        """What a read that got nothing raises: ``end`` (the end of the iteration, blocking or
+        asyncio) once the member is closed, else :class:`ZepsTimeout`."""
+        return end() if self.member.closed else self._timed_out()
+
+    def _taken(self, limit: int, flush: bool) -> Optional[List[ConsumerMessage]]:
+        """A step of a read: the messages the member has for the application (``limit`` at
+        most; its error raised), its frames sent; None: nothing yet, wait for more."""
+        m = self.member
+        self._check()
+        out = m.take(limit, _monotonic(), flush)
+        self._send_now()
+        return out if out or m.closed else None
+
+    def _leave(self) -> bool:
+        """The start of ``close()``: the member leaves (DETACH queued); False if it had."""
+        m = self.member
+        if m.closed:
+            return False
+        m.close(_monotonic())
+        return True
+
+    def _detaching(self, timeout: float) -> Iterator[float]:
+        """``close()``'s wait for DETACH-OK (connected): what was queued sent, then each
+        deadline to pump to (0.1 s apart) until the broker answers or ``timeout`` passes."""
+        m = self.member
+        if self._raw is not None and not m.closed:
+            self._send_now()
+            deadline = _monotonic() + timeout
+            while not m.closed and _monotonic() < deadline:
+                yield min(deadline, _monotonic() + 0.1)
+
+    def _left(self) -> None:
+        """The end of ``close()``, answered or not."""
+        m = self.member
+        # Not answered in time (a loaded broker): what was queued (the last ACK, DETACH) may
+        # still be in the socket; it gets a moment to go out rather than being dropped.
+        linger = 0 if m.closed else CLOSE_LINGER
+        m.finish()
+        self._close_socket(linger)
+        lifetime.unwatch(self)
 
 
 class Consumer(_Base):
@@ -219,13 +272,9 @@ class Consumer(_Base):
 
     def _pump(self, joined_only: bool, deadline: Optional[float]) -> bool:
         while True:
-            self._service()
-            if self._ready(joined_only):
-                return True
-            left = None if deadline is None else deadline - _monotonic()
-            if left is not None and left <= 0:
-                return False
-            wait = self._wait_for(left)
+            wait = self._pump_wait(joined_only, deadline)
+            if wait is None:
+                return self._ready(joined_only)
             if self._raw is not None:
                 self._poller.poll(int(wait * 1000) + 1)
             else:
@@ -233,13 +282,10 @@ class Consumer(_Base):
 
     def _take(self, limit: int, timeout: Optional[float], flush: bool) -> List[ConsumerMessage]:
         self.join()
-        m = self.member
         deadline = None if timeout is None else _monotonic() + timeout
         while True:
-            self._check()
-            out = m.take(limit, _monotonic(), flush)
-            self._send_now()
-            if out or m.closed:
+            out = self._taken(limit, flush)
+            if out is not None:
                 return out
             if not self._pump(False, deadline):
                 return []
@@ -253,9 +299,7 @@ class Consumer(_Base):
         """The next message; :class:`ZepsTimeout` after ``timeout`` (None: the consumer's)."""
         m = self.poll(timeout)
         if m is None:
-            if self.member.closed:
-                raise StopIteration
-            raise self._timed_out()
+            raise self._none(StopIteration)
         return m
 
     def next_batch(self, timeout: Optional[float] = None) -> List[ConsumerMessage]:
@@ -263,9 +307,7 @@ class Consumer(_Base):
         batch before leave first, as one ACK. ZepsTimeout as :meth:`next`."""
         out = self._take(self.batch, self.timeout if timeout is None else timeout, True)
         if not out:
-            if self.member.closed:
-                raise StopIteration
-            raise self._timed_out()
+            raise self._none(StopIteration)
         return out
 
     def __iter__(self):
@@ -284,23 +326,13 @@ class Consumer(_Base):
 
     def close(self, timeout: float = CLOSE_WAIT) -> None:
         """Send the acknowledgements queued, leave the consumer (DETACH) and close. Idempotent."""
-        m = self.member
-        if m.closed:
+        if not self._leave():
             return
-        m.close(_monotonic())
         try:
-            if self._raw is not None and not m.closed:
-                self._send_now()
-                deadline = _monotonic() + timeout
-                while not m.closed and _monotonic() < deadline:
-                    self._pump(False, min(deadline, _monotonic() + 0.1))
+            for until in self._detaching(timeout):
+                self._pump(False, until)
         finally:
-            # Not answered in time (a loaded broker): what was queued (the last ACK, DETACH) may
-            # still be in the socket; it gets a moment to go out rather than being dropped.
-            linger = 0 if m.closed else CLOSE_LINGER
-            m.finish()
-            self._close_socket(linger)
-            lifetime.unwatch(self)
+            self._left()
 
     def __enter__(self) -> "Consumer":
         return self.join()
@@ -332,13 +364,9 @@ class AsyncConsumer(_Base):
     async def _pump(self, joined_only: bool, deadline: Optional[float]) -> bool:
         import asyncio
         while True:
-            self._service()
-            if self._ready(joined_only):
-                return True
-            left = None if deadline is None else deadline - _monotonic()
-            if left is not None and left <= 0:
-                return False
-            wait = self._wait_for(left)
+            wait = self._pump_wait(joined_only, deadline)
+            if wait is None:
+                return self._ready(joined_only)
             if self._raw is None:
                 await asyncio.sleep(wait)
                 continue
@@ -346,13 +374,10 @@ class AsyncConsumer(_Base):
 
     async def _take(self, limit: int, timeout: Optional[float], flush: bool):
         await self.join()
-        m = self.member
         deadline = None if timeout is None else _monotonic() + timeout
         while True:
-            self._check()
-            out = m.take(limit, _monotonic(), flush)
-            self._send_now()
-            if out or m.closed:
+            out = self._taken(limit, flush)
+            if out is not None:
                 return out
             if not await self._pump(False, deadline):
                 return []
@@ -364,17 +389,13 @@ class AsyncConsumer(_Base):
     async def next(self, timeout: Optional[float] = None) -> ConsumerMessage:
         m = await self.poll(timeout)
         if m is None:
-            if self.member.closed:
-                raise StopAsyncIteration
-            raise self._timed_out()
+            raise self._none(StopAsyncIteration)
         return m
 
     async def next_batch(self, timeout: Optional[float] = None) -> List[ConsumerMessage]:
         out = await self._take(self.batch, self.timeout if timeout is None else timeout, True)
         if not out:
-            if self.member.closed:
-                raise StopAsyncIteration
-            raise self._timed_out()
+            raise self._none(StopAsyncIteration)
         return out
 
     def __aiter__(self):
@@ -391,23 +412,13 @@ class AsyncConsumer(_Base):
                 return
 
     async def close(self, timeout: float = CLOSE_WAIT) -> None:
-        m = self.member
-        if m.closed:
+        if not self._leave():
             return
-        m.close(_monotonic())
         try:
-            if self._raw is not None and not m.closed:
-                self._send_now()
-                deadline = _monotonic() + timeout
-                while not m.closed and _monotonic() < deadline:
-                    await self._pump(False, min(deadline, _monotonic() + 0.1))
+            for until in self._detaching(timeout):
+                await self._pump(False, until)
         finally:
-            # Not answered in time (a loaded broker): what was queued (the last ACK, DETACH) may
-            # still be in the socket; it gets a moment to go out rather than being dropped.
-            linger = 0 if m.closed else CLOSE_LINGER
-            m.finish()
-            self._close_socket(linger)
-            lifetime.unwatch(self)
+            self._left()
 
     async def __aenter__(self) -> "AsyncConsumer":
         return await self.join()

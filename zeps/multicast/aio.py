@@ -29,20 +29,17 @@ from zeps.clients.errors import ClientClosed, StreamGone
 from zeps.clients.message import Message
 from zeps.units import TimeLike
 
-from .receiver import Receiver, ReceiverConfig, ReceiverStats
-from .subscriber import (CHECKER_IDLE, FallbackLog, check_start, disable_forked, note_deceived,
-                         same_stream)
+from .receiver import Receiver, ReceiverConfig
+from .subscriber import (DRAIN, FallbackLog, ReceiverShell, check_start, disable_forked,
+                         drain_group, same_stream, start_after)
 from .transport import DEFAULT_RCVBUF, check_interface, open_receiver, parse_group
 
 __all__ = ["AsyncMulticastSubscriber"]
 
 log = logging.getLogger("zeps.multicast")
 
-_DRAIN = 512          # datagrams read in one go
-_FEED_RETRY = 1.0     # seconds before a feed that could not be opened is tried again
 
-
-class AsyncMulticastSubscriber:
+class AsyncMulticastSubscriber(ReceiverShell):
     """Messages of ``stream`` matching ``pattern``, live from multicast ``group``, repaired from
     the broker at ``endpoint``; the arguments and guarantees of
     :class:`~zeps.multicast.subscriber.MulticastSubscriber`. Use ``async with`` (or
@@ -86,16 +83,12 @@ class AsyncMulticastSubscriber:
         async with AsyncClient(self.endpoint, self.stream, **self._client_args) as c:
             head = (await c.info()).last
             self._incarnation = c.incarnation
-            if live:
-                start_after = head
-            elif from_time is not None:
-                start_after = max(await c.seq_at(from_time) - 1, 0)
-            else:
-                start_after = max((from_seq or 1) - 1, 0)
+            at_time = None if from_time is None else await c.seq_at(from_time)
+        after = start_after(head, live, at_time, from_seq)
         self._sock = open_receiver(self.group, self.interface, self._rcvbuf)
-        self._core = Receiver(self.stream, self.pattern, start_after=start_after, head=head,
+        self._core = Receiver(self.stream, self.pattern, start_after=after, head=head,
                               now=time.monotonic(), config=self._config)
-        self._handed = start_after
+        self._handed = after
         asyncio.get_running_loop().add_reader(self._sock.fileno(), self._readable.set)
         lifetime.watch_fork(self)
         return self
@@ -122,24 +115,6 @@ class AsyncMulticastSubscriber:
         await self.close()
 
     # ------------------------------------------------------------------ reading
-    @property
-    def stats(self) -> ReceiverStats:
-        return self._core.stats
-
-    @property
-    def mode(self) -> str:
-        return self._core.mode
-
-    @property
-    def fallback_reason(self) -> str | None:
-        """Why it last fell back: ``"loss"``, ``"silence"`` or ``"pattern"`` (a bridge of the
-        stream with another pattern on the group; :mod:`zeps.multicast.fallback`), or None."""
-        return self._core.fallback_reason
-
-    @property
-    def position(self) -> int:
-        return self._handed
-
     async def next(self, timeout: Optional[float] = None) -> Message:
         """The next message; :class:`ZepsTimeout` if none comes within ``timeout`` seconds."""
         msg = await self.poll(timeout)
@@ -157,20 +132,17 @@ class AsyncMulticastSubscriber:
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if core.ready:
-                msg = core.ready.popleft()
-                self._handed = msg.sequence
+            msg = self._hand()
+            if msg is not None:
                 return msg
             now = time.monotonic()
             await self._reconcile(now)
             if core.ready:                  # a head check let messages through
                 continue
-            if deadline is not None and now >= deadline:
+            wait = self._wait(now, deadline)
+            if wait is None:
                 return None
-            wait = core.next_deadline() - now
-            if deadline is not None:
-                wait = min(wait, deadline - now)
-            await self._step(max(wait, 0.0))
+            await self._step(wait)
 
     def __aiter__(self) -> "AsyncMulticastSubscriber":
         return self
@@ -220,18 +192,9 @@ class AsyncMulticastSubscriber:
             return None
 
     def _read_group(self) -> int:
-        core, sock = self._core, self._sock
         self._readable.clear()
-        now = time.monotonic()
-        n = 0
-        while n < _DRAIN:
-            try:
-                payload = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            core.on_datagram(payload, now)
-            n += 1
-        if n == _DRAIN:
+        n = drain_group(self._core, self._sock)
+        if n == DRAIN:
             self._readable.set()                  # more may be waiting
         return n
 
@@ -248,11 +211,7 @@ class AsyncMulticastSubscriber:
                 msg = await sub.poll(0.0)
         except ConnectionLost as e:
             await self._close_feed()
-            if isinstance(e, StreamGone):
-                self._gone = e
-                raise
-            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
-            self._feed_retry_at = time.monotonic() + _FEED_RETRY
+            self._feed_lost(e)
         return n
 
     async def _reconcile(self, now: float) -> None:
@@ -263,30 +222,19 @@ class AsyncMulticastSubscriber:
                 await feed.connect()
                 same_stream(self, feed)
                 self._feed_sub = await feed.subscribe(self.pattern, from_seq=self._core.feed_from)
-            except StreamGone as e:
-                self._gone, self._feed_sub = e, None
-                await _close(feed)
-                raise
-            except (ZepsTimeout, ConnectionLost) as e:
-                log.warning("zeps multicast: cannot reach the broker at %s (%s); retrying",
-                            self.endpoint, e)
-                self._feed_retry_at = time.monotonic() + _FEED_RETRY
+            except BaseException as e:
                 self._feed_sub = None
                 await _close(feed)
+                self._feed_failed(e)
                 return
-            except BaseException:
-                self._feed_sub = None
-                await _close(feed)
-                raise
             self._feed = feed
         elif not want and self._feed is not None:
             await self._close_feed()
         if self._core.want_check:
             await self._check(now)
-        elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
+        elif self._checker_idle(now):
             await self._close_checker()
-        self._deceived = note_deceived(self._core, self._deceived)
-        self._fallbacks.note(self._core, self.group, self.endpoint)
+        self._note()
 
     async def _check(self, now: float) -> None:
         """Ask the broker for the stream's last sequence: multicast entries up to it may go."""
@@ -303,16 +251,9 @@ class AsyncMulticastSubscriber:
                     raise
                 self._checker = checker
             last = (await self._checker.info()).last
-        except StreamGone as e:
-            self._gone = e
-            await self._close_checker()
-            core.check_failed(time.monotonic())
-            raise
         except (ZepsTimeout, ConnectionLost) as e:
-            log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
-                        "head (%s); retrying", self.endpoint, e)
             await self._close_checker()
-            core.check_failed(time.monotonic())
+            self._check_lost(e)
             return
         except BaseException:
             core.check_failed(time.monotonic())

@@ -35,7 +35,7 @@ __all__ = ["MulticastSubscriber"]
 log = logging.getLogger("zeps.multicast")
 
 #: Datagrams read from the socket in one go before the feed gets its turn.
-_DRAIN = 512
+DRAIN = 512
 #: While the feed is open, the longest wait on it before the group's socket is read again.
 _FEED_SLICE = 0.005
 #: Seconds before a feed that could not be opened (broker unreachable) is tried again.
@@ -60,7 +60,122 @@ def check_start(pattern, from_seq, from_time, live) -> None:
         raise ValueError("from_seq must be an integer from 0 to 2^64-1")
 
 
-class MulticastSubscriber:
+def start_after(head: int, live: bool, at_time: int | None, from_seq: int | None) -> int:
+    """The sequence a receiver starts after, from the stream's ``head`` and its start (as
+    :func:`check_start` took it): the head (``live``), the one before the first message at
+    ``from_time`` (``at_time``: the broker's ``seq_at`` of it), or before ``from_seq`` (by
+    default the first message the stream keeps)."""
+    if live:
+        return head
+    if at_time is not None:
+        return max(at_time - 1, 0)
+    return max((from_seq or 1) - 1, 0)
+
+
+def drain_group(core: Receiver, sock) -> int:
+    """Hand the core the datagrams waiting on the group's socket, :data:`DRAIN` at the most;
+    how many."""
+    now = time.monotonic()
+    n = 0
+    while n < DRAIN:
+        try:
+            payload = sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            break
+        core.on_datagram(payload, now)
+        n += 1
+    return n
+
+
+class ReceiverShell:
+    """What the blocking and the asyncio receiver (:class:`MulticastSubscriber`,
+    :class:`~zeps.multicast.aio.AsyncMulticastSubscriber`) share above their I/O: the core's
+    counters and state, and the decisions of a read between its waits."""
+
+    @property
+    def stats(self) -> ReceiverStats:
+        """Counters of datagrams and messages (see :class:`ReceiverStats`)."""
+        return self._core.stats
+
+    @property
+    def mode(self) -> str:
+        """``"multicast"``, or ``"fallback"`` while everything comes from the broker."""
+        return self._core.mode
+
+    @property
+    def fallback_reason(self) -> str | None:
+        """Why it last fell back: ``"loss"``, ``"silence"`` or ``"pattern"`` (a bridge of the
+        stream with another pattern on the group; :mod:`zeps.multicast.fallback`), or None."""
+        return self._core.fallback_reason
+
+    @property
+    def position(self) -> int:
+        """Sequence of the last message handed to the application (where it starts - 1
+        before the first)."""
+        return self._handed
+
+    def _hand(self) -> Message | None:
+        """The next message the core has ready, handed to the application; None if none."""
+        ready = self._core.ready
+        if not ready:
+            return None
+        msg = ready.popleft()
+        self._handed = msg.sequence
+        return msg
+
+    def _wait(self, now: float, deadline: float | None) -> float | None:
+        """How long a read waits for I/O now: until the core's next deadline, or the read's
+        ``deadline`` (None: none); None once that passed."""
+        if deadline is not None and now >= deadline:
+            return None
+        wait = self._core.next_deadline() - now
+        if deadline is not None:
+            wait = min(wait, deadline - now)
+        return max(wait, 0.0)
+
+    def _feed_lost(self, e: ConnectionLost) -> None:
+        """The feed was lost (and closed): a deleted stream is recorded and raised; otherwise
+        logged, and the feed is opened again after :data:`_FEED_RETRY` seconds."""
+        if isinstance(e, StreamGone):
+            self._gone = e
+            raise e
+        log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
+        self._feed_retry_at = time.monotonic() + _FEED_RETRY
+
+    def _feed_failed(self, e: BaseException) -> None:
+        """Opening the feed failed (and its client was closed): a broker out of reach is
+        logged, and tried again after :data:`_FEED_RETRY` seconds; anything else is raised (a
+        deleted stream recorded first)."""
+        if isinstance(e, StreamGone):
+            self._gone = e
+        elif isinstance(e, (ZepsTimeout, ConnectionLost)):
+            log.warning("zeps multicast: cannot reach the broker at %s for the stream's "
+                        "missing messages (%s); retrying", self.endpoint, e)
+            self._feed_retry_at = time.monotonic() + _FEED_RETRY
+            return
+        raise e
+
+    def _check_lost(self, e: ZepsTimeout | ConnectionLost) -> None:
+        """A head check got no answer (its checker closed): the core told; a deleted stream is
+        recorded and raised, anything else logged (the core asks again)."""
+        self._core.check_failed(time.monotonic())
+        if isinstance(e, StreamGone):
+            self._gone = e
+            raise e
+        log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
+                    "head (%s); retrying", self.endpoint, e)
+
+    def _checker_idle(self, now: float) -> bool:
+        """The checker's connection went unused for :data:`CHECKER_IDLE` seconds."""
+        return self._checker is not None and now - self._checker_used > CHECKER_IDLE
+
+    def _note(self) -> None:
+        """Log what the core noticed: real entries after forged ones, fallbacks."""
+        self._deceived = note_deceived(self._core, self._deceived)
+        self._fallbacks.note(self._core, self.group, self.endpoint)
+
+
+class MulticastSubscriber(ReceiverShell):
     """Messages of ``stream`` matching ``pattern``, live from multicast ``group``, repaired from
     the broker at ``endpoint``.
 
@@ -109,16 +224,12 @@ class MulticastSubscriber:
         with Client(endpoint, stream, **self._client_args) as c:
             head = c.info().last
             self._incarnation = c.incarnation
-            if live:
-                start_after = head
-            elif from_time is not None:
-                start_after = max(c.seq_at(from_time) - 1, 0)
-            else:
-                start_after = max((from_seq or 1) - 1, 0)
+            at_time = None if from_time is None else c.seq_at(from_time)
+        after = start_after(head, live, at_time, from_seq)
         self._sock = open_receiver(self.group, self.interface, rcvbuf)
-        self._core = Receiver(stream, pattern, start_after=start_after, head=head,
+        self._core = Receiver(stream, pattern, start_after=after, head=head,
                               now=time.monotonic(), config=config)
-        self._handed = start_after
+        self._handed = after
         self._feed: Client | None = None
         self._feed_sub = None
         self._feed_retry_at = 0.0
@@ -135,28 +246,6 @@ class MulticastSubscriber:
         disable_forked(self)
 
     # ------------------------------------------------------------------ public API
-
-    @property
-    def stats(self) -> ReceiverStats:
-        """Counters of datagrams and messages (see :class:`ReceiverStats`)."""
-        return self._core.stats
-
-    @property
-    def mode(self) -> str:
-        """``"multicast"``, or ``"fallback"`` while everything comes from the broker."""
-        return self._core.mode
-
-    @property
-    def fallback_reason(self) -> str | None:
-        """Why it last fell back: ``"loss"``, ``"silence"`` or ``"pattern"`` (a bridge of the
-        stream with another pattern on the group; :mod:`zeps.multicast.fallback`), or None."""
-        return self._core.fallback_reason
-
-    @property
-    def position(self) -> int:
-        """Sequence of the last message handed to the application (where it starts - 1
-        before the first)."""
-        return self._handed
 
     @property
     def feed_open(self) -> bool:
@@ -214,20 +303,17 @@ class MulticastSubscriber:
         core = self._core
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
-            if core.ready:
-                msg = core.ready.popleft()
-                self._handed = msg.sequence
+            msg = self._hand()
+            if msg is not None:
                 return msg
             now = time.monotonic()
             self._reconcile(now)
             if core.ready:                  # a head check let messages through
                 continue
-            if deadline is not None and now >= deadline:
+            wait = self._wait(now, deadline)
+            if wait is None:
                 return None
-            wait = core.next_deadline() - now
-            if deadline is not None:
-                wait = min(wait, deadline - now)
-            self._step(max(wait, 0.0))
+            self._step(wait)
 
     def _step(self, wait: float) -> None:
         """Wait up to ``wait`` seconds for datagrams or feed messages and give them to the core."""
@@ -245,17 +331,7 @@ class MulticastSubscriber:
         core.tick(time.monotonic())
 
     def _read_group(self) -> int:
-        core, sock = self._core, self._sock
-        now = time.monotonic()
-        n = 0
-        while n < _DRAIN:
-            try:
-                payload = sock.recv(65536)
-            except (BlockingIOError, InterruptedError):
-                break
-            core.on_datagram(payload, now)
-            n += 1
-        return n
+        return drain_group(self._core, self._sock)
 
     def _read_feed(self, wait: float) -> int:
         sub, core = self._feed_sub, self._core
@@ -270,11 +346,7 @@ class MulticastSubscriber:
                 msg = sub.poll(0.0)
         except ConnectionLost as e:
             self._close_feed()
-            if isinstance(e, StreamGone):
-                self._gone = e
-                raise
-            log.warning("zeps multicast: feed from %s lost: %s", self.endpoint, e)
-            self._feed_retry_at = time.monotonic() + _FEED_RETRY
+            self._feed_lost(e)
         return n
 
     def _reconcile(self, now: float) -> None:
@@ -286,30 +358,19 @@ class MulticastSubscriber:
                 feed = Client(self.endpoint, self.stream, **self._client_args)
                 same_stream(self, feed)
                 self._feed_sub = feed.subscribe(self.pattern, from_seq=self._core.feed_from)
-            except StreamGone as e:
-                self._gone, self._feed_sub = e, None
-                _close(feed)
-                raise
-            except (ZepsTimeout, ConnectionLost) as e:
-                log.warning("zeps multicast: cannot reach the broker at %s for the stream's "
-                            "missing messages (%s); retrying", self.endpoint, e)
-                self._feed_retry_at = time.monotonic() + _FEED_RETRY
+            except BaseException as e:
                 self._feed_sub = None
                 _close(feed)
+                self._feed_failed(e)
                 return
-            except BaseException:
-                self._feed_sub = None
-                _close(feed)
-                raise
             self._feed = feed
         elif not want and self._feed is not None:
             self._close_feed()
         if self._core.want_check:
             self._check(now)
-        elif self._checker is not None and now - self._checker_used > CHECKER_IDLE:
+        elif self._checker_idle(now):
             self._close_checker()
-        self._deceived = note_deceived(self._core, self._deceived)
-        self._fallbacks.note(self._core, self.group, self.endpoint)
+        self._note()
 
     def _check(self, now: float) -> None:
         """Ask the broker for the stream's last sequence: multicast entries up to it may go."""
@@ -320,16 +381,9 @@ class MulticastSubscriber:
                 self._checker = Client(self.endpoint, self.stream, **self._client_args)
                 same_stream(self, self._checker)
             last = self._checker.info().last
-        except StreamGone as e:
-            self._gone = e
-            self._close_checker()
-            core.check_failed(time.monotonic())
-            raise
         except (ZepsTimeout, ConnectionLost) as e:
-            log.warning("zeps multicast: cannot reach the broker at %s to check the stream's "
-                        "head (%s); retrying", self.endpoint, e)
             self._close_checker()
-            core.check_failed(time.monotonic())
+            self._check_lost(e)
             return
         except BaseException:
             core.check_failed(time.monotonic())

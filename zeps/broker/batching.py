@@ -280,10 +280,7 @@ def route_batch(stream, view: BatchView, runs: Runs) -> None:
         if stop is None:
             s.next_seq = base + n
         else:
-            stream.go_historical(s)     # drop to historical: remember only the position
-            s.next_seq = base + stop
-            runs.close(ident)
-            stream.window_advice(s, base + stop, view.entry_cost(stop))
+            stream.out_of_credit(s, base + stop, view.entry_cost(stop), runs)
     stream.delivered_total += delivered
     stream.delivered_bytes += delivered_bytes
 

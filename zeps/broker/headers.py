@@ -97,10 +97,7 @@ def route_headers(stream, rec, runs) -> None:
             continue
         cost = plain_cost + len(block) if s.headers else plain_cost
         if s.credit < cost:
-            stream.go_historical(s)      # drop to historical: remember only the position
-            s.next_seq = seq
-            runs.close(ident)
-            stream.window_advice(s, seq, cost)
+            stream.out_of_credit(s, seq, cost, runs)
             continue
         s.credit -= cost
         s.next_seq = seq + 1

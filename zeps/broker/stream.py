@@ -36,8 +36,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Callable, Dict, List, Optional, Tuple
 
-from zeps.protocol import commands as c
-from zeps.protocol import deliver_ts_from_deliver, encode
+from zeps.protocol import commands as c, deliver_ts_from_deliver, encode
 
 from zeps.protocol.batch import DELIVER_HEAD_SIZE, batch_cost, batch_first_seq, is_batch_frame
 from zeps.protocol.deliver import DELIVER_TS_ID, OVERHEAD, TS_SHIFT, frame_cost, sequence_of
@@ -64,8 +63,6 @@ MIN_COST = 9
 COUNTERS = ("published_total", "delivered_total", "published_bytes", "delivered_bytes")
 
 
-
-
 def unsent_position(frame: bytes) -> Tuple[int, int]:
     """(first sequence, credit cost) of a DELIVER, DELIVER-TS, DELIVER-H or DELIVER-BATCH
     frame the shell could not send."""
@@ -75,6 +72,7 @@ def unsent_position(frame: bytes) -> Tuple[int, int]:
         return deliver_h_sequence(frame), deliver_h_cost(frame)
     shift = TS_SHIFT if frame[2] == DELIVER_TS_ID else 0
     return sequence_of(frame, shift), len(frame) - OVERHEAD - shift
+
 
 class Stream:
     def __init__(self, name: str, journal, outbox: Outbox, *,
@@ -108,10 +106,8 @@ class Stream:
         # the core's lists of streams with work (worklists.py), shared by its streams
         self.work = Worklists() if work is None else work
         self.dedup = ProducerDedup(journal, max_producer_ids_per_key)   # idempotent producers
-        self.published_total = 0
-        self.delivered_total = 0
-        self.published_bytes = 0
-        self.delivered_bytes = 0
+        self.published_total = self.delivered_total = 0
+        self.published_bytes = self.delivered_bytes = 0
         self.invalids = Counter() if invalids is None else invalids   # by reasons.label (shared)
 
     # ------------------------------------------------------------------ membership
@@ -452,16 +448,20 @@ class Stream:
                 delivered += 1
                 delivered_bytes += cost
             else:
-                self.go_historical(s)   # drop to historical: remember only the position
-                s.next_seq = seq
-                if runs is not None:
-                    runs.close(ident)
-                self.window_advice(s, seq, cost)
+                self.out_of_credit(s, seq, cost, runs)
         if batching:
             one = batch_of_one(rec.timestamp, seq, frame)
             outbox.extend([(ident, one) for ident in batching])
         self.delivered_total += delivered
         self.delivered_bytes += delivered_bytes
+
+    def out_of_credit(self, s: Session, seq: int, cost: int, runs: Optional[Runs]) -> None:
+        """Live ``s`` lacks the credit for ``seq`` (``cost``): historical there, its run sent."""
+        self.go_historical(s)           # only the position is remembered
+        s.next_seq = seq
+        if runs is not None:
+            runs.close(s.identity)
+        self.window_advice(s, seq, cost)
 
     def window_advice(self, s: Session, seq: int, cost: int) -> None:
         """A subscriber lacks the credit for message ``seq``: if that message needs more than

@@ -212,6 +212,24 @@ def _add_endpoint(p: argparse.ArgumentParser, default=True) -> None:
                    help="broker endpoint (default $ZEPS_ENDPOINT or tcp://127.0.0.1:7470)")
 
 
+def _add_source(p: argparse.ArgumentParser, broker: str, data_dir: str) -> None:
+    """``--endpoint`` or ``--data-dir``, one or the other, of a command that reads a broker or
+    a data directory (``broker``, ``data_dir``: what the command does with it). No endpoint
+    given and no data directory: the command takes :func:`env_endpoint` when it runs."""
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--endpoint", type=_endpoint, default=None,
+                     help=f"{broker} (default $ZEPS_ENDPOINT or tcp://127.0.0.1:7470)")
+    src.add_argument("--data-dir", metavar="D", help=data_dir)
+
+
+def _add_stream_patterns(p: argparse.ArgumentParser) -> None:
+    """STREAM and its keys' PATTERNs (prefixes or ~regexes; none: every key) of a command that
+    reads a stream."""
+    p.add_argument("stream", metavar="STREAM", type=_stream_name)
+    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern,
+                   default=[])          # a default: argparse no longer calls it required
+
+
 def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--connect-timeout", type=_seconds, default=_env_timeout(), metavar="S",
                    help="seconds to wait for the broker (default $ZEPS_TIMEOUT or 10)")

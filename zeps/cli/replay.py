@@ -4,22 +4,18 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (  # noqa: F401
-    env_endpoint,
-    DEFAULT_ENDPOINT,
+from .common import (
     MAX_NUMBER,
     UsageError,
     _add_common,
-    _add_endpoint,
-    _endpoint,
-    _iso,
+    _add_source,
+    _add_stream_patterns,
     _matcher,
-    _pattern,
     _say,
     _separator,
     _seq,
     _stream_dir,
-    _stream_name,
+    env_endpoint,
     message_json,
     messages_upto,
     parse_time,
@@ -34,14 +30,8 @@ def add_parser(sub) -> None:
                        "running); otherwise it reads through the broker at --endpoint. Without "
                        "--to-seq/--to-time it stops at the stream's last message at the time "
                        "it started.")
-    p.add_argument("stream", metavar="STREAM", type=_stream_name)
-    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern,
-                   default=[])          # a default: argparse no longer calls it required
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--endpoint", type=_endpoint, default=None,
-                     help="read through this broker (default $ZEPS_ENDPOINT or "
-                          "tcp://127.0.0.1:7470)")
-    src.add_argument("--data-dir", metavar="D", help="read the journal in data directory D")
+    _add_stream_patterns(p)
+    _add_source(p, "read through this broker", "read the journal in data directory D")
     g = p.add_mutually_exclusive_group()
     g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")
     g.add_argument("--from-time", type=parse_time, metavar="T",

@@ -6,19 +6,8 @@ import sys
 from pathlib import Path
 from typing import List, Tuple
 
-from .common import (  # noqa: F401
-    env_endpoint,
-    DEFAULT_ENDPOINT,
-    UsageError,
-    _add_common,
-    _add_endpoint,
-    _endpoint,
-    _iso,
-    _matcher,
-    _say,
-    _stream_dir,
-    _stream_name,
-)
+from .common import (UsageError, _add_common, _add_source, _iso, _stream_dir, _stream_name,
+                     env_endpoint)
 
 
 def add_parser(sub) -> None:
@@ -26,10 +15,7 @@ def add_parser(sub) -> None:
                        description="Describe the streams of a broker (--endpoint) or of a data "
                        "directory (--data-dir); all of them, or the STREAMs named.")
     p.add_argument("streams", metavar="STREAM", nargs="*", type=_stream_name, default=[])
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--endpoint", type=_endpoint, default=None,
-                     help="ask this broker (default $ZEPS_ENDPOINT or tcp://127.0.0.1:7470)")
-    src.add_argument("--data-dir", metavar="D", help="read data directory D")
+    _add_source(p, "ask this broker", "read data directory D")
     p.add_argument("--json", action="store_true", help="one JSON object per stream and line")
     _add_common(p)
     p.set_defaults(func=cmd_stats)

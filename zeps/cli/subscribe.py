@@ -4,19 +4,15 @@ from __future__ import annotations
 import json
 import sys
 
-from .common import (  # noqa: F401
+from .common import (
     UsageError,
     _add_common,
     _add_endpoint,
-    _endpoint,
-    _iso,
-    _matcher,
-    _pattern,
+    _add_stream_patterns,
     _positive_int,
     _say,
     _seconds,
     _seq,
-    _stream_name,
     connection_reporter,
     message_json,
     message_line,
@@ -33,9 +29,7 @@ def add_parser(sub) -> None:
                        "Like Kafka's and NATS's consumers it starts with what is published from "
                        "now on; --all, --from-seq, --from-time or --last N start in the history "
                        "and go on live.")
-    p.add_argument("stream", metavar="STREAM", type=_stream_name)
-    p.add_argument("patterns", metavar="PATTERN", nargs="*", type=_pattern,
-                   default=[])          # a default: argparse no longer calls it required
+    _add_stream_patterns(p)
     g = p.add_mutually_exclusive_group()
     g.add_argument("--all", action="store_true", help="start at the first message kept")
     g.add_argument("--from-seq", type=_seq, metavar="N", help="start at sequence N")

@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import base64
 import codecs
+import json
 import os
 import sys
 from datetime import datetime, timezone
@@ -305,6 +306,15 @@ def message_line(msg) -> str:
     holding a newline printed a line that looked like another message)."""
     return f"{msg.sequence} {_escape(msg.key.encode('utf-8', 'surrogateescape'))} " \
            f"{_escape(msg.body)}"
+
+
+def message_printer(stream: str, as_json: bool) -> Callable[..., str]:
+    """How a command that prints a stream's messages (``subscribe``, its ``--multicast``,
+    ``consume``) writes one, without the newline: its JSON object (:func:`message_json`) with
+    ``--json``, else :func:`message_line`."""
+    if as_json:
+        return lambda m: json.dumps(message_json(stream, m), ensure_ascii=False)
+    return message_line
 
 
 def messages_upto(client, args, first: int, last: int, what: str):

@@ -17,7 +17,7 @@ from zeps.units import TIME_FORMS
 
 from .common import (UsageError, _add_common, _add_endpoint, _int_upto, _iso, _pattern,
                      _positive_int, _say, _seconds, _seconds_upto, _seq, _stream_name,
-                     connection_reporter, message_json, message_line, parse_time)
+                     connection_reporter, message_printer, parse_time)
 
 _ACK_NAMES = {0: "explicit", 1: "all", 2: "none"}
 _START_NAMES = {0: "all", 1: "sequence", 2: "time", 3: "new"}
@@ -207,8 +207,7 @@ def _run(args, c) -> int:
 def cmd_consume(args) -> int:
     from zeps.clients import NoStream
     out = sys.stdout
-    fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
-           if args.json else message_line)
+    fmt = message_printer(args.stream, args.json)
     n = 0
     try:
         with _client(args) as c:

@@ -9,7 +9,6 @@ that does not exist (one line on stderr).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import sys
@@ -20,7 +19,7 @@ from zeps.multicast.sender import DEFAULT_DATAGRAM, DEFAULT_HEAD_INTERVAL
 from zeps.multicast.transport import check_interface, parse_group
 
 from .common import (MAX_NUMBER, Parser, _endpoint, _int_upto, _pattern, _positive_int,
-                     _seconds, _stream_name, message_json, message_line)
+                     _seconds, _stream_name, message_printer)
 
 __all__ = [
     "add_bridge_arguments",
@@ -196,8 +195,7 @@ def run_subscribe_multicast(args) -> int:
     except (ZepsError, OSError) as e:
         print(f"zeps: error: {e}", file=sys.stderr)
         return 1
-    fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
-           if args.json else message_line)
+    fmt = message_printer(args.stream, args.json)
     try:
         with sub:
             while args.count is None or n < args.count:

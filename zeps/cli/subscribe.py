@@ -1,7 +1,6 @@
 """``zeps subscribe``: print a stream's messages, history then live."""
 from __future__ import annotations
 
-import json
 import sys
 
 from .common import (
@@ -14,8 +13,7 @@ from .common import (
     _seconds,
     _seq,
     connection_reporter,
-    message_json,
-    message_line,
+    message_printer,
     parse_time,
 )
 from zeps.units import TIME_FORMS
@@ -76,8 +74,7 @@ def cmd_subscribe(args) -> int:
         sub = client.subscribe(args.patterns or [""], from_seq=from_seq,
                                from_time=args.from_time, live=live)
         n = 0
-        fmt = ((lambda m: json.dumps(message_json(args.stream, m), ensure_ascii=False))
-               if args.json else message_line)
+        fmt = message_printer(args.stream, args.json)
         try:
             while args.count is None or n < args.count:
                 if not sub.buffered:

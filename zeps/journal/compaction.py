@@ -78,7 +78,7 @@ from .index import encode_entries, entries_for, read_index_files
 from .lastvalue import list_checkpoints, message_keys
 from .record import END, LIMIT
 from .segment import (INDEX_SUFFIX, LOG_SUFFIX, TIME_SUFFIX, Segment, fsync_dir,
-                      list_segment_seqs, segment_base)
+                      list_segment_seqs, segment_base, write_file)
 from . import settings as stream_settings
 
 log = logging.getLogger("zeps.journal")
@@ -445,18 +445,6 @@ def _copy(src: int, dst: int, start: int, end: int) -> None:
         start += len(data)
 
 
-def _write(path: str, data: bytes, fsync: bool) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        if fsync:
-            os.fdatasync(fd)
-    finally:
-        os.close(fd)
-
-
 def _rewrite(stream_dir: str, seg: Segment, ranges, entries, fsync: bool) -> int:
     """Steps 1-3 of the module docstring for one segment; returns the new log's size."""
     base = _base(stream_dir, seg.first_seq)
@@ -471,8 +459,8 @@ def _rewrite(stream_dir: str, seg: Segment, ranges, entries, fsync: bool) -> int
     finally:
         os.close(fd)
     ib, tb = encode_entries(entries)
-    _write(idx_c, ib, fsync)
-    _write(time_c, tb, fsync)
+    write_file(idx_c, ib, fsync)
+    write_file(time_c, tb, fsync)
     _step("cleaned")
     os.rename(idx_c, base + INDEX_SUFFIX + SWAP)
     os.rename(time_c, base + TIME_SUFFIX + SWAP)

@@ -60,12 +60,10 @@ def fsync_dir(dirpath: str) -> None:
         os.close(fd)
 
 
-def write_atomic(path: str, data: bytes, sync: bool) -> None:
-    """Replace the file ``path`` by ``data`` whole: written to ``path + ".tmp"``, renamed over
-    it; with ``sync`` the data and the directory entry are made durable. A crash leaves the
-    old file or the new one (and perhaps the temporary one). Raises OSError."""
-    tmp = path + ".tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
+def write_file(path: str, data: bytes, sync: bool) -> None:
+    """Write the file ``path`` (created or truncated) with ``data`` whole; with ``sync`` the
+    data is made durable (``fdatasync``). Raises OSError."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | _CLOEXEC, 0o644)
     try:
         view = memoryview(data)
         while view:
@@ -74,6 +72,14 @@ def write_atomic(path: str, data: bytes, sync: bool) -> None:
             os.fdatasync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomic(path: str, data: bytes, sync: bool) -> None:
+    """Replace the file ``path`` by ``data`` whole: written to ``path + ".tmp"``, renamed over
+    it; with ``sync`` the data and the directory entry are made durable. A crash leaves the
+    old file or the new one (and perhaps the temporary one). Raises OSError."""
+    tmp = path + ".tmp"
+    write_file(tmp, data, sync)
     os.replace(tmp, path)
     if sync:
         fsync_dir(os.path.dirname(path) or ".")

@@ -149,10 +149,7 @@ def normalise(headers: HeadersLike) -> Pairs:
             raise TypeError(f"a header must be a (name, value) pair, not {item!r:.60}") from None
         if not isinstance(name, str):
             raise TypeError(f"header name must be str, not {type(name).__name__}")
-        nb = name.encode("utf-8")
-        if not 1 <= len(nb) <= 255:
-            raise BadHeaders(f"header name {name[:40]!r} is {len(nb)} bytes in UTF-8; it must "
-                             f"be 1 to 255")
+        nb = _name_bytes(name)
         if isinstance(value, str):
             value = value.encode("utf-8")
         elif isinstance(value, (bytearray, memoryview)):
@@ -169,6 +166,15 @@ def normalise(headers: HeadersLike) -> Pairs:
     return tuple(out)
 
 
+def _name_bytes(name: str) -> bytes:
+    """A header name in UTF-8: 1 to 255 bytes (:class:`BadHeaders` otherwise)."""
+    nb = name.encode("utf-8")
+    if not 1 <= len(nb) <= 255:
+        raise BadHeaders(f"header name {name[:40]!r} is {len(nb)} bytes in UTF-8; it must "
+                         f"be 1 to 255")
+    return nb
+
+
 def encode_block(pairs: Sequence[Tuple[str, bytes]]) -> bytes:
     """The block of (already normalised) pairs, at least one. Raises :class:`BadHeaders`."""
     if not pairs:
@@ -179,10 +185,7 @@ def encode_block(pairs: Sequence[Tuple[str, bytes]]) -> bytes:
     for name, value in pairs:
         if not isinstance(name, str):
             raise BadHeaders(f"header name must be str, not {type(name).__name__}")
-        nb = name.encode("utf-8")
-        if not 1 <= len(nb) <= 255:
-            raise BadHeaders(f"header name {name[:40]!r} is {len(nb)} bytes in UTF-8; it must "
-                             f"be 1 to 255")
+        nb = _name_bytes(name)
         if not isinstance(value, (bytes, bytearray, memoryview)):
             raise BadHeaders(f"header {name[:40]!r}: value must be bytes, not "
                              f"{type(value).__name__}")

@@ -258,6 +258,11 @@ def make_fixture(tmp_path):
         h.close()
 
 
+def reasons(h: Core, ident: bytes) -> list:
+    """The reasons of the INVALIDs the core sent ``ident`` (taken from its outbox)."""
+    return [m.reason for m in h.take(ident) if isinstance(m, c.Invalid)]
+
+
 def cost(key: str, body: bytes = b"x") -> int:
     """Credit one DELIVER of ``key``/``body`` costs."""
     return deliver_cost(len(key.encode()), len(body))

@@ -15,30 +15,13 @@ from zeps.journal.settings import StreamSettings
 from zeps.protocol import commands as c
 from zeps.protocol.reasons import LIMIT, NO_STREAM
 
-from .core_harness import Core
+from .core_harness import Core, make_fixture, reasons  # noqa: F401 (the make fixture)
 
 A, B = b"client-a", b"client-b"
 
 
 def create(name: str, max_message: int = 0) -> c.StreamCreate:
     return c.StreamCreate(name, 0, 0, max_message, 0)
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def _make(**config):
-        h = Core(tmp_path / f"data{len(made)}", **config)
-        made.append(h)
-        return h
-    yield _make
-    for h in made:
-        h.close()
-
-
-def reasons(h: Core, ident: bytes) -> list:
-    return [m.reason for m in h.take(ident) if isinstance(m, c.Invalid)]
 
 
 def test_stream_create_opens_no_journal_and_lists_the_stream(make):

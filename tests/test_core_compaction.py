@@ -10,27 +10,10 @@ import pytest
 
 from zeps.protocol import commands as c
 
-from .core_harness import Core
+from .core_harness import Core, make_fixture, reasons  # noqa: F401 (the make fixture)
 
 A, B, PUB = b"client-a", b"client-b", b"pub"
 KV = c.FLAG_COMPACT
-
-
-@pytest.fixture
-def make(tmp_path):
-    made = []
-
-    def _make(**config):
-        h = Core(tmp_path / f"data{len(made)}", **config)
-        made.append(h)
-        return h
-    yield _make
-    for h in made:
-        h.close()
-
-
-def reasons(h: Core, ident: bytes) -> list:
-    return [m.reason for m in h.take(ident) if isinstance(m, c.Invalid)]
 
 
 def log_bytes(h: Core, name: str) -> int:

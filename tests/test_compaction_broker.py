@@ -20,6 +20,7 @@ from zeps.clients import Client, admin
 
 from .measure import wait_for
 from .pair import Pair
+from .test_journal_kv_broker import replay
 
 STREAM = "kv"
 KEYS = 20
@@ -53,24 +54,6 @@ def publish(endpoint, n, start, model):
             if i % 50 == 49:
                 c.wait_for_confirms()
         c.wait_for_confirms()
-
-
-def replay(endpoint):
-    seqs, state = [], {}
-    with Client(endpoint, STREAM, timeout=30) as c:
-        last = c.info().last
-        sub = c.subscribe("", from_seq=1)
-        deadline = time.monotonic() + 60
-        while (not seqs or seqs[-1] < last) and time.monotonic() < deadline:
-            msg = sub.poll(1.0)
-            if msg is None:
-                continue
-            seqs.append(msg.sequence)
-            if msg.body:
-                state[msg.key] = msg.body
-            else:
-                state.pop(msg.key, None)
-    return seqs, state
 
 
 def test_the_broker_compacts_a_compacted_stream_beside_a_calm_pair(start_broker, tmp_path,

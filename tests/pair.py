@@ -17,6 +17,7 @@ import zmq
 
 from zeps.protocol import commands as c
 
+from .measure import percentile, wait_for
 from .rawclient import RawClient
 
 _BODY = struct.Struct(">QQ")          # message number, time.monotonic_ns() at publish
@@ -120,3 +121,26 @@ class Pair:
         self.sub.close()
         self.pub.close()
         self.ctx.term()
+
+
+def pair_running(endpoint: str) -> Pair:
+    """A pair publishing every 5 ms on the broker at ``endpoint``, once 50 came back: the calm
+    client beside an attack."""
+    pair = Pair(endpoint)
+    pair.start_paced(0.005)
+    assert wait_for(lambda: len(pair.received), lambda n: n >= 50, timeout=30) >= 50
+    return pair
+
+
+def pair_unharmed(pair: Pair, since_ns: int) -> dict:
+    """Assert that ``pair`` still receives, then stop it: everything sent came back, in order;
+    the figures of its latencies since ``since_ns`` (for the report)."""
+    want = len(pair.received) + 100
+    assert wait_for(lambda: len(pair.received), lambda n: n >= want, timeout=30) >= want, \
+        "the pair stopped receiving"
+    pair.stop_paced()
+    assert pair.wait_all(30), f"{len(pair.received)} of {pair.sent}"
+    assert not pair.problems, pair.problems[:3]
+    lat = pair.latencies(since_ns)
+    return dict(pair_messages=len(lat), pair_p50_ms=round(percentile(lat, 50) * 1000, 2),
+                pair_p99_ms=round(percentile(lat, 99) * 1000, 2))

@@ -21,8 +21,8 @@ from zeps.protocol import commands as c
 from zeps.protocol.batch import MAX_BATCH_ENTRIES, PUBLISH_HEAD
 from zeps.protocol.reasons import LIMIT
 
-from .measure import PeakRss, open_fds, percentile, rss_mb, wait_for
-from .pair import Pair
+from .measure import PeakRss, open_fds, rss_mb, wait_for
+from .pair import Pair, pair_running, pair_unharmed
 from .rawclient import RawClient
 
 U64_MAX = 2**64 - 1
@@ -37,23 +37,8 @@ def _empty_batch(count: int) -> bytes:
     return PUBLISH_HEAD.pack(b"\xaa\xa5", 58, count) + b"\x00\x00\x00\x00\x00" * count
 
 
-def _pair_running(endpoint: str) -> Pair:
-    pair = Pair(endpoint)
-    pair.start_paced(0.005)
-    assert wait_for(lambda: len(pair.received), lambda n: n >= 50, timeout=30) >= 50
-    return pair
-
-
 def _pair_unharmed(pair: Pair, name: str, since_ns: int) -> None:
-    got = len(pair.received)
-    assert wait_for(lambda: len(pair.received), lambda n: n >= got + 100, timeout=30) >= got + 100, \
-        "the pair stopped receiving"
-    pair.stop_paced()
-    assert pair.wait_all(30), f"{len(pair.received)} of {pair.sent}"
-    assert not pair.problems, pair.problems[:3]
-    lat = pair.latencies(since_ns)
-    _report(name, pair_messages=len(lat), pair_p50_ms=round(percentile(lat, 50) * 1000, 2),
-            pair_p99_ms=round(percentile(lat, 99) * 1000, 2))
+    _report(name, **pair_unharmed(pair, since_ns))
 
 
 def test_a_stream_create_flood_holds_no_descriptors_and_new_clients_are_served(start_broker):
@@ -61,7 +46,7 @@ def test_a_stream_create_flood_holds_no_descriptors_and_new_clients_are_served(s
     --max-open-streams 1000 set; new clients went unanswered and fsync failed with EMFILE.
     Created streams now hold no descriptor until they are attached (under the limit)."""
     b = start_broker(None, "--max-open-streams", "20", "--admin-rate", "100000")
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     creator = RawClient(b.endpoint, zmq.Context())
     try:
         baseline = open_fds(b.proc.pid)
@@ -116,7 +101,7 @@ def test_a_frame_over_the_limits_is_dropped_at_the_socket(start_broker, attack):
     one 256 MiB PUBLISH, 542 MB. The socket's ZMQ_MAXMSGSIZE (derived from --max-message and
     the batch limit) now drops such a connection before the broker holds the frame."""
     b = start_broker(None)
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     hostile = RawClient(b.endpoint, zmq.Context())
     hostile.sock.setsockopt(zmq.SNDTIMEO, 10_000)
     try:
@@ -142,7 +127,7 @@ def test_batches_over_the_limits_get_one_invalid_each_before_they_are_parsed(sta
     and a 1 MiB batch of 209,713 empty messages (within max_batch) are each refused with *one*
     INVALID (not one per claimed entry), and the broker keeps serving the pair."""
     b = start_broker(None)
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     sub = RawClient(b.endpoint).attach("hostile").subscribe("", 0, credit=1 << 30)   # ZEPS/1
     hostile = RawClient(b.endpoint, zmq.Context()).attach("hostile")
     try:
@@ -182,7 +167,7 @@ def test_a_list_streams_flood_with_many_streams_leaves_the_pair_alone(start_brok
     for i in range(4500):
         os.makedirs(data / stream_dir_name(f"stream-{i:04d}"))
     b = start_broker(data)
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     lister = RawClient(b.endpoint, zmq.Context())
     try:
         start = time.monotonic_ns()
@@ -245,7 +230,7 @@ def test_a_message_of_many_frames_is_dropped_a_chunk_at_a_time(start_broker):
     checks that no frame is allocated); the client gets INVALID with the count and is served
     after it, and the pair goes on (its latencies are printed)."""
     b = start_broker(None)
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     attacker = RawClient(b.endpoint, zmq.Context())
     try:
         start = time.monotonic_ns()

@@ -22,8 +22,7 @@ from zeps.protocol import commands as c
 from zeps.protocol.codec import decode, encode
 from zeps.protocol.reasons import LIMIT, NOT_ALLOWED, PRODUCER_REFUSED, PUBLISH_REJECTED
 
-from .measure import percentile, wait_for
-from .pair import Pair
+from .pair import Pair, pair_running, pair_unharmed
 from .rawclient import RawClient
 from .test_security import Peer, keys  # noqa: F401  (the key-pair fixture)
 
@@ -34,23 +33,8 @@ def _report(name: str, **figures) -> None:
     print(f"\n[hostile producers] {name}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
 
 
-def _pair_running(endpoint: str) -> Pair:
-    pair = Pair(endpoint)
-    pair.start_paced(0.005)
-    assert wait_for(lambda: len(pair.received), lambda n: n >= 50, timeout=30) >= 50
-    return pair
-
-
 def _pair_unharmed(pair: Pair, name: str, since_ns: int) -> None:
-    got = len(pair.received)
-    assert wait_for(lambda: len(pair.received), lambda n: n >= got + 100, timeout=30) >= got + 100, \
-        "the pair stopped receiving"
-    pair.stop_paced()
-    assert pair.wait_all(30), f"{len(pair.received)} of {pair.sent}"
-    assert not pair.problems, pair.problems[:3]
-    lat = pair.latencies(since_ns)
-    _report(name, pair_messages=len(lat), pair_p50_ms=round(percentile(lat, 50) * 1000, 2),
-            pair_p99_ms=round(percentile(lat, 99) * 1000, 2))
+    _report(name, **pair_unharmed(pair, since_ns))
 
 
 def _stored(data_dir, stream: str):
@@ -98,7 +82,7 @@ def test_producer_costs_the_same_with_10000_producers_known_and_the_pair_is_unha
                 k = min(1000, n - first)
                 j.append_batch([("k", b"")] * k, [(f"p-{first + i}", 1) for i in range(k)])
     b = start_broker(data)
-    pair = _pair_running(b.endpoint)
+    pair = pair_running(b.endpoint)
     ctx = zmq.Context()
     clients = {name: RawClient(b.endpoint, ctx).attach(name) for name in ("many", "one")}
     try:

@@ -86,6 +86,24 @@ def rss_kib(pid: int) -> int:
     raise RuntimeError("no VmRSS")
 
 
+def never_reading(port: int, request: List[bytes], n: int, each: int = 1) -> List[zmq.Socket]:
+    """``n`` connections to the snapshot socket on ``port`` that send ``request`` ``each`` times
+    and never read (one message and 4 KiB of receive buffer each): readers that hold their
+    snapshots' pipes. The caller closes them."""
+    ctx = zmq.Context.instance()
+    socks = []
+    for _ in range(n):
+        s = ctx.socket(zmq.DEALER)
+        s.setsockopt(zmq.LINGER, 0)
+        s.setsockopt(zmq.RCVHWM, 1)
+        s.setsockopt(zmq.RCVBUF, 4096)
+        s.connect(f"tcp://127.0.0.1:{port}")
+        for _ in range(each):
+            s.send_multipart(request)
+        socks.append(s)
+    return socks
+
+
 def recv(sock, timeout: float = TIMEOUT) -> List[bytes]:
     if not sock.poll(int(timeout * 1000)):
         raise TimeoutError(f"nothing within {timeout}s")

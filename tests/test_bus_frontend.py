@@ -18,8 +18,8 @@ import zmq
 from zeps.frontends import bus_codec as bc
 from zeps.protocol import commands as c
 
-from .frontends import (BusClient, counters, recv, restart, start_frontend, wait_counter,
-                        wait_position)
+from .frontends import (BusClient, counters, never_reading, recv, restart, start_frontend,
+                        wait_counter, wait_position)
 from .pair import Pair
 from .test_cli import zeps
 from .test_chp_frontend import zeps_messages, zeps_publisher, zeps_reader
@@ -217,17 +217,7 @@ def test_syncstart_floods_and_readers_that_never_read_do_not_delay_a_calm_client
     for i in range(3000):
         pub.send(c.Publish(f"/f/{i % 7}", b"v" * 2000))
     wait_position(bus, bus.name, 3000)
-    ctx = zmq.Context.instance()
-    hostile = []
-    for _ in range(40):                                   # 40 connections that never read
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVHWM, 1)
-        s.setsockopt(zmq.RCVBUF, 4096)
-        s.connect(f"tcp://127.0.0.1:{bus.port}")
-        for _ in range(200):
-            s.send_multipart([b"SYNCSTART", b"", U64.pack(0)])
-        hostile.append(s)
+    hostile = never_reading(bus.port, [b"SYNCSTART", b"", U64.pack(0)], 40, each=200)
     wait_counter(bus, bus.name, "snapshot.busy", 5000)
     calm = BusClient(bus.port, subtrees=("/f/",))
     syncs, end = calm.sync(timeout=10)

@@ -17,7 +17,7 @@ import zmq
 
 from zeps.protocol import commands as c
 
-from .frontends import (ChpClient, counters, recv, restart, rss_kib,
+from .frontends import (ChpClient, counters, never_reading, recv, restart, rss_kib,
                         start_frontend, wait_counter, wait_position)
 from .pair import Pair
 from .rawclient import RawClient
@@ -320,17 +320,7 @@ def test_icanhaz_floods_do_not_delay_a_calm_client(chp):
     for i in range(3000):
         pub.send(c.Publish(f"/f/{i:05d}", b"v" * 2000))
     wait_position(chp, chp.name, 3000)
-    ctx = zmq.Context.instance()
-    hostile = []
-    for _ in range(20):                                   # 20 connections that never read
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVHWM, 1)
-        s.setsockopt(zmq.RCVBUF, 4096)
-        s.connect(f"tcp://127.0.0.1:{chp.port}")
-        for _ in range(500):
-            s.send_multipart([b"ICANHAZ?", b""])
-        hostile.append(s)
+    hostile = never_reading(chp.port, [b"ICANHAZ?", b""], 20, each=500)
     wait_counter(chp, chp.name, "snapshot.busy", 5000)
     calm = ChpClient(chp.port, subtree="/f/")
     got = calm.sync(timeout=10)
@@ -359,16 +349,7 @@ def test_a_snapshot_reader_that_never_reads_costs_its_pipe_not_the_snapshot(chp,
     probe.sync()
     assert len(probe.kvmap) == count
     before = rss_kib(chp.proc.pid)
-    ctx = zmq.Context.instance()
-    sleepers = []
-    for _ in range(40):
-        s = ctx.socket(zmq.DEALER)
-        s.setsockopt(zmq.LINGER, 0)
-        s.setsockopt(zmq.RCVHWM, 1)
-        s.setsockopt(zmq.RCVBUF, 4096)
-        s.connect(f"tcp://127.0.0.1:{chp.port}")
-        s.send_multipart([b"ICANHAZ?", b"/big/"])
-        sleepers.append(s)
+    sleepers = never_reading(chp.port, [b"ICANHAZ?", b"/big/"], 40)
     wait_counter(chp, chp.name, "snapshot.requested", 1 + 40)
     calm = ChpClient(chp.port, subtree="/big/")
     calm.sync(timeout=10)

@@ -26,6 +26,8 @@ import zmq
 from zeps.protocol import commands as c
 from zeps.protocol import decode, encode, encode_publish
 
+from bench.systems.zeps_raw import dealer
+
 
 def start_broker(data_dir: str, fsync: str):
     proc = subprocess.Popen([sys.executable, "-m", "zeps.broker", "--endpoint", "tcp://127.0.0.1:*",
@@ -37,14 +39,6 @@ def start_broker(data_dir: str, fsync: str):
         proc.kill()
         raise SystemExit(f"broker did not start: {line!r}")
     return proc, line.split("listening on ", 1)[1].split()[0]
-
-
-def dealer(ctx, endpoint):
-    s = ctx.socket(zmq.DEALER)
-    s.setsockopt(zmq.LINGER, 0)
-    s.setsockopt(zmq.RCVHWM, 0)
-    s.connect(endpoint)
-    return s
 
 
 def request(sock, cmd, expect):
